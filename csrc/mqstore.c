@@ -1,0 +1,1064 @@
+/*
+ * mqstore.c -- see mqstore.h for the record layout, the control block
+ * invariants and the error codes.  Lock order: ctl->lock, then cl->seg_lock.
+ * Asserts stay on in shipped builds (setup.py undefines NDEBUG): they check
+ * programmer errors only; disk and input faults are returned as MQ_E_*.
+ */
+#define _GNU_SOURCE
+#include "mqstore.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#define MQ_CTL_MAGIC   0x4D51434Cu   /* "MQCL" */
+#define MQ_CTL_VERSION 1u
+#define MQ_PAGE        4096u
+#define MQ_SLOTS_USABLE (MQ_QUEUE_SLOTS / 4 * 3)   /* keep linear probes short */
+
+/* ---- big-endian helpers --------------------------------------------------- */
+static inline void be16w(uint8_t *p, uint16_t v) { p[0] = v >> 8; p[1] = (uint8_t)v; }
+static inline void be32w(uint8_t *p, uint32_t v) { v = __builtin_bswap32(v); memcpy(p, &v, 4); }
+static inline void be64w(uint8_t *p, uint64_t v) { v = __builtin_bswap64(v); memcpy(p, &v, 8); }
+static inline uint16_t be16r(const uint8_t *p) { return (uint16_t)((p[0] << 8) | p[1]); }
+static inline uint32_t be32r(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return __builtin_bswap32(v); }
+static inline uint64_t be64r(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return __builtin_bswap64(v); }
+
+static int64_t now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ========================================================================== */
+/* CRC32 (IEEE, reflected, the one zlib computes)                               */
+/* ========================================================================== */
+static uint32_t crc_table[8][256];
+static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
+static int crc_use_clmul;
+
+static void crc_init(void) {
+    for (uint32_t n = 0; n < 256; n++) {
+        uint32_t c = n;
+        for (int k = 0; k < 8; k++) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        crc_table[0][n] = c;
+    }
+    for (uint32_t n = 0; n < 256; n++)
+        for (int t = 1; t < 8; t++)
+            crc_table[t][n] = (crc_table[t - 1][n] >> 8) ^ crc_table[0][crc_table[t - 1][n] & 0xFF];
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    crc_use_clmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+#endif
+}
+
+/* slice-by-8 on the inverted register */
+static uint32_t crc_slice8(uint32_t c, const uint8_t *p, size_t n) {
+    while (n && ((uintptr_t)p & 7)) { c = crc_table[0][(c ^ *p++) & 0xFF] ^ (c >> 8); n--; }
+    while (n >= 8) {
+        uint32_t lo, hi;
+        memcpy(&lo, p, 4); memcpy(&hi, p + 4, 4);   /* little-endian host assumed below */
+        lo ^= c;
+        c = crc_table[7][lo & 0xFF] ^ crc_table[6][(lo >> 8) & 0xFF] ^
+            crc_table[5][(lo >> 16) & 0xFF] ^ crc_table[4][lo >> 24] ^
+            crc_table[3][hi & 0xFF] ^ crc_table[2][(hi >> 8) & 0xFF] ^
+            crc_table[1][(hi >> 16) & 0xFF] ^ crc_table[0][hi >> 24];
+        p += 8; n -= 8;
+    }
+    while (n--) c = crc_table[0][(c ^ *p++) & 0xFF] ^ (c >> 8);
+    return c;
+}
+
+#if defined(__x86_64__)
+/* Carry-less multiply folding (Gopal et al., "Fast CRC Computation for Generic
+ * Polynomials Using PCLMULQDQ", constants for the bit-reflected IEEE polynomial).
+ * Takes and returns the inverted register; needs len >= 64 and a multiple of 16. */
+__attribute__((target("pclmul,sse4.1")))
+static uint32_t crc_clmul(uint32_t crc, const uint8_t *buf, size_t len) {
+    static const uint64_t k1k2[2] __attribute__((aligned(16))) = {0x0154442bd4ull, 0x01c6e41596ull};
+    static const uint64_t k3k4[2] __attribute__((aligned(16))) = {0x01751997d0ull, 0x00ccaa009eull};
+    static const uint64_t k5k0[2] __attribute__((aligned(16))) = {0x0163cd6124ull, 0};
+    static const uint64_t poly[2] __attribute__((aligned(16))) = {0x01db710641ull, 0x01f7011641ull};
+    __m128i x0, x1, x2, x3, x4, x5, x6, x7, x8, y5, y6, y7, y8;
+
+    x1 = _mm_loadu_si128((const __m128i *)(buf + 0x00));
+    x2 = _mm_loadu_si128((const __m128i *)(buf + 0x10));
+    x3 = _mm_loadu_si128((const __m128i *)(buf + 0x20));
+    x4 = _mm_loadu_si128((const __m128i *)(buf + 0x30));
+    x1 = _mm_xor_si128(x1, _mm_cvtsi32_si128((int)crc));
+    x0 = _mm_load_si128((const __m128i *)k1k2);
+    buf += 64; len -= 64;
+    while (len >= 64) {
+        x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+        x6 = _mm_clmulepi64_si128(x2, x0, 0x00);
+        x7 = _mm_clmulepi64_si128(x3, x0, 0x00);
+        x8 = _mm_clmulepi64_si128(x4, x0, 0x00);
+        x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+        x2 = _mm_clmulepi64_si128(x2, x0, 0x11);
+        x3 = _mm_clmulepi64_si128(x3, x0, 0x11);
+        x4 = _mm_clmulepi64_si128(x4, x0, 0x11);
+        y5 = _mm_loadu_si128((const __m128i *)(buf + 0x00));
+        y6 = _mm_loadu_si128((const __m128i *)(buf + 0x10));
+        y7 = _mm_loadu_si128((const __m128i *)(buf + 0x20));
+        y8 = _mm_loadu_si128((const __m128i *)(buf + 0x30));
+        x1 = _mm_xor_si128(_mm_xor_si128(x1, x5), y5);
+        x2 = _mm_xor_si128(_mm_xor_si128(x2, x6), y6);
+        x3 = _mm_xor_si128(_mm_xor_si128(x3, x7), y7);
+        x4 = _mm_xor_si128(_mm_xor_si128(x4, x8), y8);
+        buf += 64; len -= 64;
+    }
+    x0 = _mm_load_si128((const __m128i *)k3k4);
+    x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+    x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+    x1 = _mm_xor_si128(_mm_xor_si128(x1, x2), x5);
+    x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+    x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+    x1 = _mm_xor_si128(_mm_xor_si128(x1, x3), x5);
+    x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+    x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+    x1 = _mm_xor_si128(_mm_xor_si128(x1, x4), x5);
+    while (len >= 16) {
+        x2 = _mm_loadu_si128((const __m128i *)buf);
+        x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+        x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+        x1 = _mm_xor_si128(_mm_xor_si128(x1, x2), x5);
+        buf += 16; len -= 16;
+    }
+    x2 = _mm_clmulepi64_si128(x1, x0, 0x10);
+    x3 = _mm_setr_epi32(~0, 0, ~0, 0);
+    x1 = _mm_srli_si128(x1, 8);
+    x1 = _mm_xor_si128(x1, x2);
+    x0 = _mm_loadl_epi64((const __m128i *)k5k0);
+    x2 = _mm_srli_si128(x1, 4);
+    x1 = _mm_and_si128(x1, x3);
+    x1 = _mm_clmulepi64_si128(x1, x0, 0x00);
+    x1 = _mm_xor_si128(x1, x2);
+    x0 = _mm_load_si128((const __m128i *)poly);
+    x2 = _mm_and_si128(x1, x3);
+    x2 = _mm_clmulepi64_si128(x2, x0, 0x10);
+    x2 = _mm_and_si128(x2, x3);
+    x2 = _mm_clmulepi64_si128(x2, x0, 0x00);
+    x1 = _mm_xor_si128(x1, x2);
+    return (uint32_t)_mm_extract_epi32(x1, 1);
+}
+#endif
+
+uint32_t mq_crc32(uint32_t crc, const uint8_t *buf, size_t len) {
+    pthread_once(&crc_once, crc_init);
+    uint32_t c = ~crc;
+#if defined(__x86_64__)
+    if (crc_use_clmul && len >= 64) {
+        size_t chunk = len & ~(size_t)15;
+        c = crc_clmul(c, buf, chunk);
+        buf += chunk; len -= chunk;
+    }
+#endif
+    c = crc_slice8(c, buf, len);
+    return ~c;
+}
+
+/* ========================================================================== */
+/* Java String.hashCode, tags code, msgId                                      */
+/* ========================================================================== */
+/* Decodes UTF-8 as Java's decoder would for valid input (code points above
+ * U+FFFF count as two UTF-16 units); each invalid byte counts as U+FFFD. */
+int32_t mq_java_hash(const uint8_t *s, size_t n) {
+    uint32_t h = 0;
+    size_t i = 0;
+    while (i < n) {
+        uint32_t cp = 0xFFFD;
+        uint8_t b = s[i];
+        size_t need = 0;
+        if (b < 0x80) { cp = b; need = 0; }
+        else if ((b & 0xE0) == 0xC0 && b >= 0xC2) { cp = b & 0x1F; need = 1; }
+        else if ((b & 0xF0) == 0xE0) { cp = b & 0x0F; need = 2; }
+        else if ((b & 0xF8) == 0xF0 && b <= 0xF4) { cp = b & 0x07; need = 3; }
+        else { need = (size_t)-1; }
+        if (need == (size_t)-1 || i + need >= n) { h = 31 * h + 0xFFFD; i++; continue; }
+        int ok = 1;
+        for (size_t k = 1; k <= need; k++) {
+            if ((s[i + k] & 0xC0) != 0x80) { ok = 0; break; }
+            cp = (cp << 6) | (s[i + k] & 0x3F);
+        }
+        if (ok && ((need == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
+                   (need == 3 && (cp < 0x10000 || cp > 0x10FFFF))))
+            ok = 0;
+        if (!ok) { h = 31 * h + 0xFFFD; i++; continue; }
+        i += need + 1;
+        if (cp >= 0x10000) {
+            cp -= 0x10000;
+            h = 31 * h + (0xD800 + (cp >> 10));
+            h = 31 * h + (0xDC00 + (cp & 0x3FF));
+        } else {
+            h = 31 * h + cp;
+        }
+    }
+    return (int32_t)h;
+}
+
+/* Properties are "name\x01value\x02name\x01value"; returns the hash of TAGS. */
+int64_t mq_tags_code(const uint8_t *p, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        size_t end = i;
+        while (end < n && p[end] != 0x02) end++;
+        if (end - i > 5 && memcmp(p + i, "TAGS\x01", 5) == 0)
+            return (int64_t)mq_java_hash(p + i + 5, end - i - 5);
+        i = end + 1;
+    }
+    return 0;
+}
+
+void mq_msg_id(const uint8_t *host, uint32_t host_len, int32_t port, uint64_t offset, char *out) {
+    static const char hex[] = "0123456789ABCDEF";
+    uint8_t raw[28];
+    assert(host_len == 4 || host_len == 16);
+    memcpy(raw, host, host_len);
+    be32w(raw + host_len, (uint32_t)port);
+    be64w(raw + host_len + 4, offset);
+    size_t n = host_len + 12;
+    for (size_t i = 0; i < n; i++) { out[2 * i] = hex[raw[i] >> 4]; out[2 * i + 1] = hex[raw[i] & 15]; }
+    out[2 * n] = 0;
+}
+
+/* ========================================================================== */
+/* Control block                                                               */
+/* ========================================================================== */
+typedef struct mq_queue_slot {
+    uint32_t state;                  /* 0 empty, 2 ready (published with release) */
+    int32_t queue_id;
+    uint64_t hash;
+    int64_t field[MQ_Q_COUNT_];
+    uint8_t topic_len;
+    char topic[MQ_TOPIC_LEN_MAX];
+} mq_queue_slot;
+
+struct mq_ctl {
+    uint32_t magic, version;
+    uint64_t file_size;
+    uint64_t ctl_size;
+    pthread_mutex_t lock;            /* robust, process-shared: serialises appends */
+    uint64_t pos[MQ_POS_COUNT_];
+    /* redo journal of the append in progress; valid only while j_valid == 1 */
+    uint32_t j_valid;
+    uint32_t j_slot;
+    int64_t j_next_qoff;
+    uint64_t j_write_pos;
+    int64_t j_store_ts;
+    /* sticky error: once set, appends fail with MQ_E_FATAL */
+    int32_t fatal_err;
+    char fatal_msg[256];
+    uint64_t stat_owner_dead, stat_replays;
+    uint32_t queue_count;
+    uint32_t seq[MQ_SEQ_COUNT_] __attribute__((aligned(64)));
+    uint32_t waiters[MQ_SEQ_COUNT_];
+    mq_queue_slot slots[MQ_QUEUE_SLOTS] __attribute__((aligned(64)));
+};
+
+size_t mq_ctl_size(void) { return sizeof(struct mq_ctl); }
+
+static mq_ctl *ctl_of(void *mem) {
+    mq_ctl *c = (mq_ctl *)mem;
+    assert(c && c->magic == MQ_CTL_MAGIC);
+    return c;
+}
+
+int mq_ctl_init(void *mem, size_t len, uint64_t file_size) {
+    if (!mem || len < sizeof(struct mq_ctl) || file_size < 4096 || file_size > (1ull << 40)) return MQ_E_INVAL;
+    mq_ctl *c = (mq_ctl *)mem;
+    memset(c, 0, sizeof(*c));
+    pthread_mutexattr_t a;
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+    pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+    int rc = pthread_mutex_init(&c->lock, &a);
+    pthread_mutexattr_destroy(&a);
+    if (rc) return MQ_E_IO;
+    c->file_size = file_size;
+    c->ctl_size = sizeof(*c);
+    c->version = MQ_CTL_VERSION;
+    __atomic_store_n(&c->magic, MQ_CTL_MAGIC, __ATOMIC_RELEASE);
+    return MQ_OK;
+}
+
+int mq_ctl_check(void *mem, size_t len) {
+    mq_ctl *c = (mq_ctl *)mem;
+    if (!mem || len < sizeof(struct mq_ctl)) return MQ_E_BAD_CTL;
+    if (__atomic_load_n(&c->magic, __ATOMIC_ACQUIRE) != MQ_CTL_MAGIC || c->version != MQ_CTL_VERSION ||
+        c->ctl_size != sizeof(*c))
+        return MQ_E_BAD_CTL;
+    return MQ_OK;
+}
+
+/* Replays or drops the journal of an owner that died holding the lock.
+ * Lock should be held. */
+static void ctl_repair_locked(mq_ctl *c) {
+    c->stat_owner_dead++;
+    if (__atomic_load_n(&c->j_valid, __ATOMIC_ACQUIRE)) {
+        assert(c->j_slot < MQ_QUEUE_SLOTS);
+        c->slots[c->j_slot].field[MQ_Q_NEXT_OFFSET] = c->j_next_qoff;
+        c->pos[MQ_POS_LAST_STORE_TS] = (uint64_t)c->j_store_ts;
+        __atomic_store_n(&c->pos[MQ_POS_WRITE], c->j_write_pos, __ATOMIC_RELEASE);
+        __atomic_store_n(&c->j_valid, 0, __ATOMIC_RELEASE);
+        c->stat_replays++;
+    }
+}
+
+static int ctl_lock(mq_ctl *c) {
+    int rc = pthread_mutex_lock(&c->lock);
+    if (rc == EOWNERDEAD) {
+        ctl_repair_locked(c);
+        pthread_mutex_consistent(&c->lock);
+        return MQ_OK;
+    }
+    if (rc) { errno = rc; return MQ_E_IO; }
+    return MQ_OK;
+}
+static void ctl_unlock(mq_ctl *c) { pthread_mutex_unlock(&c->lock); }
+
+uint64_t mq_ctl_get(void *mem, int pos) {
+    mq_ctl *c = ctl_of(mem);
+    assert(pos >= 0 && pos < MQ_POS_COUNT_);
+    return __atomic_load_n(&c->pos[pos], __ATOMIC_ACQUIRE);
+}
+
+int mq_ctl_set(void *mem, int pos, uint64_t value) {
+    mq_ctl *c = ctl_of(mem);
+    if (pos < 0 || pos >= MQ_POS_COUNT_) return MQ_E_INVAL;
+    int rc = ctl_lock(c);
+    if (rc) return rc;
+    __atomic_store_n(&c->pos[pos], value, __ATOMIC_RELEASE);
+    ctl_unlock(c);
+    return MQ_OK;
+}
+
+int mq_ctl_advance(void *mem, int pos, uint64_t value) {
+    mq_ctl *c = ctl_of(mem);
+    if (pos < 0 || pos >= MQ_POS_COUNT_) return MQ_E_INVAL;
+    uint64_t cur = __atomic_load_n(&c->pos[pos], __ATOMIC_ACQUIRE);
+    while (cur < value &&
+           !__atomic_compare_exchange_n(&c->pos[pos], &cur, value, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+    }
+    return MQ_OK;
+}
+
+uint32_t mq_ctl_seq(void *mem, int seq) {
+    mq_ctl *c = ctl_of(mem);
+    assert(seq >= 0 && seq < MQ_SEQ_COUNT_);
+    return __atomic_load_n(&c->seq[seq], __ATOMIC_SEQ_CST);
+}
+
+/* Sleeps until seq[which] != seen, a wake, or the timeout.  The waiter count
+ * lets wakers skip the syscall when nobody sleeps; both sides use seq_cst so a
+ * wake between the check and the sleep is never lost (the futex re-checks). */
+int mq_ctl_wait(void *mem, int seq, uint32_t seen, int timeout_ms) {
+    mq_ctl *c = ctl_of(mem);
+    if (seq < 0 || seq >= MQ_SEQ_COUNT_) return MQ_E_INVAL;
+    __atomic_add_fetch(&c->waiters[seq], 1, __ATOMIC_SEQ_CST);
+    int rc = MQ_OK;
+    if (__atomic_load_n(&c->seq[seq], __ATOMIC_SEQ_CST) == seen) {
+        struct timespec ts, *tsp = NULL;
+        if (timeout_ms >= 0) {
+            ts.tv_sec = timeout_ms / 1000;
+            ts.tv_nsec = (long)(timeout_ms % 1000) * 1000000L;
+            tsp = &ts;
+        }
+        long r = syscall(SYS_futex, &c->seq[seq], FUTEX_WAIT, seen, tsp, NULL, 0);
+        if (r == -1 && errno == ETIMEDOUT) rc = MQ_E_TIMEOUT;
+    }
+    __atomic_sub_fetch(&c->waiters[seq], 1, __ATOMIC_SEQ_CST);
+    return rc;
+}
+
+void mq_ctl_wake(void *mem, int seq) {
+    mq_ctl *c = ctl_of(mem);
+    assert(seq >= 0 && seq < MQ_SEQ_COUNT_);
+    __atomic_add_fetch(&c->seq[seq], 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&c->waiters[seq], __ATOMIC_SEQ_CST) > 0)
+        syscall(SYS_futex, &c->seq[seq], FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+int mq_ctl_fatal(void *mem, char *msg_out, size_t msg_cap) {
+    mq_ctl *c = ctl_of(mem);
+    int err = __atomic_load_n(&c->fatal_err, __ATOMIC_ACQUIRE);
+    if (err && msg_out && msg_cap) snprintf(msg_out, msg_cap, "%s", c->fatal_msg);
+    return err;
+}
+
+int mq_ctl_set_fatal(void *mem, int err, const char *msg) {
+    mq_ctl *c = ctl_of(mem);
+    if (err == 0) return MQ_E_INVAL;
+    int expected = 0;
+    /* the first error sticks; later ones are not recorded over it */
+    if (__atomic_compare_exchange_n(&c->fatal_err, &expected, -1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        snprintf(c->fatal_msg, sizeof c->fatal_msg, "%s", msg ? msg : "");
+        __atomic_store_n(&c->fatal_err, err, __ATOMIC_RELEASE);
+    }
+    for (int s = 0; s < MQ_SEQ_COUNT_; s++) mq_ctl_wake(mem, s);
+    return MQ_OK;
+}
+
+uint64_t mq_ctl_stat(void *mem, int which) {
+    mq_ctl *c = ctl_of(mem);
+    return which == 0 ? c->stat_owner_dead : which == 1 ? c->stat_replays : 0;
+}
+
+/* ---- topic-queue table (open addressing; slots are never removed) -------- */
+static uint64_t slot_hash(const char *t, uint32_t n, int32_t qid) {
+    uint64_t h = 1469598103934665603ull;
+    for (uint32_t i = 0; i < n; i++) { h ^= (uint8_t)t[i]; h *= 1099511628211ull; }
+    h ^= (uint32_t)qid; h *= 1099511628211ull;
+    return h;
+}
+
+static int slot_find(mq_ctl *c, const char *t, uint32_t n, int32_t qid, uint64_t h, uint32_t *slot, uint32_t *empty) {
+    uint32_t mask = MQ_QUEUE_SLOTS - 1;
+    for (uint32_t i = 0, k = (uint32_t)h & mask; i < MQ_QUEUE_SLOTS; i++, k = (k + 1) & mask) {
+        mq_queue_slot *s = &c->slots[k];
+        if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != 2) { *empty = k; return 0; }
+        if (s->hash == h && s->queue_id == qid && s->topic_len == n && memcmp(s->topic, t, n) == 0) {
+            *slot = k;
+            return 1;
+        }
+    }
+    *empty = UINT32_MAX;
+    return 0;
+}
+
+int mq_queue_lookup(void *mem, const char *topic, uint32_t topic_len, int32_t queue_id, int create, uint32_t *slot_out) {
+    mq_ctl *c = ctl_of(mem);
+    if (!topic || topic_len == 0 || topic_len > MQ_TOPIC_LEN_MAX) return MQ_E_TOPIC_ILLEGAL;
+    uint64_t h = slot_hash(topic, topic_len, queue_id);
+    uint32_t empty;
+    if (slot_find(c, topic, topic_len, queue_id, h, slot_out, &empty)) return MQ_OK;
+    if (!create) return MQ_E_RANGE;
+    int rc = ctl_lock(c);
+    if (rc) return rc;
+    if (slot_find(c, topic, topic_len, queue_id, h, slot_out, &empty)) { ctl_unlock(c); return MQ_OK; }
+    if (empty == UINT32_MAX || c->queue_count >= MQ_SLOTS_USABLE) { ctl_unlock(c); return MQ_E_TABLE_FULL; }
+    mq_queue_slot *s = &c->slots[empty];
+    memset(s->field, 0, sizeof s->field);
+    s->queue_id = queue_id;
+    s->hash = h;
+    s->topic_len = (uint8_t)topic_len;
+    memcpy(s->topic, topic, topic_len);
+    __atomic_store_n(&s->state, 2, __ATOMIC_RELEASE);
+    c->queue_count++;
+    ctl_unlock(c);
+    *slot_out = empty;
+    return MQ_OK;
+}
+
+int64_t mq_queue_get(void *mem, uint32_t slot, int field) {
+    mq_ctl *c = ctl_of(mem);
+    assert(slot < MQ_QUEUE_SLOTS && field >= 0 && field < MQ_Q_COUNT_);
+    return __atomic_load_n(&c->slots[slot].field[field], __ATOMIC_ACQUIRE);
+}
+
+int mq_queue_set(void *mem, uint32_t slot, int field, int64_t value) {
+    mq_ctl *c = ctl_of(mem);
+    if (slot >= MQ_QUEUE_SLOTS || field < 0 || field >= MQ_Q_COUNT_) return MQ_E_INVAL;
+    int rc = ctl_lock(c);
+    if (rc) return rc;
+    __atomic_store_n(&c->slots[slot].field[field], value, __ATOMIC_RELEASE);
+    ctl_unlock(c);
+    return MQ_OK;
+}
+
+int mq_queue_advance(void *mem, uint32_t slot, int field, int64_t value) {
+    mq_ctl *c = ctl_of(mem);
+    if (slot >= MQ_QUEUE_SLOTS || field < 0 || field >= MQ_Q_COUNT_) return MQ_E_INVAL;
+    int64_t *p = &c->slots[slot].field[field];
+    int64_t cur = __atomic_load_n(p, __ATOMIC_ACQUIRE);
+    while (cur < value && !__atomic_compare_exchange_n(p, &cur, value, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+    }
+    return MQ_OK;
+}
+
+uint32_t mq_queue_count(void *mem) { return ctl_of(mem)->queue_count; }
+
+int mq_queue_info(void *mem, uint32_t slot, char *topic_out, uint32_t *topic_len, int32_t *queue_id) {
+    mq_ctl *c = ctl_of(mem);
+    if (slot >= MQ_QUEUE_SLOTS) return MQ_E_INVAL;
+    mq_queue_slot *s = &c->slots[slot];
+    if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != 2) return MQ_E_RANGE;
+    memcpy(topic_out, s->topic, s->topic_len);
+    *topic_len = s->topic_len;
+    *queue_id = s->queue_id;
+    return MQ_OK;
+}
+
+/* ========================================================================== */
+/* CommitLog segments                                                          */
+/* ========================================================================== */
+typedef struct mq_seg { uint8_t *base; int fd; } mq_seg;
+
+struct mq_commitlog {
+    mq_ctl *ctl;
+    char dir[PATH_MAX - 32];
+    uint64_t file_size;
+    uint8_t store_host[4];
+    int32_t store_port;
+    int last_errno;
+    pthread_mutex_t seg_lock;        /* process-local; guards segs/nsegs */
+    mq_seg *segs;                    /* indexed by file index = offset / file_size */
+    uint64_t nsegs;
+};
+
+int mq_commitlog_errno(mq_commitlog *cl) { return cl->last_errno; }
+
+static int io_fail(mq_commitlog *cl, int err) {
+    cl->last_errno = err;
+    return (err == ENOSPC || err == EDQUOT) ? MQ_E_NOSPACE : MQ_E_IO;
+}
+
+/* Opens (and with create, sizes) the file of file index fi and maps it. */
+static int seg_open(mq_commitlog *cl, uint64_t fi, int create, uint8_t **base_out, int *fd_out) {
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%020llu", cl->dir, (unsigned long long)(fi * cl->file_size));
+    int fd = open(path, O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0644);
+    if (fd < 0) {
+        if (!create && errno == ENOENT) return MQ_E_RANGE;
+        return io_fail(cl, errno);
+    }
+    /* creators size the file under an exclusive flock, so a reader never maps a half-sized file */
+    if (flock(fd, create ? LOCK_EX : LOCK_SH) != 0) { int e = errno; close(fd); return io_fail(cl, e); }
+    struct stat st;
+    if (fstat(fd, &st) != 0) { int e = errno; close(fd); return io_fail(cl, e); }
+    if ((uint64_t)st.st_size != cl->file_size) {
+        if (!create || (uint64_t)st.st_size > cl->file_size) { close(fd); return MQ_E_CORRUPT; }
+        int e = posix_fallocate(fd, 0, (off_t)cl->file_size);
+        if (e == EOPNOTSUPP || e == EINVAL) e = ftruncate(fd, (off_t)cl->file_size) ? errno : 0;
+        if (e) {
+            (void)ftruncate(fd, 0);   /* leave no half-sized file behind */
+            close(fd);
+            unlink(path);
+            return io_fail(cl, e);
+        }
+    }
+    flock(fd, LOCK_UN);
+    void *p = mmap(NULL, cl->file_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) { int e = errno; close(fd); return io_fail(cl, e); }
+    *base_out = (uint8_t *)p;
+    *fd_out = fd;
+    return MQ_OK;
+}
+
+static int seg_get(mq_commitlog *cl, uint64_t fi, int create, uint8_t **base_out) {
+    pthread_mutex_lock(&cl->seg_lock);
+    if (fi < cl->nsegs && cl->segs[fi].base) {
+        *base_out = cl->segs[fi].base;
+        pthread_mutex_unlock(&cl->seg_lock);
+        return MQ_OK;
+    }
+    pthread_mutex_unlock(&cl->seg_lock);
+
+    uint8_t *base;
+    int fd;
+    int rc = seg_open(cl, fi, create, &base, &fd);
+    if (rc) return rc;
+
+    pthread_mutex_lock(&cl->seg_lock);
+    if (fi >= cl->nsegs) {
+        uint64_t n = cl->nsegs ? cl->nsegs : 16;
+        while (n <= fi) n *= 2;
+        mq_seg *s = realloc(cl->segs, n * sizeof(mq_seg));
+        if (!s) { pthread_mutex_unlock(&cl->seg_lock); munmap(base, cl->file_size); close(fd); return io_fail(cl, ENOMEM); }
+        memset(s + cl->nsegs, 0, (n - cl->nsegs) * sizeof(mq_seg));
+        cl->segs = s;
+        cl->nsegs = n;
+    }
+    if (cl->segs[fi].base) {              /* another thread mapped it meanwhile */
+        munmap(base, cl->file_size);
+        close(fd);
+    } else {
+        cl->segs[fi].base = base;
+        cl->segs[fi].fd = fd;
+    }
+    *base_out = cl->segs[fi].base;
+    pthread_mutex_unlock(&cl->seg_lock);
+    return MQ_OK;
+}
+
+int mq_commitlog_open(const char *dir, void *ctl_mem, size_t ctl_len, const mq_commitlog_opts *opts, mq_commitlog **out) {
+    if (!dir || !opts || !out || strlen(dir) >= sizeof(((mq_commitlog *)0)->dir)) return MQ_E_INVAL;
+    int rc = mq_ctl_check(ctl_mem, ctl_len);
+    if (rc) return rc;
+    mq_ctl *c = (mq_ctl *)ctl_mem;
+    if (opts->file_size != c->file_size) return MQ_E_BAD_CTL;
+    mq_commitlog *cl = calloc(1, sizeof *cl);
+    if (!cl) return MQ_E_IO;
+    cl->ctl = c;
+    snprintf(cl->dir, sizeof cl->dir, "%s", dir);
+    cl->file_size = opts->file_size;
+    memcpy(cl->store_host, opts->store_host, 4);
+    cl->store_port = opts->store_port;
+    pthread_mutex_init(&cl->seg_lock, NULL);
+    *out = cl;
+    return MQ_OK;
+}
+
+void mq_commitlog_close(mq_commitlog *cl) {
+    if (!cl) return;
+    for (uint64_t i = 0; i < cl->nsegs; i++)
+        if (cl->segs[i].base) { munmap(cl->segs[i].base, cl->file_size); close(cl->segs[i].fd); }
+    free(cl->segs);
+    pthread_mutex_destroy(&cl->seg_lock);
+    free(cl);
+}
+
+/* Creates, sizes, maps and pre-touches a file so the first append into it
+ * takes no page faults.  The touch is an atomic add of 0 per page: it makes
+ * the page writable-mapped without changing bytes a concurrent appender may
+ * be writing into the same page. */
+int mq_commitlog_prepare_file(mq_commitlog *cl, uint64_t file_index) {
+    uint8_t *base;
+    int rc = seg_get(cl, file_index, 1, &base);
+    if (rc) return rc;
+    for (uint64_t off = 0; off < cl->file_size; off += MQ_PAGE)
+        __atomic_fetch_add((uint64_t *)(base + off), 0, __ATOMIC_RELAXED);
+    return MQ_OK;
+}
+
+int mq_commitlog_release(mq_commitlog *cl, uint64_t below, uint64_t from_index) {
+    pthread_mutex_lock(&cl->seg_lock);
+    uint64_t below_index = below / cl->file_size;
+    for (uint64_t i = 0; i < cl->nsegs; i++) {
+        if ((i < below_index || i >= from_index) && cl->segs[i].base) {
+            munmap(cl->segs[i].base, cl->file_size);
+            close(cl->segs[i].fd);
+            cl->segs[i].base = NULL;
+            cl->segs[i].fd = -1;
+        }
+    }
+    pthread_mutex_unlock(&cl->seg_lock);
+    return MQ_OK;
+}
+
+/* ========================================================================== */
+/* Append                                                                      */
+/* ========================================================================== */
+typedef struct msg_plan {
+    const uint8_t *body, *props;
+    uint32_t body_len, props_len;
+    uint32_t crc, size;
+    int32_t flag;
+    uint8_t sep;                     /* 1 if a \x02 goes between props and extra_props */
+} msg_plan;
+
+static int topic_ok(const char *t, uint32_t n) {
+    if (!t || n == 0 || n > MQ_TOPIC_LEN_MAX) return 0;
+    for (uint32_t i = 0; i < n; i++) {
+        char ch = t[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '%' || ch == '|' || ch == '_' || ch == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+/* Bytes of a record besides body, topic and properties: 91 with IPv4 hosts.
+ * 48 (TOTALSIZE..BORNTIMESTAMP) + born(addr+4) + 8 (STORETS) + store(addr+4)
+ * + 12 (RECONSUMETIMES, PREPAREDTXOFFSET) + 4 (BODYLEN) + 1 (TOPICLEN) + 2 (PROPSLEN) */
+static inline uint32_t fixed_len(uint32_t born_len, uint32_t store_len) {
+    return 83 + born_len + store_len;
+}
+
+static int plan_msg(const mq_append_req *r, msg_plan *m) {
+    if (m->body_len == 0 || m->body_len > r->max_message_size) return MQ_E_MSG_ILLEGAL;
+    m->sep = (r->extra_props_len > 0 && m->props_len > 0 && m->props[m->props_len - 1] != 0x02) ? 1 : 0;
+    uint64_t props_total = (uint64_t)m->props_len + m->sep + r->extra_props_len;
+    if (props_total > MQ_PROPS_LEN_MAX) return MQ_E_PROPS_TOO_LONG;
+    m->size = fixed_len(r->born_host_len, 4) + m->body_len + r->topic_len + (uint32_t)props_total;
+    return MQ_OK;
+}
+
+static int check_req(mq_commitlog *cl, const mq_append_req *r) {
+    if (!r || !cl) return MQ_E_INVAL;
+    if (!topic_ok(r->topic, r->topic_len)) return MQ_E_TOPIC_ILLEGAL;
+    if (r->queue_id < 0 || (r->born_host_len != 4 && r->born_host_len != 16)) return MQ_E_INVAL;
+    if (r->extra_props_len > MQ_PROPS_LEN_MAX) return MQ_E_PROPS_TOO_LONG;
+    return MQ_OK;
+}
+
+static void encode_record(mq_commitlog *cl, const mq_append_req *r, const msg_plan *m, uint8_t *p,
+                          int64_t qoff, uint64_t phy, int64_t ts) {
+    uint8_t *start = p;
+    int32_t sys_flag = (r->sys_flag & ~0x30) | (r->born_host_len == 16 ? 0x10 : 0);
+    be32w(p, m->size); p += 4;
+    be32w(p, MQ_MESSAGE_MAGIC); p += 4;
+    be32w(p, m->crc); p += 4;
+    be32w(p, (uint32_t)r->queue_id); p += 4;
+    be32w(p, (uint32_t)m->flag); p += 4;
+    be64w(p, (uint64_t)qoff); p += 8;
+    be64w(p, phy); p += 8;
+    be32w(p, (uint32_t)sys_flag); p += 4;
+    be64w(p, (uint64_t)r->born_ts_ms); p += 8;
+    memcpy(p, r->born_host, r->born_host_len); p += r->born_host_len;
+    be32w(p, (uint32_t)r->born_port); p += 4;
+    be64w(p, (uint64_t)ts); p += 8;
+    memcpy(p, cl->store_host, 4); p += 4;
+    be32w(p, (uint32_t)cl->store_port); p += 4;
+    be32w(p, (uint32_t)r->reconsume_times); p += 4;
+    be64w(p, (uint64_t)r->prepared_tx_offset); p += 8;
+    be32w(p, m->body_len); p += 4;
+    memcpy(p, m->body, m->body_len); p += m->body_len;
+    *p++ = (uint8_t)r->topic_len;
+    memcpy(p, r->topic, r->topic_len); p += r->topic_len;
+    be16w(p, (uint16_t)(m->props_len + m->sep + r->extra_props_len)); p += 2;
+    if (m->props_len) { memcpy(p, m->props, m->props_len); p += m->props_len; }
+    if (m->sep) *p++ = 0x02;
+    if (r->extra_props_len) { memcpy(p, r->extra_props, r->extra_props_len); p += r->extra_props_len; }
+    assert((uint32_t)(p - start) == m->size);
+}
+
+/* Appends planned messages to one topic-queue.  Outcomes: MQ_OK and every
+ * message published (write_pos moved, queue offsets assigned densely);
+ * or an error and nothing published (bytes possibly written beyond write_pos
+ * are invisible and will be overwritten). */
+static int append_planned(mq_commitlog *cl, const mq_append_req *r, const msg_plan *msgs, uint32_t n,
+                          mq_append_out *out) {
+    mq_ctl *c = cl->ctl;
+    uint32_t slot;
+    int rc = mq_queue_lookup(c, r->topic, r->topic_len, r->queue_id, 1, &slot);
+    if (rc) return rc;
+    int tx_type = r->sys_flag & 0xC;
+    int no_queue_offset = (tx_type == 0x4 || tx_type == 0xC);   /* prepared / rollback */
+
+    rc = ctl_lock(c);
+    if (rc) return rc;
+    if (__atomic_load_n(&c->fatal_err, __ATOMIC_ACQUIRE)) { ctl_unlock(c); return MQ_E_FATAL; }
+
+    const uint64_t fs = cl->file_size;
+    int64_t qoff = c->slots[slot].field[MQ_Q_NEXT_OFFSET];
+    uint64_t pos = c->pos[MQ_POS_WRITE];
+    int64_t ts = now_ms();
+    if (ts < (int64_t)c->pos[MQ_POS_LAST_STORE_TS]) ts = (int64_t)c->pos[MQ_POS_LAST_STORE_TS];
+    uint64_t cur_fi = UINT64_MAX;
+    uint8_t *base = NULL;
+
+    for (uint32_t i = 0; i < n; i++) {
+        const msg_plan *m = &msgs[i];
+        uint64_t room = fs - pos % fs;
+        assert(room >= MQ_BLANK_LEN_MIN);
+        if ((uint64_t)m->size + MQ_BLANK_LEN_MIN > room) {
+            if (cur_fi != pos / fs) {
+                rc = seg_get(cl, pos / fs, 1, &base);
+                if (rc) goto fail;
+                cur_fi = pos / fs;
+            }
+            uint8_t *p = base + pos % fs;
+            be32w(p, (uint32_t)room);
+            be32w(p + 4, MQ_BLANK_MAGIC);
+            pos += room;
+            assert(pos % fs == 0);
+        }
+        if (cur_fi != pos / fs) {
+            rc = seg_get(cl, pos / fs, 1, &base);
+            if (rc) goto fail;
+            cur_fi = pos / fs;
+        }
+        int64_t this_qoff = no_queue_offset ? 0 : qoff;
+        encode_record(cl, r, m, base + pos % fs, this_qoff, pos, ts);
+        out[i].phy_offset = pos;
+        out[i].queue_offset = this_qoff;
+        out[i].store_ts_ms = ts;
+        out[i].size = m->size;
+        mq_msg_id(cl->store_host, 4, cl->store_port, pos, out[i].msg_id);
+        pos += m->size;
+        if (!no_queue_offset) qoff++;
+    }
+
+    /* publish through the journal: fill, mark valid, apply, clear */
+    c->j_slot = slot;
+    c->j_next_qoff = qoff;
+    c->j_write_pos = pos;
+    c->j_store_ts = ts;
+    __atomic_store_n(&c->j_valid, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&c->slots[slot].field[MQ_Q_NEXT_OFFSET], qoff, __ATOMIC_RELEASE);
+    __atomic_store_n(&c->pos[MQ_POS_LAST_STORE_TS], (uint64_t)ts, __ATOMIC_RELEASE);
+    __atomic_store_n(&c->pos[MQ_POS_WRITE], pos, __ATOMIC_RELEASE);
+    __atomic_store_n(&c->j_valid, 0, __ATOMIC_RELEASE);
+    ctl_unlock(c);
+    mq_ctl_wake(c, MQ_SEQ_WRITE);
+    return MQ_OK;
+fail:
+    ctl_unlock(c);
+    return rc;
+}
+
+int mq_commitlog_append_one(mq_commitlog *cl, const mq_append_req *r, int32_t flag, const uint8_t *body,
+                            uint32_t body_len, const uint8_t *props, uint32_t props_len, mq_append_out *out) {
+    int rc = check_req(cl, r);
+    if (rc) return rc;
+    if (!out || (!body && body_len)) return MQ_E_INVAL;
+    if (props_len > MQ_PROPS_LEN_MAX) return MQ_E_PROPS_TOO_LONG;
+    msg_plan m = {.body = body, .props = props, .body_len = body_len, .props_len = props_len, .flag = flag};
+    rc = plan_msg(r, &m);
+    if (rc) return rc;
+    if ((uint64_t)m.size + MQ_BLANK_LEN_MIN > cl->file_size) return MQ_E_TOO_BIG;
+    m.crc = mq_crc32(0, body, body_len) & 0x7FFFFFFFu;
+    return append_planned(cl, r, &m, 1, out);
+}
+
+/* Batch body: per message  totalSize 4 | magic 4 | bodyCRC 4 | flag 4 |
+ * bodyLen 4 | body | propsLen 2 | props  (MessageDecoder.encodeMessages). */
+int mq_commitlog_append_batch(mq_commitlog *cl, const mq_append_req *r, const uint8_t *batch, size_t batch_len,
+                              mq_append_out *out, uint32_t out_cap, uint32_t *n_out) {
+    int rc = check_req(cl, r);
+    if (rc) return rc;
+    if (!batch || !out || !n_out) return MQ_E_INVAL;
+    if (batch_len == 0 || batch_len > r->max_message_size) return MQ_E_MSG_ILLEGAL;
+    uint32_t cap = out_cap < MQ_BATCH_MSGS_MAX ? out_cap : MQ_BATCH_MSGS_MAX;
+    msg_plan stack_plans[64];
+    msg_plan *plans = stack_plans;
+    uint32_t plans_cap = 64, n = 0;
+    size_t at = 0;
+    while (at < batch_len) {
+        const uint8_t *p = batch + at;
+        size_t left = batch_len - at;
+        if (left < 22) { rc = MQ_E_MSG_ILLEGAL; goto out; }
+        uint32_t total = be32r(p), body_len = be32r(p + 16);
+        if (total < 22 || total > left || body_len > total - 22) { rc = MQ_E_MSG_ILLEGAL; goto out; }
+        int16_t props_len = (int16_t)be16r(p + 20 + body_len);
+        if (props_len < 0 || 22u + body_len + (uint32_t)props_len != total) { rc = MQ_E_MSG_ILLEGAL; goto out; }
+        if (n == cap) { rc = MQ_E_MSG_ILLEGAL; goto out; }
+        if (n == plans_cap) {
+            uint32_t nc = plans_cap * 4 < cap ? plans_cap * 4 : cap;
+            msg_plan *np = malloc(nc * sizeof(msg_plan));
+            if (!np) { rc = MQ_E_IO; goto out; }
+            memcpy(np, plans, n * sizeof(msg_plan));
+            if (plans != stack_plans) free(plans);
+            plans = np;
+            plans_cap = nc;
+        }
+        msg_plan *m = &plans[n];
+        m->flag = (int32_t)be32r(p + 12);
+        m->body = p + 20;
+        m->body_len = body_len;
+        m->props = p + 22 + body_len;
+        m->props_len = (uint32_t)props_len;
+        rc = plan_msg(r, m);
+        if (rc) goto out;
+        if ((uint64_t)m->size + MQ_BLANK_LEN_MIN > cl->file_size) { rc = MQ_E_TOO_BIG; goto out; }
+        m->crc = mq_crc32(0, m->body, body_len) & 0x7FFFFFFFu;
+        n++;
+        at += total;
+    }
+    rc = append_planned(cl, r, plans, n, out);
+    if (rc == MQ_OK) *n_out = n;
+out:
+    if (plans != stack_plans) free(plans);
+    return rc;
+}
+
+/* ========================================================================== */
+/* Read, scan, flush                                                           */
+/* ========================================================================== */
+int mq_commitlog_view_raw(mq_commitlog *cl, uint64_t offset, uint32_t size, const uint8_t **ptr) {
+    const uint64_t fs = cl->file_size;
+    if (size == 0 || (offset % fs) + size > fs) return MQ_E_RANGE;
+    uint8_t *base;
+    int rc = seg_get(cl, offset / fs, 0, &base);
+    if (rc) return rc;
+    *ptr = base + offset % fs;
+    return MQ_OK;
+}
+
+int mq_commitlog_view(mq_commitlog *cl, uint64_t offset, uint32_t size, const uint8_t **ptr) {
+    uint64_t lo = mq_ctl_get(cl->ctl, MQ_POS_MIN), hi = mq_ctl_get(cl->ctl, MQ_POS_WRITE);
+    if (offset < lo || offset + size > hi || offset + size < offset) return MQ_E_RANGE;
+    return mq_commitlog_view_raw(cl, offset, size, ptr);
+}
+
+int mq_record_check(const uint8_t *p, size_t avail, int check_crc, mq_scan_rec *rec, int *stop) {
+    *stop = MQ_SCAN_LIMIT;
+    if (avail < 8) { *stop = MQ_SCAN_TORN; return MQ_E_CORRUPT; }
+    uint32_t total = be32r(p);
+    if (be32r(p + 4) != MQ_MESSAGE_MAGIC) { *stop = MQ_SCAN_BAD_MAGIC; return MQ_E_CORRUPT; }
+    if (total < fixed_len(4, 4)) { *stop = MQ_SCAN_BAD_SIZE; return MQ_E_CORRUPT; }
+    if (total > avail) { *stop = MQ_SCAN_TORN; return MQ_E_CORRUPT; }
+    int32_t sys_flag = (int32_t)be32r(p + 36);
+    uint32_t bl = (sys_flag & 0x10) ? 16 : 4, sl = (sys_flag & 0x20) ? 16 : 4;
+    uint32_t fixed = fixed_len(bl, sl);
+    if (total < fixed) { *stop = MQ_SCAN_BAD_SIZE; return MQ_E_CORRUPT; }
+    uint32_t body_at = 80 + bl + sl;   /* 88 with IPv4 hosts */
+    uint32_t body_len = be32r(p + body_at - 4);
+    if (body_len > total - fixed) { *stop = MQ_SCAN_BAD_SIZE; return MQ_E_CORRUPT; }
+    int8_t topic_len = (int8_t)p[body_at + body_len];
+    if (topic_len <= 0 || body_at + body_len + 1 + (uint32_t)topic_len + 2 > total) {
+        *stop = MQ_SCAN_BAD_SIZE;
+        return MQ_E_CORRUPT;
+    }
+    uint32_t props_at = body_at + body_len + 1 + (uint32_t)topic_len + 2;
+    int16_t props_len = (int16_t)be16r(p + props_at - 2);
+    if (props_len < 0 || props_at + (uint32_t)props_len != total) { *stop = MQ_SCAN_BAD_SIZE; return MQ_E_CORRUPT; }
+    if (check_crc && (mq_crc32(0, p + body_at, body_len) & 0x7FFFFFFFu) != be32r(p + 8)) {
+        *stop = MQ_SCAN_BAD_CRC;
+        return MQ_E_CORRUPT;
+    }
+    rec->phy_offset = be64r(p + 28);
+    rec->queue_offset = (int64_t)be64r(p + 20);
+    rec->born_ts_ms = (int64_t)be64r(p + 40);
+    rec->store_ts_ms = (int64_t)be64r(p + 48 + bl + 4);
+    rec->size = total;
+    rec->queue_id = (int32_t)be32r(p + 12);
+    rec->sys_flag = sys_flag;
+    rec->slot = UINT32_MAX;
+    rec->body_offset = body_at;
+    rec->body_len = body_len;
+    rec->topic_offset = body_at + body_len + 1;
+    rec->topic_len = (uint32_t)topic_len;
+    rec->props_offset = props_at;
+    rec->props_len = (uint32_t)props_len;
+    rec->tags_code = mq_tags_code(p + props_at, (uint32_t)props_len);
+    return MQ_OK;
+}
+
+/* Walks records from `from` while pos < limit.  Outcomes (in *stop_out):
+ * LIMIT, FULL (out is full), END (clean end), or the first bad record's kind;
+ * *next_out is where the walk stopped (the first byte not returned).
+ * resolve_slots: 0 none, 1 look up, 2 look up or create the topic-queue slot. */
+int mq_commitlog_scan(mq_commitlog *cl, uint64_t from, uint64_t limit, int check_crc, int resolve_slots,
+                      mq_scan_rec *out, uint32_t cap, uint32_t *n_out, uint64_t *next_out, int *stop_out) {
+    const uint64_t fs = cl->file_size;
+    uint64_t pos = from;
+    uint32_t n = 0;
+    int stop = MQ_SCAN_LIMIT, rc = MQ_OK;
+    uint64_t cur_fi = UINT64_MAX;
+    uint8_t *base = NULL;
+    for (;;) {
+        if (pos >= limit) { stop = MQ_SCAN_LIMIT; break; }
+        if (n == cap) { stop = MQ_SCAN_FULL; break; }
+        uint64_t fi = pos / fs, off = pos % fs;
+        if (fi != cur_fi) {
+            rc = seg_get(cl, fi, 0, &base);
+            if (rc == MQ_E_RANGE) { rc = MQ_OK; stop = MQ_SCAN_END; break; }
+            if (rc) break;
+            cur_fi = fi;
+        }
+        uint64_t room = fs - off;
+        uint64_t avail = limit - pos < room ? limit - pos : room;
+        const uint8_t *p = base + off;
+        if (room < MQ_BLANK_LEN_MIN) { stop = MQ_SCAN_TORN; break; }
+        uint32_t total = be32r(p), magic = be32r(p + 4);
+        if (magic == MQ_BLANK_MAGIC) {
+            if (total != room) { stop = MQ_SCAN_BAD_SIZE; break; }
+            pos += room;
+            continue;
+        }
+        if (total == 0 && magic == 0) { stop = MQ_SCAN_END; break; }
+        mq_scan_rec *r = &out[n];
+        if (mq_record_check(p, avail, check_crc, r, &stop) != MQ_OK) break;
+        if (r->phy_offset != pos) { stop = MQ_SCAN_BAD_OFFSET; break; }
+        if (resolve_slots) {
+            uint32_t slot;
+            int lr = mq_queue_lookup(cl->ctl, (const char *)p + r->topic_offset, r->topic_len, r->queue_id,
+                                     resolve_slots == 2, &slot);
+            if (lr == MQ_OK) r->slot = slot;
+            else if (lr != MQ_E_RANGE && lr != MQ_E_TOPIC_ILLEGAL) { rc = lr; break; }
+        }
+        n++;
+        pos += total;
+    }
+    *n_out = n;
+    *next_out = pos;
+    *stop_out = stop;
+    return rc;
+}
+
+/* Makes [flushed_pos, write_pos) durable with msync(MS_SYNC), file by file.
+ * Skips the flush when fewer than least_pages dirty pages are in the current
+ * file and no older file has unflushed bytes (RocketMQ's isAbleToFlush).
+ * On failure the error sticks (mq_ctl_set_fatal) and MQ_E_IO is returned;
+ * flushed_pos never moves past bytes that were not made durable. */
+int mq_commitlog_flush(mq_commitlog *cl, uint32_t least_pages, uint64_t *flushed_out) {
+    mq_ctl *c = cl->ctl;
+    const uint64_t fs = cl->file_size;
+    int rc = ctl_lock(c);
+    if (rc) return rc;
+    uint64_t upto = c->pos[MQ_POS_WRITE];
+    uint64_t ts = c->pos[MQ_POS_LAST_STORE_TS];
+    ctl_unlock(c);
+    uint64_t from = mq_ctl_get(c, MQ_POS_FLUSHED);
+    if (__atomic_load_n(&c->fatal_err, __ATOMIC_ACQUIRE)) { *flushed_out = from; return MQ_E_FATAL; }
+    if (upto <= from) { *flushed_out = from; return MQ_OK; }
+    if (least_pages > 0 && from / fs == upto / fs && upto / MQ_PAGE - from / MQ_PAGE < least_pages) {
+        *flushed_out = from;
+        return MQ_OK;
+    }
+    uint64_t pos = from;
+    while (pos < upto) {
+        uint64_t fi = pos / fs;
+        uint64_t end = (fi + 1) * fs < upto ? (fi + 1) * fs : upto;
+        uint8_t *base;
+        rc = seg_get(cl, fi, 0, &base);
+        if (rc == MQ_E_RANGE) { pos = end; continue; }   /* deleted by retention meanwhile */
+        if (rc) return rc;
+        uint64_t a = (pos % fs) & ~(uint64_t)(MQ_PAGE - 1);
+        uint64_t b = end - fi * fs;
+        if (msync(base + a, b - a, MS_SYNC) != 0) {
+            int e = errno;
+            char msg[200];
+            snprintf(msg, sizeof msg, "msync of commitlog file %020llu failed: %s",
+                     (unsigned long long)(fi * fs), strerror(e));
+            mq_ctl_set_fatal(c, e, msg);
+            cl->last_errno = e;
+            *flushed_out = mq_ctl_get(c, MQ_POS_FLUSHED);
+            return MQ_E_IO;
+        }
+        pos = end;
+    }
+    mq_ctl_advance(c, MQ_POS_FLUSHED_STORE_TS, ts);
+    mq_ctl_advance(c, MQ_POS_FLUSHED, upto);
+    mq_ctl_wake(c, MQ_SEQ_FLUSH);
+    *flushed_out = upto;
+    return MQ_OK;
+}
+
+/* Zeroes the file holding `from`, from there to its end, touching only pages
+ * that hold non-zero bytes, then makes that durable.  Used after recovery
+ * truncates, so stale bytes past the new end can never chain into records. */
+int mq_commitlog_zero_tail(mq_commitlog *cl, uint64_t from) {
+    const uint64_t fs = cl->file_size;
+    uint8_t *base;
+    int rc = seg_get(cl, from / fs, 0, &base);
+    if (rc == MQ_E_RANGE) return MQ_OK;
+    if (rc) return rc;
+    uint64_t off = from % fs;
+    uint64_t first_dirty = UINT64_MAX;
+    while (off < fs) {
+        uint64_t page_end = (off & ~(uint64_t)(MQ_PAGE - 1)) + MQ_PAGE;
+        if (page_end > fs) page_end = fs;
+        const uint8_t *p = base + off;
+        size_t len = page_end - off;
+        int nonzero = 0;
+        for (size_t i = 0; i < len; i++) if (p[i]) { nonzero = 1; break; }
+        if (nonzero) {
+            memset(base + off, 0, len);
+            if (first_dirty == UINT64_MAX) first_dirty = off;
+        }
+        off = page_end;
+    }
+    if (first_dirty != UINT64_MAX) {
+        uint64_t a = first_dirty & ~(uint64_t)(MQ_PAGE - 1);
+        if (msync(base + a, fs - a, MS_SYNC) != 0) return io_fail(cl, errno);
+    }
+    return MQ_OK;
+}

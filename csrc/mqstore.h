@@ -1,0 +1,206 @@
+/*
+ * mqstore.h -- the C core of the store: CommitLog append/read/scan/flush, the
+ * shared control block, cross-process wakeups, CRC32 and the small hashes.
+ *
+ * The boundary is narrow on purpose (LMDB style): opaque handles, offsets as
+ * uint64_t, every function returns 0 (MQ_OK) or a negative MQ_E_* code, data
+ * crosses as (pointer, length).  No callbacks into Python, no policy: when to
+ * roll, flush, truncate or delete is decided by mq/store in Python.
+ *
+ * ---------------------------------------------------------------------------
+ * CommitLog record (RocketMQ v1, big-endian, IPv4 hosts; IPv6 adds 12 bytes a host):
+ *   TOTALSIZE 4 | MAGIC 4 (0xDAA320A7) | BODYCRC 4 | QUEUEID 4 | FLAG 4 |
+ *   QUEUEOFFSET 8 | PHYSICALOFFSET 8 | SYSFLAG 4 | BORNTS 8 | BORNHOST 8 |
+ *   STORETS 8 | STOREHOST 8 | RECONSUMETIMES 4 | PREPAREDTXOFFSET 8 |
+ *   BODYLEN 4 | BODY | TOPICLEN 1 | TOPIC | PROPSLEN 2 | PROPS
+ * End-of-file filler: int32 remaining | int32 0xCBD43194.  A record never
+ * spans two files; whenever record_size + 8 > room left, the filler is written.
+ *
+ * ---------------------------------------------------------------------------
+ * The control block (mq_ctl, in multiprocessing.shared_memory) holds the
+ * shared state of one store; every process maps the same CommitLog files.
+ * Invariants (all positions are absolute CommitLog byte offsets):
+ *   min_pos <= dispatched_pos <= write_pos,  flushed_pos <= write_pos,
+ *   acked_pos <= write_pos on a master,
+ *   every byte in [min_pos, write_pos) is a complete, valid record or filler,
+ *   per queue: next_queue_offset only grows, by exactly one per record.
+ * Appends are serialised by a robust process-shared mutex.  An append writes
+ * its records beyond write_pos (invisible), then publishes them through a
+ * one-entry redo journal: {queue slot, next queue offset, new write_pos}.  If
+ * the owner dies (kill -9) while holding the lock, the next locker gets
+ * EOWNERDEAD and replays the journal if it was complete, or drops the
+ * unpublished bytes if it was not.  Either way no offset is lost or repeated.
+ */
+#ifndef MQSTORE_H
+#define MQSTORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- return codes (0 or negative) ---------------------------------------- */
+#define MQ_OK                 0
+#define MQ_E_INVAL           -1   /* programmer error: bad argument */
+#define MQ_E_IO              -2   /* an I/O call failed; errno is kept in the handle */
+#define MQ_E_FATAL           -3   /* the store has a sticky write/flush error and refuses writes */
+#define MQ_E_MSG_ILLEGAL     -4   /* body empty or over maxMessageSize, or a malformed batch */
+#define MQ_E_TOPIC_ILLEGAL   -5   /* topic empty, over 127 bytes, or outside [%|a-zA-Z0-9_-] */
+#define MQ_E_PROPS_TOO_LONG  -6   /* properties over 32767 bytes */
+#define MQ_E_RANGE           -7   /* offset outside the readable range [min_pos, write_pos) */
+#define MQ_E_CORRUPT         -8   /* bytes at an offset are not a valid record */
+#define MQ_E_TABLE_FULL      -9   /* no free topic-queue slot (MQ_QUEUE_SLOTS) */
+#define MQ_E_TIMEOUT        -10   /* a wait ran out */
+#define MQ_E_NOSPACE        -11   /* the file system is full (not sticky: retry once space is freed) */
+#define MQ_E_BAD_CTL        -12   /* the control block has a wrong magic, version or size */
+#define MQ_E_TOO_BIG        -13   /* a record does not fit in an empty CommitLog file */
+
+/* ---- named limits -------------------------------------------------------- */
+#define MQ_TOPIC_LEN_MAX       127       /* 1-byte signed TOPICLEN */
+#define MQ_PROPS_LEN_MAX       32767     /* 2-byte signed PROPSLEN */
+#define MQ_BATCH_MSGS_MAX      8192      /* messages in one append call */
+#define MQ_QUEUE_SLOTS         32768     /* distinct (topic, queueId) pairs per store */
+#define MQ_BLANK_LEN_MIN       8         /* END_FILE_MIN_BLANK_LENGTH */
+#define MQ_MESSAGE_MAGIC       0xDAA320A7u
+#define MQ_BLANK_MAGIC         0xCBD43194u
+
+/* ---- control block fields ------------------------------------------------ */
+enum mq_pos {                 /* uint64 positions in the control block */
+    MQ_POS_WRITE = 0,         /* end of the last published record */
+    MQ_POS_FLUSHED,           /* everything below is durable (msync'd) */
+    MQ_POS_DISPATCHED,        /* everything below is in the ConsumeQueues */
+    MQ_POS_ACKED,             /* highest offset a slave acknowledged (HA) */
+    MQ_POS_MIN,               /* lowest retained offset (retention moves it) */
+    MQ_POS_LAST_STORE_TS,     /* store timestamp (ms) of the record that ends at WRITE */
+    MQ_POS_FLUSHED_STORE_TS,  /* store timestamp (ms) of the record that ends at FLUSHED */
+    MQ_POS_CONFIRM,           /* highest offset known to be on the master (slave side) */
+    MQ_POS_COUNT_
+};
+enum mq_seq {                 /* futex words: bumped after the matching event */
+    MQ_SEQ_WRITE = 0,         /* records were published */
+    MQ_SEQ_FLUSH,             /* flushed_pos moved (or the store became fatal) */
+    MQ_SEQ_DISPATCH,          /* ConsumeQueues grew */
+    MQ_SEQ_ACK,               /* a slave acknowledged more */
+    MQ_SEQ_COUNT_
+};
+enum mq_qfield {              /* int64 fields of a topic-queue slot */
+    MQ_Q_NEXT_OFFSET = 0,     /* next queue offset to assign (appenders) */
+    MQ_Q_CQ_MAX,              /* entries present in the ConsumeQueue (dispatch) */
+    MQ_Q_CQ_MIN,              /* first entry still present (retention) */
+    MQ_Q_COUNT_
+};
+
+/* ---- append -------------------------------------------------------------- */
+typedef struct mq_append_req {
+    const char *topic;             /* UTF-8, not NUL-terminated */
+    uint32_t topic_len;
+    int32_t queue_id;
+    int32_t sys_flag;              /* bits 0x10/0x20 are set by the encoder from the host lengths */
+    int32_t reconsume_times;
+    int64_t born_ts_ms;
+    int64_t prepared_tx_offset;
+    uint8_t born_host[16];         /* IPv4 in the first 4 bytes, or IPv6 */
+    uint32_t born_host_len;        /* 4 or 16 */
+    int32_t born_port;
+    const uint8_t *extra_props;    /* appended to every message's properties (batch-level), may be NULL */
+    uint32_t extra_props_len;
+    uint32_t max_message_size;     /* body limit, maxMessageSize */
+} mq_append_req;
+
+typedef struct mq_append_out {
+    uint64_t phy_offset;
+    int64_t queue_offset;
+    int64_t store_ts_ms;
+    uint32_t size;
+    char msg_id[33];               /* offset msgId, uppercase hex, NUL-terminated (IPv4 store host) */
+} mq_append_out;
+
+/* ---- scan (dispatch, recovery, tools) ------------------------------------ */
+enum mq_scan_stop {
+    MQ_SCAN_LIMIT = 0,   /* reached the requested limit position */
+    MQ_SCAN_FULL,        /* the output array is full; call again from *next */
+    MQ_SCAN_END,         /* clean end: a zero TOTALSIZE, or no next file after a filler */
+    MQ_SCAN_BAD_MAGIC,
+    MQ_SCAN_BAD_SIZE,    /* TOTALSIZE does not match the recomputed length, or out of bounds */
+    MQ_SCAN_BAD_CRC,
+    MQ_SCAN_TORN,        /* the record runs past its file's end or the scan limit */
+    MQ_SCAN_BAD_OFFSET   /* PHYSICALOFFSET is not where the record sits (a stale record) */
+};
+
+typedef struct mq_scan_rec {
+    uint64_t phy_offset;
+    int64_t queue_offset;
+    int64_t store_ts_ms;
+    int64_t born_ts_ms;
+    int64_t tags_code;             /* Java String.hashCode of TAGS, sign-extended; 0 without a tag */
+    uint32_t size;
+    int32_t queue_id;
+    int32_t sys_flag;
+    uint32_t slot;                 /* topic-queue slot (looked up or created), or UINT32_MAX */
+    uint32_t body_offset, body_len;     /* relative to phy_offset */
+    uint32_t topic_offset, topic_len;
+    uint32_t props_offset, props_len;
+} mq_scan_rec;
+
+/* ---- opaque handles ------------------------------------------------------ */
+typedef struct mq_ctl mq_ctl;
+typedef struct mq_commitlog mq_commitlog;
+
+typedef struct mq_commitlog_opts {
+    uint64_t file_size;            /* mappedFileSizeCommitLog */
+    uint8_t store_host[4];         /* brokerIP1 */
+    int32_t store_port;            /* listenPort */
+} mq_commitlog_opts;
+
+/* control block */
+size_t   mq_ctl_size(void);
+int      mq_ctl_init(void *mem, size_t len, uint64_t file_size);   /* creator, before any attacher */
+int      mq_ctl_check(void *mem, size_t len);                      /* attacher */
+uint64_t mq_ctl_get(void *mem, int pos);
+int      mq_ctl_set(void *mem, int pos, uint64_t value);           /* recovery/retention: takes the lock */
+int      mq_ctl_advance(void *mem, int pos, uint64_t value);       /* monotonic max, lock-free */
+uint32_t mq_ctl_seq(void *mem, int seq);
+int      mq_ctl_wait(void *mem, int seq, uint32_t seen, int timeout_ms);  /* 0 or MQ_E_TIMEOUT; GIL released */
+void     mq_ctl_wake(void *mem, int seq);
+int      mq_ctl_fatal(void *mem, char *msg_out, size_t msg_cap);   /* 0 if healthy, else the sticky errno */
+int      mq_ctl_set_fatal(void *mem, int err, const char *msg);
+uint64_t mq_ctl_stat(void *mem, int which);                        /* 0: owner-dead recoveries, 1: journal replays */
+
+/* topic-queue table */
+int      mq_queue_lookup(void *mem, const char *topic, uint32_t topic_len, int32_t queue_id,
+                         int create, uint32_t *slot_out);
+int64_t  mq_queue_get(void *mem, uint32_t slot, int field);
+int      mq_queue_set(void *mem, uint32_t slot, int field, int64_t value);   /* takes the lock */
+int      mq_queue_advance(void *mem, uint32_t slot, int field, int64_t value); /* monotonic max */
+uint32_t mq_queue_count(void *mem);
+int      mq_queue_info(void *mem, uint32_t slot, char *topic_out, uint32_t *topic_len, int32_t *queue_id);
+
+/* commitlog handle (one per process) */
+int      mq_commitlog_open(const char *dir, void *ctl_mem, size_t ctl_len,
+                           const mq_commitlog_opts *opts, mq_commitlog **out);
+void     mq_commitlog_close(mq_commitlog *cl);
+int      mq_commitlog_errno(mq_commitlog *cl);       /* errno of the last MQ_E_IO/MQ_E_NOSPACE */
+int      mq_commitlog_append_batch(mq_commitlog *cl, const mq_append_req *req,
+                                   const uint8_t *batch, size_t batch_len,
+                                   mq_append_out *out, uint32_t out_cap, uint32_t *n_out);
+int      mq_commitlog_append_one(mq_commitlog *cl, const mq_append_req *req, int32_t flag,
+                                 const uint8_t *body, uint32_t body_len,
+                                 const uint8_t *props, uint32_t props_len, mq_append_out *out);
+int      mq_commitlog_view(mq_commitlog *cl, uint64_t offset, uint32_t size, const uint8_t **ptr);
+int      mq_commitlog_view_raw(mq_commitlog *cl, uint64_t offset, uint32_t size, const uint8_t **ptr);
+int      mq_commitlog_prepare_file(mq_commitlog *cl, uint64_t file_index);
+int      mq_commitlog_scan(mq_commitlog *cl, uint64_t from, uint64_t limit, int check_crc,
+                           int resolve_slots, mq_scan_rec *out, uint32_t cap, uint32_t *n_out,
+                           uint64_t *next_out, int *stop_out);
+int      mq_commitlog_flush(mq_commitlog *cl, uint32_t least_pages, uint64_t *flushed_out);
+int      mq_commitlog_zero_tail(mq_commitlog *cl, uint64_t from);
+int      mq_commitlog_release(mq_commitlog *cl, uint64_t below, uint64_t from_index);
+
+/* scanning a plain buffer (tools, HA receive checks) */
+int      mq_record_check(const uint8_t *buf, size_t avail, int check_crc, mq_scan_rec *rec, int *stop_out);
+
+/* hashes */
+uint32_t mq_crc32(uint32_t crc, const uint8_t *buf, size_t len);   /* equal to zlib.crc32 */
+int32_t  mq_java_hash(const uint8_t *utf8, size_t len);           /* String.hashCode of the decoded text */
+int64_t  mq_tags_code(const uint8_t *props, size_t len);          /* of the TAGS property, 0 if none */
+void     mq_msg_id(const uint8_t *host, uint32_t host_len, int32_t port, uint64_t offset, char *out);
+
+#endif

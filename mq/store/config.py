@@ -1,0 +1,140 @@
+"""Store options: RocketMQ's MessageStoreConfig keys, defaults and meaning,
+declared once (Redis style).  The broker's config table extends this one;
+parsing, validation, `-p` printing and the documented conf files all read it.
+Names stay RocketMQ's (camelCase) because operators know them."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Callable
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str
+    kind: type | tuple           # int, bool, str, or a tuple of allowed strings
+    default: Any
+    doc: str
+    check: Callable[[Any], bool] | None = None
+    check_doc: str = ""
+
+    def parse(self, raw: Any) -> Any:
+        """Parses a config value (string from a properties file, or a Python value)."""
+        if isinstance(self.kind, tuple):
+            value = str(raw).strip()
+            if value not in self.kind:
+                raise ValueError(f"{self.name}={raw!r}: must be one of {', '.join(self.kind)}")
+            return value
+        if self.kind is bool:
+            if isinstance(raw, bool):
+                return raw
+            s = str(raw).strip().lower()
+            if s not in ("true", "false"):
+                raise ValueError(f"{self.name}={raw!r}: must be true or false")
+            return s == "true"
+        if self.kind is int:
+            try:
+                value = int(str(raw).strip())
+            except ValueError:
+                raise ValueError(f"{self.name}={raw!r}: must be an integer") from None
+        else:
+            value = str(raw).strip()
+        if self.check and not self.check(value):
+            raise ValueError(f"{self.name}={raw!r}: {self.check_doc}")
+        return value
+
+
+def _positive(v): return v > 0
+def _non_negative(v): return v >= 0
+
+
+STORE_OPTIONS: list[Option] = [
+    Option("storePathRootDir", str, os.path.join(os.path.expanduser("~"), "store"),
+           "root of the store: commitlog/, consumequeue/, config/, checkpoint, abort, lock"),
+    Option("storePathCommitLog", str, "", "CommitLog directory; empty means <storePathRootDir>/commitlog"),
+    Option("mappedFileSizeCommitLog", int, 1024 * 1024 * 1024, "bytes per CommitLog file",
+           lambda v: 4096 <= v <= 1 << 40 and v % 4096 == 0, "must be a multiple of 4096 from 4 KiB to 1 TiB"),
+    Option("mappedFileSizeConsumeQueue", int, 300000 * 20, "bytes per ConsumeQueue file (rounded down to 20)",
+           lambda v: v >= 20 * 16, "must hold at least 16 entries"),
+    Option("flushDiskType", ("ASYNC_FLUSH", "SYNC_FLUSH"), "ASYNC_FLUSH",
+           "SYNC_FLUSH answers a send once its bytes are durable (group commit)"),
+    Option("syncFlushTimeout", int, 5000, "ms a SYNC_FLUSH send waits before FLUSH_DISK_TIMEOUT", _positive,
+           "must be > 0"),
+    Option("flushIntervalCommitLog", int, 500, "ms between ASYNC_FLUSH flushes", _positive, "must be > 0"),
+    Option("flushCommitLogLeastPages", int, 4, "ASYNC_FLUSH flushes once this many 4 KiB pages are dirty",
+           _non_negative, "must be >= 0"),
+    Option("flushCommitLogThoroughInterval", int, 10000, "ms after which ASYNC_FLUSH flushes whatever is dirty",
+           _positive, "must be > 0"),
+    Option("flushIntervalConsumeQueue", int, 1000, "ms between ConsumeQueue flushes", _positive, "must be > 0"),
+    Option("flushConsumeQueueLeastPages", int, 2, "ConsumeQueue pages dirty before a flush", _non_negative,
+           "must be >= 0"),
+    Option("flushConsumeQueueThoroughInterval", int, 60000, "ms between full ConsumeQueue flushes + checkpoint",
+           _positive, "must be > 0"),
+    Option("fileReservedTime", int, 72, "hours a CommitLog file is kept", _positive, "must be > 0"),
+    Option("deleteWhen", str, "04", "hours of the day (';'-separated) when expired files are deleted",
+           lambda v: all(h.strip().isdigit() and 0 <= int(h) <= 23 for h in v.split(";")),
+           "must be hours 0-23 separated by ';'"),
+    Option("diskMaxUsedSpaceRatio", int, 75, "disk use (%) above which expired files go at once (10..95)",
+           lambda v: 10 <= v <= 95, "must be between 10 and 95"),
+    Option("cleanResourceInterval", int, 10000, "ms between retention checks", _positive, "must be > 0"),
+    Option("deleteCommitLogFilesInterval", int, 100, "ms between two file deletions in one pass",
+           _non_negative, "must be >= 0"),
+    Option("maxMessageSize", int, 4 * 1024 * 1024, "largest body (bytes) a message may have",
+           lambda v: 1 <= v <= 64 * 1024 * 1024, "must be between 1 and 64 MiB"),
+    Option("checkCRCOnRecover", bool, True, "check body CRCs when recovering the CommitLog"),
+    Option("messageDelayLevel", str, "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h",
+           "delay of each level, space-separated (s, m, h, d units)",
+           lambda v: _delay_levels_ok(v), "must be space-separated durations like 1s 5m 2h"),
+]
+
+_UNIT_MS = {"s": 1000, "m": 60000, "h": 3600000, "d": 86400000}
+
+
+def _delay_levels_ok(v: str) -> bool:
+    try:
+        parse_delay_levels(v)
+        return True
+    except ValueError:
+        return False
+
+
+def parse_delay_levels(text: str) -> list[int]:
+    """'1s 5s 1m' -> [1000, 5000, 60000]; level L is index L-1."""
+    out = []
+    for item in text.split():
+        unit = item[-1]
+        if unit not in _UNIT_MS or not item[:-1].isdigit():
+            raise ValueError(f"bad delay level {item!r}")
+        out.append(int(item[:-1]) * _UNIT_MS[unit])
+    if not out:
+        raise ValueError("no delay levels")
+    return out
+
+
+class StoreConfig:
+    """Effective store options; attribute names are RocketMQ's keys."""
+
+    OPTIONS = {o.name: o for o in STORE_OPTIONS}
+
+    def __init__(self, **values: Any):
+        for opt in STORE_OPTIONS:
+            setattr(self, opt.name, opt.default)
+        for k, v in values.items():
+            if k not in self.OPTIONS:
+                raise ValueError(f"unknown store option {k!r}")
+            setattr(self, k, self.OPTIONS[k].parse(v))
+
+    @property
+    def commitlog_dir(self) -> str:
+        return self.storePathCommitLog or os.path.join(self.storePathRootDir, "commitlog")
+
+    @property
+    def cq_file_size(self) -> int:
+        return self.mappedFileSizeConsumeQueue // 20 * 20
+
+    @property
+    def delay_levels_ms(self) -> list[int]:
+        return parse_delay_levels(self.messageDelayLevel)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {o.name: getattr(self, o.name) for o in STORE_OPTIONS}

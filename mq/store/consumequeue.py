@@ -1,0 +1,289 @@
+"""ConsumeQueue: per (topic, queueId) index of the CommitLog.
+
+Entry n sits at logical byte n*20:  commitLogOffset 8 | size 4 | tagsCode 8
+(mq.wire.consumequeue declares it).  Files of `file_size` bytes (300000
+entries by default) live under consumequeue/<topic>/<queueId>/ and are named
+by the 20-digit logical byte offset of their first entry.
+
+Only the dispatch role writes entries; any process reads them.  The number of
+entries present (max offset) and the first one still kept (min offset) live
+in the topic-queue slot of the control block, so readers in other processes
+never read an entry before it is complete: dispatch writes the entry, then
+advances CQ_MAX."""
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import struct
+
+from . import control as C
+
+log = logging.getLogger("mq.store.consumequeue")
+
+ENTRY = struct.Struct(">qiq")
+ENTRY_SIZE = 20
+EMPTY_ENTRY = b"\0" * ENTRY_SIZE
+FILLER = (0, 0x7FFFFFFF, 0)
+
+
+class ConsumeQueue:
+    def __init__(self, cq_root: str, topic: str, queue_id: int, file_size: int,
+                 ctl: C.ControlBlock, writable: bool = False):
+        assert file_size % ENTRY_SIZE == 0
+        self.topic = topic
+        self.queue_id = queue_id
+        self.dir = os.path.join(cq_root, topic, str(queue_id))
+        self.file_size = file_size
+        self.ctl = ctl
+        self.writable = writable
+        self.slot = ctl.queue_slot(topic, queue_id, create=writable)
+        self._maps: dict[int, mmap.mmap] = {}
+        self._dirty: set[int] = set()
+        if writable:
+            os.makedirs(self.dir, exist_ok=True)
+
+    # ---- files ---------------------------------------------------------------
+    def file_starts(self) -> list[int]:
+        try:
+            names = os.listdir(self.dir)
+        except FileNotFoundError:
+            return []
+        return sorted(int(n) for n in names if len(n) == 20 and n.isdigit())
+
+    def _map(self, start: int, create: bool) -> mmap.mmap | None:
+        mm = self._maps.get(start)
+        if mm is not None:
+            return mm
+        path = os.path.join(self.dir, "%020d" % start)
+        try:
+            fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
+        except FileNotFoundError:
+            return None
+        try:
+            if os.fstat(fd).st_size != self.file_size:
+                if not create:
+                    return None
+                os.ftruncate(fd, self.file_size)
+            mm = mmap.mmap(fd, self.file_size, access=mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ)
+        finally:
+            os.close(fd)
+        self._maps[start] = mm
+        return mm
+
+    def _locate(self, queue_offset: int) -> tuple[int, int]:
+        byte = queue_offset * ENTRY_SIZE
+        start = byte - byte % self.file_size
+        return start, byte - start
+
+    # ---- offsets ---------------------------------------------------------------
+    @property
+    def max_offset(self) -> int:
+        if self.slot is None:
+            self.slot = self.ctl.queue_slot(self.topic, self.queue_id)
+            if self.slot is None:
+                return 0
+        return self.ctl.queue_get(self.slot, C.Q_CQ_MAX)
+
+    @property
+    def min_offset(self) -> int:
+        if self.slot is None:
+            return 0
+        return self.ctl.queue_get(self.slot, C.Q_CQ_MIN)
+
+    # ---- write (dispatch role) ----------------------------------------------------
+    def put(self, queue_offset: int, phy_offset: int, size: int, tags_code: int) -> None:
+        """Writes entry `queue_offset`; idempotent (re-dispatch writes the same bytes)."""
+        assert self.writable and queue_offset >= 0 and size > 0
+        start, off = self._locate(queue_offset)
+        mm = self._maps.get(start) or self._map(start, create=True)
+        ENTRY.pack_into(mm, off, phy_offset, size, tags_code)
+        self._dirty.add(start)
+
+    def flush(self) -> None:
+        for start in list(self._dirty):
+            mm = self._maps.get(start)
+            if mm is not None:
+                mm.flush()
+        self._dirty.clear()
+
+    # ---- read --------------------------------------------------------------------
+    def get(self, queue_offset: int, max_count: int) -> list[tuple[int, int, int]]:
+        """Up to max_count entries from queue_offset, within [min, max) and one file."""
+        hi = self.max_offset
+        if queue_offset < self.min_offset or queue_offset >= hi:
+            return []
+        start, off = self._locate(queue_offset)
+        mm = self._map(start, create=False)
+        if mm is None:
+            return []
+        n = min(max_count, hi - queue_offset, (self.file_size - off) // ENTRY_SIZE)
+        return list(struct.iter_unpack(">qiq", mm[off:off + n * ENTRY_SIZE]))
+
+    def entry(self, queue_offset: int) -> tuple[int, int, int] | None:
+        got = self.get(queue_offset, 1)
+        return got[0] if got else None
+
+    # ---- recovery and retention -----------------------------------------------------
+    def recover_bounds(self) -> tuple[int, int]:
+        """(min, max) from the files: max is the first empty entry after the
+        start of the last file holding data; min is the first file's start."""
+        starts = self.file_starts()
+        if not starts:
+            return 0, 0
+        lo = starts[0] // ENTRY_SIZE
+        for start in reversed(starts):
+            mm = self._map(start, create=False)
+            if mm is None:
+                continue
+            end = _first_empty(mm)
+            if end > 0 or start == starts[0]:
+                return lo, (start + end) // ENTRY_SIZE
+        return lo, lo
+
+    def truncate_from(self, queue_offset: int) -> None:
+        """Zeroes entries from queue_offset on (recovery: they point past the CommitLog end)."""
+        assert self.writable
+        for start in self.file_starts():
+            if start + self.file_size <= queue_offset * ENTRY_SIZE:
+                continue
+            mm = self._map(start, create=False)
+            if mm is None:
+                continue
+            first = max(0, queue_offset * ENTRY_SIZE - start)
+            if first == 0 and start > 0:
+                mm.close()
+                self._maps.pop(start, None)
+                os.unlink(os.path.join(self.dir, "%020d" % start))
+                continue
+            mm[first:] = bytes(self.file_size - first)
+            mm.flush()
+
+    def last_phy_end(self, max_offset: int) -> int:
+        """phy_offset + size of the last entry below max_offset (0 if none)."""
+        if max_offset <= 0:
+            return 0
+        e = self.get_raw(max_offset - 1)
+        return e[0] + e[1] if e else 0
+
+    def get_raw(self, queue_offset: int) -> tuple[int, int, int] | None:
+        start, off = self._locate(queue_offset)
+        mm = self._map(start, create=False)
+        if mm is None:
+            return None
+        return ENTRY.unpack_from(mm, off)
+
+    def first_entry_at_or_after(self, queue_offset: int, max_offset: int, min_phy: int) -> int:
+        """First queue offset >= queue_offset whose entry points at >= min_phy."""
+        lo, hi = queue_offset, max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            e = self.get_raw(mid)
+            if e is None or e[0] < min_phy:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def delete_files_below(self, min_phy: int) -> int:
+        """Deletes files whose every entry points below min_phy (never the last
+        file); returns how many went."""
+        starts = self.file_starts()
+        removed = 0
+        for start in starts[:-1]:
+            mm = self._map(start, create=False)
+            if mm is None:
+                continue
+            last = ENTRY.unpack_from(mm, self.file_size - ENTRY_SIZE)
+            if last[1] == 0 or last[0] + last[1] > min_phy:
+                break
+            mm.close()
+            self._maps.pop(start, None)
+            os.unlink(os.path.join(self.dir, "%020d" % start))
+            removed += 1
+        return removed
+
+    def close(self) -> None:
+        for mm in self._maps.values():
+            try:
+                mm.close()
+            except BufferError:
+                pass
+        self._maps.clear()
+
+
+def _first_empty(mm: mmap.mmap) -> int:
+    """Byte offset of the first all-zero entry in a file (or its size).
+    A real entry is never all zero (size > 0), and within entries a run of 20
+    zero bytes can only start inside an empty entry or in the zero tail just
+    before one, so find() then an aligned check is exact."""
+    pos = 0
+    size = len(mm)
+    while True:
+        i = mm.find(EMPTY_ENTRY, pos)
+        if i < 0:
+            return size
+        aligned = -(-i // ENTRY_SIZE) * ENTRY_SIZE
+        if aligned >= size:
+            return size
+        if mm[aligned:aligned + ENTRY_SIZE] == EMPTY_ENTRY:
+            return aligned
+        pos = i + 1
+
+
+class ConsumeQueueSet:
+    """The ConsumeQueues of one store, opened lazily by (topic, queueId) or slot."""
+
+    def __init__(self, cq_root: str, file_size: int, ctl: C.ControlBlock, writable: bool = False):
+        self.root = cq_root
+        self.file_size = file_size
+        self.ctl = ctl
+        self.writable = writable
+        self._by_key: dict[tuple[str, int], ConsumeQueue] = {}
+        self._by_slot: dict[int, ConsumeQueue] = {}
+
+    def get(self, topic: str, queue_id: int) -> ConsumeQueue:
+        cq = self._by_key.get((topic, queue_id))
+        if cq is None:
+            cq = ConsumeQueue(self.root, topic, queue_id, self.file_size, self.ctl, self.writable)
+            self._by_key[(topic, queue_id)] = cq
+            if cq.slot is not None:
+                self._by_slot[cq.slot] = cq
+        return cq
+
+    def by_slot(self, slot: int) -> ConsumeQueue:
+        cq = self._by_slot.get(slot)
+        if cq is None:
+            topic, qid = self.ctl.queue_info(slot)
+            cq = self.get(topic, qid)
+            self._by_slot[slot] = cq
+        return cq
+
+    def on_disk(self) -> list[tuple[str, int]]:
+        """(topic, queueId) of every queue directory present."""
+        out = []
+        try:
+            topics = os.listdir(self.root)
+        except FileNotFoundError:
+            return out
+        for t in sorted(topics):
+            tdir = os.path.join(self.root, t)
+            if not os.path.isdir(tdir):
+                continue
+            for q in sorted(os.listdir(tdir)):
+                if q.isdigit():
+                    out.append((t, int(q)))
+        return out
+
+    def opened(self) -> list[ConsumeQueue]:
+        return list(self._by_key.values())
+
+    def flush(self) -> None:
+        for cq in self._by_key.values():
+            cq.flush()
+
+    def close(self) -> None:
+        for cq in self._by_key.values():
+            cq.close()
+        self._by_key.clear()
+        self._by_slot.clear()

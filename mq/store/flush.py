@@ -1,0 +1,87 @@
+"""The flush role: makes the CommitLog durable.
+
+SYNC_FLUSH (group commit): the loop sleeps on SEQ_WRITE and, whenever
+write_pos is ahead of flushed_pos, msyncs everything written so far in one
+call; every send whose end offset is now <= flushed_pos is released at once
+(SEQ_FLUSH wakes them in any process).  While one msync runs, new appends
+pile up and share the next one: that is the group.
+
+ASYNC_FLUSH: every flushIntervalCommitLog ms, flush once at least
+flushCommitLogLeastPages pages are dirty, and flush whatever is dirty every
+flushCommitLogThoroughInterval ms.
+
+After a flush the checkpoint's physicMsgTimestamp is the store time of the
+last flushed record.  A failed msync sticks (the C core marks the store
+fatal); this loop then stops flushing and says why, once."""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from . import control as C
+from .checkpoint import Checkpoint
+from .commitlog import CommitLog
+from .config import StoreConfig
+from .native import StoreError
+
+log = logging.getLogger("mq.store.flush")
+
+
+class FlushService:
+    def __init__(self, cl: CommitLog, config: StoreConfig, checkpoint: Checkpoint | None = None):
+        self.cl = cl
+        self.ctl = cl.ctl
+        self.config = config
+        self.checkpoint = checkpoint
+        self.sync = config.flushDiskType == "SYNC_FLUSH"
+        self.flushes = 0
+        self.group_sizes_bytes: list[int] = []     # recent flushed byte counts (bounded)
+
+    def flush_once(self, least_pages: int = 0) -> bool:
+        before = self.ctl.get(C.POS_FLUSHED)
+        try:
+            after = self.cl.flush(least_pages)
+        except StoreError as e:
+            log.error("commitlog flush failed: %s", e)
+            return False
+        if after > before:
+            self.flushes += 1
+            if len(self.group_sizes_bytes) >= 1024:
+                del self.group_sizes_bytes[:512]
+            self.group_sizes_bytes.append(after - before)
+            if self.checkpoint is not None:
+                self.checkpoint.physic_ts_ms = self.ctl.get(C.POS_FLUSHED_STORE_TS)
+        return True
+
+    def run(self, stop: threading.Event) -> None:
+        if self.sync:
+            self._run_sync(stop)
+        else:
+            self._run_async(stop)
+        self.flush_once(0)   # a clean stop leaves nothing unflushed
+
+    def _run_sync(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            if self.ctl.fatal():
+                stop.wait(1.0)
+                continue
+            seen = self.ctl.seq(C.SEQ_WRITE)
+            if self.ctl.get(C.POS_WRITE) > self.ctl.get(C.POS_FLUSHED):
+                self.flush_once(0)
+                continue
+            self.ctl.wait(C.SEQ_WRITE, seen, 100)
+
+    def _run_async(self, stop: threading.Event) -> None:
+        interval_s = self.config.flushIntervalCommitLog / 1000
+        thorough_s = self.config.flushCommitLogThoroughInterval / 1000
+        last_thorough = time.monotonic()
+        while not stop.wait(interval_s):
+            if self.ctl.fatal():
+                continue
+            now = time.monotonic()
+            least = self.config.flushCommitLogLeastPages
+            if now - last_thorough >= thorough_s:
+                least = 0
+                last_thorough = now
+            self.flush_once(least)

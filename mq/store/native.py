@@ -1,0 +1,84 @@
+"""The compiled C core (mq._mqstore) and the one table that maps its error
+codes to Python exceptions (py-lmdb style).  Nothing else in mq imports the
+extension directly."""
+from __future__ import annotations
+
+from mq._mqstore import ffi, lib
+
+__all__ = ["ffi", "lib", "check", "StoreError", "MessageIllegal", "TopicIllegal",
+           "PropertiesTooLong", "StoreFatal", "OutOfRange", "CorruptRecord",
+           "QueueTableFull", "WaitTimeout", "NoSpace", "BadControlBlock", "MessageTooBig",
+           "StoreIOError"]
+
+
+class StoreError(Exception):
+    """Base of every store error; `code` is the C MQ_E_* value."""
+    code = 0
+
+
+class StoreIOError(StoreError):
+    code = lib.MQ_E_IO
+
+
+class StoreFatal(StoreError):
+    """The store had a write or flush failure; it refuses writes from then on."""
+    code = lib.MQ_E_FATAL
+
+
+class MessageIllegal(StoreError):
+    """Body empty or over maxMessageSize, or a malformed batch (MESSAGE_ILLEGAL, 13)."""
+    code = lib.MQ_E_MSG_ILLEGAL
+
+
+class TopicIllegal(StoreError):
+    """Topic empty, over 127 bytes, or outside ^[%|a-zA-Z0-9_-]+$."""
+    code = lib.MQ_E_TOPIC_ILLEGAL
+
+
+class PropertiesTooLong(StoreError):
+    """Properties over 32767 bytes (MESSAGE_ILLEGAL, 13)."""
+    code = lib.MQ_E_PROPS_TOO_LONG
+
+
+class OutOfRange(StoreError):
+    code = lib.MQ_E_RANGE
+
+
+class CorruptRecord(StoreError):
+    code = lib.MQ_E_CORRUPT
+
+
+class QueueTableFull(StoreError):
+    code = lib.MQ_E_TABLE_FULL
+
+
+class WaitTimeout(StoreError):
+    code = lib.MQ_E_TIMEOUT
+
+
+class NoSpace(StoreError):
+    """The file system is full; not sticky (SERVICE_NOT_AVAILABLE, 14)."""
+    code = lib.MQ_E_NOSPACE
+
+
+class BadControlBlock(StoreError):
+    code = lib.MQ_E_BAD_CTL
+
+
+class MessageTooBig(StoreError):
+    """A record does not fit in one empty CommitLog file."""
+    code = lib.MQ_E_TOO_BIG
+
+
+_BY_CODE = {cls.code: cls for cls in (
+    StoreIOError, StoreFatal, MessageIllegal, TopicIllegal, PropertiesTooLong, OutOfRange,
+    CorruptRecord, QueueTableFull, WaitTimeout, NoSpace, BadControlBlock, MessageTooBig)}
+
+
+def check(rc: int, what: str = "") -> int:
+    """Returns rc when it is not an error, raises the mapped exception otherwise."""
+    if rc >= 0:
+        return rc
+    if rc == lib.MQ_E_INVAL:
+        raise ValueError(f"invalid argument to the store's C core{': ' + what if what else ''}")
+    raise _BY_CODE.get(rc, StoreError)(what or f"store error {rc}")

@@ -1,0 +1,87 @@
+"""Waiting for a control-block position to reach a target, across processes,
+without busy polling.
+
+The C core bumps a futex word (SEQ_FLUSH, SEQ_DISPATCH, ...) after moving a
+position.  A blocking waiter sleeps in futex_wait with the GIL released.  For
+asyncio, one thread per (process, position) sleeps on the futex and resolves
+the loop's futures with call_soon_threadsafe; the event loop itself never
+blocks.  Waiters sit in a heap by target, so a wake costs O(released)."""
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import threading
+import time
+
+from .control import ControlBlock
+
+
+class PositionWaiter:
+    def __init__(self, ctl: ControlBlock, seq: int, pos: int):
+        self.ctl = ctl
+        self.seq = seq
+        self.pos = pos
+        self._heap: list = []
+        self._lock = threading.Lock()
+        self._counter = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._stop = False
+
+    # ---- blocking --------------------------------------------------------------
+    def wait(self, target: int, timeout_s: float) -> bool:
+        """True once position >= target; False on timeout or a fatal store."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            seen = self.ctl.seq(self.seq)
+            if self.ctl.get(self.pos) >= target:
+                return True
+            if self.ctl.fatal():
+                return False
+            left_ms = int((deadline - time.monotonic()) * 1000)
+            if left_ms <= 0:
+                return False
+            self.ctl.wait(self.seq, seen, min(left_ms, 1000))
+
+    # ---- asyncio ---------------------------------------------------------------
+    async def wait_async(self, target: int, timeout_s: float) -> bool:
+        if self.ctl.get(self.pos) >= target:
+            return True
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        with self._lock:
+            heapq.heappush(self._heap, (target, next(self._counter), fut, loop))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=f"waiter-{self.pos}", daemon=True)
+                self._thread.start()
+        if self.ctl.get(self.pos) >= target:      # reached between the check and the push
+            self.ctl.wake(self.seq)
+        try:
+            return await asyncio.wait_for(fut, timeout_s)
+        except asyncio.TimeoutError:
+            return False
+
+    def _run(self) -> None:
+        while not self._stop:
+            seen = self.ctl.seq(self.seq)
+            cur = self.ctl.get(self.pos)
+            fatal = self.ctl.fatal() is not None
+            ready = []
+            with self._lock:
+                while self._heap and (self._heap[0][0] <= cur or fatal):
+                    ready.append(heapq.heappop(self._heap))
+            for target, _, fut, loop in ready:
+                loop.call_soon_threadsafe(_resolve, fut, target <= cur)
+            self.ctl.wait(self.seq, seen, 200)
+
+    def close(self) -> None:
+        self._stop = True
+        if self._thread is not None:
+            self.ctl.wake(self.seq)
+            self._thread.join(timeout=2)
+            self._thread = None
+
+
+def _resolve(fut: asyncio.Future, ok: bool) -> None:
+    if not fut.done():
+        fut.set_result(ok)

@@ -1,0 +1,492 @@
+"""MessageStore: one store directory laid out like RocketMQ's, its recovery,
+its roles, and the put/get API the broker uses.
+
+    <storePathRootDir>/
+        commitlog/00000000000000000000 ...   CommitLog files (mq.store.commitlog)
+        consumequeue/<topic>/<queueId>/...   ConsumeQueues (mq.store.consumequeue)
+        config/*.json                        metadata (mq.store.configfile)
+        checkpoint                           flush/dispatch progress (mq.store.checkpoint)
+        abort                                present while a broker runs
+        lock                                 flock'd by the running owner
+
+Two ways to hold a store:
+  * the owner (`MessageStore.open`) takes the lock file, recovers, creates the
+    control block and the abort file, and on `close` shuts down cleanly;
+  * attachers (`MessageStore.attach`, io workers and role processes of the same
+    broker) map the same files and the same control block.
+
+Recovery decision table (RocketMQ's, plus one shortcut):
+  | abort file | checkpoint clean mark | what happens                                        |
+  | absent     | valid for end E       | trust E; nothing is rescanned or re-dispatched     |
+  | absent     | missing               | normal: validate from the 3rd-last file, truncate   |
+  | present    | (ignored)             | abnormal: validate from the checkpoint's file,      |
+  |            |                       | truncate at the first bad record, re-dispatch       |
+In every case ConsumeQueue entries that point past the recovered end are cut,
+and queues are rebuilt from the CommitLog where their files lag or are gone."""
+from __future__ import annotations
+
+import enum
+import fcntl
+import logging
+import os
+import shutil
+import threading
+import time
+from dataclasses import dataclass, field
+
+from . import control as C
+from .checkpoint import Checkpoint
+from .commitlog import CommitLog, list_files, SCAN_STOP_NAMES, AppendResult
+from .config import StoreConfig
+from .consumequeue import ConsumeQueueSet, ENTRY_SIZE
+from .dispatch import Dispatcher
+from .flush import FlushService
+from .native import (StoreError, MessageIllegal, TopicIllegal, PropertiesTooLong, StoreFatal,
+                     NoSpace, MessageTooBig, lib)
+from .notify import PositionWaiter
+
+log = logging.getLogger("mq.store")
+
+RECOVERY_SCAN_BATCH = 65536
+
+
+class PutStatus(enum.Enum):
+    """RocketMQ's PutMessageStatus; the broker maps each to a response code."""
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    CREATE_MAPPED_FILE_FAILED = "CREATE_MAPPED_FILE_FAILED"
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
+    UNKNOWN_ERROR = "UNKNOWN_ERROR"
+
+
+@dataclass
+class PutResult:
+    status: PutStatus
+    result: AppendResult | None = None
+    reason: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status is PutStatus.PUT_OK
+
+
+@dataclass
+class RecoveryReport:
+    mode: str = "new"                 # new | clean | normal | abnormal
+    start_offset: int = 0             # where validation began
+    end_offset: int = 0               # the recovered write position
+    records_validated: int = 0
+    records_redispatched: int = 0
+    dropped_bytes: int = 0            # bytes past the end that held data (estimate: to the file end)
+    stop: str = ""                    # why validation stopped
+    removed_files: list[str] = field(default_factory=list)
+    cq_entries_truncated: int = 0
+    seconds: float = 0.0
+
+
+def _put_error(e: StoreError) -> PutResult:
+    if isinstance(e, (MessageIllegal, TopicIllegal, MessageTooBig)):
+        return PutResult(PutStatus.MESSAGE_ILLEGAL, reason=str(e))
+    if isinstance(e, PropertiesTooLong):
+        return PutResult(PutStatus.PROPERTIES_SIZE_EXCEEDED, reason=str(e))
+    if isinstance(e, (StoreFatal, NoSpace)):
+        return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, reason=str(e))
+    return PutResult(PutStatus.UNKNOWN_ERROR, reason=str(e))
+
+
+class MessageStore:
+    def __init__(self, config: StoreConfig, store_host: str = "127.0.0.1", store_port: int = 10911):
+        self.config = config
+        self.root = config.storePathRootDir
+        self.store_host = store_host
+        self.store_port = store_port
+        self.ctl: C.ControlBlock | None = None
+        self.cl: CommitLog | None = None
+        self.cqs: ConsumeQueueSet | None = None
+        self.checkpoint: Checkpoint | None = None
+        self.owner = False
+        self.recovery = RecoveryReport()
+        self._lock_fd: int | None = None
+        self._threads: list[threading.Thread] = []
+        self._stop = threading.Event()
+        self.flush_waiter: PositionWaiter | None = None
+        self.dispatch_waiter: PositionWaiter | None = None
+        self.dispatcher: Dispatcher | None = None
+        self.flusher: FlushService | None = None
+
+    # ---- paths ---------------------------------------------------------------------
+    @property
+    def cq_root(self) -> str:
+        return os.path.join(self.root, "consumequeue")
+
+    @property
+    def config_dir(self) -> str:
+        return os.path.join(self.root, "config")
+
+    @property
+    def abort_path(self) -> str:
+        return os.path.join(self.root, "abort")
+
+    # ---- opening -------------------------------------------------------------------------
+    @classmethod
+    def open(cls, config: StoreConfig, store_host: str = "127.0.0.1", store_port: int = 10911,
+             start_roles: bool = True) -> "MessageStore":
+        """Owner: lock, recover, start (roles as threads of this process unless
+        start_roles is False, when the caller runs them as processes)."""
+        s = cls(config, store_host, store_port)
+        s._open_owner()
+        if start_roles:
+            s.start_role_threads()
+        return s
+
+    @classmethod
+    def attach(cls, config: StoreConfig, store_host: str = "127.0.0.1", store_port: int = 10911,
+               cq_writable: bool = False, prepare_files: bool = True) -> "MessageStore":
+        """A process of a running store: same files, same control block."""
+        s = cls(config, store_host, store_port)
+        s.ctl = C.ControlBlock(s.root)
+        s._open_handles(cq_writable)
+        if prepare_files:
+            s.cl.start_preparer()
+        return s
+
+    def _open_handles(self, cq_writable: bool) -> None:
+        cfg = self.config
+        self.cl = CommitLog(cfg.commitlog_dir, self.ctl, cfg.mappedFileSizeCommitLog,
+                            self.store_host, self.store_port, cfg.maxMessageSize)
+        self.cqs = ConsumeQueueSet(self.cq_root, cfg.cq_file_size, self.ctl, writable=cq_writable)
+        self.checkpoint = Checkpoint(os.path.join(self.root, "checkpoint"))
+        self.flush_waiter = PositionWaiter(self.ctl, C.SEQ_FLUSH, C.POS_FLUSHED)
+        self.dispatch_waiter = PositionWaiter(self.ctl, C.SEQ_DISPATCH, C.POS_DISPATCHED)
+
+    def _open_owner(self) -> None:
+        cfg = self.config
+        for d in (self.root, cfg.commitlog_dir, self.cq_root, self.config_dir):
+            os.makedirs(d, exist_ok=True)
+        self._lock_fd = os.open(os.path.join(self.root, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+            raise StoreError(f"store {self.root} is in use by another process (lock file held)") from None
+        self.owner = True
+        self.ctl = C.ControlBlock(self.root, cfg.mappedFileSizeCommitLog, create=True)
+        self._open_handles(cq_writable=True)
+        self.dispatcher = Dispatcher(self.cl, self.cqs, cfg.delay_levels_ms, self.checkpoint,
+                                     cfg.flushIntervalConsumeQueue, cfg.flushConsumeQueueThoroughInterval)
+        self.recovery = self._recover()
+        # running from here on: a crash from now leaves the abort file behind
+        with open(self.abort_path, "w"):
+            pass
+        _fsync_dir(self.root)
+        self.checkpoint.clear_clean()
+        fi = self.cl.write_pos // cfg.mappedFileSizeCommitLog
+        self.cl.prepare_file(fi)
+        self.cl.start_preparer()
+
+    # ---- recovery ---------------------------------------------------------------------------
+    def _recover(self) -> RecoveryReport:
+        t0 = time.monotonic()
+        cfg = self.config
+        fs = cfg.mappedFileSizeCommitLog
+        rep = RecoveryReport()
+        abort = os.path.exists(self.abort_path)
+        files = self._checked_files(rep)
+        if not files:
+            if self.cqs.on_disk():
+                log.warning("no commitlog files: removing all consume queues")
+                shutil.rmtree(self.cq_root)
+                os.makedirs(self.cq_root)
+            rep.mode = "new"
+            self._set_positions(0, 0, 0)
+            rep.seconds = time.monotonic() - t0
+            return rep
+        min_pos = files[0]
+        self.ctl.set(C.POS_MIN, min_pos)
+        clean_end = self.checkpoint.clean_end()
+
+        if not abort and clean_end is not None and self._clean_end_ok(clean_end, files):
+            rep.mode = "clean"
+            rep.start_offset = rep.end_offset = clean_end
+            end, last_ts = clean_end, self.checkpoint.physic_ts_ms
+        else:
+            if abort:
+                rep.mode = "abnormal"
+                start = self._abnormal_start(files)
+            else:
+                rep.mode = "normal"
+                start = files[max(0, len(files) - 3)]
+            rep.start_offset = start
+            end, stop, last_ts = self._validate(start, rep)
+            rep.stop = SCAN_STOP_NAMES.get(stop, str(stop))
+            if stop != lib.MQ_SCAN_END and stop != lib.MQ_SCAN_LIMIT:
+                rep.dropped_bytes = fs - end % fs
+                log.warning("commitlog recovery: bad record at %d (%s); truncating, dropping up to %d bytes",
+                            end, rep.stop, rep.dropped_bytes)
+                self.cl.zero_tail(end)
+            end_file = end - end % fs
+            for start_off in files:
+                if start_off > end_file:
+                    self._remove_file(start_off, rep)
+            self.cl.release(from_index=end // fs + 1)
+
+        self._set_positions(end, min_pos, last_ts)
+        redispatch_from = self._recover_queues(end, min_pos, rep)
+        if rep.mode == "abnormal":
+            redispatch_from = min(redispatch_from, rep.start_offset)
+        self.ctl.set(C.POS_DISPATCHED, max(min_pos, min(redispatch_from, end)))
+        n = self.dispatcher.dispatch_once()
+        rep.records_redispatched = n
+        self._sync_next_offsets()
+        self.dispatcher.flush_queues()
+        rep.end_offset = end
+        rep.seconds = time.monotonic() - t0
+        log.info("store recovered (%s): end=%d validated=%d redispatched=%d in %.3fs",
+                 rep.mode, end, rep.records_validated, n, rep.seconds)
+        return rep
+
+    def _checked_files(self, rep: RecoveryReport) -> list[int]:
+        fs = self.config.mappedFileSizeCommitLog
+        files = list_files(self.config.commitlog_dir)
+        good = []
+        for i, start in enumerate(files):
+            path = os.path.join(self.config.commitlog_dir, "%020d" % start)
+            size = os.path.getsize(path)
+            if size != fs or start % fs:
+                if i == len(files) - 1 and size < fs:
+                    # a file whose creation was cut short holds no data: appends only ever
+                    # write into files that reached their full size
+                    log.warning("removing half-created commitlog file %s (%d bytes)", path, size)
+                    self._remove_file(start, rep)
+                    continue
+                raise StoreError(f"commitlog file {path} has size {size}, expected {fs} "
+                                 "(mappedFileSizeCommitLog changed?)")
+            good.append(start)
+        return good
+
+    def _remove_file(self, start: int, rep: RecoveryReport) -> None:
+        path = os.path.join(self.config.commitlog_dir, "%020d" % start)
+        try:
+            os.unlink(path)
+            rep.removed_files.append(os.path.basename(path))
+        except FileNotFoundError:
+            pass
+
+    def _clean_end_ok(self, end: int, files: list[int]) -> bool:
+        fs = self.config.mappedFileSizeCommitLog
+        if end < files[0] or end > files[-1] + fs:
+            return False
+        if end % fs == 0 and end // fs * fs not in files:
+            return end == files[-1] + fs
+        n, nxt, stop = self.cl.scanner(1).scan(end, end + 1, check_crc=False, resolve_slots=0)
+        return n == 0 and stop in (lib.MQ_SCAN_END,)
+
+    def _abnormal_start(self, files: list[int]) -> int:
+        """Newest file whose first record was stored at or before the checkpoint's min time."""
+        min_ts = self.checkpoint.min_timestamp_ms()
+        sc = self.cl.scanner(1)
+        for start in reversed(files):
+            n, _, _ = sc.scan(start, start + 1, check_crc=False, resolve_slots=0)
+            if n and sc.recs[0].store_ts_ms != 0 and sc.recs[0].store_ts_ms <= min_ts:
+                return start
+        return files[0]
+
+    def _validate(self, start: int, rep: RecoveryReport) -> tuple[int, int, int]:
+        """Walks valid records from start; returns (end, stop kind, last store ts)."""
+        sc = self.cl.scanner(RECOVERY_SCAN_BATCH)
+        pos, last_ts = start, 0
+        while True:
+            n, nxt, stop = sc.scan(pos, 2 ** 63, check_crc=self.config.checkCRCOnRecover, resolve_slots=0)
+            rep.records_validated += n
+            if n:
+                last_ts = sc.recs[n - 1].store_ts_ms
+            pos = nxt
+            if stop != lib.MQ_SCAN_FULL:
+                return pos, stop, last_ts
+
+    def _set_positions(self, end: int, min_pos: int, last_ts: int) -> None:
+        for p, v in ((C.POS_WRITE, end), (C.POS_FLUSHED, end), (C.POS_MIN, min_pos),
+                     (C.POS_LAST_STORE_TS, last_ts), (C.POS_FLUSHED_STORE_TS, last_ts),
+                     (C.POS_DISPATCHED, end)):
+            self.ctl.set(p, v)
+
+    def _recover_queues(self, end: int, min_pos: int, rep: RecoveryReport) -> int:
+        """Loads every ConsumeQueue's bounds into the control block, cutting
+        entries that point at or past `end`.  Returns the lowest CommitLog
+        offset from which dispatch must run so that every queue is complete."""
+        redispatch_from = end
+        highest_indexed = min_pos
+        for topic, qid in self.cqs.on_disk():
+            cq = self.cqs.get(topic, qid)
+            lo, hi = cq.recover_bounds()
+            # entries are in CommitLog order: binary search the first one at or past `end`
+            cut = cq.first_entry_at_or_after(lo, hi, end)
+            if cut < hi:
+                rep.cq_entries_truncated += hi - cut
+                cq.truncate_from(cut)
+                hi = cut
+            first_live = cq.first_entry_at_or_after(lo, hi, min_pos)
+            self.ctl.queue_set(cq.slot, C.Q_CQ_MIN, first_live if first_live < hi else hi)
+            self.ctl.queue_set(cq.slot, C.Q_CQ_MAX, hi)
+            self.ctl.queue_set(cq.slot, C.Q_NEXT_OFFSET, hi)
+            highest_indexed = max(highest_indexed, cq.last_phy_end(hi))
+        # dispatch resumes after the highest record any queue indexed (RocketMQ's
+        # reputFromOffset); queues behind it get their entries from re-dispatch too
+        # because dispatch writes each record at its own queue offset.
+        return min(redispatch_from, highest_indexed)
+
+    def _sync_next_offsets(self) -> None:
+        """After dispatch: the next queue offset of each queue follows its CQ."""
+        for cq in self.cqs.opened():
+            m = self.ctl.queue_get(cq.slot, C.Q_CQ_MAX)
+            self.ctl.queue_advance(cq.slot, C.Q_NEXT_OFFSET, m)
+
+    # ---- roles -------------------------------------------------------------------------------
+    def start_role_threads(self) -> None:
+        """Runs flush and dispatch as threads of this process (tests, tools,
+        a single-process broker).  The broker runs them as processes instead."""
+        assert self.owner
+        self.flusher = FlushService(self.cl, self.config, self.checkpoint)
+        for name, target in (("flush", self.flusher.run), ("dispatch", self.dispatcher.run)):
+            t = threading.Thread(target=target, args=(self._stop,), name=f"role-{name}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    # ---- put -----------------------------------------------------------------------------------
+    def _wait_kind(self, properties: bytes) -> bool:
+        """WAIT=false in the properties means: do not wait for flush/replication."""
+        return b"WAIT\x01false" not in properties
+
+    def put(self, topic: str, queue_id: int, body: bytes, properties: bytes = b"", **kw) -> PutResult:
+        """Appends one message; under SYNC_FLUSH waits (blocking) for the flush."""
+        try:
+            res = self.cl.append(topic, queue_id, body, properties, **kw)
+        except StoreError as e:
+            return _put_error(e)
+        return self._after_put(res, self._wait_kind(properties))
+
+    def put_batch(self, topic: str, queue_id: int, batch_body: bytes, **kw) -> PutResult:
+        try:
+            res = self.cl.append_batch(topic, queue_id, batch_body, **kw)
+        except StoreError as e:
+            return _put_error(e)
+        return self._after_put(res, True)
+
+    def _after_put(self, res: AppendResult, wait: bool) -> PutResult:
+        if self.config.flushDiskType == "SYNC_FLUSH" and wait:
+            if not self.flush_waiter.wait(res.end_offset, self.config.syncFlushTimeout / 1000):
+                return PutResult(PutStatus.FLUSH_DISK_TIMEOUT, res, self.ctl.fatal() or "flush timed out")
+        return PutResult(PutStatus.PUT_OK, res)
+
+    async def put_async(self, topic: str, queue_id: int, body: bytes, properties: bytes = b"", **kw) -> PutResult:
+        """Like put, but waits for the flush without blocking the event loop."""
+        try:
+            res = self.cl.append(topic, queue_id, body, properties, **kw)
+        except StoreError as e:
+            return _put_error(e)
+        if self.config.flushDiskType == "SYNC_FLUSH" and self._wait_kind(properties):
+            ok = await self.flush_waiter.wait_async(res.end_offset, self.config.syncFlushTimeout / 1000)
+            if not ok:
+                return PutResult(PutStatus.FLUSH_DISK_TIMEOUT, res, self.ctl.fatal() or "flush timed out")
+        return PutResult(PutStatus.PUT_OK, res)
+
+    # ---- get -----------------------------------------------------------------------------------
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        return self.cqs.get(topic, queue_id).max_offset
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        return self.cqs.get(topic, queue_id).min_offset
+
+    def get_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int) -> list[tuple[int, memoryview]]:
+        """(queue offset, zero-copy record view) for up to max_count messages."""
+        cq = self.cqs.get(topic, queue_id)
+        out = []
+        for i, (phy, size, _tags) in enumerate(cq.get(queue_offset, max_count)):
+            if phy < self.cl.min_pos:
+                continue
+            out.append((queue_offset + i, self.cl.view(phy, size)))
+        return out
+
+    def wait_dispatched(self, timeout_s: float = 10.0) -> bool:
+        """Blocks until everything written so far is in the ConsumeQueues."""
+        return self.dispatch_waiter.wait(self.ctl.get(C.POS_WRITE), timeout_s)
+
+    def search_offset_by_time(self, topic: str, queue_id: int, ts_ms: int) -> int:
+        """The queue offset of the first message stored at or after ts_ms (max
+        offset if none), like RocketMQ's getOffsetInQueueByTime."""
+        cq = self.cqs.get(topic, queue_id)
+        lo, hi = cq.min_offset, cq.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            e = cq.get_raw(mid)
+            ts = self._store_ts_at(e[0]) if e else None
+            if ts is None or ts < ts_ms:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def _store_ts_at(self, phy: int) -> int | None:
+        try:
+            head = self.cl.view(phy, 64)
+        except StoreError:
+            return None
+        born_len = 20 if int.from_bytes(head[36:40], "big") & 0x10 else 8
+        return int.from_bytes(head[48 + born_len:56 + born_len], "big")
+
+    # ---- closing -----------------------------------------------------------------------------
+    def close(self) -> None:
+        """Owner: clean shutdown (stop roles, flush, dispatch, checkpoint, remove
+        abort).  Attacher: drop handles."""
+        self._stop.set()
+        self.ctl.wake(C.SEQ_WRITE)
+        for t in self._threads:
+            t.join()
+        self._threads.clear()
+        for w in (self.flush_waiter, self.dispatch_waiter):
+            if w:
+                w.close()
+        if self.owner:
+            healthy = self.ctl.fatal() is None
+            if healthy:
+                try:
+                    self.cl.flush(0)
+                except StoreError as e:
+                    healthy = False
+                    log.error("final flush failed: %s", e)
+            self.dispatcher.dispatch_once()
+            self.dispatcher.flush_queues()
+            self.checkpoint.physic_ts_ms = self.ctl.get(C.POS_FLUSHED_STORE_TS)
+            if healthy and self.ctl.get(C.POS_DISPATCHED) >= self.ctl.get(C.POS_WRITE):
+                self.checkpoint.mark_clean(self.ctl.get(C.POS_WRITE))
+                try:
+                    os.unlink(self.abort_path)
+                except FileNotFoundError:
+                    pass
+                _fsync_dir(self.root)
+            else:
+                log.error("store not closed cleanly (fatal=%s); the next start recovers abnormally",
+                          self.ctl.fatal())
+        self.cqs.close()
+        self.cl.close()
+        self.checkpoint.close()
+        self.ctl.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+__all__ = ["MessageStore", "PutStatus", "PutResult", "RecoveryReport", "ENTRY_SIZE"]
