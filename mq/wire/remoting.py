@@ -1,0 +1,531 @@
+"""Remoting frames and RemotingCommand headers (spec 1.1-1.4): every request and response between clients,
+brokers and name servers.
+
+    frame:  TOTALLENGTH 4 | SERIALIZETYPE 1 | HEADERLENGTH 3 | HEADER (HEADERLENGTH bytes) | BODY      (TOTALLENGTH = 4 + H + B)
+    ROCKETMQ header: CODE 2 | LANGUAGE 1 | VERSION 2 | OPAQUE 4 | FLAG 4 | REMARKLEN 4 | REMARK |
+                     EXTLEN 4 | { KEYLEN 2 | KEY | VALLEN 4 | VALUE } ...                 (EXTLEN bytes of entries)
+    JSON header:     {"code":..,"extFields":{..},"flag":..,"language":"JAVA","opaque":..,["remark":..,]
+                      "serializeTypeCurrentRPC":"JSON","version":..}                          (compact, UTF-8)
+
+Big-endian, signed ints (Java), except TOTALLENGTH and the type/length word, read unsigned. Invariants:
+* TOTALLENGTH does not count itself; 4 + TOTALLENGTH <= FRAME_SIZE_MAX (16 MiB, Netty's maxFrameLength).
+* HEADERLENGTH <= TOTALLENGTH - 4 (else FrameError); SERIALIZETYPE is 0 (JSON) or 1 (ROCKETMQ), else FrameError.
+  The type/length word is the Java int (type << 24) | H, declared below as Int8ub + Int24ub (same bytes).
+* ROCKETMQ header: every length is >= 0 and within the header (else FrameError); strings are strict UTF-8.
+  REMARKLEN 0 decodes to remark None, EXTLEN 0 decodes to ext_fields None (Java does the same), so "" / {}
+  do not survive a round trip through this format. Bytes after the ext block are ignored, as Java does.
+  CODE and VERSION are signed 16-bit here (codes > 32767 cannot use this format; EncodeError).
+* JSON header: keys in fastjson's order (alphabetical), "remark" only when not None, "extFields" only when
+  not None, extFields values always JSON strings, non-ASCII written as UTF-8 (not \\u escapes).
+  Decoding is lenient like fastjson: unknown keys ignored, missing keys default (language JAVA, others 0/None),
+  `language` by name or ordinal (an unknown name becomes OTHER), integers also as numeric strings, and
+  extFields/remark scalars stringified (true/false for booleans, JSON null values dropped).
+* A response echoes the request's opaque and serialize type and has flag bit RPC_RESPONSE; RPC_ONEWAY
+  requests get no response (remoting policy, stated here because the bits live here).
+
+RocketMQHeader and Frame (construct) are the declarations; encode_frame/decode_frame_payload are `struct` fast
+paths; tests/unit/test_wire.py proves them equal to encode_frame_reference/decode_frame_payload_reference,
+which go through the declarations.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import struct
+from dataclasses import dataclass
+
+from construct import (
+    Bytes,
+    ConstructError,
+    Container,
+    FocusedSeq,
+    GreedyRange,
+    Int8ub,
+    Int16sb,
+    Int24ub,
+    Int32sb,
+    Int32ub,
+    ListContainer,
+    PascalString,
+    Prefixed,
+    Rebuild,
+    Struct,
+    Terminated,
+    len_,
+    this,
+)
+
+from .errors import EncodeError, FrameError, FrameTruncatedError
+
+__all__ = [
+    "SERIALIZE_JSON",
+    "SERIALIZE_ROCKETMQ",
+    "SERIALIZE_TYPE_NAMES",
+    "FRAME_SIZE_MAX",
+    "FRAME_PREFIX_SIZE",
+    "HEADER_LENGTH_MAX",
+    "RPC_RESPONSE",
+    "RPC_ONEWAY",
+    "LANGUAGE_CODES",
+    "LANGUAGE_NAMES",
+    "LANGUAGE_JAVA",
+    "LANGUAGE_CPP",
+    "LANGUAGE_PYTHON",
+    "LANGUAGE_OTHER",
+    "RocketMQHeader",
+    "Frame",
+    "RemotingCommand",
+    "encode_json_header",
+    "decode_json_header",
+    "encode_rocketmq_header",
+    "decode_rocketmq_header",
+    "encode_frame",
+    "decode_frame_payload",
+    "decode_frame",
+    "frame_payload_size",
+    "encode_frame_reference",
+    "decode_frame_payload_reference",
+]
+
+SERIALIZE_JSON = 0
+SERIALIZE_ROCKETMQ = 1
+SERIALIZE_TYPE_NAMES = {SERIALIZE_JSON: "JSON", SERIALIZE_ROCKETMQ: "ROCKETMQ"}
+FRAME_SIZE_MAX = 16777216  # covers the 4-byte length prefix plus the payload
+FRAME_PREFIX_SIZE = 4
+HEADER_LENGTH_MAX = 0xFFFFFF
+RPC_RESPONSE = 1  # flag bit 0: set = response
+RPC_ONEWAY = 2  # flag bit 1: one-way request, no response
+
+LANGUAGE_CODES = {
+    "JAVA": 0,
+    "CPP": 1,
+    "DOTNET": 2,
+    "PYTHON": 3,
+    "DELPHI": 4,
+    "ERLANG": 5,
+    "RUBY": 6,
+    "OTHER": 7,
+    "HTTP": 8,
+    "GO": 9,
+    "PHP": 10,
+    "OMS": 11,
+    "RUST": 12,
+}
+LANGUAGE_NAMES = {code: name for name, code in LANGUAGE_CODES.items()}
+LANGUAGE_JAVA = LANGUAGE_CODES["JAVA"]
+LANGUAGE_CPP = LANGUAGE_CODES["CPP"]
+LANGUAGE_PYTHON = LANGUAGE_CODES["PYTHON"]
+LANGUAGE_OTHER = LANGUAGE_CODES["OTHER"]
+
+_I16_MIN, _I16_MAX = -(1 << 15), (1 << 15) - 1
+_I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+@dataclass
+class RemotingCommand:
+    """One request or response. `language` is the LanguageCode ordinal; `ext_fields` None means absent.
+
+    `serialize_type` is the header format of the frame this came in (decode) or goes out in (encode).
+    """
+
+    code: int = 0
+    language: int = LANGUAGE_JAVA
+    version: int = 0
+    opaque: int = 0
+    flag: int = 0
+    remark: str | None = None
+    ext_fields: dict[str, str] | None = None
+    body: bytes = b""
+    serialize_type: int = SERIALIZE_JSON
+
+    @property
+    def is_response(self) -> bool:
+        return bool(self.flag & RPC_RESPONSE)
+
+    @property
+    def is_oneway(self) -> bool:
+        return bool(self.flag & RPC_ONEWAY)
+
+
+# --------------------------------------------------------------------------------------------------
+# Declarations
+
+_ExtEntry = Struct(
+    "key" / PascalString(Int16sb, "utf8"),
+    "value" / PascalString(Int32sb, "utf8"),
+)
+
+RocketMQHeader = """
+ROCKETMQ (binary) header, serialize type 1 (RocketMQSerializable). remark "" means null; an empty
+ext_fields list means extFields null. The ext block must hold whole entries only.
+""" * Struct(
+    "code" / Int16sb,
+    "language" / Int8ub,
+    "version" / Int16sb,
+    "opaque" / Int32sb,
+    "flag" / Int32sb,
+    "remark" / PascalString(Int32sb, "utf8"),
+    "ext_fields" / Prefixed(Int32sb, FocusedSeq("entries", "entries" / GreedyRange(_ExtEntry), Terminated)),
+)
+
+Frame = """
+A whole remoting frame including its 4-byte length prefix. total_length and header_length are rebuilt.
+""" * Struct(
+    "total_length" / Rebuild(Int32ub, 4 + len_(this.header) + len_(this.body)),
+    "serialize_type" / Int8ub,
+    "header_length" / Rebuild(Int24ub, len_(this.header)),
+    "header" / Bytes(this.header_length),
+    "body" / Bytes(this.total_length - 4 - this.header_length),
+)
+
+
+# --------------------------------------------------------------------------------------------------
+# Value conversions shared by both paths
+
+
+def _check_int(name: str, value: object, low: int, high: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise EncodeError(f"{name}={value!r} is outside [{low}, {high}]")
+    return value
+
+
+def _to_text(value: object) -> str:
+    """fastjson's stringification of a JSON value read into a String field."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _ext_items(cmd: RemotingCommand) -> list[tuple[str, str]]:
+    """ext_fields as (key, text) pairs, null values dropped, scalar values stringified (encode side)."""
+    if cmd.ext_fields is None:
+        return []
+    items = []
+    for key, value in cmd.ext_fields.items():
+        if value is None:
+            continue
+        if not isinstance(key, str):
+            raise EncodeError(f"extFields key {key!r} is not str")
+        if not isinstance(value, (str, bool, int, float)):
+            raise EncodeError(f"extFields[{key!r}] = {value!r} is not a scalar")
+        items.append((key, _to_text(value)))
+    return items
+
+
+def _utf8(text: str, what: str) -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise EncodeError(f"{what} is not encodable as UTF-8") from None
+
+
+# --------------------------------------------------------------------------------------------------
+# JSON header
+
+
+def encode_json_header(cmd: RemotingCommand) -> bytes:
+    """The JSON header bytes, byte-identical to fastjson's output for the same command."""
+    obj: dict[str, object] = {"code": _check_int("code", cmd.code, _I32_MIN, _I32_MAX)}
+    if cmd.ext_fields is not None:
+        obj["extFields"] = dict(_ext_items(cmd))
+    obj["flag"] = _check_int("flag", cmd.flag, _I32_MIN, _I32_MAX)
+    obj["language"] = LANGUAGE_NAMES.get(cmd.language, cmd.language)
+    obj["opaque"] = _check_int("opaque", cmd.opaque, _I32_MIN, _I32_MAX)
+    if cmd.remark is not None:
+        obj["remark"] = cmd.remark
+    obj["serializeTypeCurrentRPC"] = "JSON"
+    obj["version"] = _check_int("version", cmd.version, _I32_MIN, _I32_MAX)
+    return _utf8(json.dumps(obj, separators=(",", ":"), ensure_ascii=False), "JSON header")
+
+
+_DECIMAL = re.compile(r"[+-]?[0-9]{1,19}")  # what Integer.parseInt-style readers accept, bounded
+
+
+def _json_int(obj: dict, key: str, default: int) -> int:
+    value = obj.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        raise FrameError(f"JSON header: {key} is a boolean")
+    if isinstance(value, float):
+        if not math.isfinite(value) or value != int(value):
+            raise FrameError(f"JSON header: {key}={value!r} is not an integer")
+        value = int(value)
+    elif isinstance(value, str):
+        if not _DECIMAL.fullmatch(value):
+            raise FrameError(f"JSON header: {key}={value!r} is not an integer")
+        value = int(value)
+    elif not isinstance(value, int):
+        raise FrameError(f"JSON header: {key} has type {type(value).__name__}")
+    if not _I32_MIN <= value <= _I32_MAX:
+        raise FrameError(f"JSON header: {key}={value} does not fit an int32")
+    return value
+
+
+def _json_language(value: object) -> int:
+    if value is None:
+        return LANGUAGE_JAVA
+    if isinstance(value, str):
+        return LANGUAGE_CODES.get(value, LANGUAGE_OTHER)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value if 0 <= value <= 0xFF else LANGUAGE_OTHER
+    raise FrameError(f"JSON header: language={value!r} is neither a name nor an ordinal")
+
+
+def decode_json_header(header: bytes) -> RemotingCommand:
+    """Decode a JSON header (leniently, see the module docstring); body and serialize_type left default.
+
+    Raises FrameError for bad UTF-8, bad JSON, a non-object, extFields that is not an object or null,
+    or a numeric field that is not an int32.
+    """
+    try:
+        text = bytes(header).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FrameError(f"JSON header is not valid UTF-8: {exc}") from None
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise FrameError(f"JSON header does not parse: {exc}") from None
+    if not isinstance(obj, dict):
+        raise FrameError(f"JSON header is a {type(obj).__name__}, not an object")
+    ext_raw = obj.get("extFields")
+    if ext_raw is None:
+        ext_fields = None
+    elif isinstance(ext_raw, dict):
+        ext_fields = {key: _to_text(value) for key, value in ext_raw.items() if value is not None}
+    else:
+        raise FrameError(f"JSON header: extFields is a {type(ext_raw).__name__}, not an object")
+    remark_raw = obj.get("remark")
+    return RemotingCommand(
+        code=_json_int(obj, "code", 0),
+        language=_json_language(obj.get("language")),
+        version=_json_int(obj, "version", 0),
+        opaque=_json_int(obj, "opaque", 0),
+        flag=_json_int(obj, "flag", 0),
+        remark=None if remark_raw is None else _to_text(remark_raw),
+        ext_fields=ext_fields,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# ROCKETMQ binary header, fast path
+
+_BIN_FIXED = struct.Struct(">hBhiii")  # code, language, version, opaque, flag, remark length: 17 bytes
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
+_FRAME_HEAD = struct.Struct(">II")
+
+
+def encode_rocketmq_header(cmd: RemotingCommand) -> bytes:
+    """The binary header bytes (RocketMQSerializable.rocketMQProtocolEncode). Raises EncodeError for a code
+    or version outside int16, a language outside a byte, or a key over 32767 bytes."""
+    remark = _utf8(cmd.remark, "remark") if cmd.remark else b""
+    parts = []
+    for key, value in _ext_items(cmd):
+        key_bytes = _utf8(key, "extFields key")
+        value_bytes = _utf8(value, f"extFields[{key!r}]")
+        if len(key_bytes) > _I16_MAX:
+            raise EncodeError(f"extFields key of {len(key_bytes)} bytes does not fit a short length")
+        parts += (_I16.pack(len(key_bytes)), key_bytes, _I32.pack(len(value_bytes)), value_bytes)
+    ext = b"".join(parts)
+    fixed = _BIN_FIXED.pack(
+        _check_int("code", cmd.code, _I16_MIN, _I16_MAX),
+        _check_int("language", cmd.language, 0, 0xFF),
+        _check_int("version", cmd.version, _I16_MIN, _I16_MAX),
+        _check_int("opaque", cmd.opaque, _I32_MIN, _I32_MAX),
+        _check_int("flag", cmd.flag, _I32_MIN, _I32_MAX),
+        len(remark),
+    )
+    return b"".join((fixed, remark, _I32.pack(len(ext)), ext))
+
+
+def _read_text(header, pos: int, size: int, what: str) -> str:
+    try:
+        return bytes(header[pos:pos + size]).decode("utf-8")
+    except UnicodeDecodeError:
+        raise FrameError(f"ROCKETMQ header: {what} is not valid UTF-8") from None
+
+
+def decode_rocketmq_header(header) -> RemotingCommand:
+    """Decode a binary header; every length is checked against what is left before it is used.
+
+    Raises FrameError for a header shorter than its fixed part, a negative length, a length past the
+    header or the ext block, or bad UTF-8.
+    """
+    size = len(header)
+    if size < _BIN_FIXED.size + 4:
+        raise FrameError(f"ROCKETMQ header: {size} bytes, the fixed part needs {_BIN_FIXED.size + 4}")
+    code, language, version, opaque, flag, remark_size = _BIN_FIXED.unpack_from(header, 0)
+    pos = _BIN_FIXED.size
+    if remark_size < 0 or remark_size > size - pos - 4:
+        raise FrameError(f"ROCKETMQ header: remark length {remark_size} past the header ({size - pos - 4} left)")
+    remark = _read_text(header, pos, remark_size, "remark") if remark_size else None
+    pos += remark_size
+    (ext_size,) = _I32.unpack_from(header, pos)
+    pos += 4
+    if ext_size < 0 or ext_size > size - pos:
+        raise FrameError(f"ROCKETMQ header: ext length {ext_size} past the header ({size - pos} left)")
+    ext_fields = None
+    if ext_size:
+        ext_fields = {}
+        ext_end = pos + ext_size
+        while pos < ext_end:
+            if ext_end - pos < 2:
+                raise FrameError(f"ROCKETMQ header: ext entry @{pos} cut inside its key length")
+            (key_size,) = _I16.unpack_from(header, pos)
+            pos += 2
+            if key_size < 0 or key_size > ext_end - pos - 4:
+                raise FrameError(f"ROCKETMQ header: ext key length {key_size} past the ext block")
+            key = _read_text(header, pos, key_size, "ext key")
+            pos += key_size
+            (value_size,) = _I32.unpack_from(header, pos)
+            pos += 4
+            if value_size < 0 or value_size > ext_end - pos:
+                raise FrameError(f"ROCKETMQ header: ext value length {value_size} past the ext block")
+            ext_fields[key] = _read_text(header, pos, value_size, f"ext value of {key!r}")
+            pos += value_size
+    return RemotingCommand(code=code, language=language, version=version, opaque=opaque, flag=flag, remark=remark, ext_fields=ext_fields)
+
+
+# --------------------------------------------------------------------------------------------------
+# Frames, fast path
+
+
+def _encode_header(cmd: RemotingCommand) -> bytes:
+    if cmd.serialize_type == SERIALIZE_JSON:
+        return encode_json_header(cmd)
+    if cmd.serialize_type == SERIALIZE_ROCKETMQ:
+        return encode_rocketmq_header(cmd)
+    raise EncodeError(f"unknown serialize type {cmd.serialize_type!r}")
+
+
+def encode_frame(cmd: RemotingCommand) -> bytes:
+    """The whole frame, length prefix included. Raises EncodeError if a field does not fit or the frame
+    would exceed FRAME_SIZE_MAX."""
+    header = _encode_header(cmd)
+    body = bytes(cmd.body) if cmd.body else b""
+    if len(header) > HEADER_LENGTH_MAX:
+        raise EncodeError(f"header of {len(header)} bytes exceeds {HEADER_LENGTH_MAX}")
+    total_length = 4 + len(header) + len(body)
+    if FRAME_PREFIX_SIZE + total_length > FRAME_SIZE_MAX:
+        raise EncodeError(f"frame of {FRAME_PREFIX_SIZE + total_length} bytes exceeds FRAME_SIZE_MAX {FRAME_SIZE_MAX}")
+    return b"".join((_FRAME_HEAD.pack(total_length, (cmd.serialize_type << 24) | len(header)), header, body))
+
+
+def frame_payload_size(prefix) -> int:
+    """TOTALLENGTH from the first 4 bytes of a frame: how many bytes follow. What a stream reader calls
+    before buffering a frame. Raises FrameTruncatedError (< 4 bytes) or FrameError (over FRAME_SIZE_MAX)."""
+    if len(prefix) < FRAME_PREFIX_SIZE:
+        raise FrameTruncatedError(f"frame: {len(prefix)} bytes, the length prefix needs 4")
+    (total_length,) = _U32.unpack_from(prefix, 0)
+    if FRAME_PREFIX_SIZE + total_length > FRAME_SIZE_MAX:
+        raise FrameError(f"frame length {total_length} + 4 exceeds FRAME_SIZE_MAX {FRAME_SIZE_MAX}")
+    return total_length
+
+
+def decode_frame_payload(payload) -> RemotingCommand:
+    """Decode a frame without its 4-byte length prefix (what a length-field decoder hands over).
+
+    Raises FrameTruncatedError (shorter than 4, or HEADERLENGTH past the end), FrameError (over
+    FRAME_SIZE_MAX, unknown serialize type, or any header error of the two decoders).
+    """
+    size = len(payload)
+    if FRAME_PREFIX_SIZE + size > FRAME_SIZE_MAX:
+        raise FrameError(f"frame payload of {size} bytes exceeds FRAME_SIZE_MAX {FRAME_SIZE_MAX}")
+    if size < 4:
+        raise FrameTruncatedError(f"frame payload: {size} bytes, the type/header-length word needs 4")
+    (word,) = _U32.unpack_from(payload, 0)
+    serialize_type = word >> 24
+    header_size = word & HEADER_LENGTH_MAX
+    if header_size > size - 4:
+        raise FrameTruncatedError(f"frame: header length {header_size} past the end ({size - 4} bytes left)")
+    header = payload[4:4 + header_size]
+    if serialize_type == SERIALIZE_JSON:
+        cmd = decode_json_header(header)
+    elif serialize_type == SERIALIZE_ROCKETMQ:
+        cmd = decode_rocketmq_header(header)
+    else:
+        raise FrameError(f"frame: unknown serialize type {serialize_type}")
+    cmd.serialize_type = serialize_type
+    cmd.body = bytes(payload[4 + header_size:])
+    return cmd
+
+
+def decode_frame(frame) -> RemotingCommand:
+    """Decode exactly one whole frame, length prefix included. Raises FrameTruncatedError if it is shorter
+    than its prefix says, FrameError if longer, or what decode_frame_payload raises."""
+    total_length = frame_payload_size(frame)
+    available = len(frame) - FRAME_PREFIX_SIZE
+    if available < total_length:
+        raise FrameTruncatedError(f"frame: length prefix says {total_length}, {available} bytes follow")
+    if available > total_length:
+        raise FrameError(f"frame: length prefix says {total_length}, {available} bytes follow")
+    return decode_frame_payload(memoryview(frame)[FRAME_PREFIX_SIZE:])
+
+
+# --------------------------------------------------------------------------------------------------
+# Frames through the declarations (reference for tests and tools; not for the hot path)
+
+
+def encode_frame_reference(cmd: RemotingCommand) -> bytes:
+    """encode_frame through RocketMQHeader/Frame; same bytes, same EncodeErrors for range problems."""
+    if cmd.serialize_type == SERIALIZE_ROCKETMQ:
+        for name, value, low, high in (
+            ("code", cmd.code, _I16_MIN, _I16_MAX),
+            ("language", cmd.language, 0, 0xFF),
+            ("version", cmd.version, _I16_MIN, _I16_MAX),
+            ("opaque", cmd.opaque, _I32_MIN, _I32_MAX),
+            ("flag", cmd.flag, _I32_MIN, _I32_MAX),
+        ):
+            _check_int(name, value, low, high)
+        header = RocketMQHeader.build(
+            Container(
+                code=cmd.code,
+                language=cmd.language,
+                version=cmd.version,
+                opaque=cmd.opaque,
+                flag=cmd.flag,
+                remark=cmd.remark or "",
+                ext_fields=ListContainer(Container(key=key, value=value) for key, value in _ext_items(cmd)),
+            )
+        )
+    else:
+        header = _encode_header(cmd)
+    return Frame.build(Container(serialize_type=cmd.serialize_type, header=header, body=bytes(cmd.body)))
+
+
+def decode_frame_payload_reference(payload) -> RemotingCommand:
+    """decode_frame_payload through Frame/RocketMQHeader; raises FrameError for anything malformed."""
+    payload = bytes(payload)
+    try:
+        frame = Frame.parse(_U32.pack(len(payload)) + payload)
+    except ConstructError as exc:
+        raise FrameError(f"frame (reference decoder): {exc}") from None
+    if frame.serialize_type == SERIALIZE_JSON:
+        cmd = decode_json_header(frame.header)
+    elif frame.serialize_type == SERIALIZE_ROCKETMQ:
+        try:
+            parsed = RocketMQHeader.parse(frame.header)
+        except (ConstructError, UnicodeDecodeError) as exc:
+            raise FrameError(f"ROCKETMQ header (reference decoder): {exc}") from None
+        cmd = RemotingCommand(
+            code=parsed.code,
+            language=parsed.language,
+            version=parsed.version,
+            opaque=parsed.opaque,
+            flag=parsed.flag,
+            remark=parsed.remark or None,
+            ext_fields={entry.key: entry.value for entry in parsed.ext_fields} if parsed.ext_fields else None,
+        )
+    else:
+        raise FrameError(f"frame: unknown serialize type {frame.serialize_type}")
+    cmd.serialize_type = frame.serialize_type
+    cmd.body = frame.body
+    return cmd
