@@ -419,6 +419,21 @@ uint64_t mq_ctl_stat(void *mem, int which) {
     return which == 0 ? c->stat_owner_dead : which == 1 ? c->stat_replays : 0;
 }
 
+int mq_ctl_debug_lock_and_hold(void *mem, uint32_t slot, uint64_t journal_bytes) {
+    mq_ctl *c = ctl_of(mem);
+    if (slot >= MQ_QUEUE_SLOTS) return MQ_E_INVAL;
+    int rc = ctl_lock(c);
+    if (rc) return rc;
+    if (journal_bytes) {
+        c->j_slot = slot;
+        c->j_next_qoff = c->slots[slot].field[MQ_Q_NEXT_OFFSET] + 1;
+        c->j_write_pos = c->pos[MQ_POS_WRITE] + journal_bytes;
+        c->j_store_ts = (int64_t)c->pos[MQ_POS_LAST_STORE_TS];
+        __atomic_store_n(&c->j_valid, 1, __ATOMIC_RELEASE);
+    }
+    return MQ_OK;   /* returns holding the lock: the caller is about to be killed */
+}
+
 /* ---- topic-queue table (open addressing; slots are never removed) -------- */
 static uint64_t slot_hash(const char *t, uint32_t n, int32_t qid) {
     uint64_t h = 1469598103934665603ull;

@@ -163,6 +163,10 @@ void     mq_ctl_wake(void *mem, int seq);
 int      mq_ctl_fatal(void *mem, char *msg_out, size_t msg_cap);   /* 0 if healthy, else the sticky errno */
 int      mq_ctl_set_fatal(void *mem, int err, const char *msg);
 uint64_t mq_ctl_stat(void *mem, int which);                        /* 0: owner-dead recoveries, 1: journal replays */
+/* Fault injection for tests only: takes the append lock and returns holding it,
+ * optionally with a complete journal that moves write_pos by `journal_bytes`
+ * over bytes the caller already wrote (so the next locker must replay it). */
+int      mq_ctl_debug_lock_and_hold(void *mem, uint32_t slot, uint64_t journal_bytes);
 
 /* topic-queue table */
 int      mq_queue_lookup(void *mem, const char *topic, uint32_t topic_len, int32_t queue_id,
