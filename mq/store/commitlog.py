@@ -19,7 +19,7 @@ import threading
 from dataclasses import dataclass
 
 from . import control as C
-from .native import ffi, lib, check, OutOfRange
+from .native import ffi, lib, check, OutOfRange, StoreFatal
 
 log = logging.getLogger("mq.store.commitlog")
 
@@ -166,9 +166,16 @@ class CommitLog:
         req = self._req(topic.encode(), queue_id, sys_flag, born_ts_ms, born_host, born_port,
                         reconsume_times, prepared_tx_offset, b"", keep)
         out = ffi.new("mq_append_out[1]")
-        check(lib.mq_commitlog_append_one(self._h, req, flag, body, len(body), properties,
-                                          len(properties), out), f"append to {topic}:{queue_id}")
+        self._check_append(lib.mq_commitlog_append_one(self._h, req, flag, body, len(body), properties,
+                                                       len(properties), out), topic, queue_id)
         return AppendResult(out, 1)
+
+    def _check_append(self, rc: int, topic: str, queue_id: int) -> None:
+        if rc == lib.MQ_E_FATAL:
+            raise StoreFatal(f"the store refuses writes after an earlier failure: {self.ctl.fatal()}")
+        if rc == lib.MQ_E_NOSPACE or rc == lib.MQ_E_IO:
+            check(rc, f"append to {topic}:{queue_id}: {os.strerror(self.errno())}")
+        check(rc, f"append to {topic}:{queue_id}")
 
     def append_batch(self, topic: str, queue_id: int, batch_body: bytes, *, sys_flag: int = 0,
                      born_ts_ms: int = 0, born_host: str = "127.0.0.1", born_port: int = 0,
@@ -180,8 +187,8 @@ class CommitLog:
                         0, 0, extra_props, keep)
         out = self._out()
         n = ffi.new("uint32_t *")
-        check(lib.mq_commitlog_append_batch(self._h, req, batch_body, len(batch_body), out,
-                                            BATCH_MSGS_MAX, n), f"batch append to {topic}:{queue_id}")
+        self._check_append(lib.mq_commitlog_append_batch(self._h, req, batch_body, len(batch_body), out,
+                                                         BATCH_MSGS_MAX, n), topic, queue_id)
         # the thread-local array is reused by the next call: hand out a copy
         res = ffi.new("mq_append_out[]", n[0])
         ffi.memmove(res, out, ffi.sizeof("mq_append_out") * n[0])

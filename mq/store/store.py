@@ -175,11 +175,15 @@ class MessageStore:
             self._lock_fd = None
             raise StoreError(f"store {self.root} is in use by another process (lock file held)") from None
         self.owner = True
-        self.ctl = C.ControlBlock(self.root, cfg.mappedFileSizeCommitLog, create=True)
-        self._open_handles(cq_writable=True)
-        self.dispatcher = Dispatcher(self.cl, self.cqs, cfg.delay_levels_ms, self.checkpoint,
-                                     cfg.flushIntervalConsumeQueue, cfg.flushConsumeQueueThoroughInterval)
-        self.recovery = self._recover()
+        try:
+            self.ctl = C.ControlBlock(self.root, cfg.mappedFileSizeCommitLog, create=True)
+            self._open_handles(cq_writable=True)
+            self.dispatcher = Dispatcher(self.cl, self.cqs, cfg.delay_levels_ms, self.checkpoint,
+                                         cfg.flushIntervalConsumeQueue, cfg.flushConsumeQueueThoroughInterval)
+            self.recovery = self._recover()
+        except BaseException:
+            self._release_handles()
+            raise
         # running from here on: a crash from now leaves the abort file behind
         with open(self.abort_path, "w"):
             pass
@@ -472,10 +476,13 @@ class MessageStore:
             else:
                 log.error("store not closed cleanly (fatal=%s); the next start recovers abnormally",
                           self.ctl.fatal())
-        self.cqs.close()
-        self.cl.close()
-        self.checkpoint.close()
-        self.ctl.close()
+        self._release_handles()
+
+    def _release_handles(self) -> None:
+        self.dispatcher = None   # holds a scanner array into the CommitLog handle
+        for h in (self.cqs, self.cl, self.checkpoint, self.ctl):
+            if h is not None:
+                h.close()
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
