@@ -1,0 +1,1 @@
+"""Command-line entry points (mqnamesrv, mqbroker, mqadmin arrive with the broker)."""
