@@ -175,7 +175,14 @@ class CommitLog:
             raise StoreFatal(f"the store refuses writes after an earlier failure: {self.ctl.fatal()}")
         if rc == lib.MQ_E_NOSPACE or rc == lib.MQ_E_IO:
             check(rc, f"append to {topic}:{queue_id}: {os.strerror(self.errno())}")
-        check(rc, f"append to {topic}:{queue_id}")
+        why = {
+            lib.MQ_E_MSG_ILLEGAL: f"body empty or over maxMessageSize ({self.max_message_size} bytes), "
+                                  "or a malformed batch",
+            lib.MQ_E_TOPIC_ILLEGAL: "topic empty, over 127 bytes or outside [%|a-zA-Z0-9_-]",
+            lib.MQ_E_PROPS_TOO_LONG: "properties over 32767 bytes",
+            lib.MQ_E_TOO_BIG: f"record larger than a CommitLog file ({self.file_size} bytes)",
+        }.get(rc, "")
+        check(rc, f"append to {topic}:{queue_id} refused: {why}" if why else f"append to {topic}:{queue_id}")
 
     def append_batch(self, topic: str, queue_id: int, batch_body: bytes, *, sys_flag: int = 0,
                      born_ts_ms: int = 0, born_host: str = "127.0.0.1", born_port: int = 0,
