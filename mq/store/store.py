@@ -387,13 +387,25 @@ class MessageStore:
                 return PutResult(PutStatus.FLUSH_DISK_TIMEOUT, res, self.ctl.fatal() or "flush timed out")
         return PutResult(PutStatus.PUT_OK, res)
 
-    async def put_async(self, topic: str, queue_id: int, body: bytes, properties: bytes = b"", **kw) -> PutResult:
-        """Like put, but waits for the flush without blocking the event loop."""
+    async def put_async(self, topic: str, queue_id: int, body: bytes, properties: bytes = b"", *,
+                        wait: bool | None = None, **kw) -> PutResult:
+        """Like put, but waits for the flush without blocking the event loop.
+        `wait` overrides the WAIT property (the broker strips WAIT before storing)."""
         try:
             res = self.cl.append(topic, queue_id, body, properties, **kw)
         except StoreError as e:
             return _put_error(e)
-        if self.config.flushDiskType == "SYNC_FLUSH" and self._wait_kind(properties):
+        return await self._after_put_async(res, self._wait_kind(properties) if wait is None else wait)
+
+    async def put_batch_async(self, topic: str, queue_id: int, batch_body: bytes, **kw) -> PutResult:
+        try:
+            res = self.cl.append_batch(topic, queue_id, batch_body, **kw)
+        except StoreError as e:
+            return _put_error(e)
+        return await self._after_put_async(res, True)
+
+    async def _after_put_async(self, res: AppendResult, wait: bool) -> PutResult:
+        if self.config.flushDiskType == "SYNC_FLUSH" and wait:
             ok = await self.flush_waiter.wait_async(res.end_offset, self.config.syncFlushTimeout / 1000)
             if not ok:
                 return PutResult(PutStatus.FLUSH_DISK_TIMEOUT, res, self.ctl.fatal() or "flush timed out")

@@ -1,0 +1,272 @@
+"""Client management, offsets and admin codes (spec 2.3, 2.4):
+HEART_BEAT 34, UNREGISTER_CLIENT 35, GET_CONSUMER_LIST_BY_GROUP 38,
+QUERY_CONSUMER_OFFSET 14, UPDATE_CONSUMER_OFFSET 15, SEARCH_OFFSET_BY_TIMESTAMP 29,
+GET_MAX_OFFSET 30, GET_MIN_OFFSET 31, GET_EARLIEST_MSG_STORETIME 32,
+LOCK_BATCH_MQ 41, UNLOCK_BATCH_MQ 42, UPDATE_AND_CREATE_TOPIC 17,
+DELETE_TOPIC_IN_BROKER 215, GET_ALL_TOPIC_CONFIG 21, GET_ALL_CONSUMER_OFFSET 43,
+GET_ALL_DELAY_OFFSET 45, GET_ALL_SUBSCRIPTIONGROUP_CONFIG 201,
+UPDATE_AND_CREATE_SUBSCRIPTIONGROUP 200, GET_BROKER_RUNTIME_INFO 28,
+GET_BROKER_CONFIG 26, VIEW_MESSAGE_BY_ID 33, GET_TOPIC_STATS_INFO 202,
+GET_CONSUME_STATS 208."""
+from __future__ import annotations
+
+import logging
+import time
+
+from mq.remoting import ResponseCode as RC, make_response
+from mq.store import StoreError
+
+from .metadata import dumps, topic_config
+from .send import BadRequest, as_bool, as_int, TOPIC_RE, TOPIC_LEN_MAX
+
+log = logging.getLogger("mq.broker.admin")
+
+LOCK_MAX_LIVE_MS = 60_000
+
+
+def _json_body(cmd) -> dict:
+    if not cmd.body:
+        return {}
+    try:
+        from mq.store.configfile import loads_lenient
+        data = loads_lenient(cmd.body.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise BadRequest(RC.INVALID_PARAMETER, f"body is not JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise BadRequest(RC.INVALID_PARAMETER, "body is not a JSON object")
+    return data
+
+
+class AdminProcessor:
+    def __init__(self, broker):
+        self.broker = broker
+        self.config = broker.config
+        self.store = broker.store
+        self.meta = broker.meta
+        self.locks: dict[tuple, tuple[str, float]] = {}
+
+    def handlers(self) -> dict:
+        from mq.remoting import RequestCode as R
+        return {
+            R.HEART_BEAT: self.heartbeat, R.UNREGISTER_CLIENT: self.unregister_client,
+            R.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list, R.QUERY_CONSUMER_OFFSET: self.query_offset,
+            R.UPDATE_CONSUMER_OFFSET: self.update_offset, R.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset,
+            R.GET_MAX_OFFSET: self.max_offset, R.GET_MIN_OFFSET: self.min_offset,
+            R.GET_EARLIEST_MSG_STORETIME: self.earliest_time, R.LOCK_BATCH_MQ: self.lock_batch,
+            R.UNLOCK_BATCH_MQ: self.unlock_batch, R.UPDATE_AND_CREATE_TOPIC: self.update_topic,
+            R.DELETE_TOPIC_IN_BROKER: self.delete_topic, R.GET_ALL_TOPIC_CONFIG: self.all_topics,
+            R.GET_ALL_CONSUMER_OFFSET: self.all_offsets, R.GET_ALL_DELAY_OFFSET: self.all_delay,
+            R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.all_groups,
+            R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.update_group,
+            R.GET_BROKER_RUNTIME_INFO: self.runtime_info, R.GET_BROKER_CONFIG: self.broker_config,
+            R.VIEW_MESSAGE_BY_ID: self.view_message, R.GET_TOPIC_STATS_INFO: self.topic_stats,
+            R.GET_CONSUME_STATS: self.consume_stats,
+        }
+
+    # ---- clients ------------------------------------------------------------------------
+    async def heartbeat(self, conn, cmd):
+        body = _json_body(cmd)
+        await self.meta.heartbeat(body, self.broker.conn_key(conn))
+        return make_response(cmd, RC.SUCCESS)
+
+    async def unregister_client(self, conn, cmd):
+        h = cmd.ext_fields or {}
+        await self.meta.unregister_client(h.get("clientID", ""), h.get("producerGroup"), h.get("consumerGroup"))
+        return make_response(cmd, RC.SUCCESS)
+
+    async def consumer_list(self, conn, cmd):
+        group = (cmd.ext_fields or {}).get("consumerGroup", "")
+        ids = await self.meta.consumer_ids(group)
+        if not ids:
+            return make_response(cmd, RC.SYSTEM_ERROR, f"no consumer for this group, {group}")
+        return make_response(cmd, RC.SUCCESS, body=dumps({"consumerIdList": ids}))
+
+    # ---- offsets --------------------------------------------------------------------------
+    def _gtq(self, cmd) -> tuple[str, str, int]:
+        h = cmd.ext_fields or {}
+        try:
+            return h.get("consumerGroup", ""), h["topic"], as_int(h["queueId"])
+        except (KeyError, ValueError) as e:
+            raise BadRequest(RC.INVALID_PARAMETER, f"bad header: {e}") from None
+
+    async def query_offset(self, conn, cmd):
+        group, topic, qid = self._gtq(cmd)
+        off = await self.meta.query_offset(group, topic, qid)
+        if off is not None:
+            return make_response(cmd, RC.SUCCESS, ext={"offset": off})
+        if self.store.min_offset(topic, qid) <= 0:
+            return make_response(cmd, RC.SUCCESS, ext={"offset": 0})
+        return make_response(cmd, RC.QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
+
+    async def update_offset(self, conn, cmd):
+        group, topic, qid = self._gtq(cmd)
+        try:
+            off = as_int((cmd.ext_fields or {})["commitOffset"])
+        except (KeyError, ValueError) as e:
+            return make_response(cmd, RC.INVALID_PARAMETER, f"bad header: {e}")
+        if self.config.brokerRole != "SLAVE":
+            await self.meta.commit_offset(group, topic, qid, off)
+        return make_response(cmd, RC.SUCCESS)
+
+    async def search_offset(self, conn, cmd):
+        _, topic, qid = self._gtq(cmd)
+        ts = as_int((cmd.ext_fields or {}).get("timestamp"), 0)
+        return make_response(cmd, RC.SUCCESS, ext={"offset": self.store.search_offset_by_time(topic, qid, ts)})
+
+    async def max_offset(self, conn, cmd):
+        _, topic, qid = self._gtq(cmd)
+        return make_response(cmd, RC.SUCCESS, ext={"offset": self.store.max_offset(topic, qid)})
+
+    async def min_offset(self, conn, cmd):
+        _, topic, qid = self._gtq(cmd)
+        cq = self.store.cqs.get(topic, qid)
+        return make_response(cmd, RC.SUCCESS, ext={"offset": cq.min_offset if cq.slot is not None else -1})
+
+    async def earliest_time(self, conn, cmd):
+        _, topic, qid = self._gtq(cmd)
+        cq = self.store.cqs.get(topic, qid)
+        e = cq.entry(cq.min_offset)
+        ts = self.store._store_ts_at(e[0]) if e else None
+        if ts is None:
+            return make_response(cmd, RC.SYSTEM_ERROR, f"no message in queue {topic}:{qid}")
+        return make_response(cmd, RC.SUCCESS, ext={"timestamp": ts})
+
+    # ---- ordered consumption locks -------------------------------------------------------------
+    async def lock_batch(self, conn, cmd):
+        body = _json_body(cmd)
+        group, client = body.get("consumerGroup", ""), body.get("clientId", "")
+        now = time.monotonic() * 1000
+        ok = []
+        for mq in body.get("mqSet") or []:
+            key = (group, mq.get("topic"), mq.get("brokerName"), int(mq.get("queueId", 0)))
+            holder = self.locks.get(key)
+            if holder is None or holder[0] == client or now - holder[1] > LOCK_MAX_LIVE_MS:
+                self.locks[key] = (client, now)
+                ok.append(mq)
+        return make_response(cmd, RC.SUCCESS, body=dumps({"lockOKMQSet": ok}))
+
+    async def unlock_batch(self, conn, cmd):
+        body = _json_body(cmd)
+        group, client = body.get("consumerGroup", ""), body.get("clientId", "")
+        for mq in body.get("mqSet") or []:
+            key = (group, mq.get("topic"), mq.get("brokerName"), int(mq.get("queueId", 0)))
+            if self.locks.get(key, ("",))[0] == client:
+                del self.locks[key]
+        return make_response(cmd, RC.SUCCESS)
+
+    # ---- topics and groups ------------------------------------------------------------------------
+    async def update_topic(self, conn, cmd):
+        if self.config.brokerRole == "SLAVE":
+            return make_response(cmd, RC.SYSTEM_ERROR, "Can't modify topic or subscription group from slave broker")
+        h = cmd.ext_fields or {}
+        topic = h.get("topic", "")
+        if not topic or len(topic) > TOPIC_LEN_MAX or not TOPIC_RE.match(topic):
+            return make_response(cmd, RC.INVALID_PARAMETER, f"topic [{topic}] is illegal")
+        if topic == h.get("defaultTopic", "TBW102") and topic != "TBW102":
+            return make_response(cmd, RC.SYSTEM_ERROR, f"the topic[{topic}] is conflict with system reserved words.")
+        try:
+            read, write = as_int(h.get("readQueueNums"), 8), as_int(h.get("writeQueueNums"), 8)
+            perm = as_int(h.get("perm"), 6)
+        except ValueError as e:
+            return make_response(cmd, RC.INVALID_PARAMETER, f"bad header: {e}")
+        if not (1 <= read <= 1024 and 1 <= write <= 1024):
+            return make_response(cmd, RC.INVALID_PARAMETER, "queue numbers must be between 1 and 1024")
+        tc = topic_config(topic, read, write, perm, as_int(h.get("topicSysFlag"), 0), as_bool(h.get("order")))
+        tc["topicFilterType"] = h.get("topicFilterType") or "SINGLE_TAG"
+        await self.meta.put_topic(tc)
+        self.broker.register_soon()
+        return make_response(cmd, RC.SUCCESS)
+
+    async def delete_topic(self, conn, cmd):
+        topic = (cmd.ext_fields or {}).get("topic", "")
+        await self.meta.delete_topic(topic)
+        self.broker.register_soon()
+        return make_response(cmd, RC.SUCCESS)
+
+    async def update_group(self, conn, cmd):
+        body = _json_body(cmd)
+        if not body.get("groupName"):
+            return make_response(cmd, RC.INVALID_PARAMETER, "groupName missing")
+        await self.meta.put_group(body)
+        return make_response(cmd, RC.SUCCESS)
+
+    async def all_topics(self, conn, cmd):
+        return make_response(cmd, RC.SUCCESS, body=dumps(await self.meta.topics_wrapper()))
+
+    async def all_offsets(self, conn, cmd):
+        return make_response(cmd, RC.SUCCESS, body=dumps(await self.meta.offsets_wrapper()))
+
+    async def all_delay(self, conn, cmd):
+        return make_response(cmd, RC.SUCCESS, body=dumps(await self.meta.delay_wrapper()))
+
+    async def all_groups(self, conn, cmd):
+        return make_response(cmd, RC.SUCCESS, body=dumps(await self.meta.groups_wrapper()))
+
+    # ---- status --------------------------------------------------------------------------------------
+    async def runtime_info(self, conn, cmd):
+        from mq.store import control as C
+        ctl = self.store.ctl
+        table = {
+            "brokerVersionDesc": "V4_9_8", "brokerVersion": "409",
+            "brokerRole": self.config.brokerRole, "brokerId": str(self.config.brokerId),
+            "commitLogMaxOffset": str(ctl.get(C.POS_WRITE)), "commitLogMinOffset": str(ctl.get(C.POS_MIN)),
+            "flushedOffset": str(ctl.get(C.POS_FLUSHED)), "dispatchedOffset": str(ctl.get(C.POS_DISPATCHED)),
+            "putTps": "0.0 0.0 0.0", "getTransferedTps": "0.0 0.0 0.0",
+            "sendThreadPoolQueueSize": "0", "pullThreadPoolQueueSize": "0",
+            "pageCacheLockTimeMills": "0", "commitLogDiskRatio": "%.4f" % _disk_ratio(self.store),
+            "bootTimestamp": str(self.broker.boot_ms), "flushDiskType": self.config.flushDiskType,
+        }
+        table.update(self.broker.extra_runtime_info())
+        return make_response(cmd, RC.SUCCESS, body=dumps({"table": table}))
+
+    async def broker_config(self, conn, cmd):
+        return make_response(cmd, RC.SUCCESS, body=self.config.as_properties().encode())
+
+    async def view_message(self, conn, cmd):
+        try:
+            off = as_int((cmd.ext_fields or {})["offset"])
+            view = self.store.cl.read_record(off)
+        except (KeyError, ValueError, StoreError) as e:
+            return make_response(cmd, RC.SYSTEM_ERROR, f"no message at that offset: {e}")
+        return make_response(cmd, RC.SUCCESS, body=bytes(view))
+
+    async def topic_stats(self, conn, cmd):
+        """Our own JSON shape (RocketMQ keys a map by MessageQueue objects):
+        {"offsetTable":[{"topic","brokerName","queueId","minOffset","maxOffset","lastUpdateTimestamp"}]}"""
+        topic = (cmd.ext_fields or {}).get("topic", "")
+        tc = await self.meta.topic(topic)
+        if tc is None:
+            return make_response(cmd, RC.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
+        rows = []
+        for q in range(tc["writeQueueNums"]):
+            cq = self.store.cqs.get(topic, q)
+            rows.append({"topic": topic, "brokerName": self.config.brokerName, "queueId": q,
+                         "minOffset": cq.min_offset, "maxOffset": cq.max_offset, "lastUpdateTimestamp": 0})
+        return make_response(cmd, RC.SUCCESS, body=dumps({"offsetTable": rows}))
+
+    async def consume_stats(self, conn, cmd):
+        """Per queue of the group's topics: broker offset, consumer offset, lag."""
+        h = cmd.ext_fields or {}
+        group = h.get("consumerGroup", "")
+        only = h.get("topic") or None
+        offsets = await self.meta.offsets_wrapper()
+        rows, total = [], 0
+        for key, table in offsets["offsetTable"].items():
+            topic, _, g = key.rpartition("@")
+            if g != group or (only and topic != only):
+                continue
+            for q, off in table.items():
+                mx = self.store.max_offset(topic, int(q))
+                rows.append({"topic": topic, "brokerName": self.config.brokerName, "queueId": int(q),
+                             "brokerOffset": mx, "consumerOffset": off})
+                total += max(0, mx - off)
+        return make_response(cmd, RC.SUCCESS, body=dumps({"offsetTable": rows, "consumeTps": 0.0, "diffTotal": total}))
+
+
+def _disk_ratio(store) -> float:
+    import shutil
+    u = shutil.disk_usage(store.config.commitlog_dir)
+    return u.used / u.total if u.total else 0.0
+
+
+__all__ = ["AdminProcessor"]

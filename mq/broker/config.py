@@ -1,0 +1,158 @@
+"""Broker options: RocketMQ's BrokerConfig keys and defaults (spec section 8),
+plus the store's (mq.store.config), declared once.  The table feeds
+`mqbroker -p`, GET_BROKER_CONFIG, validation of `-c` files and conf/broker.conf.
+
+Thread-pool keys map onto processes: sendMessageThreadPoolNums is the number
+of io worker processes (send and pull share a connection, so they share a
+process); pullMessageThreadPoolNums is accepted and only reported."""
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+from mq.store.config import STORE_OPTIONS, Option, StoreConfig
+
+
+def _port(v): return 3 <= v <= 65533
+
+
+def _default_ip() -> str:
+    """RocketMQ picks the first non-loopback IPv4; we advertise loopback unless
+    told otherwise, because tests and local clusters run on 127.0.0.1."""
+    return "127.0.0.1"
+
+
+BROKER_OPTIONS: list[Option] = [
+    Option("brokerClusterName", str, "DefaultCluster", "cluster this broker belongs to"),
+    Option("brokerName", str, socket.gethostname(), "broker group name (master and slaves share it)"),
+    Option("brokerId", int, 0, "0 for a master, > 0 for a slave", lambda v: v >= 0, "must be >= 0"),
+    Option("brokerRole", ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"), "ASYNC_MASTER", "replication role"),
+    Option("listenPort", int, 10911, "client port; the fast port is listenPort-2, HA is listenPort+1", _port,
+           "must be a port between 3 and 65533"),
+    Option("namesrvAddr", str, os.environ.get("NAMESRV_ADDR", ""), "name servers, host:port separated by ';'"),
+    Option("brokerIP1", str, _default_ip(), "address advertised to clients"),
+    Option("brokerIP2", str, "", "address advertised for HA (empty: brokerIP1)"),
+    Option("listenAddress", str, "0.0.0.0", "address the ports bind to (ours; RocketMQ binds all)"),
+    Option("defaultTopicQueueNums", int, 8, "queue count of auto-created topics (TBW102)", lambda v: 1 <= v <= 1024,
+           "must be between 1 and 1024"),
+    Option("autoCreateTopicEnable", bool, True, "create unknown topics on first send (TBW102 perm 7)"),
+    Option("autoCreateSubscriptionGroup", bool, True, "create unknown consumer groups on first use"),
+    Option("sendMessageThreadPoolNums", int, min(os.cpu_count() or 1, 4), "io worker processes",
+           lambda v: 1 <= v <= 64, "must be between 1 and 64"),
+    Option("pullMessageThreadPoolNums", int, 16 + 2 * (os.cpu_count() or 1), "accepted; pulls run in the io workers",
+           lambda v: v >= 1, "must be >= 1"),
+    Option("brokerPermission", int, 6, "PermName bits: 4 read, 2 write", lambda v: 0 <= v <= 15, "must be 0..15"),
+    Option("registerNameServerPeriod", int, 30000, "ms between registrations (clamped to 10..60 s)",
+           lambda v: v > 0, "must be > 0"),
+    Option("registerBrokerTimeoutMills", int, 6000, "ms a registration may take", lambda v: v > 0, "must be > 0"),
+    Option("longPollingEnable", bool, True, "hold pulls that find nothing until a message arrives"),
+    Option("shortPollingTimeMills", int, 1000, "hold time when long polling is off", lambda v: v > 0, "must be > 0"),
+    Option("slaveReadEnable", bool, False, "let consumers read from slaves"),
+    Option("accessMessageInMemoryMaxRatio", int, 40, "% of RAM above which reads count as from disk",
+           lambda v: 0 <= v <= 100, "must be 0..100"),
+    Option("maxTransferCountOnMessageInMemory", int, 32, "messages per pull when in memory", lambda v: v > 0, "> 0"),
+    Option("maxTransferBytesOnMessageInMemory", int, 262144, "bytes per pull when in memory", lambda v: v > 0, "> 0"),
+    Option("maxTransferCountOnMessageInDisk", int, 8, "messages per pull when on disk", lambda v: v > 0, "> 0"),
+    Option("maxTransferBytesOnMessageInDisk", int, 65536, "bytes per pull when on disk", lambda v: v > 0, "> 0"),
+    Option("flushConsumerOffsetInterval", int, 5000, "ms between consumer offset persists", lambda v: v > 0, "> 0"),
+    Option("flushDelayOffsetInterval", int, 10000, "ms between delay offset persists", lambda v: v > 0, "> 0"),
+    Option("regionId", str, "DefaultRegion", "MSG_REGION in send responses"),
+    Option("traceOn", bool, True, "TRACE_ON in send responses"),
+    Option("slaveTimeout", int, 3000, "ms a SYNC_MASTER send waits for the slave", lambda v: v > 0, "> 0"),
+    Option("haSendHeartbeatInterval", int, 5000, "ms between HA heartbeats", lambda v: v > 0, "> 0"),
+    Option("haHousekeepingInterval", int, 20000, "ms of HA silence before a connection is dropped",
+           lambda v: v > 0, "> 0"),
+    Option("haTransferBatchSize", int, 32768, "bytes per HA frame", lambda v: v > 0, "> 0"),
+    Option("haSlaveFallbehindMax", int, 268435456, "bytes a slave may lag before SLAVE_NOT_AVAILABLE",
+           lambda v: v > 0, "> 0"),
+    Option("haMasterAddress", str, "", "slave: the master's HA address (empty: learned from the name server)"),
+    Option("serverChannelMaxIdleTimeSeconds", int, 120, "idle client connections are closed after this",
+           lambda v: v > 0, "> 0"),
+    Option("rocketmqHome", str, "", "accepted for compatibility"),
+    Option("traceEnable", bool, False, "write per-request trace records (ours)"),
+]
+
+ALL_OPTIONS = {o.name: o for o in STORE_OPTIONS + BROKER_OPTIONS}
+# keys RocketMQ knows that we accept and ignore (they change nothing here)
+IGNORED_KEYS = {"messageIndexEnable", "messageIndexSafe", "transientStorePoolEnable", "transferMsgByHeap",
+                "cleanFileForciblyEnable", "offsetCheckInSlave", "serverWorkerThreads", "serverSelectorThreads",
+                "forceRegister", "compressedRegister", "enableDLegerCommitLog", "haListenPort",
+                "brokerFastFailureEnable", "waitTimeMillsInSendQueue", "useReentrantLockWhenPutMessage"}
+
+
+class BrokerConfig:
+    """The effective broker configuration; attribute names are RocketMQ's keys."""
+
+    def __init__(self, values: dict[str, Any] | None = None, warn=None):
+        for o in ALL_OPTIONS.values():
+            setattr(self, o.name, o.default)
+        self.unknown_keys: list[str] = []
+        for k, v in (values or {}).items():
+            if k in ALL_OPTIONS:
+                setattr(self, k, ALL_OPTIONS[k].parse(v))
+            elif k not in IGNORED_KEYS:
+                self.unknown_keys.append(k)
+                if warn:
+                    warn(f"unknown config key {k!r} ignored")
+        if self.brokerRole != "SLAVE":
+            self.brokerId = 0
+        elif self.brokerId <= 0:
+            raise ValueError("brokerId must be > 0 when brokerRole=SLAVE")
+        self.registerNameServerPeriod = max(10000, min(60000, self.registerNameServerPeriod))
+
+    @property
+    def fast_port(self) -> int:
+        return self.listenPort - 2
+
+    @property
+    def ha_port(self) -> int:
+        return self.listenPort + 1
+
+    @property
+    def broker_addr(self) -> str:
+        return f"{self.brokerIP1}:{self.listenPort}"
+
+    @property
+    def ha_server_addr(self) -> str:
+        return f"{self.brokerIP2 or self.brokerIP1}:{self.ha_port}"
+
+    @property
+    def namesrv_list(self) -> list[str]:
+        return [a.strip() for a in self.namesrvAddr.split(";") if a.strip()]
+
+    def store_config(self) -> StoreConfig:
+        return StoreConfig(**{o.name: getattr(self, o.name) for o in STORE_OPTIONS})
+
+    def as_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in ALL_OPTIONS}
+
+    def as_properties(self) -> str:
+        return "".join(f"{k}={_fmt(v)}\n" for k, v in sorted(self.as_dict().items()))
+
+
+def _fmt(v: Any) -> str:
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java-properties subset: key=value or key: value lines, # and ! comments."""
+    out = {}
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        for i, ch in enumerate(line):
+            if ch in "=:":
+                out[line[:i].strip()] = line[i + 1:].strip()
+                break
+        else:
+            raise ValueError(f"line {lineno}: expected key=value, got {raw!r}")
+    return out
+
+
+def load_config_file(path: str, overrides: dict[str, Any] | None = None, warn=None) -> BrokerConfig:
+    with open(path, encoding="utf-8") as f:
+        values: dict[str, Any] = parse_properties(f.read())
+    values.update(overrides or {})
+    return BrokerConfig(values, warn=warn)

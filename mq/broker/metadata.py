@@ -1,0 +1,333 @@
+"""Broker metadata: topics, subscription groups, consumer offsets, delay
+offsets and the live consumer/producer registry.
+
+Exactly one process owns it (the supervisor, or a single-process broker); io
+workers reach it through mq.broker.link.  It is persisted to
+<store>/config/{topics,subscriptionGroup,consumerOffset,delayOffset}.json in
+RocketMQ's shapes (so a RocketMQ broker can take over the directory), each
+write atomic (mq.store.configfile)."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+
+from mq.store.configfile import ConfigFile
+
+log = logging.getLogger("mq.broker.metadata")
+
+PERM_PRIORITY, PERM_READ, PERM_WRITE, PERM_INHERIT = 8, 4, 2, 1
+AUTO_CREATE_TOPIC = "TBW102"
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
+OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
+RETRY_PREFIX = "%RETRY%"
+DLQ_PREFIX = "%DLQ%"
+# producers may not send to these directly (NO_PERMISSION)
+SEND_PROTECTED_TOPICS = {SCHEDULE_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+                         "TRANS_CHECK_MAX_TIME_TOPIC", SELF_TEST_TOPIC, OFFSET_MOVED_EVENT}
+CHANNEL_EXPIRED_MS = 120_000
+DELAY_LEVELS_MAX = 18
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    return DLQ_PREFIX + group
+
+
+def topic_config(name: str, read: int, write: int, perm: int = 6, sys_flag: int = 0, order: bool = False) -> dict:
+    return {"order": order, "perm": perm, "readQueueNums": read, "topicFilterType": "SINGLE_TAG",
+            "topicName": name, "topicSysFlag": sys_flag, "writeQueueNums": write}
+
+
+def group_config(name: str) -> dict:
+    return {"brokerId": 0, "consumeBroadcastEnable": True, "consumeEnable": True, "consumeFromMinEnable": True,
+            "groupName": name, "notifyConsumerIdsChangedEnable": True, "retryMaxTimes": 16,
+            "retryQueueNums": 1, "whichBrokerWhenConsumeSlowly": 1}
+
+
+@dataclass
+class DataVersion:
+    counter: int = 0
+    timestamp: int = field(default_factory=lambda: int(time.time() * 1000))
+
+    def bump(self) -> None:
+        self.counter += 1
+        self.timestamp = int(time.time() * 1000)
+
+    def as_json(self) -> dict:
+        return {"counter": self.counter, "timestamp": self.timestamp}
+
+    @classmethod
+    def from_json(cls, d: dict | None) -> "DataVersion":
+        d = d or {}
+        return cls(int(d.get("counter", 0)), int(d.get("timestamp", 0)))
+
+
+@dataclass
+class ConsumerClient:
+    client_id: str
+    conn_key: tuple              # (worker id, connection id): where to push notifications
+    last_seen_ms: int
+    consume_type: str
+    message_model: str
+    consume_from_where: str
+    subscriptions: dict          # topic -> {"subString", "tagsSet", "subVersion"}
+
+
+_ENUMS = {
+    "consumeType": ["CONSUME_ACTIVELY", "CONSUME_PASSIVELY"],
+    "messageModel": ["BROADCASTING", "CLUSTERING"],
+    "consumeFromWhere": ["CONSUME_FROM_LAST_OFFSET", "CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST",
+                         "CONSUME_FROM_MIN_OFFSET", "CONSUME_FROM_MAX_OFFSET", "CONSUME_FROM_FIRST_OFFSET",
+                         "CONSUME_FROM_TIMESTAMP"],
+}
+
+
+def enum_name(kind: str, value) -> str:
+    """Heartbeat enums arrive as names (Java) or ordinals (C++): normalise to names."""
+    names = _ENUMS[kind]
+    if isinstance(value, int) or (isinstance(value, str) and value.isdigit()):
+        i = int(value)
+        return names[i] if 0 <= i < len(names) else str(value)
+    return str(value) if value is not None else names[0]
+
+
+class Metadata:
+    def __init__(self, config, config_dir: str):
+        self.config = config
+        self.dir = config_dir
+        os.makedirs(config_dir, exist_ok=True)
+        self._topics_file = ConfigFile(config_dir, "topics.json")
+        self._groups_file = ConfigFile(config_dir, "subscriptionGroup.json")
+        self._offsets_file = ConfigFile(config_dir, "consumerOffset.json")
+        self._delay_file = ConfigFile(config_dir, "delayOffset.json")
+        t = self._topics_file.load()
+        self.topics: dict[str, dict] = dict(t.get("topicConfigTable", {}))
+        self.topics_version = DataVersion.from_json(t.get("dataVersion"))
+        g = self._groups_file.load()
+        self.groups: dict[str, dict] = dict(g.get("subscriptionGroupTable", {}))
+        self.groups_version = DataVersion.from_json(g.get("dataVersion"))
+        o = self._offsets_file.load()
+        self.offsets: dict[str, dict[int, int]] = {
+            k: {int(q): int(v) for q, v in m.items()} for k, m in o.get("offsetTable", {}).items()}
+        d = self._delay_file.load()
+        self.delay_offsets: dict[int, int] = {int(k): int(v) for k, v in d.get("offsetTable", {}).items()}
+        self.consumers: dict[str, dict[str, ConsumerClient]] = {}   # group -> clientId -> client
+        self.producers: dict[str, dict[str, tuple]] = {}            # group -> clientId -> conn_key
+        self._offsets_dirty = False
+        self._init_system_topics()
+
+    # ---- topics ---------------------------------------------------------------------
+    def _init_system_topics(self) -> None:
+        cfg = self.config
+        wanted = {
+            SELF_TEST_TOPIC: topic_config(SELF_TEST_TOPIC, 1, 1),
+            OFFSET_MOVED_EVENT: topic_config(OFFSET_MOVED_EVENT, 1, 1),
+            SCHEDULE_TOPIC: topic_config(SCHEDULE_TOPIC, DELAY_LEVELS_MAX, DELAY_LEVELS_MAX),
+            cfg.brokerClusterName: topic_config(cfg.brokerClusterName, 16, 16, perm=PERM_INHERIT | PERM_WRITE | PERM_READ),
+            cfg.brokerName: topic_config(cfg.brokerName, 1, 1, perm=PERM_INHERIT | PERM_WRITE | PERM_READ),
+        }
+        if cfg.autoCreateTopicEnable:
+            wanted[AUTO_CREATE_TOPIC] = topic_config(AUTO_CREATE_TOPIC, cfg.defaultTopicQueueNums,
+                                                     cfg.defaultTopicQueueNums, perm=7)
+        changed = False
+        for name, tc in wanted.items():
+            if name not in self.topics:
+                self.topics[name] = tc
+                changed = True
+        if not cfg.autoCreateTopicEnable and AUTO_CREATE_TOPIC in self.topics:
+            del self.topics[AUTO_CREATE_TOPIC]
+            changed = True
+        if changed:
+            self.topics_version.bump()
+            self.persist_topics()
+
+    def topic(self, name: str) -> dict | None:
+        return self.topics.get(name)
+
+    def create_topic_on_send(self, topic: str, default_topic: str, queue_nums: int, sys_flag: int) -> dict | None:
+        """RocketMQ's createTopicInSendMessageMethod: inherit from default_topic
+        (which must exist with PERM_INHERIT).  Returns the config or None."""
+        tc = self.topics.get(topic)
+        if tc is not None:
+            return tc
+        base = self.topics.get(default_topic)
+        if base is None or not (base["perm"] & PERM_INHERIT):
+            return None
+        n = max(1, min(int(queue_nums), base["writeQueueNums"]))
+        tc = topic_config(topic, n, n, perm=base["perm"] & ~PERM_INHERIT, sys_flag=sys_flag)
+        return self.put_topic(tc)
+
+    def create_system_topic(self, topic: str, queues: int) -> dict:
+        """Retry and DLQ topics (retryQueueNums / 1 queue, perm 6)."""
+        tc = self.topics.get(topic)
+        if tc is None:
+            tc = self.put_topic(topic_config(topic, queues, queues))
+        return tc
+
+    def put_topic(self, tc: dict) -> dict:
+        self.topics[tc["topicName"]] = tc
+        self.topics_version.bump()
+        self.persist_topics()
+        log.info("topic %s is now %s", tc["topicName"], tc)
+        return tc
+
+    def delete_topic(self, name: str) -> bool:
+        if self.topics.pop(name, None) is None:
+            return False
+        self.topics_version.bump()
+        self.persist_topics()
+        return True
+
+    def topics_wrapper(self) -> dict:
+        return {"dataVersion": self.topics_version.as_json(), "topicConfigTable": self.topics}
+
+    def persist_topics(self) -> None:
+        self._topics_file.save(self.topics_wrapper())
+
+    def replace_topics(self, wrapper: dict) -> None:
+        """Slave metadata sync: take the master's table and version as they are."""
+        self.topics = dict(wrapper.get("topicConfigTable", {}))
+        self.topics_version = DataVersion.from_json(wrapper.get("dataVersion"))
+        self.persist_topics()
+
+    # ---- subscription groups --------------------------------------------------------
+    def group(self, name: str, create: bool = True) -> dict | None:
+        g = self.groups.get(name)
+        if g is None and create and self.config.autoCreateSubscriptionGroup:
+            g = self.groups[name] = group_config(name)
+            self.groups_version.bump()
+            self.persist_groups()
+        return g
+
+    def put_group(self, g: dict) -> None:
+        self.groups[g["groupName"]] = {**group_config(g["groupName"]), **g}
+        self.groups_version.bump()
+        self.persist_groups()
+
+    def groups_wrapper(self) -> dict:
+        return {"dataVersion": self.groups_version.as_json(), "subscriptionGroupTable": self.groups}
+
+    def persist_groups(self) -> None:
+        self._groups_file.save(self.groups_wrapper())
+
+    # ---- consumer offsets -------------------------------------------------------------
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        self.offsets.setdefault(f"{topic}@{group}", {})[queue_id] = offset
+        self._offsets_dirty = True
+
+    def query_offset(self, group: str, topic: str, queue_id: int) -> int | None:
+        return self.offsets.get(f"{topic}@{group}", {}).get(queue_id)
+
+    def offsets_wrapper(self) -> dict:
+        return {"offsetTable": {k: {str(q): v for q, v in m.items()} for k, m in self.offsets.items()}}
+
+    def persist_offsets(self, force: bool = False) -> None:
+        if self._offsets_dirty or force:
+            self._offsets_dirty = False
+            self._offsets_file.save(self.offsets_wrapper())
+
+    def merge_offsets(self, table: dict) -> None:
+        """Slave sync: putAll, never delete."""
+        for k, m in table.get("offsetTable", {}).items():
+            cur = self.offsets.setdefault(k, {})
+            for q, v in m.items():
+                cur[int(q)] = int(v)
+        self.persist_offsets(force=True)
+
+    # ---- delay offsets ------------------------------------------------------------------
+    def delay_wrapper(self) -> dict:
+        return {"offsetTable": {str(k): v for k, v in sorted(self.delay_offsets.items())}}
+
+    def persist_delay(self) -> None:
+        self._delay_file.save(self.delay_wrapper())
+
+    # ---- clients ---------------------------------------------------------------------------
+    def heartbeat(self, body: dict, conn_key: tuple) -> list[str]:
+        """Registers the client's producers and consumers; returns the consumer
+        groups whose membership changed (they get NOTIFY_CONSUMER_IDS_CHANGED)."""
+        now = int(time.time() * 1000)
+        client_id = str(body.get("clientID", ""))
+        changed = []
+        for pd in body.get("producerDataSet") or []:
+            self.producers.setdefault(str(pd.get("groupName")), {})[client_id] = conn_key
+        for cd in body.get("consumerDataSet") or []:
+            group = str(cd.get("groupName"))
+            self.group(group)
+            self.create_system_topic(retry_topic(group), (self.groups.get(group) or group_config(group))["retryQueueNums"])
+            subs = {}
+            for sd in cd.get("subscriptionDataSet") or []:
+                subs[str(sd.get("topic"))] = {"subString": str(sd.get("subString", "*")),
+                                              "tagsSet": [str(t) for t in sd.get("tagsSet") or []],
+                                              "subVersion": int(sd.get("subVersion") or 0)}
+            members = self.consumers.setdefault(group, {})
+            if client_id not in members or members[client_id].conn_key != conn_key:
+                changed.append(group)
+            members[client_id] = ConsumerClient(
+                client_id, conn_key, now, enum_name("consumeType", cd.get("consumeType")),
+                enum_name("messageModel", cd.get("messageModel")),
+                enum_name("consumeFromWhere", cd.get("consumeFromWhere")), subs)
+        return changed
+
+    def unregister_client(self, client_id: str, producer_group: str | None, consumer_group: str | None) -> list[str]:
+        changed = []
+        if producer_group and producer_group in self.producers:
+            self.producers[producer_group].pop(client_id, None)
+        if consumer_group and client_id in self.consumers.get(consumer_group, {}):
+            del self.consumers[consumer_group][client_id]
+            changed.append(consumer_group)
+        return changed
+
+    def connection_closed(self, conn_key: tuple) -> list[str]:
+        changed = []
+        for group, members in self.consumers.items():
+            gone = [cid for cid, c in members.items() if c.conn_key == conn_key]
+            for cid in gone:
+                del members[cid]
+            if gone:
+                changed.append(group)
+        for members in self.producers.values():
+            for cid in [cid for cid, k in members.items() if k == conn_key]:
+                del members[cid]
+        return changed
+
+    def expire_clients(self) -> list[str]:
+        now = int(time.time() * 1000)
+        changed = []
+        for group, members in self.consumers.items():
+            gone = [cid for cid, c in members.items() if now - c.last_seen_ms > CHANNEL_EXPIRED_MS]
+            for cid in gone:
+                del members[cid]
+            if gone:
+                changed.append(group)
+        return changed
+
+    def consumer_ids(self, group: str) -> list[str]:
+        return sorted(self.consumers.get(group, {}))
+
+    def consumer_conns(self, group: str) -> list[tuple]:
+        return [c.conn_key for c in self.consumers.get(group, {}).values()]
+
+    def subscription(self, group: str, topic: str) -> dict | None:
+        best = None
+        for c in self.consumers.get(group, {}).values():
+            s = c.subscriptions.get(topic)
+            if s is not None and (best is None or s["subVersion"] > best["subVersion"]):
+                best = s
+        return best
+
+    def persist_all(self) -> None:
+        self.persist_topics()
+        self.persist_groups()
+        self.persist_offsets(force=True)
+        self.persist_delay()
+
+
+def dumps(obj) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()

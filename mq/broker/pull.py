@@ -1,0 +1,220 @@
+"""The pull role: PULL_MESSAGE (11) with long polling.
+
+Lookup statuses and their codes follow RocketMQ (spec 2.3):
+  no queue / empty queue   -> 21 PULL_OFFSET_MOVED (19 when offset == 0)
+  offset < min             -> 21 with nextBeginOffset = min
+  offset == max            -> 19 PULL_NOT_FOUND (long-pollable)
+  offset > max             -> 21 with nextBeginOffset = max
+  all scanned filtered out -> 20 PULL_RETRY_IMMEDIATELY, nextBeginOffset advanced
+  found                    -> 0, body = the stored records concatenated
+Filtering is by tag *strings* from the subscription (their Java hashes
+against the ConsumeQueue tags code): the C++ client sends zero hash codes.
+
+Long polling: a PULL_NOT_FOUND with the SUSPEND flag is parked per
+(topic, queueId) and re-run the moment dispatch makes the queue grow.  The
+dispatch role bumps the SEQ_DISPATCH futex in the control block; one thread
+per worker process sleeps on it and hands the wake to the event loop, which
+checks only the queues that have parked pulls.  Bounds: PULLS_HELD_MAX parked
+pulls per worker (beyond: answered at once)."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+
+from mq.remoting import ResponseCode as RC, make_response
+from mq.store import control as C
+from mq.wire.consumequeue import java_string_hashcode
+
+from .metadata import PERM_READ
+from .send import as_int
+
+log = logging.getLogger("mq.broker.pull")
+
+SYSFLAG_COMMIT_OFFSET, SYSFLAG_SUSPEND, SYSFLAG_SUBSCRIPTION = 1, 2, 4
+CQ_SCAN_BYTES_MIN = 16000
+PULLS_HELD_MAX = 100_000
+
+
+def parse_subscription(sub: str | None) -> frozenset | None:
+    """'*' or empty -> None (everything); 'TagA || TagB' -> their hash codes."""
+    if sub is None:
+        return None
+    sub = sub.strip()
+    if sub in ("", "*"):
+        return None
+    return frozenset(java_string_hashcode(t.strip()) for t in sub.split("||") if t.strip())
+
+
+class PullHoldService:
+    """Parked pulls, woken through the SEQ_DISPATCH futex."""
+
+    def __init__(self, store, loop: asyncio.AbstractEventLoop):
+        self.store = store
+        self.loop = loop
+        self.held: dict[tuple[str, int], list[tuple[int, asyncio.Future]]] = {}
+        self.count = 0
+        self._stop = False
+        self._thread = threading.Thread(target=self._watch, name="pull-hold", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        ctl = self.store.ctl
+        while not self._stop:
+            seen = ctl.seq(C.SEQ_DISPATCH)
+            ctl.wait(C.SEQ_DISPATCH, seen, 1000)
+            if self.held:
+                try:
+                    self.loop.call_soon_threadsafe(self._check)
+                except RuntimeError:
+                    return   # loop closed
+
+    def _check(self) -> None:
+        for key in list(self.held):
+            waiters = self.held.get(key)
+            if not waiters:
+                self.held.pop(key, None)
+                continue
+            max_off = self.store.max_offset(*key)
+            keep = []
+            for offset, fut in waiters:
+                if fut.done():
+                    continue
+                if max_off > offset:
+                    fut.set_result(True)
+                else:
+                    keep.append((offset, fut))
+            if keep:
+                self.held[key] = keep
+            else:
+                del self.held[key]
+        self.count = sum(len(v) for v in self.held.values())
+
+    async def hold(self, topic: str, queue_id: int, offset: int, timeout_s: float) -> bool:
+        """Waits until the queue has a message at `offset` or the timeout; True if it does."""
+        if self.count >= PULLS_HELD_MAX:
+            return False
+        fut = self.loop.create_future()
+        self.held.setdefault((topic, queue_id), []).append((offset, fut))
+        self.count += 1
+        if self.store.max_offset(topic, queue_id) > offset:   # arrived before we parked
+            return True
+        try:
+            return await asyncio.wait_for(fut, timeout_s)
+        except asyncio.TimeoutError:
+            return False
+
+    def stop(self) -> None:
+        self._stop = True
+        self.store.ctl.wake(C.SEQ_DISPATCH)
+        for waiters in self.held.values():
+            for _, fut in waiters:
+                if not fut.done():
+                    fut.set_result(False)
+        self.held.clear()
+
+
+class PullProcessor:
+    def __init__(self, broker):
+        self.broker = broker
+        self.config = broker.config
+        self.store = broker.store
+        self.meta = broker.meta
+        self.hold_service: PullHoldService | None = None
+
+    def start(self, loop) -> None:
+        self.hold_service = PullHoldService(self.store, loop)
+
+    def stop(self) -> None:
+        if self.hold_service:
+            self.hold_service.stop()
+
+    async def process(self, conn, cmd):
+        h = cmd.ext_fields or {}
+        try:
+            group = h["consumerGroup"]
+            topic = h["topic"]
+            qid = as_int(h["queueId"])
+            offset = as_int(h["queueOffset"])
+            max_nums = max(1, as_int(h.get("maxMsgNums"), 32))
+            sys_flag = as_int(h.get("sysFlag"), 0)
+            commit_offset = as_int(h.get("commitOffset"), 0)
+            suspend_ms = as_int(h.get("suspendTimeoutMillis"), 15000)
+            sub_version = as_int(h.get("subVersion"), 0)
+        except (KeyError, ValueError) as e:
+            return make_response(cmd, RC.INVALID_PARAMETER, f"bad pull header: {e}")
+        if not self.config.brokerPermission & PERM_READ:
+            return make_response(cmd, RC.NO_PERMISSION, f"the broker[{self.config.brokerIP1}] pulling message is forbidden")
+        g = await self.meta.group(group)
+        if g is None:
+            return make_response(cmd, RC.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group [{group}] does not exist")
+        if not g.get("consumeEnable", True):
+            return make_response(cmd, RC.NO_PERMISSION, f"subscription group no permission, {group}")
+        tc = await self.meta.topic(topic)
+        if tc is None:
+            return make_response(cmd, RC.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
+        if not tc["perm"] & PERM_READ:
+            return make_response(cmd, RC.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden")
+        if qid < 0 or qid >= tc["readQueueNums"]:
+            return make_response(cmd, RC.INVALID_PARAMETER,
+                                 f"queueId[{qid}] is illegal, topic:[{topic}] readQueueNums:[{tc['readQueueNums']}]")
+        if sys_flag & SYSFLAG_SUBSCRIPTION:
+            if (h.get("expressionType") or "TAG").upper() != "TAG":
+                return make_response(cmd, RC.SUBSCRIPTION_PARSE_FAILED, "only TAG expressions are supported")
+            codes = parse_subscription(h.get("subscription"))
+        else:
+            sub = await self.meta.subscription(group, topic)
+            if sub is None:
+                return make_response(cmd, RC.SUBSCRIPTION_NOT_EXIST,
+                                     f"the consumer's subscription not exist, group: {group}")
+            if sub["subVersion"] < sub_version:
+                return make_response(cmd, RC.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
+            codes = parse_subscription(sub["subString"])
+        if sys_flag & SYSFLAG_COMMIT_OFFSET and self.config.brokerRole != "SLAVE":
+            await self.meta.commit_offset(group, topic, qid, commit_offset)
+
+        allow_suspend = bool(sys_flag & SYSFLAG_SUSPEND)
+        hold_s = (suspend_ms if self.config.longPollingEnable else self.config.shortPollingTimeMills) / 1000
+        while True:
+            code, status, next_off, lo, hi, body = self.get_messages(topic, qid, offset, max_nums, codes)
+            if code == RC.PULL_NOT_FOUND and allow_suspend and self.hold_service is not None:
+                allow_suspend = False      # a replay answers whatever it finds
+                await self.hold_service.hold(topic, qid, offset, hold_s)
+                continue
+            break
+        ext = {"suggestWhichBrokerId": 0, "nextBeginOffset": next_off, "minOffset": lo, "maxOffset": hi}
+        return make_response(cmd, code, status, ext, body)
+
+    def get_messages(self, topic: str, qid: int, offset: int, max_nums: int, codes: frozenset | None):
+        """(code, status name, nextBeginOffset, min, max, body)."""
+        cq = self.store.cqs.get(topic, qid)
+        lo, hi = cq.min_offset, cq.max_offset
+        if hi == 0:
+            code = RC.PULL_NOT_FOUND if offset == 0 else RC.PULL_OFFSET_MOVED
+            return code, "NO_MESSAGE_IN_QUEUE", 0, lo, hi, b""
+        if offset < lo:
+            return RC.PULL_OFFSET_MOVED, "OFFSET_TOO_SMALL", lo, lo, hi, b""
+        if offset == hi:
+            return RC.PULL_NOT_FOUND, "OFFSET_OVERFLOW_ONE", offset, lo, hi, b""
+        if offset > hi:
+            return RC.PULL_OFFSET_MOVED, "OFFSET_OVERFLOW_BADLY", hi, lo, hi, b""
+        cfg = self.config
+        count_max = min(max_nums, cfg.maxTransferCountOnMessageInMemory)
+        bytes_max = cfg.maxTransferBytesOnMessageInMemory
+        entries = cq.get(offset, max(CQ_SCAN_BYTES_MIN, max_nums * 20) // 20)
+        parts, size, scanned = [], 0, 0
+        min_phy = self.store.cl.min_pos
+        for phy, msg_size, tags in entries:
+            if parts and (len(parts) >= count_max or size + msg_size > bytes_max):
+                break
+            scanned += 1
+            if phy < min_phy:
+                continue     # the file behind it was deleted
+            if codes is not None and tags not in codes:
+                continue
+            parts.append(self.store.cl.view(phy, msg_size))
+            size += msg_size
+        next_off = offset + scanned
+        if not parts:
+            return RC.PULL_RETRY_IMMEDIATELY, "NO_MATCHED_MESSAGE", next_off, lo, hi, b""
+        return RC.SUCCESS, "FOUND", next_off, lo, hi, b"".join(parts)

@@ -1,0 +1,74 @@
+"""mqbroker -c FILE [-n NAMESRV] [-p]: run a broker (RocketMQ's command line).
+
+SIGTERM or SIGINT is a clean stop: unregister, stop accepting, finish
+in-flight requests, flush, checkpoint, remove the abort file.  Under systemd
+(NOTIFY_SOCKET set) it reports READY=1 once serving, STOPPING=1 on SIGTERM,
+and WATCHDOG=1 every WATCHDOG_USEC/2 when a watchdog is configured."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+
+from mq.broker.broker import Broker
+from mq.broker.config import BrokerConfig, load_config_file
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="mqbroker", description="RocketMQ-compatible broker")
+    ap.add_argument("-c", "--configFile", help="broker properties file (RocketMQ keys)")
+    ap.add_argument("-n", "--namesrvAddr", help="name servers, host:port;host:port (overrides the file)")
+    ap.add_argument("-p", "--printConfigItem", action="store_true", help="print the effective config and exit")
+    return ap
+
+
+def load(args) -> BrokerConfig:
+    overrides = {"namesrvAddr": args.namesrvAddr} if args.namesrvAddr else {}
+    warn = lambda m: print(f"mqbroker: warning: {m}", file=sys.stderr)  # noqa: E731
+    if args.configFile:
+        return load_config_file(args.configFile, overrides, warn=warn)
+    return BrokerConfig(overrides, warn=warn)
+
+
+def setup_logging() -> None:
+    logging.basicConfig(level=os.environ.get("MQ_LOG_LEVEL", "INFO"), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(processName)s[%(process)d] %(name)s: %(message)s")
+
+
+async def serve(cfg: BrokerConfig) -> int:
+    from mq.cli import sdnotify
+    broker = Broker(cfg)
+    await broker.start()
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    sdnotify.notify("READY=1")
+    watchdog = sdnotify.watchdog_task()
+    await stop.wait()
+    sdnotify.notify("STOPPING=1")
+    if watchdog:
+        watchdog.cancel()
+    await broker.stop()
+    return 0
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        cfg = load(args)
+    except (ValueError, OSError) as e:
+        print(f"mqbroker: {e}", file=sys.stderr)
+        return 2
+    if args.printConfigItem:
+        sys.stdout.write(cfg.as_properties())
+        return 0
+    setup_logging()
+    return asyncio.run(serve(cfg))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,177 @@
+"""Asyncio remoting server: frames in, handlers by request code, responses out.
+
+Per connection a reader loop decodes frames (mq.wire.remoting) and runs each
+request as its own task, so a long-polling pull never blocks the requests
+behind it on the same connection.  Rules (spec 1.5, RELIABILITY.md):
+  * a framing error (length < 4 or over FRAME_SIZE_MAX, header past the
+    frame, unknown serialize type, bad JSON, TLS/HTTP probe) closes that
+    connection only, and is logged;
+  * a response echoes the opaque, sets the response flag and uses the
+    request's serialize type; a oneway request is never answered;
+  * unknown code -> REQUEST_CODE_NOT_SUPPORTED; a handler exception ->
+    SYSTEM_ERROR with its text; both logged.
+Bounds: IN_FLIGHT_PER_CONNECTION_MAX requests run at once per connection;
+further frames wait (TCP backpressure) rather than queueing without limit."""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import socket
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable
+
+from mq.wire.errors import WireError
+from mq.wire.remoting import (RPC_ONEWAY, RPC_RESPONSE, RemotingCommand, decode_frame_payload,
+                              encode_frame, frame_payload_size)
+
+from .codes import ResponseCode
+
+log = logging.getLogger("mq.remoting.server")
+
+IN_FLIGHT_PER_CONNECTION_MAX = 1024
+Handler = Callable[["Connection", RemotingCommand], Awaitable[RemotingCommand | None]]
+
+
+def make_response(request: RemotingCommand, code: int = ResponseCode.SUCCESS, remark: str | None = None,
+                  ext: dict | None = None, body: bytes = b"") -> RemotingCommand:
+    """A response to `request`: same opaque and serialize type, response flag set."""
+    return RemotingCommand(code=code, language=request.language, version=request.version,
+                           opaque=request.opaque, flag=RPC_RESPONSE, remark=remark,
+                           ext_fields={k: str(v).lower() if isinstance(v, bool) else str(v)
+                                       for k, v in (ext or {}).items() if v is not None},
+                           body=body, serialize_type=request.serialize_type)
+
+
+@dataclass(eq=False)
+class Connection:
+    """One client connection; handlers get it to learn the peer or push requests."""
+    id: int
+    peer: tuple[str, int]
+    writer: asyncio.StreamWriter
+    server: "RemotingServer"
+    closed: bool = False
+    attrs: dict = field(default_factory=dict)
+    _opaque: itertools.count = field(default_factory=lambda: itertools.count(1 << 24))
+
+    def write(self, cmd: RemotingCommand) -> None:
+        if self.closed:
+            return
+        try:
+            self.writer.write(encode_frame(cmd))
+        except (ConnectionError, RuntimeError) as e:
+            log.debug("write to %s failed: %s", self.peer, e)
+            self.closed = True
+
+    def push_oneway(self, code: int, ext: dict | None = None, body: bytes = b"") -> None:
+        """A server-initiated oneway request (e.g. NOTIFY_CONSUMER_IDS_CHANGED)."""
+        self.write(RemotingCommand(code=code, opaque=next(self._opaque) & 0x7FFFFFFF, flag=RPC_ONEWAY,
+                                   ext_fields={k: str(v) for k, v in (ext or {}).items()}, body=body))
+
+    def close(self) -> None:
+        self.closed = True
+        self.writer.close()
+
+
+class RemotingServer:
+    def __init__(self, name: str, handlers: dict[int, Handler] | None = None,
+                 on_close: Callable[[Connection], None] | None = None):
+        self.name = name
+        self.handlers: dict[int, Handler] = dict(handlers or {})
+        self.on_close = on_close
+        self._server: asyncio.base_events.Server | None = None
+        self._conns: set[Connection] = set()
+        self._ids = itertools.count(1)
+        self._tasks: set[asyncio.Task] = set()
+        self.framing_errors = 0
+
+    def register(self, code: int, handler: Handler) -> None:
+        self.handlers[code] = handler
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0, reuse_port: bool = False,
+                    sock: socket.socket | None = None) -> int:
+        """Listens (on `sock` if given); returns the bound port."""
+        if sock is not None:
+            self._server = await asyncio.start_server(self._serve, sock=sock, limit=2 ** 16)
+        else:
+            self._server = await asyncio.start_server(self._serve, host, port, reuse_port=reuse_port,
+                                                      reuse_address=True, limit=2 ** 16)
+        return self._server.sockets[0].getsockname()[1]
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        """Stops accepting, lets in-flight requests finish (up to grace_s), closes."""
+        if self._server is not None:
+            self._server.close()
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=grace_s)
+        for c in list(self._conns):
+            c.close()
+        if self._server is not None:
+            try:
+                await asyncio.wait_for(self._server.wait_closed(), 2)
+            except asyncio.TimeoutError:
+                pass
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername") or ("?", 0)
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+        conn = Connection(next(self._ids), (peer[0], peer[1]), writer, self)
+        self._conns.add(conn)
+        slots = asyncio.Semaphore(IN_FLIGHT_PER_CONNECTION_MAX)
+        try:
+            while True:
+                try:
+                    prefix = await reader.readexactly(4)
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    break
+                try:
+                    size = frame_payload_size(prefix)
+                    payload = await reader.readexactly(size)
+                    cmd = decode_frame_payload(payload)
+                except asyncio.IncompleteReadError:
+                    log.warning("%s: connection %s closed mid-frame", self.name, conn.peer)
+                    break
+                except WireError as e:
+                    self.framing_errors += 1
+                    log.warning("%s: closing connection %s after a framing error: %s", self.name, conn.peer, e)
+                    break
+                if cmd.is_response:
+                    continue   # we send only oneway pushes; a stray response is ignored
+                await slots.acquire()
+                task = asyncio.create_task(self._handle(conn, cmd))
+                self._tasks.add(task)
+                task.add_done_callback(lambda t: (self._tasks.discard(t), slots.release()))
+                if writer.transport.get_write_buffer_size() > 4 * 1024 * 1024:
+                    await writer.drain()
+        except ConnectionError:
+            pass
+        finally:
+            conn.closed = True
+            self._conns.discard(conn)
+            writer.close()
+            if self.on_close:
+                try:
+                    self.on_close(conn)
+                except Exception:
+                    log.exception("%s: on_close failed", self.name)
+
+    async def _handle(self, conn: Connection, cmd: RemotingCommand) -> None:
+        handler = self.handlers.get(cmd.code)
+        if handler is None:
+            log.info("%s: request code %d not supported (from %s)", self.name, cmd.code, conn.peer)
+            resp = make_response(cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                                 f" request type {cmd.code} not supported")
+        else:
+            try:
+                resp = await handler(conn, cmd)
+            except Exception as e:
+                log.exception("%s: handler for code %d failed", self.name, cmd.code)
+                resp = make_response(cmd, ResponseCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
+        if resp is None or cmd.is_oneway:
+            return
+        conn.write(resp)
