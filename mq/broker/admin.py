@@ -174,13 +174,11 @@ class AdminProcessor:
         tc = topic_config(topic, read, write, perm, as_int(h.get("topicSysFlag"), 0), as_bool(h.get("order")))
         tc["topicFilterType"] = h.get("topicFilterType") or "SINGLE_TAG"
         await self.meta.put_topic(tc)
-        self.broker.register_soon()
         return make_response(cmd, RC.SUCCESS)
 
     async def delete_topic(self, conn, cmd):
         topic = (cmd.ext_fields or {}).get("topic", "")
         await self.meta.delete_topic(topic)
-        self.broker.register_soon()
         return make_response(cmd, RC.SUCCESS)
 
     async def update_group(self, conn, cmd):

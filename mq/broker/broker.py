@@ -81,6 +81,7 @@ class Broker:
             for role in ("flush", "dispatch"):
                 self._roles.append(start_role_process(role, scfg, cfg.brokerIP1, cfg.listenPort))
         self.metadata = Metadata(cfg, self.store.config_dir)
+        self.metadata.on_topics_changed = self.register_soon
         self.meta = LocalMeta(self.metadata, self.notify_groups_changed)
         self.send = SendProcessor(self)
         self.pull = PullProcessor(self)
@@ -146,6 +147,7 @@ class Broker:
 
     def notify_groups_changed(self, groups) -> None:
         for group in groups or ():
+            log.info("consumer group %s is now %s", group, self.metadata.consumer_ids(group))
             g = self.metadata.groups.get(group) or {}
             if not g.get("notifyConsumerIdsChangedEnable", True):
                 continue

@@ -121,6 +121,7 @@ class Metadata:
         self.consumers: dict[str, dict[str, ConsumerClient]] = {}   # group -> clientId -> client
         self.producers: dict[str, dict[str, tuple]] = {}            # group -> clientId -> conn_key
         self._offsets_dirty = False
+        self.on_topics_changed = lambda: None     # the broker re-registers with the name servers
         self._init_system_topics()
 
     # ---- topics ---------------------------------------------------------------------
@@ -176,6 +177,7 @@ class Metadata:
         self.topics_version.bump()
         self.persist_topics()
         log.info("topic %s is now %s", tc["topicName"], tc)
+        self.on_topics_changed()
         return tc
 
     def delete_topic(self, name: str) -> bool:
@@ -183,6 +185,7 @@ class Metadata:
             return False
         self.topics_version.bump()
         self.persist_topics()
+        self.on_topics_changed()
         return True
 
     def topics_wrapper(self) -> dict:

@@ -14,6 +14,7 @@ import ipaddress
 import logging
 import random
 import re
+import zlib
 
 from mq.remoting import ResponseCode as RC, make_response
 from mq.store import PutStatus
@@ -28,6 +29,8 @@ log = logging.getLogger("mq.broker.send")
 
 TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 TOPIC_LEN_MAX = 127
+SYSFLAG_COMPRESSED = 0x1
+SYSFLAG_COMPRESSION_TYPE = 0x700
 V2_NAMES = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums",
             "e": "queueId", "f": "sysFlag", "g": "bornTimestamp", "h": "flag", "i": "properties",
             "j": "reconsumeTimes", "k": "unitMode", "l": "maxReconsumeTimes", "m": "batch", "n": "brokerName"}
@@ -176,6 +179,8 @@ class SendProcessor:
         except (ValueError, KeyError) as e:
             return make_response(cmd, RC.INVALID_PARAMETER, f"bad send header: {e}")
         code = STATUS_CODES[result.status]
+        if code not in STORED_CODES:
+            log.info("send refused (%s): header=%s body=%d bytes", result.reason, h, len(cmd.body))
         return self._response(cmd, code, result.result, qid, result.reason or None)
 
     async def _send_batch(self, cmd, topic, qid, props, sys_flag, born_ts, born_host, born_port):
@@ -183,13 +188,33 @@ class SendProcessor:
             raise BadRequest(RC.MESSAGE_ILLEGAL, "batch messages may not be delayed or transactional")
         if not cmd.body:
             raise BadRequest(RC.MESSAGE_ILLEGAL, "batch body is empty")
+        body = cmd.body
+        if sys_flag & SYSFLAG_COMPRESSED:
+            # The C++ client zlib-compresses a batch body over 4 KiB as a whole; stored records
+            # must be individually decodable, so the batch is inflated (bounded) and stored plain.
+            body = self._inflate_batch(body)
+            sys_flag &= ~(SYSFLAG_COMPRESSED | SYSFLAG_COMPRESSION_TYPE)
         props.pop("WAIT", None)
         props["CLUSTER"] = self.config.brokerClusterName
-        result = await self.broker.put_batch(topic, qid, cmd.body, extra_props=encode_properties(props),
+        result = await self.broker.put_batch(topic, qid, body, extra_props=encode_properties(props),
                                              sys_flag=sys_flag, born_ts_ms=born_ts, born_host=born_host,
                                              born_port=born_port)
         code = STATUS_CODES[result.status]
+        if code not in STORED_CODES:
+            log.info("batch send refused (%s): sysFlag=%d body=%d bytes, head %s", result.reason, sys_flag,
+                     len(cmd.body), cmd.body[:32].hex())
         return self._response(cmd, code, result.result, qid, result.reason or None, batch=True)
+
+    def _inflate_batch(self, body: bytes) -> bytes:
+        limit = self.store.config.maxMessageSize
+        d = zlib.decompressobj()
+        try:
+            out = d.decompress(body, limit + 1)
+        except zlib.error as e:
+            raise BadRequest(RC.MESSAGE_ILLEGAL, f"compressed batch body does not inflate: {e}") from None
+        if len(out) > limit or d.unconsumed_tail:
+            raise BadRequest(RC.MESSAGE_ILLEGAL, f"batch body inflates past maxMessageSize ({limit} bytes)")
+        return out
 
     # ---- CONSUMER_SEND_MSG_BACK -----------------------------------------------------------
     async def send_back(self, conn, cmd):

@@ -47,13 +47,21 @@ async def serve(cfg: BrokerConfig) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     sdnotify.notify("READY=1")
-    watchdog = sdnotify.watchdog_task()
+    interval_s = sdnotify.watchdog_interval_s()
+    watchdog = asyncio.create_task(_watchdog(interval_s)) if interval_s else None
     await stop.wait()
     sdnotify.notify("STOPPING=1")
     if watchdog:
         watchdog.cancel()
     await broker.stop()
     return 0
+
+
+async def _watchdog(interval_s: float) -> None:
+    from mq.cli import sdnotify
+    while True:
+        sdnotify.notify("WATCHDOG=1")
+        await asyncio.sleep(interval_s)
 
 
 def main(argv=None) -> int:
