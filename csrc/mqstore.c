@@ -394,6 +394,26 @@ void mq_ctl_wake(void *mem, int seq) {
         syscall(SYS_futex, &c->seq[seq], FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
+static int64_t mono_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int mq_ctl_wait_pos(void *mem, int seq, int pos, uint64_t target, int timeout_ms) {
+    mq_ctl *c = ctl_of(mem);
+    if (seq < 0 || seq >= MQ_SEQ_COUNT_ || pos < 0 || pos >= MQ_POS_COUNT_) return MQ_E_INVAL;
+    int64_t deadline = mono_ms() + timeout_ms;
+    for (;;) {
+        uint32_t seen = __atomic_load_n(&c->seq[seq], __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&c->pos[pos], __ATOMIC_ACQUIRE) >= target) return MQ_OK;
+        if (__atomic_load_n(&c->fatal_err, __ATOMIC_ACQUIRE)) return MQ_E_FATAL;
+        int64_t left = deadline - mono_ms();
+        if (left <= 0) return MQ_E_TIMEOUT;
+        mq_ctl_wait(mem, seq, seen, left < 1000 ? (int)left : 1000);
+    }
+}
+
 int mq_ctl_fatal(void *mem, char *msg_out, size_t msg_cap) {
     mq_ctl *c = ctl_of(mem);
     int err = __atomic_load_n(&c->fatal_err, __ATOMIC_ACQUIRE);
@@ -996,6 +1016,36 @@ int mq_commitlog_scan(mq_commitlog *cl, uint64_t from, uint64_t limit, int check
     *next_out = pos;
     *stop_out = stop;
     return rc;
+}
+
+int mq_dispatch_batch(void *mem, const mq_scan_rec *recs, uint32_t n, mq_cq_map *maps,
+                      uint32_t *done_out, uint32_t *need_slot_out, int64_t *need_qoff_out) {
+    mq_ctl *c = ctl_of(mem);
+    for (uint32_t i = 0; i < n; i++) {
+        const mq_scan_rec *r = &recs[i];
+        int tx = r->sys_flag & 0xC;
+        if (tx == 0x4 || tx == 0xC) continue;
+        if (r->slot >= MQ_QUEUE_SLOTS) return MQ_E_INVAL;
+        mq_cq_map *m = &maps[r->slot];
+        int64_t q = r->queue_offset;
+        if (!m->base || q < m->first_qoff || q >= m->first_qoff + m->entries) {
+            *done_out = i;
+            *need_slot_out = r->slot;
+            *need_qoff_out = q;
+            return MQ_E_RANGE;
+        }
+        uint8_t *e = m->base + (uint64_t)(q - m->first_qoff) * 20;
+        int64_t tags = m->delay_ms >= 0 ? r->store_ts_ms + m->delay_ms : r->tags_code;
+        be64w(e, r->phy_offset);
+        be32w(e + 8, r->size);
+        be64w(e + 12, (uint64_t)tags);
+        int64_t *mx = &c->slots[r->slot].field[MQ_Q_CQ_MAX];
+        int64_t cur = __atomic_load_n(mx, __ATOMIC_ACQUIRE);
+        while (cur < q + 1 && !__atomic_compare_exchange_n(mx, &cur, q + 1, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        }
+    }
+    *done_out = n;
+    return MQ_OK;
 }
 
 /* Makes [flushed_pos, write_pos) durable with msync(MS_SYNC), file by file.

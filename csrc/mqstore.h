@@ -160,6 +160,10 @@ int      mq_ctl_advance(void *mem, int pos, uint64_t value);       /* monotonic 
 uint32_t mq_ctl_seq(void *mem, int seq);
 int      mq_ctl_wait(void *mem, int seq, uint32_t seen, int timeout_ms);  /* 0 or MQ_E_TIMEOUT; GIL released */
 void     mq_ctl_wake(void *mem, int seq);
+/* Sleeps until position `pos` >= target (0), the store turns fatal (MQ_E_FATAL) or
+ * the timeout (MQ_E_TIMEOUT).  One call per wait: waiters woken for someone
+ * else's target go back to sleep without returning to Python. */
+int      mq_ctl_wait_pos(void *mem, int seq, int pos, uint64_t target, int timeout_ms);
 int      mq_ctl_fatal(void *mem, char *msg_out, size_t msg_cap);   /* 0 if healthy, else the sticky errno */
 int      mq_ctl_set_fatal(void *mem, int err, const char *msg);
 uint64_t mq_ctl_stat(void *mem, int which);                        /* 0: owner-dead recoveries, 1: journal replays */
@@ -197,6 +201,21 @@ int      mq_commitlog_scan(mq_commitlog *cl, uint64_t from, uint64_t limit, int 
 int      mq_commitlog_flush(mq_commitlog *cl, uint32_t least_pages, uint64_t *flushed_out);
 int      mq_commitlog_zero_tail(mq_commitlog *cl, uint64_t from);
 int      mq_commitlog_release(mq_commitlog *cl, uint64_t below, uint64_t from_index);
+
+/* ConsumeQueue dispatch: writes the 20-byte entry of each scanned record at its
+ * QUEUEOFFSET into the mapped CQ file described by maps[slot], and advances the
+ * slot's CQ_MAX.  Records of prepared/rollback transactions are skipped.  When a
+ * record's CQ file is not in maps, returns MQ_E_RANGE with *done_out = its index,
+ * *need_slot_out / *need_qoff_out saying which file to map; the caller maps it
+ * and calls again from there.  maps is indexed by slot (MQ_QUEUE_SLOTS entries). */
+typedef struct mq_cq_map {
+    uint8_t *base;            /* mapped CQ file, or NULL */
+    int64_t first_qoff;       /* queue offset of the file's first entry */
+    int64_t entries;          /* entries per file */
+    int64_t delay_ms;         /* >= 0: SCHEDULE_TOPIC level delay (tags = store ts + delay); -1 otherwise */
+} mq_cq_map;
+int      mq_dispatch_batch(void *mem, const mq_scan_rec *recs, uint32_t n, mq_cq_map *maps,
+                           uint32_t *done_out, uint32_t *need_slot_out, int64_t *need_qoff_out);
 
 /* scanning a plain buffer (tools, HA receive checks) */
 int      mq_record_check(const uint8_t *buf, size_t avail, int check_crc, mq_scan_rec *rec, int *stop_out);

@@ -12,9 +12,11 @@ a complete valid record or an end-of-file filler; views are only given out
 inside that range (view_raw for recovery and tools is the exception)."""
 from __future__ import annotations
 
+import functools
 import ipaddress
 import logging
 import os
+import socket
 import threading
 from dataclasses import dataclass
 
@@ -24,6 +26,7 @@ from .native import ffi, lib, check, OutOfRange, StoreFatal
 log = logging.getLogger("mq.store.commitlog")
 
 BATCH_MSGS_MAX = lib.MQ_BATCH_MSGS_MAX
+PREPARE_CHECK_S = 0.05
 SCAN_STOP_NAMES = {
     lib.MQ_SCAN_LIMIT: "limit", lib.MQ_SCAN_FULL: "full", lib.MQ_SCAN_END: "end",
     lib.MQ_SCAN_BAD_MAGIC: "bad magic", lib.MQ_SCAN_BAD_SIZE: "bad size",
@@ -45,8 +48,13 @@ def list_files(directory: str) -> list[int]:
     return sorted(int(n) for n in names if len(n) == 20 and n.isdigit())
 
 
+@functools.lru_cache(maxsize=4096)
 def host_bytes(host: str) -> bytes:
-    return ipaddress.ip_address(host).packed
+    """Packed IPv4 (4 bytes) or IPv6 (16) address; cached: it is on every append."""
+    try:
+        return socket.inet_pton(socket.AF_INET, host)
+    except OSError:
+        return ipaddress.ip_address(host).packed
 
 
 @dataclass(frozen=True)
@@ -274,8 +282,10 @@ class CommitLog:
         self._preparer.start()
 
     def _prepare_loop(self) -> None:
+        # A timer, not SEQ_WRITE: waking on every append would make every append pay a
+        # futex wake and this thread a GIL hand-off.  Preparing one file ahead leaves a
+        # whole file of appends (1 GiB by default) to cover PREPARE_CHECK_S.
         while not self._stop.is_set():
-            seen = self.ctl.seq(C.SEQ_WRITE)
             fi = self.write_pos // self.file_size
             for idx in (fi, fi + 1):
                 if idx not in self._prepared:
@@ -286,11 +296,10 @@ class CommitLog:
                         self._stop.wait(1.0)
                         break
             self._prepared = {i for i in self._prepared if i >= fi}
-            self.ctl.wait(C.SEQ_WRITE, seen, 200)
+            self._stop.wait(PREPARE_CHECK_S)
 
     def stop_preparer(self) -> None:
         self._stop.set()
-        self.ctl.wake(C.SEQ_WRITE)
         if self._preparer:
             self._preparer.join()
             self._preparer = None

@@ -18,6 +18,7 @@ import os
 import struct
 
 from . import control as C
+from .native import ffi
 
 log = logging.getLogger("mq.store.consumequeue")
 
@@ -39,6 +40,7 @@ class ConsumeQueue:
         self.writable = writable
         self.slot = ctl.queue_slot(topic, queue_id, create=writable)
         self._maps: dict[int, mmap.mmap] = {}
+        self._ptrs: dict[int, object] = {}     # cffi views of writable maps handed to C dispatch
         self._dirty: set[int] = set()
         if writable:
             os.makedirs(self.dir, exist_ok=True)
@@ -100,7 +102,26 @@ class ConsumeQueue:
         ENTRY.pack_into(mm, off, phy_offset, size, tags_code)
         self._dirty.add(start)
 
+    def writable_ptr(self, queue_offset: int):
+        """(pointer to the mapped file holding queue_offset, its first queue offset,
+        entries per file) for C dispatch; the file is created if needed."""
+        assert self.writable
+        start, _ = self._locate(queue_offset)
+        ptr = self._ptrs.get(start)
+        if ptr is None:
+            mm = self._maps.get(start) or self._map(start, create=True)
+            ptr = self._ptrs[start] = ffi.from_buffer(mm)
+        self._dirty.add(start)
+        return ptr, start // ENTRY_SIZE, self.file_size // ENTRY_SIZE
+
+    def _forget(self, start: int) -> None:
+        self._ptrs.pop(start, None)
+        mm = self._maps.pop(start, None)
+        if mm is not None:
+            mm.close()
+
     def flush(self) -> None:
+        self._dirty.update(self._ptrs)      # C dispatch writes through these without telling Python
         for start in list(self._dirty):
             mm = self._maps.get(start)
             if mm is not None:
@@ -152,8 +173,7 @@ class ConsumeQueue:
                 continue
             first = max(0, queue_offset * ENTRY_SIZE - start)
             if first == 0 and start > 0:
-                mm.close()
-                self._maps.pop(start, None)
+                self._forget(start)
                 os.unlink(os.path.join(self.dir, "%020d" % start))
                 continue
             mm[first:] = bytes(self.file_size - first)
@@ -197,13 +217,13 @@ class ConsumeQueue:
             last = ENTRY.unpack_from(mm, self.file_size - ENTRY_SIZE)
             if last[1] == 0 or last[0] + last[1] > min_phy:
                 break
-            mm.close()
-            self._maps.pop(start, None)
+            self._forget(start)
             os.unlink(os.path.join(self.dir, "%020d" % start))
             removed += 1
         return removed
 
     def close(self) -> None:
+        self._ptrs.clear()
         for mm in self._maps.values():
             try:
                 mm.close()

@@ -17,11 +17,12 @@ from . import control as C
 from .checkpoint import Checkpoint
 from .commitlog import CommitLog, SCAN_CLEAN_STOPS, SCAN_STOP_NAMES
 from .consumequeue import ConsumeQueueSet
+from .native import ffi, lib, check
 
 log = logging.getLogger("mq.store.dispatch")
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-SCAN_BATCH_RECORDS = 4096
+SCAN_BATCH_RECORDS = 16384
 
 
 class Dispatcher:
@@ -37,49 +38,45 @@ class Dispatcher:
         self.cq_thorough_interval_ms = cq_thorough_interval_ms
         self.scanner = cl.scanner(SCAN_BATCH_RECORDS)
         self.last_store_ts_ms = 0
-        self._schedule_slots: dict[int, int] = {}
         self.records_dispatched = 0
+        self.maps = ffi.new("mq_cq_map[]", lib.MQ_QUEUE_SLOTS)
+        self._done = ffi.new("uint32_t *")
+        self._need_slot = ffi.new("uint32_t *")
+        self._need_qoff = ffi.new("int64_t *")
 
-    def _delay_of_slot(self, slot: int, queue_id: int) -> int | None:
-        """Delay (ms) when the slot is a SCHEDULE_TOPIC_XXXX queue, else None."""
-        d = self._schedule_slots.get(slot)
-        if d is None:
-            topic, _ = self.ctl.queue_info(slot)
-            if topic == SCHEDULE_TOPIC and 0 <= queue_id < len(self.delay_levels_ms):
-                d = self.delay_levels_ms[queue_id]
-            else:
-                d = -1
-            self._schedule_slots[slot] = d
-        return d if d >= 0 else None
+    def _map_for(self, slot: int, queue_offset: int) -> None:
+        """Points maps[slot] at the CQ file holding queue_offset (creating it)."""
+        cq = self.cqs.by_slot(slot)
+        ptr, first, entries = cq.writable_ptr(queue_offset)
+        m = self.maps[slot]
+        m.base = ptr
+        m.first_qoff = first
+        m.entries = entries
+        m.delay_ms = -1
+        if cq.topic == SCHEDULE_TOPIC and 0 <= cq.queue_id < len(self.delay_levels_ms):
+            m.delay_ms = self.delay_levels_ms[cq.queue_id]
 
     def dispatch_once(self, limit: int | None = None) -> int:
-        """Dispatches what is published (up to `limit`); returns records dispatched."""
+        """Dispatches what is published (up to `limit`); returns records dispatched.
+        The per-record work (entry encoding, CQ_MAX) is one C call per scan batch;
+        Python only maps a CQ file when C reaches one it has not seen."""
         start = self.ctl.get(C.POS_DISPATCHED)
         end = self.ctl.get(C.POS_WRITE) if limit is None else limit
         total = 0
         recs = self.scanner.recs
         while start < end:
             n, nxt, stop = self.scanner.scan(start, end, check_crc=False, resolve_slots=2)
-            maxes: dict[int, int] = {}
-            for i in range(n):
-                r = recs[i]
-                tx = r.sys_flag & 0xC
-                if tx == 0x4 or tx == 0xC:
-                    continue
-                slot = r.slot
-                cq = self.cqs.by_slot(slot)
-                tags = r.tags_code
-                delay = self._delay_of_slot(slot, r.queue_id)
-                if delay is not None:
-                    tags = r.store_ts_ms + delay
-                qoff = r.queue_offset
-                cq.put(qoff, r.phy_offset, r.size, tags)
-                if maxes.get(slot, -1) < qoff + 1:
-                    maxes[slot] = qoff + 1
+            at = 0
+            while at < n:
+                rc = lib.mq_dispatch_batch(self.ctl.ptr, recs + at, n - at, self.maps,
+                                           self._done, self._need_slot, self._need_qoff)
+                at += self._done[0]
+                if rc == lib.MQ_E_RANGE:
+                    self._map_for(self._need_slot[0], self._need_qoff[0])
+                else:
+                    check(rc, "dispatch")
             if n:
                 self.last_store_ts_ms = recs[n - 1].store_ts_ms
-            for slot, m in maxes.items():
-                self.ctl.queue_advance(slot, C.Q_CQ_MAX, m)
             self.ctl.advance(C.POS_DISPATCHED, nxt)
             total += n
             if stop not in SCAN_CLEAN_STOPS:

@@ -12,9 +12,9 @@ import asyncio
 import heapq
 import itertools
 import threading
-import time
 
 from .control import ControlBlock
+from .native import lib
 
 
 class PositionWaiter:
@@ -31,17 +31,8 @@ class PositionWaiter:
     # ---- blocking --------------------------------------------------------------
     def wait(self, target: int, timeout_s: float) -> bool:
         """True once position >= target; False on timeout or a fatal store."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            seen = self.ctl.seq(self.seq)
-            if self.ctl.get(self.pos) >= target:
-                return True
-            if self.ctl.fatal():
-                return False
-            left_ms = int((deadline - time.monotonic()) * 1000)
-            if left_ms <= 0:
-                return False
-            self.ctl.wait(self.seq, seen, min(left_ms, 1000))
+        # one C call: the loop, the futex sleeps and the re-checks run without the GIL
+        return lib.mq_ctl_wait_pos(self.ctl.ptr, self.seq, self.pos, target, int(timeout_s * 1000)) == 0
 
     # ---- asyncio ---------------------------------------------------------------
     async def wait_async(self, target: int, timeout_s: float) -> bool:
