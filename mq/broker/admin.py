@@ -11,7 +11,6 @@ GET_CONSUME_STATS 208."""
 from __future__ import annotations
 
 import logging
-import time
 
 from mq.remoting import ResponseCode as RC, make_response
 from mq.store import StoreError
@@ -20,9 +19,6 @@ from .metadata import dumps, topic_config
 from .send import BadRequest, as_bool, as_int, TOPIC_RE, TOPIC_LEN_MAX
 
 log = logging.getLogger("mq.broker.admin")
-
-LOCK_MAX_LIVE_MS = 60_000
-
 
 def _json_body(cmd) -> dict:
     if not cmd.body:
@@ -43,7 +39,6 @@ class AdminProcessor:
         self.config = broker.config
         self.store = broker.store
         self.meta = broker.meta
-        self.locks: dict[tuple, tuple[str, float]] = {}
 
     def handlers(self) -> dict:
         from mq.remoting import RequestCode as R
@@ -85,9 +80,13 @@ class AdminProcessor:
     def _gtq(self, cmd) -> tuple[str, str, int]:
         h = cmd.ext_fields or {}
         try:
-            return h.get("consumerGroup", ""), h["topic"], as_int(h["queueId"])
+            group, topic, qid = h.get("consumerGroup", ""), h["topic"], as_int(h["queueId"])
         except (KeyError, ValueError) as e:
             raise BadRequest(RC.INVALID_PARAMETER, f"bad header: {e}") from None
+        # the topic names a directory under the store: only legal names reach it
+        if not topic or len(topic) > TOPIC_LEN_MAX or not TOPIC_RE.match(topic):
+            raise BadRequest(RC.INVALID_PARAMETER, f"topic [{topic}] is illegal")
+        return group, topic, qid
 
     async def query_offset(self, conn, cmd):
         group, topic, qid = self._gtq(cmd)
@@ -134,24 +133,13 @@ class AdminProcessor:
     # ---- ordered consumption locks -------------------------------------------------------------
     async def lock_batch(self, conn, cmd):
         body = _json_body(cmd)
-        group, client = body.get("consumerGroup", ""), body.get("clientId", "")
-        now = time.monotonic() * 1000
-        ok = []
-        for mq in body.get("mqSet") or []:
-            key = (group, mq.get("topic"), mq.get("brokerName"), int(mq.get("queueId", 0)))
-            holder = self.locks.get(key)
-            if holder is None or holder[0] == client or now - holder[1] > LOCK_MAX_LIVE_MS:
-                self.locks[key] = (client, now)
-                ok.append(mq)
+        ok = await self.meta.lock_batch(body.get("consumerGroup", ""), body.get("clientId", ""),
+                                        body.get("mqSet") or [])
         return make_response(cmd, RC.SUCCESS, body=dumps({"lockOKMQSet": ok}))
 
     async def unlock_batch(self, conn, cmd):
         body = _json_body(cmd)
-        group, client = body.get("consumerGroup", ""), body.get("clientId", "")
-        for mq in body.get("mqSet") or []:
-            key = (group, mq.get("topic"), mq.get("brokerName"), int(mq.get("queueId", 0)))
-            if self.locks.get(key, ("",))[0] == client:
-                del self.locks[key]
+        await self.meta.unlock_batch(body.get("consumerGroup", ""), body.get("clientId", ""), body.get("mqSet") or [])
         return make_response(cmd, RC.SUCCESS)
 
     # ---- topics and groups ------------------------------------------------------------------------

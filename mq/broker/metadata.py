@@ -29,6 +29,7 @@ DLQ_PREFIX = "%DLQ%"
 SEND_PROTECTED_TOPICS = {SCHEDULE_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
                          "TRANS_CHECK_MAX_TIME_TOPIC", SELF_TEST_TOPIC, OFFSET_MOVED_EVENT}
 CHANNEL_EXPIRED_MS = 120_000
+LOCK_MAX_LIVE_MS = 60_000   # rocketmq.broker.rebalance.lockMaxLiveTime
 DELAY_LEVELS_MAX = 18
 
 
@@ -120,6 +121,7 @@ class Metadata:
         self.delay_offsets: dict[int, int] = {int(k): int(v) for k, v in d.get("offsetTable", {}).items()}
         self.consumers: dict[str, dict[str, ConsumerClient]] = {}   # group -> clientId -> client
         self.producers: dict[str, dict[str, tuple]] = {}            # group -> clientId -> conn_key
+        self.locks: dict[tuple, tuple[str, float]] = {}            # (group, topic, broker, qid) -> (client, ms)
         self._offsets_dirty = False
         self.on_topics_changed = lambda: None     # the broker re-registers with the name servers
         self._init_system_topics()
@@ -299,6 +301,38 @@ class Metadata:
             for cid in [cid for cid, k in members.items() if k == conn_key]:
                 del members[cid]
         return changed
+
+    def worker_gone(self, worker_id: int) -> list[str]:
+        """An io worker died: every client connected through it is gone."""
+        changed = []
+        for group, members in self.consumers.items():
+            gone = [cid for cid, c in members.items() if c.conn_key[0] == worker_id]
+            for cid in gone:
+                del members[cid]
+            if gone:
+                changed.append(group)
+        for members in self.producers.values():
+            for cid in [cid for cid, k in members.items() if k[0] == worker_id]:
+                del members[cid]
+        return changed
+
+    # ---- ordered consumption locks (LOCK_BATCH_MQ / UNLOCK_BATCH_MQ) -----------------------------
+    def lock_batch(self, group: str, client_id: str, mqs: list) -> list:
+        now = time.monotonic() * 1000
+        ok = []
+        for mq in mqs:
+            key = (group, mq.get("topic"), mq.get("brokerName"), int(mq.get("queueId", 0)))
+            holder = self.locks.get(key)
+            if holder is None or holder[0] == client_id or now - holder[1] > LOCK_MAX_LIVE_MS:
+                self.locks[key] = (client_id, now)
+                ok.append(mq)
+        return ok
+
+    def unlock_batch(self, group: str, client_id: str, mqs: list) -> None:
+        for mq in mqs:
+            key = (group, mq.get("topic"), mq.get("brokerName"), int(mq.get("queueId", 0)))
+            if self.locks.get(key, ("",))[0] == client_id:
+                del self.locks[key]
 
     def expire_clients(self) -> list[str]:
         now = int(time.time() * 1000)

@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
-import os
 import signal
 import sys
 
-from mq.broker.broker import Broker
+from mq.broker.supervisor import Supervisor
 from mq.broker.config import BrokerConfig, load_config_file
 
 
@@ -33,14 +31,9 @@ def load(args) -> BrokerConfig:
     return BrokerConfig(overrides, warn=warn)
 
 
-def setup_logging() -> None:
-    logging.basicConfig(level=os.environ.get("MQ_LOG_LEVEL", "INFO"), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(processName)s[%(process)d] %(name)s: %(message)s")
-
-
 async def serve(cfg: BrokerConfig) -> int:
     from mq.cli import sdnotify
-    broker = Broker(cfg)
+    broker = Supervisor(cfg)
     await broker.start()
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -74,7 +67,8 @@ def main(argv=None) -> int:
     if args.printConfigItem:
         sys.stdout.write(cfg.as_properties())
         return 0
-    setup_logging()
+    from mq.cli.logs import setup_logging
+    setup_logging("broker")
     return asyncio.run(serve(cfg))
 
 

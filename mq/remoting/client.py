@@ -91,14 +91,17 @@ class RemotingClient:
             c = self._conns.get(addr)
             if c is not None and not c.closed:
                 return c
-            host, _, port = addr.rpartition(":")
             try:
-                reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)),
-                                                        self.connect_timeout_s)
+                if addr.startswith(("\0", "/")):      # a unix socket (the broker's internal link)
+                    opening = asyncio.open_unix_connection(addr)
+                else:
+                    host, _, port = addr.rpartition(":")
+                    opening = asyncio.open_connection(host, int(port))
+                reader, writer = await asyncio.wait_for(opening, self.connect_timeout_s)
             except (OSError, asyncio.TimeoutError, ValueError) as e:
                 raise RemotingConnectError(f"cannot connect to {addr}: {e}") from None
             sock = writer.get_extra_info("socket")
-            if sock is not None:
+            if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             c = _Conn(addr, reader, writer, self)
             self._conns[addr] = c

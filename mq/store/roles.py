@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import logging
 import multiprocessing as mp
+import os
+import sys
 
 from .config import StoreConfig
 from .dispatch import Dispatcher
@@ -19,6 +21,9 @@ ROLES = ("flush", "dispatch")
 
 def role_main(role: str, config_values: dict, store_host: str, store_port: int, stop) -> None:
     from .store import MessageStore
+    if not logging.getLogger().handlers:
+        logging.basicConfig(stream=sys.stderr, level=os.environ.get("MQ_LOG_LEVEL", "INFO"),
+                            format=f"%(asctime)s %(levelname)s {role}[%(process)d] %(name)s: %(message)s")
     cfg = StoreConfig(**config_values)
     store = MessageStore.attach(cfg, store_host, store_port, cq_writable=(role == "dispatch"),
                                 prepare_files=False)

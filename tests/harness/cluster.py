@@ -124,7 +124,10 @@ class Broker:
         with open(self.conf, "w") as f:
             f.writelines(f"{k}={v}\n" for k, v in self.options.items())
         self.proc = Proc([os.path.join(BIN, "mqbroker"), "-c", self.conf], os.path.join(self.dir, "broker.log"))
-        wait_for(lambda: port_open(self.port) or self.proc.p.poll() is not None, 60, what="broker port")
+        self._starts = getattr(self, "_starts", 0) + 1
+        # ready = the supervisor's line saying every io worker is serving
+        wait_for(lambda: self.proc.output().count(" io workers; name servers") >= self._starts
+                 or self.proc.p.poll() is not None, 60, what="broker serving")
         if self.proc.p.poll() is not None:
             raise RuntimeError("broker exited:\n" + self.proc.output())
 

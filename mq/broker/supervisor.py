@@ -1,149 +1,156 @@
-"""The broker: request handlers by code, name server registration, metadata
-persistence, delayed delivery, and a clean stop.
+"""The broker's supervisor (the `mqbroker` process).
 
-One `Broker` runs in one process with one event loop.  It owns the store (the
-flush and dispatch roles run as processes of their own, mq.store.roles) and
-the metadata (mq.broker.metadata).  The handler table below is the one place
-that maps a request code to its handler."""
+    supervisor: store owner (recovery, abort file, clean stop), metadata,
+    |           name server registration, delayed delivery, persistence,
+    |           the link the workers call, worker and role restarts
+    +-- io worker x sendMessageThreadPoolNums  (mq.broker.worker, SO_REUSEPORT)
+    +-- flush role, dispatch role              (mq.store.roles)
+
+Every child is spawned (never forked from a process with threads) and dies
+with the supervisor (PR_SET_PDEATHSIG).  A child that dies is restarted; the
+clients of a dead io worker reconnect to the others, and its consumers are
+dropped from their groups at once (their groups are notified)."""
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
+import multiprocessing as mp
+import socket
 import time
 
-from mq.remoting import (RemotingClient, RemotingError, RemotingServer, RequestCode as R,
-                         ResponseCode as RC, make_response)
+from mq.remoting import RemotingClient, RemotingError, RemotingServer, RequestCode as R, ResponseCode as RC
 from mq.store import MessageStore, PutStatus
+from mq.store import control as C
 from mq.store.roles import start_role_process
 from mq.wire import commitlog as wcl
 from mq.wire.properties import decode_properties, encode_properties
 
-from .admin import AdminProcessor
 from .config import BrokerConfig
+from .link import LINK_CALL, LinkService, link_address
 from .metadata import SCHEDULE_TOPIC, Metadata, dumps
-from .pull import PullProcessor
-from .send import BadRequest, SendProcessor
+from .worker import worker_main
 
 log = logging.getLogger("mq.broker")
 
 SCHEDULE_TICK_S = 0.1
 SCHEDULE_BATCH_MAX = 256
+CHILD_CHECK_S = 0.5
+WORKER_START_TIMEOUT_S = 60
 
 
-class LocalMeta:
-    """Awaitable face of Metadata for handlers running next to it; consumer
-    membership changes are pushed to the group's connections."""
-
-    def __init__(self, meta: Metadata, on_groups_changed):
-        self._m = meta
-        self._changed = on_groups_changed
-
-    def __getattr__(self, name):
-        fn = getattr(self._m, name)
-
-        async def call(*a, **kw):
-            return fn(*a, **kw)
-        return call
-
-    async def heartbeat(self, body, conn_key):
-        self._changed(self._m.heartbeat(body, conn_key))
-
-    async def unregister_client(self, client_id, producer_group, consumer_group):
-        self._changed(self._m.unregister_client(client_id, producer_group, consumer_group))
-
-
-class Broker:
-    def __init__(self, config: BrokerConfig, role_processes: bool = True):
+class Supervisor:
+    def __init__(self, config: BrokerConfig):
         self.config = config
-        self.role_processes = role_processes
         self.store: MessageStore | None = None
         self.metadata: Metadata | None = None
-        self.meta: LocalMeta | None = None
-        self.servers: list[RemotingServer] = []
+        self.link: LinkService | None = None
         self.client = RemotingClient()
-        self.conns: dict[int, object] = {}
-        self.boot_ms = int(time.time() * 1000)
-        self._roles: list = []
+        self.ctx = mp.get_context("spawn")
+        self.workers: dict[int, mp.Process] = {}
+        self.roles: dict[str, tuple] = {}
+        self._ready: dict[int, asyncio.Event] = {}
         self._tasks: list[asyncio.Task] = []
         self._register_now = asyncio.Event()
-        self.ports: dict[str, int] = {}
         self.master_addr: str | None = None
         self.master_ha_addr: str | None = None
         self.stopping = False
+        self.restarts = 0
 
-    # ---- lifecycle -------------------------------------------------------------------------
+    # ---- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:
         cfg = self.config
         scfg = cfg.store_config()
-        self.store = MessageStore.open(scfg, cfg.brokerIP1, cfg.listenPort, start_roles=not self.role_processes)
-        if self.role_processes:
-            for role in ("flush", "dispatch"):
-                self._roles.append(start_role_process(role, scfg, cfg.brokerIP1, cfg.listenPort))
+        self.store = MessageStore.open(scfg, cfg.brokerIP1, cfg.listenPort, start_roles=False)
+        for role in ("flush", "dispatch"):
+            self._start_role(role)
         self.metadata = Metadata(cfg, self.store.config_dir)
-        self.metadata.on_topics_changed = self.register_soon
-        self.meta = LocalMeta(self.metadata, self.notify_groups_changed)
-        self.send = SendProcessor(self)
-        self.pull = PullProcessor(self)
-        self.admin = AdminProcessor(self)
-        handlers = {R.SEND_MESSAGE: self.send.process, R.SEND_MESSAGE_V2: self.send.process,
-                    R.SEND_BATCH_MESSAGE: self.send.process, R.CONSUMER_SEND_MSG_BACK: self.send.send_back,
-                    R.PULL_MESSAGE: self.pull.process, **self.admin.handlers()}
-        handlers = {code: _guarded(h) for code, h in handlers.items()}
-        loop = asyncio.get_running_loop()
-        self.pull.start(loop)
-        main = RemotingServer("broker", handlers, on_close=self._conn_closed)
-        fast_handlers = {c: h for c, h in handlers.items() if c != R.PULL_MESSAGE}
-        fast = RemotingServer("broker-fast", fast_handlers, on_close=self._conn_closed)
-        self.ports["listen"] = await main.start(cfg.listenAddress, cfg.listenPort)
-        self.ports["fast"] = await fast.start(cfg.listenAddress, cfg.fast_port)
-        self.servers = [main, fast]
+        self.metadata.on_topics_changed = self._topics_changed
+        self.link = LinkService(self.metadata, self)
+        self._link_server = RemotingServer("link", {LINK_CALL: self.link.handle},
+                                           on_close=self.link.worker_link_closed)
+        self.link_addr = link_address(cfg.storePathRootDir)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(self.link_addr)
+        sock.listen(128)
+        await self._link_server.start(sock=sock)
+        for wid in range(cfg.sendMessageThreadPoolNums):
+            self._start_worker(wid)
+        await asyncio.wait_for(asyncio.gather(*(e.wait() for e in self._ready.values())), WORKER_START_TIMEOUT_S)
         self._tasks = [asyncio.create_task(t()) for t in (self._register_loop, self._persist_loop,
-                                                          self._schedule_loop, self._expire_loop)]
-        log.info("broker %s (%s, id %d) serving on %s:%d and :%d; name servers: %s", cfg.brokerName,
-                 cfg.brokerRole, cfg.brokerId, cfg.listenAddress, self.ports["listen"], self.ports["fast"],
-                 cfg.namesrvAddr or "(none)")
+                                                          self._schedule_loop, self._expire_loop,
+                                                          self._watch_children)]
+        log.info("broker %s (%s, id %d) serving on %s:%d and :%d with %d io workers; name servers: %s",
+                 cfg.brokerName, cfg.brokerRole, cfg.brokerId, cfg.listenAddress, cfg.listenPort, cfg.fast_port,
+                 len(self.workers), cfg.namesrvAddr or "(none)")
 
     async def stop(self) -> None:
-        """Clean stop: unregister, stop accepting, finish in-flight requests,
-        persist metadata, stop the roles (they flush), close the store."""
+        """Clean stop: unregister; workers stop accepting and finish in-flight
+        requests; persist metadata; the roles flush and dispatch what is left;
+        the store checkpoints and removes the abort file."""
         self.stopping = True
         await self._unregister_all()
-        for s in self.servers:
-            await s.stop(grace_s=3.0)
-        self.pull.stop()
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        for p in self.workers.values():
+            p.terminate()
+        await self._join(list(self.workers.values()), 15)
         self.metadata.persist_all()
         await self.client.close()
-        for proc, stop in self._roles:
+        for proc, stop in self.roles.values():
             stop.set()
-        from mq.store import control as C
         self.store.ctl.wake(C.SEQ_WRITE)
-        for proc, _ in self._roles:
-            proc.join(10)
-            if proc.is_alive():
-                log.error("role process %s did not stop; killing it", proc.name)
-                proc.kill()
+        await self._join([p for p, _ in self.roles.values()], 15)
+        await self._link_server.stop(grace_s=1)
         self.store.close()
         log.info("broker stopped cleanly")
 
-    # ---- store access ---------------------------------------------------------------------
-    async def put_message(self, topic, queue_id, body, properties, *, wait=True, **kw):
-        return await self.store.put_async(topic, queue_id, body, properties, wait=wait, **kw)
+    async def _join(self, procs, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        for p in procs:
+            while p.is_alive() and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            if p.is_alive():
+                log.error("process %s (pid %s) did not stop; killing it", p.name, p.pid)
+                p.kill()
+            p.join(1)
 
-    async def put_batch(self, topic, queue_id, batch_body, **kw):
-        return await self.store.put_batch_async(topic, queue_id, batch_body, **kw)
+    # ---- children ------------------------------------------------------------------------------------
+    def _start_worker(self, wid: int) -> None:
+        self._ready[wid] = asyncio.Event()
+        p = self.ctx.Process(target=worker_main, name=f"io-{wid}",
+                             args=(wid, self.config.as_dict(), self.link_addr), daemon=True)
+        p.start()
+        self.workers[wid] = p
 
-    # ---- connections and notifications --------------------------------------------------------
-    def conn_key(self, conn) -> tuple:
-        self.conns[conn.id] = conn
-        return (0, conn.id)
+    def worker_ready(self, wid: int, pid: int) -> None:
+        log.info("io worker %d (pid %d) is up", wid, pid)
+        ev = self._ready.get(wid)
+        if ev is not None:
+            ev.set()
 
-    def _conn_closed(self, conn) -> None:
-        if self.conns.pop(conn.id, None) is not None and self.metadata is not None:
-            self.notify_groups_changed(self.metadata.connection_closed((0, conn.id)))
+    def _start_role(self, role: str) -> None:
+        cfg = self.config
+        self.roles[role] = start_role_process(role, cfg.store_config(), cfg.brokerIP1, cfg.listenPort)
+
+    async def _watch_children(self) -> None:
+        while not self.stopping:
+            await asyncio.sleep(CHILD_CHECK_S)
+            for wid, p in list(self.workers.items()):
+                if not p.is_alive() and not self.stopping:
+                    self.restarts += 1
+                    log.error("io worker %d (pid %s) died with exit code %s; restarting it", wid, p.pid, p.exitcode)
+                    self._start_worker(wid)
+            for role, (p, _) in list(self.roles.items()):
+                if not p.is_alive() and not self.stopping:
+                    self.restarts += 1
+                    log.error("%s role (pid %s) died with exit code %s; restarting it", role, p.pid, p.exitcode)
+                    self._start_role(role)
+
+    # ---- metadata events ---------------------------------------------------------------------------------
+    def _topics_changed(self) -> None:
+        self.link.push_all({"kind": "topics"})
+        self._register_now.set()
 
     def notify_groups_changed(self, groups) -> None:
         for group in groups or ():
@@ -151,18 +158,13 @@ class Broker:
             g = self.metadata.groups.get(group) or {}
             if not g.get("notifyConsumerIdsChangedEnable", True):
                 continue
-            for _, conn_id in self.metadata.consumer_conns(group):
-                conn = self.conns.get(conn_id)
-                if conn is not None and not conn.closed:
-                    conn.push_oneway(R.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group})
+            by_worker: dict[int, list[int]] = {}
+            for wid, cid in self.metadata.consumer_conns(group):
+                by_worker.setdefault(wid, []).append(cid)
+            for wid, cids in by_worker.items():
+                self.link.push(wid, {"kind": "notify", "group": group, "conns": cids})
 
-    def extra_runtime_info(self) -> dict:
-        return {}
-
-    # ---- name server registration -----------------------------------------------------------------
-    def register_soon(self) -> None:
-        self._register_now.set()
-
+    # ---- name server registration --------------------------------------------------------------------------
     def _register_request(self):
         cfg = self.config
         body = dumps({"filterServerList": [], "topicConfigSerializeWrapper": self.metadata.topics_wrapper()})
@@ -205,7 +207,7 @@ class Broker:
             except asyncio.TimeoutError:
                 pass
 
-    # ---- periodic work ----------------------------------------------------------------------------
+    # ---- periodic work -------------------------------------------------------------------------------------
     async def _persist_loop(self) -> None:
         interval = self.config.flushConsumerOffsetInterval / 1000
         while True:
@@ -239,7 +241,7 @@ class Broker:
         levels = len(self.store.config.delay_levels_ms)
         for level in range(1, levels + 1):
             cq = self.store.cqs.get(SCHEDULE_TOPIC, level - 1)
-            if cq.slot is None:
+            if cq.max_offset == 0:
                 continue
             offset = max(self.metadata.delay_offsets.get(level, 0), cq.min_offset)
             for phy, size, deliver_ms in cq.get(offset, SCHEDULE_BATCH_MAX):
@@ -260,16 +262,3 @@ class Broker:
                         return
                 offset += 1
                 self.metadata.delay_offsets[level] = offset
-
-
-def _guarded(handler):
-    async def run(conn, cmd):
-        try:
-            return await handler(conn, cmd)
-        except BadRequest as e:
-            return make_response(cmd, e.code, e.remark)
-    run.__name__ = getattr(handler, "__name__", "handler")
-    return run
-
-
-__all__ = ["Broker", "os"]

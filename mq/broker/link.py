@@ -1,0 +1,176 @@
+"""The link between io workers and the supervisor, which owns the metadata.
+
+Transport: our remoting protocol over an abstract unix socket
+("\\0mq-broker-<hash of the store root>").  Calls are LINK_CALL requests
+whose JSON body is {"m": method, "a": [args]} and whose response body is the
+JSON result; the supervisor pushes LINK_PUSH oneway requests to workers:
+  {"kind": "notify", "group": g, "conns": [connection ids]} -> the worker sends
+      NOTIFY_CONSUMER_IDS_CHANGED (40) to those connections;
+  {"kind": "topics"} / {"kind": "groups"} -> the worker drops its caches.
+
+Hot-path reads are cached in the worker: topic and group configs until the
+supervisor says they changed, heartbeat subscriptions for SUBSCRIPTION_CACHE_S.
+Offset commits from pulls are oneway."""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+
+from mq.remoting import RemotingClient, make_response, ResponseCode as RC
+
+log = logging.getLogger("mq.broker.link")
+
+LINK_CALL = 9000
+LINK_PUSH = 9001
+SUBSCRIPTION_CACHE_S = 1.0
+# methods a worker may call, and whether it waits for the answer
+METHODS = {
+    "hello": True, "topic": True, "create_topic_on_send": True, "create_system_topic": True, "put_topic": True,
+    "delete_topic": True, "group": True, "put_group": True, "commit_offset": False, "query_offset": True,
+    "heartbeat": True, "unregister_client": True, "connection_closed": False, "consumer_ids": True,
+    "subscription": True, "topics_wrapper": True, "groups_wrapper": True, "offsets_wrapper": True,
+    "delay_wrapper": True, "lock_batch": True, "unlock_batch": True,
+}
+
+
+def link_address(store_root: str) -> str:
+    digest = hashlib.sha1(os.path.realpath(store_root).encode()).hexdigest()[:16]
+    return f"\0mq-broker-{digest}"
+
+
+class RemoteMeta:
+    """The worker's face of the supervisor's Metadata: the same awaitable
+    methods as LocalMeta, over the link."""
+
+    def __init__(self, address: str, worker_id: int, on_notify):
+        self.address = address
+        self.worker_id = worker_id
+        self.client = RemotingClient(connect_timeout_s=5)
+        self.client.push_handlers[LINK_PUSH] = self._on_push
+        self.on_notify = on_notify
+        self._topics: dict[str, dict] = {}
+        self._groups: dict[str, dict] = {}
+        self._subs: dict[tuple[str, str], tuple[float, dict | None]] = {}
+
+    async def _call(self, method: str, *args):
+        cmd = self.client.request(LINK_CALL, body=json.dumps({"m": method, "a": list(args)}).encode())
+        if not METHODS[method]:
+            await self.client.invoke_oneway(self.address, cmd)
+            return None
+        resp = await self.client.invoke(self.address, cmd, 10)
+        if resp.code != RC.SUCCESS:
+            raise RuntimeError(f"link call {method} failed: {resp.remark}")
+        return json.loads(resp.body) if resp.body else None
+
+    async def _on_push(self, _addr, cmd) -> None:
+        msg = json.loads(cmd.body)
+        kind = msg.get("kind")
+        if kind == "notify":
+            self.on_notify(msg["group"], msg["conns"])
+        elif kind == "topics":
+            self._topics.clear()
+        elif kind == "groups":
+            self._groups.clear()
+
+    async def hello(self) -> None:
+        await self._call("hello", self.worker_id, os.getpid())
+
+    # ---- cached reads ----------------------------------------------------------------------
+    async def topic(self, name: str):
+        tc = self._topics.get(name)
+        if tc is None:
+            tc = await self._call("topic", name)
+            if tc is not None:
+                self._topics[name] = tc
+        return tc
+
+    async def group(self, name: str, create: bool = True):
+        g = self._groups.get(name)
+        if g is None:
+            g = await self._call("group", name, create)
+            if g is not None:
+                self._groups[name] = g
+        return g
+
+    async def subscription(self, group: str, topic: str):
+        hit = self._subs.get((group, topic))
+        now = time.monotonic()
+        if hit is not None and now - hit[0] < SUBSCRIPTION_CACHE_S:
+            return hit[1]
+        sub = await self._call("subscription", group, topic)
+        self._subs[(group, topic)] = (now, sub)
+        return sub
+
+    # ---- everything else goes to the supervisor --------------------------------------------
+    def __getattr__(self, name):
+        if name not in METHODS:
+            raise AttributeError(name)
+
+        async def call(*args):
+            return await self._call(name, *[list(a) if isinstance(a, tuple) else a for a in args])
+        return call
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
+class LinkService:
+    """Supervisor side: answers LINK_CALLs against the Metadata and pushes to workers."""
+
+    def __init__(self, metadata, supervisor):
+        self.m = metadata
+        self.sup = supervisor
+        self.workers: dict[int, object] = {}       # worker id -> its link connection
+
+    async def handle(self, conn, cmd):
+        try:
+            req = json.loads(cmd.body)
+            method, args = req["m"], req.get("a", [])
+            if method not in METHODS:
+                return make_response(cmd, RC.REQUEST_CODE_NOT_SUPPORTED, f"no link method {method}")
+            result = self._dispatch(conn, method, args)
+        except Exception as e:
+            log.exception("link call failed")
+            return make_response(cmd, RC.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
+        return make_response(cmd, RC.SUCCESS, body=json.dumps(result).encode())
+
+    def _dispatch(self, conn, method: str, args: list):
+        m = self.m
+        if method == "hello":
+            wid, pid = args
+            conn.attrs["worker"] = wid
+            self.workers[wid] = conn
+            self.sup.worker_ready(wid, pid)
+            return None
+        if method in ("heartbeat", "connection_closed"):
+            body_or_key = args[0] if method == "connection_closed" else args[1]
+            key = tuple(body_or_key)
+            changed = m.heartbeat(args[0], key) if method == "heartbeat" else m.connection_closed(key)
+            self.sup.notify_groups_changed(changed)
+            return None
+        if method == "unregister_client":
+            self.sup.notify_groups_changed(m.unregister_client(*args))
+            return None
+        if method == "put_group":
+            m.put_group(*args)
+            self.push_all({"kind": "groups"})
+            return None
+        return getattr(m, method)(*args)
+
+    def worker_link_closed(self, conn) -> None:
+        wid = conn.attrs.get("worker")
+        if wid is not None and self.workers.get(wid) is conn:
+            del self.workers[wid]
+            self.sup.notify_groups_changed(self.m.worker_gone(wid))
+
+    def push(self, wid: int, msg: dict) -> None:
+        conn = self.workers.get(wid)
+        if conn is not None and not conn.closed:
+            conn.push_oneway(LINK_PUSH, body=json.dumps(msg).encode())
+
+    def push_all(self, msg: dict) -> None:
+        for wid in list(self.workers):
+            self.push(wid, msg)

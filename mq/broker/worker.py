@@ -1,0 +1,133 @@
+"""An io worker: one process serving client connections (the send and pull
+roles; one TCP connection carries both, so they share a process).
+
+Every worker binds listenPort and listenPort-2 with SO_REUSEPORT, so the
+kernel spreads connections over the workers; attaches the store (same files,
+same control block) for appends, reads and futex waits; and reaches the
+metadata through the link (mq.broker.link).  The handler table below is the
+one place that maps a request code to its handler."""
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import logging
+import os
+import signal
+import time
+
+from mq.remoting import RemotingServer, RequestCode as R, make_response
+from mq.store import MessageStore
+
+from .admin import AdminProcessor
+from .config import BrokerConfig
+from .link import RemoteMeta
+from .pull import PullProcessor
+from .send import BadRequest, SendProcessor
+
+log = logging.getLogger("mq.broker.worker")
+
+
+class IoWorker:
+    def __init__(self, config: BrokerConfig, worker_id: int, link_address: str):
+        self.config = config
+        self.worker_id = worker_id
+        self.link_address = link_address
+        self.store: MessageStore | None = None
+        self.meta: RemoteMeta | None = None
+        self.servers: list[RemotingServer] = []
+        self.conns: dict[int, object] = {}
+        self.boot_ms = int(time.time() * 1000)
+
+    async def start(self) -> None:
+        cfg = self.config
+        self.store = MessageStore.attach(cfg.store_config(), cfg.brokerIP1, cfg.listenPort)
+        self.meta = RemoteMeta(self.link_address, self.worker_id, self._notify)
+        self.send = SendProcessor(self)
+        self.pull = PullProcessor(self)
+        self.admin = AdminProcessor(self)
+        handlers = {R.SEND_MESSAGE: self.send.process, R.SEND_MESSAGE_V2: self.send.process,
+                    R.SEND_BATCH_MESSAGE: self.send.process, R.CONSUMER_SEND_MSG_BACK: self.send.send_back,
+                    R.PULL_MESSAGE: self.pull.process, **self.admin.handlers()}
+        handlers = {code: _guarded(h) for code, h in handlers.items()}
+        self.pull.start(asyncio.get_running_loop())
+        main = RemotingServer("broker", handlers, on_close=self._conn_closed)
+        # the fast (VIP) port serves everything but pulls, as RocketMQ's does
+        fast = RemotingServer("broker-fast", {c: h for c, h in handlers.items() if c != R.PULL_MESSAGE},
+                              on_close=self._conn_closed)
+        await main.start(cfg.listenAddress, cfg.listenPort, reuse_port=True)
+        await fast.start(cfg.listenAddress, cfg.fast_port, reuse_port=True)
+        self.servers = [main, fast]
+        await self.meta.hello()          # "up" means serving: the supervisor waits for this
+        log.info("io worker %d serving on %s:%d and :%d", self.worker_id, cfg.listenAddress, cfg.listenPort,
+                 cfg.fast_port)
+
+    async def stop(self) -> None:
+        for s in self.servers:
+            await s.stop(grace_s=3.0)
+        self.pull.stop()
+        await self.meta.close()
+        self.store.close()
+
+    # ---- what the processors use ---------------------------------------------------------------
+    async def put_message(self, topic, queue_id, body, properties, *, wait=True, **kw):
+        return await self.store.put_async(topic, queue_id, body, properties, wait=wait, **kw)
+
+    async def put_batch(self, topic, queue_id, batch_body, **kw):
+        return await self.store.put_batch_async(topic, queue_id, batch_body, **kw)
+
+    def conn_key(self, conn) -> tuple:
+        self.conns[conn.id] = conn
+        return (self.worker_id, conn.id)
+
+    def extra_runtime_info(self) -> dict:
+        return {"ioWorker": str(self.worker_id), "ioWorkerPid": str(os.getpid())}
+
+    def _conn_closed(self, conn) -> None:
+        if self.conns.pop(conn.id, None) is not None:
+            asyncio.ensure_future(self.meta.connection_closed((self.worker_id, conn.id)))
+
+    def _notify(self, group: str, conn_ids: list[int]) -> None:
+        for cid in conn_ids:
+            conn = self.conns.get(cid)
+            if conn is not None and not conn.closed:
+                conn.push_oneway(R.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group})
+
+
+def _guarded(handler):
+    async def run(conn, cmd):
+        try:
+            return await handler(conn, cmd)
+        except BadRequest as e:
+            return make_response(cmd, e.code, e.remark)
+    run.__name__ = getattr(handler, "__name__", "handler")
+    return run
+
+
+def _die_with_parent() -> None:
+    """PR_SET_PDEATHSIG: a worker must not outlive its supervisor."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG = 1
+    except OSError:
+        pass
+
+
+def worker_main(worker_id: int, config_values: dict, link_address: str) -> None:
+    """Entry point of an io worker process (spawned by the supervisor)."""
+    _die_with_parent()
+    from mq.cli.logs import setup_logging
+    setup_logging(f"io-{worker_id}")
+    cfg = BrokerConfig(config_values)
+
+    async def run():
+        w = IoWorker(cfg, worker_id, link_address)
+        await w.start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        await w.stop()
+
+    asyncio.run(run())
+    os._exit(0)
