@@ -1,5 +1,5 @@
 # Two commands a new machine needs (Debian, Python 3.11, gcc):
-#   make run    the main job (today: a store demo; the local cluster arrives with the broker)
+#   make run    the main job: a local cluster (name server + broker) on loopback, embedded default config
 #   make test   every test, plus the quick performance gates
 # Both create .venv and install the project (building the C core) on first use.
 PYTHON ?= python3
@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml setup.py csrc/mqstore.c csrc/mqstore.h csrc/build_ffi.p
 	@touch $@
 
 run: $(STAMP)
-	$(BIN)/python -m mq.cli.demo
+	$(BIN)/python -m mq.cli.local
 
 test: $(STAMP)
 	$(BIN)/pytest -q tests

@@ -1,0 +1,104 @@
+"""`make run`: a local cluster on loopback — one name server and one broker —
+from an embedded default configuration (the same values as conf/broker.conf
+and conf/namesrv.properties), under ./run/.  Runs in the foreground; Ctrl-C
+(or SIGTERM) stops both cleanly.  Ports: 9876 (name server), 10911/10909/10912
+(broker); override with MQ_NAMESRV_PORT / MQ_BROKER_PORT."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+BIN = os.path.dirname(sys.executable)
+
+
+def embedded_config(run_dir: str, ns_port: int, broker_port: int) -> tuple[str, str]:
+    namesrv = (f"listenPort={ns_port}\nlistenAddress=127.0.0.1\n"
+               f"kvConfigPath={run_dir}/namesrv/kvConfig.json\n")
+    broker = "\n".join([
+        "brokerClusterName=DefaultCluster", "brokerName=broker-a", "brokerId=0",
+        "brokerRole=ASYNC_MASTER", "flushDiskType=ASYNC_FLUSH", "deleteWhen=04", "fileReservedTime=48",
+        f"namesrvAddr=127.0.0.1:{ns_port}", f"listenPort={broker_port}", "brokerIP1=127.0.0.1",
+        "listenAddress=127.0.0.1", f"storePathRootDir={run_dir}/store",
+        "mappedFileSizeCommitLog=268435456", ""])
+    return namesrv, broker
+
+
+def _wait_port(port: int, proc: subprocess.Popen, timeout_s: float = 60) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return False
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return True
+        time.sleep(0.1)
+    return False
+
+
+def main() -> int:
+    run_dir = os.path.abspath(os.environ.get("MQ_RUN_DIR", "run"))
+    ns_port = int(os.environ.get("MQ_NAMESRV_PORT", "9876"))
+    broker_port = int(os.environ.get("MQ_BROKER_PORT", "10911"))
+    os.makedirs(run_dir, exist_ok=True)
+    ns_conf, broker_conf = embedded_config(run_dir, ns_port, broker_port)
+    paths = {"namesrv": os.path.join(run_dir, "namesrv.properties"), "broker": os.path.join(run_dir, "broker.conf")}
+    for name, text in (("namesrv", ns_conf), ("broker", broker_conf)):
+        with open(paths[name], "w") as f:
+            f.write(text)
+    for port in (ns_port, broker_port - 2, broker_port, broker_port + 1):
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                print(f"port {port} on 127.0.0.1 is in use: stop what holds it, or set MQ_NAMESRV_PORT/"
+                      "MQ_BROKER_PORT", file=sys.stderr)
+                return 2
+    procs = []
+    stopping = False
+
+    def stop(*_):
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    # own sessions: a terminal Ctrl-C reaches only this launcher, which stops them in order
+    ns = subprocess.Popen([os.path.join(BIN, "mqnamesrv"), "-c", paths["namesrv"]], start_new_session=True)
+    procs.append(ns)
+    if not _wait_port(ns_port, ns):
+        print("the name server did not start", file=sys.stderr)
+        ns.terminate()
+        return 1
+    broker = subprocess.Popen([os.path.join(BIN, "mqbroker"), "-c", paths["broker"]], start_new_session=True)
+    procs.append(broker)
+    if not _wait_port(broker_port, broker):
+        print("the broker did not start", file=sys.stderr)
+        for p in procs:
+            p.terminate()
+        return 1
+    print(f"""
+local cluster up: name server 127.0.0.1:{ns_port}, broker-a 127.0.0.1:{broker_port} (store {run_dir}/store)
+try, in another terminal:
+  .venv/bin/mqadmin clusterList -n 127.0.0.1:{ns_port}
+  .venv/bin/mqadmin updateTopic -n 127.0.0.1:{ns_port} -c DefaultCluster -t DemoTopic
+  .venv/bin/python -m mq.cli.demo_client 127.0.0.1:{ns_port}
+Ctrl-C stops both.
+""", flush=True)
+    while not stopping and all(p.poll() is None for p in procs):
+        time.sleep(0.2)
+    code = 0
+    for p in reversed(procs):          # broker first: it unregisters from the name server
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        code = code or (p.returncode or 0)
+    return 0 if stopping else (code or 1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
