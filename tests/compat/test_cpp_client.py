@@ -332,3 +332,29 @@ def test_offsets_survive_a_broker_restart(tmp_path):
     finally:
         assert broker.stop() == 0
         ns.stop()
+
+
+def test_delay_level_holds_the_message(cluster):
+    """set_delay_time_level(2) (1 s with the test broker's messageDelayLevel):
+    the message goes through SCHEDULE_TOPIC_XXXX and arrives no earlier than
+    its delay, with its own topic, tags and properties."""
+    ns, _ = cluster
+    topic = uniq("T_delay")
+    col = Collector()
+    prod = make_producer(ns.addr)
+    try:
+        assert prod.send_sync(message(topic, 0, "TagA")).status == 0     # creates the topic
+        cons = push_consumer(ns.addr, uniq("CG"), topic, col)
+        wait_for(lambda: len(col.got) >= 1, 30, 0.1, "the plain message")
+        m = message(topic, 1, "TagD")
+        m.set_delay_time_level(2)
+        sent_at = time.monotonic()
+        assert prod.send_sync(m).status == 0
+        wait_for(lambda: len(col.got) >= 2, 30, 0.05, "the delayed message")
+        waited = time.monotonic() - sent_at
+        cons.shutdown()
+    finally:
+        prod.shutdown()
+    delayed = col.got[1]
+    assert delayed[2] == "TagD" and delayed[3] == "1"
+    assert waited >= 0.9, f"a level-2 (1 s) delayed message arrived after {waited:.2f}s"
