@@ -8,8 +8,14 @@ behind it on the same connection.  Rules (spec 1.5, RELIABILITY.md):
     connection only, and is logged;
   * a response echoes the opaque, sets the response flag and uses the
     request's serialize type; a oneway request is never answered;
-  * unknown code -> REQUEST_CODE_NOT_SUPPORTED; a handler exception ->
-    SYSTEM_ERROR with its text; both logged.
+  * unknown code -> REQUEST_CODE_NOT_SUPPORTED; a handler exception or a
+    response that cannot be encoded -> SYSTEM_ERROR with its text; all logged;
+  * a TCP connection idle for idle_timeout_s (serverChannelMaxIdleTimeSeconds,
+    120 s) is closed and logged: idle means no frame read, nothing written and
+    no request of it in flight.  Reads count per frame, so a frame whose bytes
+    take longer than that to arrive is cut too.  Connections on a unix socket
+    (links between the processes of one node) are never idle-closed: they live
+    as long as the processes at both ends.
 Bounds: IN_FLIGHT_PER_CONNECTION_MAX requests run at once per connection;
 further frames wait (TCP backpressure) rather than queueing without limit."""
 from __future__ import annotations
@@ -18,10 +24,11 @@ import asyncio
 import itertools
 import logging
 import socket
+import time
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
-from mq.wire.errors import WireError
+from mq.wire.errors import EncodeError, WireError
 from mq.wire.remoting import (RPC_ONEWAY, RPC_RESPONSE, RemotingCommand, decode_frame_payload,
                               encode_frame, frame_payload_size)
 
@@ -30,6 +37,8 @@ from .codes import ResponseCode
 log = logging.getLogger("mq.remoting.server")
 
 IN_FLIGHT_PER_CONNECTION_MAX = 1024
+IDLE_TIMEOUT_S_DEFAULT = 120.0   # serverChannelMaxIdleTimeSeconds
+IDLE_SWEEP_S_MAX = 5.0           # an idle connection is closed within idle_timeout_s + this
 Handler = Callable[["Connection", RemotingCommand], Awaitable[RemotingCommand | None]]
 
 
@@ -52,11 +61,15 @@ class Connection:
     server: "RemotingServer"
     closed: bool = False
     attrs: dict = field(default_factory=dict)
+    idle_close: bool = True            # False for unix-socket links
+    last_active_s: float = field(default_factory=time.monotonic)   # last frame read or written
+    in_flight: int = 0                 # requests of this connection being handled
     _opaque: itertools.count = field(default_factory=lambda: itertools.count(1 << 24))
 
     def write(self, cmd: RemotingCommand) -> None:
         if self.closed:
             return
+        self.last_active_s = time.monotonic()
         try:
             self.writer.write(encode_frame(cmd))
         except (ConnectionError, RuntimeError) as e:
@@ -75,15 +88,22 @@ class Connection:
 
 class RemotingServer:
     def __init__(self, name: str, handlers: dict[int, Handler] | None = None,
-                 on_close: Callable[[Connection], None] | None = None):
+                 on_close: Callable[[Connection], None] | None = None,
+                 idle_timeout_s: float | None = IDLE_TIMEOUT_S_DEFAULT):
+        """idle_timeout_s: close TCP connections idle this long (see the module docstring); None never."""
+        if idle_timeout_s is not None and not idle_timeout_s > 0:
+            raise ValueError(f"idle_timeout_s must be > 0 or None, not {idle_timeout_s!r}")
         self.name = name
+        self.idle_timeout_s = idle_timeout_s
         self.handlers: dict[int, Handler] = dict(handlers or {})
         self.on_close = on_close
         self._server: asyncio.base_events.Server | None = None
         self._conns: set[Connection] = set()
         self._ids = itertools.count(1)
         self._tasks: set[asyncio.Task] = set()
+        self._idle_sweeper: asyncio.Task | None = None
         self.framing_errors = 0
+        self.idle_closes = 0
 
     def register(self, code: int, handler: Handler) -> None:
         self.handlers[code] = handler
@@ -96,12 +116,16 @@ class RemotingServer:
         else:
             self._server = await asyncio.start_server(self._serve, host, port, reuse_port=reuse_port,
                                                       reuse_address=True, limit=2 ** 16)
+        if self.idle_timeout_s is not None:
+            self._idle_sweeper = asyncio.create_task(self._close_idle())
         return self._server.sockets[0].getsockname()[1]
 
     async def stop(self, grace_s: float = 5.0) -> None:
         """Stops accepting, lets in-flight requests finish (up to grace_s), closes."""
         if self._server is not None:
             self._server.close()
+        if self._idle_sweeper is not None:
+            self._idle_sweeper.cancel()
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=grace_s)
         for c in list(self._conns):
@@ -121,6 +145,8 @@ class RemotingServer:
             except OSError:
                 pass
         conn = Connection(next(self._ids), (peer[0], peer[1]), writer, self)
+        if sock is not None and sock.family == socket.AF_UNIX:
+            conn.idle_close = False
         self._conns.add(conn)
         slots = asyncio.Semaphore(IN_FLIGHT_PER_CONNECTION_MAX)
         try:
@@ -129,9 +155,11 @@ class RemotingServer:
                     prefix = await reader.readexactly(4)
                 except (asyncio.IncompleteReadError, ConnectionError):
                     break
+                conn.last_active_s = time.monotonic()
                 try:
                     size = frame_payload_size(prefix)
                     payload = await reader.readexactly(size)
+                    conn.last_active_s = time.monotonic()
                     cmd = decode_frame_payload(payload)
                 except asyncio.IncompleteReadError:
                     log.warning("%s: connection %s closed mid-frame", self.name, conn.peer)
@@ -143,9 +171,10 @@ class RemotingServer:
                 if cmd.is_response:
                     continue   # we send only oneway pushes; a stray response is ignored
                 await slots.acquire()
+                conn.in_flight += 1
                 task = asyncio.create_task(self._handle(conn, cmd))
                 self._tasks.add(task)
-                task.add_done_callback(lambda t: (self._tasks.discard(t), slots.release()))
+                task.add_done_callback(lambda t: self._handled(t, conn, slots))
                 if writer.transport.get_write_buffer_size() > 4 * 1024 * 1024:
                     await writer.drain()
         except ConnectionError:
@@ -159,6 +188,26 @@ class RemotingServer:
                     self.on_close(conn)
                 except Exception:
                     log.exception("%s: on_close failed", self.name)
+
+    def _handled(self, task: asyncio.Task, conn: Connection, slots: asyncio.Semaphore) -> None:
+        self._tasks.discard(task)
+        slots.release()
+        conn.in_flight -= 1
+        conn.last_active_s = time.monotonic()
+
+    async def _close_idle(self) -> None:
+        """Closes TCP connections idle for idle_timeout_s.  Runs every quarter of it, at most every
+        IDLE_SWEEP_S_MAX, so a connection goes that much after idle_timeout_s at the latest."""
+        interval_s = min(self.idle_timeout_s / 4, IDLE_SWEEP_S_MAX)
+        while True:
+            await asyncio.sleep(interval_s)
+            now = time.monotonic()
+            for conn in list(self._conns):
+                idle_s = now - conn.last_active_s
+                if conn.idle_close and not conn.in_flight and not conn.closed and idle_s >= self.idle_timeout_s:
+                    self.idle_closes += 1
+                    log.info("%s: closing connection %s: idle for %.1f s", self.name, conn.peer, idle_s)
+                    conn.close()
 
     async def _handle(self, conn: Connection, cmd: RemotingCommand) -> None:
         handler = self.handlers.get(cmd.code)
@@ -174,4 +223,9 @@ class RemotingServer:
                 resp = make_response(cmd, ResponseCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
         if resp is None or cmd.is_oneway:
             return
-        conn.write(resp)
+        try:
+            conn.write(resp)
+        except EncodeError as e:   # e.g. a body past FRAME_SIZE_MAX: say so rather than leave the client waiting
+            log.error("%s: the response to code %d (from %s) cannot be encoded: %s", self.name, cmd.code,
+                      conn.peer, e)
+            conn.write(make_response(cmd, ResponseCode.SYSTEM_ERROR, f"response cannot be encoded: {e}"))
