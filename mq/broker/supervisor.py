@@ -66,8 +66,9 @@ class Supervisor:
         self.metadata = Metadata(cfg, self.store.config_dir)
         self.metadata.on_topics_changed = self._topics_changed
         self.link = LinkService(self.metadata, self)
+        # a quiet worker is still a worker: the link is never closed for idleness
         self._link_server = RemotingServer("link", {LINK_CALL: self.link.handle},
-                                           on_close=self.link.worker_link_closed)
+                                           on_close=self.link.worker_link_closed, idle_timeout_s=None)
         self.link_addr = link_address(cfg.storePathRootDir)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.bind(self.link_addr)

@@ -50,10 +50,11 @@ class IoWorker:
                     R.PULL_MESSAGE: self.pull.process, **self.admin.handlers()}
         handlers = {code: _guarded(h) for code, h in handlers.items()}
         self.pull.start(asyncio.get_running_loop())
-        main = RemotingServer("broker", handlers, on_close=self._conn_closed)
+        idle_s = cfg.serverChannelMaxIdleTimeSeconds
+        main = RemotingServer("broker", handlers, on_close=self._conn_closed, idle_timeout_s=idle_s)
         # the fast (VIP) port serves everything but pulls, as RocketMQ's does
         fast = RemotingServer("broker-fast", {c: h for c, h in handlers.items() if c != R.PULL_MESSAGE},
-                              on_close=self._conn_closed)
+                              on_close=self._conn_closed, idle_timeout_s=idle_s)
         await main.start(cfg.listenAddress, cfg.listenPort, reuse_port=True)
         await fast.start(cfg.listenAddress, cfg.fast_port, reuse_port=True)
         self.servers = [main, fast]

@@ -22,8 +22,7 @@ def embedded_config(run_dir: str, ns_port: int, broker_port: int) -> tuple[str, 
         "brokerClusterName=DefaultCluster", "brokerName=broker-a", "brokerId=0",
         "brokerRole=ASYNC_MASTER", "flushDiskType=ASYNC_FLUSH", "deleteWhen=04", "fileReservedTime=48",
         f"namesrvAddr=127.0.0.1:{ns_port}", f"listenPort={broker_port}", "brokerIP1=127.0.0.1",
-        "listenAddress=127.0.0.1", f"storePathRootDir={run_dir}/store",
-        "mappedFileSizeCommitLog=268435456", ""])
+        "listenAddress=127.0.0.1", f"storePathRootDir={run_dir}/store", ""])
     return namesrv, broker
 
 

@@ -263,9 +263,14 @@ class ConsumeQueueSet:
         self._by_slot: dict[int, ConsumeQueue] = {}
 
     def get(self, topic: str, queue_id: int) -> ConsumeQueue:
+        """The queue's handle.  On a read-only set a queue that does not exist yet
+        is not remembered (answering GET_MAX_OFFSET for arbitrary names must not
+        grow this table); it is opened again until it exists."""
         cq = self._by_key.get((topic, queue_id))
         if cq is None:
             cq = ConsumeQueue(self.root, topic, queue_id, self.file_size, self.ctl, self.writable)
+            if cq.slot is None and not self.writable:
+                return cq
             self._by_key[(topic, queue_id)] = cq
             if cq.slot is not None:
                 self._by_slot[cq.slot] = cq

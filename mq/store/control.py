@@ -5,17 +5,20 @@ attaches and reads it through the C functions.  One control block per store
 root, named after the root's real path, so every process of a broker (and a
 tool) finds it from the path alone.
 
-Python 3.11's resource_tracker unlinks a segment when *any* process that
-attached to it exits; we unregister every segment right after opening it, and
-the owner (the process that created it) unlinks it explicitly on close."""
+The segment is opened with shm_open + mmap directly, not through
+multiprocessing.shared_memory: in Python 3.11 that registers every attach
+with the resource tracker, which then unlinks the segment when an unrelated
+attacher exits.  Only the owner (the process that created it) unlinks it, on
+close; a crashed owner's stale segment is replaced at the next open."""
 from __future__ import annotations
 
 import hashlib
+import mmap
 import os
-import _posixshmem
-from multiprocessing import resource_tracker, shared_memory
 
-from .native import ffi, lib, check
+import _posixshmem
+
+from .native import BadControlBlock, ffi, lib, check
 
 POS_WRITE = lib.MQ_POS_WRITE
 POS_FLUSHED = lib.MQ_POS_FLUSHED
@@ -49,27 +52,31 @@ class ControlBlock:
         self.name = segment_name(store_root)
         self.owner = create
         size = lib.mq_ctl_size()
+        path = "/" + self.name
         if create:
             assert file_size is not None
             try:
-                stale = shared_memory.SharedMemory(self.name)
+                _posixshmem.shm_unlink(path)       # a stale segment of a crashed owner
             except FileNotFoundError:
                 pass
-            else:
-                resource_tracker.unregister(stale._name, "shared_memory")
-                stale.close()
-                _posixshmem.shm_unlink(stale._name)
-            self._shm = shared_memory.SharedMemory(self.name, create=True, size=size)
+            fd = _posixshmem.shm_open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
         else:
-            self._shm = shared_memory.SharedMemory(self.name)
-        resource_tracker.unregister(self._shm._name, "shared_memory")
-        self._buf = ffi.from_buffer(self._shm.buf)
+            fd = _posixshmem.shm_open(path, os.O_RDWR, mode=0o600)
+        try:
+            if create:
+                os.ftruncate(fd, size)
+            elif os.fstat(fd).st_size < size:
+                raise BadControlBlock(f"control block {self.name} is smaller than this build's layout")
+            self._mm = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        self._buf = ffi.from_buffer(self._mm)
         self.ptr = ffi.cast("void *", self._buf)
         self.size = size
         if create:
-            check(lib.mq_ctl_init(self.ptr, len(self._shm.buf), file_size), "mq_ctl_init")
+            check(lib.mq_ctl_init(self.ptr, size, file_size), "mq_ctl_init")
         else:
-            check(lib.mq_ctl_check(self.ptr, len(self._shm.buf)), f"control block {self.name}")
+            check(lib.mq_ctl_check(self.ptr, size), f"control block {self.name}")
 
     # positions ------------------------------------------------------------
     def get(self, pos: int) -> int:
@@ -131,17 +138,17 @@ class ControlBlock:
         return ffi.buffer(buf, n[0])[:].decode(), qid[0]
 
     def close(self) -> None:
-        if self._shm is None:
+        if self._mm is None:
             return
         self.ptr = None
         self._buf = None
-        shm, self._shm = self._shm, None
+        mm, self._mm = self._mm, None
         try:
-            shm.close()
+            mm.close()
         except BufferError:
             pass  # a view is still exported; the mapping goes with the process
         if self.owner:
             try:
-                _posixshmem.shm_unlink(shm._name)   # not shm.unlink(): it unregisters a second time
+                _posixshmem.shm_unlink("/" + self.name)
             except FileNotFoundError:
                 pass

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import os
+import signal
 import sys
 
 from .config import StoreConfig
@@ -21,6 +22,10 @@ ROLES = ("flush", "dispatch")
 
 def role_main(role: str, config_values: dict, store_host: str, store_port: int, stop) -> None:
     from .store import MessageStore
+    # stopped only through `stop` (the supervisor's clean stop flushes through us), and
+    # never half-way by a SIGTERM sent to the whole process group
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if not logging.getLogger().handlers:
         logging.basicConfig(stream=sys.stderr, level=os.environ.get("MQ_LOG_LEVEL", "INFO"),
                             format=f"%(asctime)s %(levelname)s {role}[%(process)d] %(name)s: %(message)s")
@@ -39,11 +44,41 @@ def role_main(role: str, config_values: dict, store_host: str, store_port: int, 
         store.close()
 
 
+class PipeStop:
+    """The stop signal of a role process, with Event's is_set/wait/set.
+
+    Not multiprocessing.Event: its set() takes a lock that a role killed inside
+    wait() never releases, which hangs the supervisor's stop.  A pipe cannot
+    wedge: the parent writes one byte (a dead reader is ignored), and when the
+    parent dies the role sees EOF, which also means stop."""
+
+    def __init__(self, reader, writer):
+        self._r = reader
+        self._w = writer
+
+    def is_set(self) -> bool:
+        return self._r.poll(0)
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        return self._r.poll(timeout_s)
+
+    def set(self) -> None:
+        try:
+            self._w.send_bytes(b"s")
+        except (OSError, ValueError):
+            pass
+
+    def child_side(self) -> "PipeStop":
+        return PipeStop(self._r, None)
+
+
 def start_role_process(role: str, config: StoreConfig, store_host: str, store_port: int):
-    """Starts one role process; returns (process, stop event)."""
+    """Starts one role process; returns (process, stop)."""
     ctx = mp.get_context("spawn")
-    stop = ctx.Event()
+    r, w = ctx.Pipe(duplex=False)
+    stop = PipeStop(r, w)
     p = ctx.Process(target=role_main, name=f"mq-{role}",
-                    args=(role, config.as_dict(), store_host, store_port, stop), daemon=True)
+                    args=(role, config.as_dict(), store_host, store_port, stop.child_side()), daemon=True)
     p.start()
+    r.close()          # the child holds the read end; our copy would hide the EOF of our own death
     return p, stop

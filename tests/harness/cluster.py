@@ -78,7 +78,8 @@ class Proc:
             self.p.wait(10)
 
     def output(self) -> str:
-        self.log.flush()
+        if not self.log.closed:
+            self.log.flush()
         with open(self.log_path, "rb") as f:
             return f.read().decode("utf-8", "replace")
 

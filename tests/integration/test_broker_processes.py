@@ -107,3 +107,19 @@ def test_kill_9_of_an_io_worker_under_load(cluster):
     missing = set(acked) - stored
     assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {sorted(missing)[:5]}"
     assert len(acked) > 600
+
+
+def test_sigterm_to_the_whole_process_group_stops_cleanly(tmp_path):
+    """SIGTERM to every process of the broker at once (what a terminal's Ctrl-C
+    or systemd's default KillMode does): the roles ignore it and are stopped by
+    the supervisor, which exits 0 and leaves a clean store (no abort file)."""
+    ns = NameServer(str(tmp_path))
+    broker = Broker(str(tmp_path), ns.addr)
+    try:
+        os.killpg(broker.proc.p.pid, signal.SIGTERM)
+        assert broker.proc.p.wait(30) == 0, broker.proc.output()[-3000:]
+        assert not os.path.exists(os.path.join(broker.dir, "abort"))
+        assert "broker stopped cleanly" in broker.proc.output()
+    finally:
+        broker.proc.kill()
+        ns.stop()
