@@ -1,0 +1,319 @@
+"""mqadmin: RocketMQ's operator tool, the subcommands an operator reaches for first.
+
+    mqadmin clusterList      -n NS
+    mqadmin topicList        -n NS
+    mqadmin topicRoute       -n NS -t TOPIC
+    mqadmin topicStatus      -n NS -t TOPIC
+    mqadmin updateTopic      -n NS (-c CLUSTER | -b BROKER_ADDR) -t TOPIC [-r 8] [-w 8] [-p 6] [-o false]
+    mqadmin deleteTopic      -n NS -c CLUSTER -t TOPIC
+    mqadmin consumerProgress -n NS -g GROUP [-t TOPIC]
+    mqadmin brokerStatus     -n NS (-b BROKER_ADDR | -c CLUSTER)
+    mqadmin getBrokerConfig  -n NS (-b BROKER_ADDR | -c CLUSTER)
+    mqadmin queryMsgByOffset -n NS -t TOPIC -b BROKER_NAME -i QUEUE_ID -o QUEUE_OFFSET
+
+Flags and output tables follow RocketMQ 4.9.8's tools (T/command/...); -n may be left out when
+$NAMESRV_ADDR is set, and several name servers are separated by ';'.  Long flag names (--namesrvAddr,
+--topic, --clusterName, --brokerAddr, ...) work too.
+
+Exit codes: 0 success; 1 the operation failed (unreachable server, error answer, no such topic/cluster/
+message), with one line on stderr and no traceback; 2 bad command line (usage on stderr)."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+import time
+from datetime import datetime
+
+from mq.client import AdminClient, MQClientError, RemotingError, TopicConfig
+
+PROG = "mqadmin"
+COMMAND_TIMEOUT_S = 60.0
+
+
+class UsageError(Exception):
+    pass
+
+
+# --------------------------------------------------------------------------------------------------
+# Commands.  Each is async (admin, args) -> exit code and prints to stdout.
+
+async def cluster_list(admin: AdminClient, args) -> int:
+    info = await admin.cluster_info()
+    fmt = "%-22s  %-22s  %-4s  %-22s %-16s %19s %19s %10s %5s %6s"
+    print(fmt % ("#Cluster Name", "#Broker Name", "#BID", "#Addr", "#Version", "#InTPS(LOAD)", "#OutTPS(LOAD)",
+                 "#PCWait(ms)", "#Hour", "#SPACE"))
+    for cluster in sorted(info.cluster_addr_table):
+        for name in info.cluster_addr_table[cluster]:
+            b = info.broker_addr_table.get(name)
+            if b is None:
+                continue
+            for bid, addr in sorted(b.broker_addrs.items()):
+                try:
+                    t = await admin.broker_runtime_info(addr)
+                except (MQClientError, RemotingError) as e:
+                    print(fmt % (cluster, name, bid, addr, "N/A", "N/A", "N/A", "N/A", "N/A", "N/A"))
+                    print(f"{PROG}: warning: {addr}: {e}", file=sys.stderr)
+                    continue
+                in_tps = _first_float(t.get("putTps"))
+                out_tps = _first_float(t.get("getTransferedTps"))
+                earliest = _int(t.get("earliestMessageTimeStamp"))
+                hours = (time.time() * 1000 - earliest) / 3_600_000 if earliest > 0 else 0.0
+                print(fmt % (cluster, name, bid, addr, t.get("brokerVersionDesc", ""),
+                             "%9.2f(%s,%sms)" % (in_tps, t.get("sendThreadPoolQueueSize", "0"),
+                                                 t.get("sendThreadPoolQueueHeadWaitTimeMills", "0")),
+                             "%9.2f(%s,%sms)" % (out_tps, t.get("pullThreadPoolQueueSize", "0"),
+                                                 t.get("pullThreadPoolQueueHeadWaitTimeMills", "0")),
+                             t.get("pageCacheLockTimeMills", "0"), "%2.2f" % hours,
+                             "%.4f" % _float(t.get("commitLogDiskRatio"))))
+    return 0
+
+
+async def topic_list(admin: AdminClient, args) -> int:
+    for topic in await admin.topic_list():
+        print(topic)
+    return 0
+
+
+async def topic_route(admin: AdminClient, args) -> int:
+    route = await admin.topic_route(args.topic)
+    print(json.dumps(route.as_json(), indent=2, sort_keys=True))
+    return 0
+
+
+async def topic_status(admin: AdminClient, args) -> int:
+    rows = await admin.topic_status(args.topic)
+    fmt = "%-32s  %-4s  %-20s  %-20s    %s"
+    print(fmt % ("#Broker Name", "#QID", "#Min Offset", "#Max Offset", "#Last Updated"))
+    for r in rows:
+        ts = _int(r.get("lastUpdateTimestamp"))
+        print(fmt % (r.get("brokerName", ""), r.get("queueId", ""), r.get("minOffset", ""), r.get("maxOffset", ""),
+                     _format_ms(ts) if ts > 0 else ""))
+    return 0
+
+
+async def update_topic(admin: AdminClient, args) -> int:
+    config = TopicConfig(args.topic, args.readQueueNums, args.writeQueueNums, args.perm, order=args.order)
+    addrs = await admin.create_topic(config, cluster=args.clusterName, broker_addr=args.brokerAddr)
+    for addr in addrs:
+        print(f"create topic to {addr} success.")
+    print(config)
+    return 0
+
+
+async def delete_topic(admin: AdminClient, args) -> int:
+    await admin.delete_topic(args.topic, args.clusterName)
+    print(f"delete topic [{args.topic}] from cluster [{args.clusterName}] success.")
+    print(f"delete topic [{args.topic}] from NameServer success.")
+    return 0
+
+
+async def consumer_progress(admin: AdminClient, args) -> int:
+    stats = await admin.consumer_progress(args.groupName, args.topic)
+    fmt = "%-64s  %-32s  %-4s  %-20s  %-20s  %-20s %-20s  %s"
+    print(fmt % ("#Topic", "#Broker Name", "#QID", "#Broker Offset", "#Consumer Offset", "#Client IP", "#Diff",
+                 "#LastTime"))
+    for r in stats.rows:
+        print(fmt % (r.get("topic", ""), r.get("brokerName", ""), r.get("queueId", ""), r.get("brokerOffset", ""),
+                     r.get("consumerOffset", ""), "N/A", r["diff"], "N/A"))
+    print()
+    print("Consume TPS: %.2f" % stats.consume_tps)
+    print("Diff Total: %d" % stats.diff_total)
+    return 0
+
+
+async def broker_status(admin: AdminClient, args) -> int:
+    addrs = await _broker_addrs(admin, args)
+    for addr in addrs:
+        table = await admin.broker_runtime_info(addr)
+        for k in sorted(table):
+            if len(addrs) > 1:
+                print("%-24s %-32s: %s" % (addr, k, table[k]))
+            else:
+                print("%-32s: %s" % (k, table[k]))
+    return 0
+
+
+async def get_broker_config(admin: AdminClient, args) -> int:
+    for addr in await _broker_addrs(admin, args):
+        config = await admin.broker_config(addr)
+        print(f"============{addr}============")
+        for k in sorted(config):
+            print("%-50s=  %s" % (k, config[k]))
+    return 0
+
+
+async def query_msg_by_offset(admin: AdminClient, args) -> int:
+    m = await admin.query_msg_by_offset(args.topic, args.brokerName, args.queueId, args.offset)
+    row = "%-20s %s"
+    print(row % ("OffsetID:", m.offset_msg_id))
+    print(row % ("Message ID:", m.msg_id))
+    print(row % ("Topic:", m.topic))
+    print(row % ("Tags:", f"[{m.tags}]"))
+    print(row % ("Keys:", f"[{m.keys}]"))
+    print(row % ("Queue ID:", m.queue_id))
+    print(row % ("Queue Offset:", m.queue_offset))
+    print(row % ("CommitLog Offset:", m.commitlog_offset))
+    print(row % ("Reconsume Times:", m.reconsume_times))
+    print(row % ("Born Timestamp:", _format_ms(m.born_timestamp_ms)))
+    print(row % ("Store Timestamp:", _format_ms(m.store_timestamp_ms)))
+    print(row % ("Born Host:", m.born_host))
+    print(row % ("Store Host:", m.store_host))
+    print(row % ("System Flag:", m.sys_flag))
+    print(row % ("Properties:", "{" + ", ".join(f"{k}={v}" for k, v in m.properties.items()) + "}"))
+    try:
+        body = m.body.decode("utf-8")
+    except UnicodeDecodeError:
+        body = repr(m.body)
+    print(row % ("Message Body:", body))
+    return 0
+
+
+async def _broker_addrs(admin: AdminClient, args) -> list[str]:
+    if args.brokerAddr:
+        return [args.brokerAddr]
+    info = await admin.cluster_info()
+    if args.clusterName not in info.cluster_addr_table:
+        raise MQClientError(f"cluster [{args.clusterName}] not found (known clusters: "
+                            f"{', '.join(sorted(info.cluster_addr_table)) or 'none'})")
+    return info.master_addrs(args.clusterName)
+
+
+def _first_float(text) -> float:
+    return _float((text or "0").split()[0] if (text or "").split() else "0")
+
+
+def _float(text) -> float:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _int(text) -> int:
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _format_ms(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S,%f")[:-3]
+
+
+# --------------------------------------------------------------------------------------------------
+# Command line
+
+def _bool(text: str) -> bool:
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    raise argparse.ArgumentTypeError(f"expected true or false, not {text!r}")
+
+
+def _nonneg(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0: {v}")
+    return v
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):   # argparse's own exit code 2, one clear line plus usage
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+COMMANDS = {
+    # name: (function, help, [(flags, kwargs), ...], [mutually exclusive required groups])
+    "clusterList": (cluster_list, "List clusters, their brokers and load", [], []),
+    "topicList": (topic_list, "Fetch all topic list from name server", [], []),
+    "topicRoute": (topic_route, "Examine topic route info",
+                   [(("-t", "--topic"), dict(required=True, help="topic name"))], []),
+    "topicStatus": (topic_status, "Examine topic status info (queue offsets)",
+                    [(("-t", "--topic"), dict(required=True, help="topic name"))], []),
+    "updateTopic": (update_topic, "Update or create topic",
+                    [(("-t", "--topic"), dict(required=True, help="topic name")),
+                     (("-r", "--readQueueNums"), dict(type=_nonneg, default=8, help="read queue nums (8)")),
+                     (("-w", "--writeQueueNums"), dict(type=_nonneg, default=8, help="write queue nums (8)")),
+                     (("-p", "--perm"), dict(type=_nonneg, default=6, help="permission: 2 W, 4 R, 6 RW (6)")),
+                     (("-o", "--order"), dict(type=_bool, default=False, help="order topic (true|false)"))],
+                    [[(("-b", "--brokerAddr"), dict(help="create the topic on this broker")),
+                      (("-c", "--clusterName"), dict(help="create the topic on every master of this cluster"))]]),
+    "deleteTopic": (delete_topic, "Delete topic from brokers and name servers",
+                    [(("-t", "--topic"), dict(required=True, help="topic name")),
+                     (("-c", "--clusterName"), dict(required=True, help="delete the topic from this cluster"))], []),
+    "consumerProgress": (consumer_progress, "Query consumer progress (offsets and lag per queue)",
+                         [(("-g", "--groupName"), dict(required=True, help="consumer group name")),
+                          (("-t", "--topic"), dict(help="only this topic"))], []),
+    "brokerStatus": (broker_status, "Fetch broker runtime status data", [],
+                     [[(("-b", "--brokerAddr"), dict(help="broker address")),
+                       (("-c", "--clusterName"), dict(help="every master of this cluster"))]]),
+    "getBrokerConfig": (get_broker_config, "Get broker config by cluster or special broker", [],
+                        [[(("-b", "--brokerAddr"), dict(help="broker address")),
+                          (("-c", "--clusterName"), dict(help="every master of this cluster"))]]),
+    "queryMsgByOffset": (query_msg_by_offset, "Query message by queue offset",
+                         [(("-t", "--topic"), dict(required=True, help="topic name")),
+                          (("-b", "--brokerName"), dict(required=True, help="broker name")),
+                          (("-i", "--queueId"), dict(type=_nonneg, required=True, help="queue id")),
+                          (("-o", "--offset"), dict(type=_nonneg, required=True, help="queue offset"))], []),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description="RocketMQ admin tool (subset of the Java mqadmin).",
+                     epilog="Run 'mqadmin <command> -h' for a command's options.")
+    sub = parser.add_subparsers(dest="command", metavar="<command>", parser_class=_Parser)
+    for name, (fn, help_text, options, groups) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.add_argument("-n", "--namesrvAddr", default=os.environ.get("NAMESRV_ADDR"),
+                       help="name server address list, e.g. 127.0.0.1:9876;127.0.0.2:9876 (default $NAMESRV_ADDR)")
+        for flags, kwargs in options:
+            p.add_argument(*flags, **kwargs)
+        for group in groups:
+            g = p.add_mutually_exclusive_group(required=True)
+            for flags, kwargs in group:
+                g.add_argument(*flags, **kwargs)
+        p.set_defaults(func=fn)
+    return parser
+
+
+async def _run(args) -> int:
+    admin = AdminClient(args.namesrvAddr)
+    try:
+        return await asyncio.wait_for(args.func(admin, args), COMMAND_TIMEOUT_S)
+    finally:
+        await admin.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help(sys.stderr)
+        return 2
+    if not args.namesrvAddr:
+        print(f"{PROG} {args.command}: error: no name server: give -n host:port or set NAMESRV_ADDR",
+              file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.WARNING, format=f"{PROG}: %(levelname)s %(name)s: %(message)s")
+    try:
+        return asyncio.run(_run(args))
+    except (MQClientError, RemotingError) as e:
+        print(f"{PROG} {args.command}: error: {e}", file=sys.stderr)
+    except asyncio.TimeoutError:
+        print(f"{PROG} {args.command}: error: no answer within {COMMAND_TIMEOUT_S:.0f}s", file=sys.stderr)
+    except (ValueError, OSError) as e:
+        print(f"{PROG} {args.command}: error: {e}", file=sys.stderr)
+    except KeyboardInterrupt:
+        return 130
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

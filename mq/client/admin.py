@@ -1,0 +1,231 @@
+"""AdminClient (DefaultMQAdminExt): the requests behind `mqadmin`.
+
+    name server  106 GET_BROKER_CLUSTER_INFO   206 GET_ALL_TOPIC_LIST_FROM_NAMESERVER
+                 105 GET_ROUTEINFO_BY_TOPIC    216 DELETE_TOPIC_IN_NAMESRV (every name server)
+    brokers      17 UPDATE_AND_CREATE_TOPIC (each master of a cluster, or one address)
+                 215 DELETE_TOPIC_IN_BROKER (each master of the cluster)
+                 202 GET_TOPIC_STATS_INFO   -> {"offsetTable":[{"topic","brokerName","queueId","minOffset",
+                                                 "maxOffset","lastUpdateTimestamp"}]}          (our shape)
+                 208 GET_CONSUME_STATS      -> {"offsetTable":[{"topic","brokerName","queueId","brokerOffset",
+                                                 "consumerOffset"}],"consumeTps":..,"diffTotal":..}   (our shape)
+                 28 GET_BROKER_RUNTIME_INFO -> {"table":{..}}      26 GET_BROKER_CONFIG -> properties text
+                 33 VIEW_MESSAGE_BY_ID (header offset = commit-log offset) -> one stored record
+                 11 PULL_MESSAGE of one message (queryMsgByOffset), group TOOLS_CONSUMER, no offset commit
+
+Every method raises MQBrokerError for a failure answer, RemotingError when a server cannot be reached,
+MQClientError for anything else (unknown cluster, no route, no message there).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from mq.remoting import RemotingError
+from mq.remoting.codes import RequestCode as R, ResponseCode as RC
+from mq.wire import commitlog as wcl
+from mq.wire.errors import WireError
+
+from .consumer import pull_kernel
+from .errors import MQBrokerError, MQClientError
+from .instance import ClientInstance
+from .message import MessageExt, MessageQueue, PullStatus, SubscriptionData, message_from_record
+from .route import PERM_READ, PERM_WRITE, ClusterInfo, TopicRouteData
+
+TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"
+ADMIN_TIMEOUT_S = 5.0
+
+
+def parse_properties_text(text: str) -> dict[str, str]:
+    """key=value lines (Java properties subset: '#'/'!' comments, ':' also separates)."""
+    out = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line[0] in "#!":
+            continue
+        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if cut < 0:
+            out[line] = ""
+        else:
+            out[line[:cut].strip()] = line[cut + 1:].strip()
+    return out
+
+
+@dataclass
+class TopicConfig:
+    topic_name: str
+    read_queue_nums: int = 8
+    write_queue_nums: int = 8
+    perm: int = PERM_READ | PERM_WRITE
+    topic_filter_type: str = "SINGLE_TAG"
+    topic_sys_flag: int = 0
+    order: bool = False
+
+    def __str__(self) -> str:
+        from .route import perm_to_string
+        return (f"TopicConfig [topicName={self.topic_name}, readQueueNums={self.read_queue_nums}, "
+                f"writeQueueNums={self.write_queue_nums}, perm={perm_to_string(self.perm)}, "
+                f"topicFilterType={self.topic_filter_type}, topicSysFlag={self.topic_sys_flag}, "
+                f"order={'true' if self.order else 'false'}]")
+
+
+@dataclass
+class ConsumeStats:
+    rows: list[dict] = field(default_factory=list)   # topic, brokerName, queueId, brokerOffset, consumerOffset, diff
+    consume_tps: float = 0.0
+    diff_total: int = 0
+
+
+class AdminClient:
+    def __init__(self, namesrv_addr: str, *, timeout_s: float = ADMIN_TIMEOUT_S, instance_name: str | None = None):
+        self.instance = ClientInstance(namesrv_addr, instance_name or "admin", timeout_s)
+        self.timeout_s = timeout_s
+
+    async def close(self) -> None:
+        await self.instance.close()
+
+    async def __aenter__(self) -> "AdminClient":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def _namesrv_ok(self, code: int, ext: dict | None = None):
+        r = await self.instance.invoke_namesrv(code, ext, timeout_s=self.timeout_s)
+        if r.code != RC.SUCCESS:
+            raise MQBrokerError(r.code, r.remark, "name server")
+        return r
+
+    # ---- name server ----------------------------------------------------------------------------------
+    async def cluster_info(self) -> ClusterInfo:
+        return ClusterInfo.decode((await self._namesrv_ok(R.GET_BROKER_CLUSTER_INFO)).body)
+
+    async def topic_list(self) -> list[str]:
+        body = json.loads((await self._namesrv_ok(R.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)).body or b"{}")
+        return sorted(body.get("topicList") or [])
+
+    async def topic_route(self, topic: str) -> TopicRouteData:
+        route = await self.instance.update_route(topic)
+        if route is None:
+            raise MQBrokerError(RC.TOPIC_NOT_EXIST, f"No topic route info in name server for the topic: {topic}",
+                                "name server")
+        return route
+
+    async def _cluster_masters(self, cluster: str) -> list[str]:
+        info = await self.cluster_info()
+        if cluster not in info.cluster_addr_table:
+            known = ", ".join(sorted(info.cluster_addr_table)) or "none"
+            raise MQClientError(f"cluster [{cluster}] not found (known clusters: {known})")
+        masters = info.master_addrs(cluster)
+        if not masters:
+            raise MQClientError(f"cluster [{cluster}] has no master broker")
+        return masters
+
+    # ---- topics ----------------------------------------------------------------------------------------
+    async def create_topic(self, config: TopicConfig, *, cluster: str | None = None,
+                           broker_addr: str | None = None) -> list[str]:
+        """UPDATE_AND_CREATE_TOPIC at `broker_addr`, or at every master of `cluster`; returns the addresses."""
+        if (cluster is None) == (broker_addr is None):
+            raise MQClientError("give exactly one of cluster and broker_addr")
+        addrs = [broker_addr] if broker_addr else await self._cluster_masters(cluster)
+        ext = {"topic": config.topic_name, "defaultTopic": "TBW102", "readQueueNums": config.read_queue_nums,
+               "writeQueueNums": config.write_queue_nums, "perm": config.perm,
+               "topicFilterType": config.topic_filter_type, "topicSysFlag": config.topic_sys_flag,
+               "order": config.order}
+        for addr in addrs:
+            await self.instance.invoke_ok(addr, R.UPDATE_AND_CREATE_TOPIC, ext, timeout_s=self.timeout_s)
+        return addrs
+
+    async def delete_topic(self, topic: str, cluster: str) -> list[str]:
+        """DELETE_TOPIC_IN_BROKER at every master of `cluster`, then DELETE_TOPIC_IN_NAMESRV at every
+        name server; returns the broker addresses."""
+        addrs = await self._cluster_masters(cluster)
+        for addr in addrs:
+            await self.instance.invoke_ok(addr, R.DELETE_TOPIC_IN_BROKER, {"topic": topic}, timeout_s=self.timeout_s)
+        for ns in self.instance.namesrv_addrs:
+            await self.instance.invoke_ok(ns, R.DELETE_TOPIC_IN_NAMESRV, {"topic": topic, "clusterName": cluster},
+                                          timeout_s=self.timeout_s)
+        return addrs
+
+    async def topic_status(self, topic: str) -> list[dict]:
+        """GET_TOPIC_STATS_INFO from the master of every broker of the topic's route, rows sorted."""
+        route = await self.topic_route(topic)
+        rows = []
+        for b in sorted(route.broker_datas, key=lambda b: b.broker_name):
+            if b.master_addr is None:
+                continue
+            r = await self.instance.invoke_ok(b.master_addr, R.GET_TOPIC_STATS_INFO, {"topic": topic},
+                                              timeout_s=self.timeout_s)
+            rows.extend(json.loads(r.body).get("offsetTable") or [])
+        return sorted(rows, key=lambda x: (x.get("brokerName", ""), int(x.get("queueId", 0))))
+
+    # ---- consumers ---------------------------------------------------------------------------------------
+    async def consumer_progress(self, group: str, topic: str | None = None) -> ConsumeStats:
+        """GET_CONSUME_STATS from the master of every broker of every cluster."""
+        info = await self.cluster_info()
+        stats = ConsumeStats()
+        for name in sorted(info.broker_addr_table):
+            addr = info.broker_addr_table[name].master_addr
+            if addr is None:
+                continue
+            r = await self.instance.invoke_ok(addr, R.GET_CONSUME_STATS, {"consumerGroup": group, "topic": topic},
+                                              timeout_s=self.timeout_s)
+            body = json.loads(r.body or b"{}")
+            for row in body.get("offsetTable") or []:
+                row = dict(row)
+                row["diff"] = max(0, int(row.get("brokerOffset", 0)) - int(row.get("consumerOffset", 0)))
+                stats.rows.append(row)
+            stats.consume_tps += float(body.get("consumeTps") or 0.0)
+        stats.rows.sort(key=lambda x: (x.get("topic", ""), x.get("brokerName", ""), int(x.get("queueId", 0))))
+        stats.diff_total = sum(r["diff"] for r in stats.rows)
+        if not stats.rows:
+            raise MQClientError(f"no consume progress for group [{group}]"
+                                + (f" on topic [{topic}]" if topic else "")
+                                + ": the group has committed no offset (or does not exist)")
+        return stats
+
+    async def consumer_ids(self, group: str, broker_addr: str) -> list[str]:
+        """GET_CONSUMER_LIST_BY_GROUP at one broker ([] when nobody is registered)."""
+        r = await self.instance.invoke(broker_addr, R.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group},
+                                       timeout_s=self.timeout_s)
+        if r.code != RC.SUCCESS:
+            return []
+        return sorted(json.loads(r.body).get("consumerIdList") or [])
+
+    # ---- brokers --------------------------------------------------------------------------------------------
+    async def broker_runtime_info(self, addr: str) -> dict[str, str]:
+        r = await self.instance.invoke_ok(addr, R.GET_BROKER_RUNTIME_INFO, timeout_s=self.timeout_s)
+        return {str(k): str(v) for k, v in (json.loads(r.body).get("table") or {}).items()}
+
+    async def broker_config(self, addr: str) -> dict[str, str]:
+        r = await self.instance.invoke_ok(addr, R.GET_BROKER_CONFIG, timeout_s=self.timeout_s)
+        return parse_properties_text(r.body.decode("utf-8", "replace"))
+
+    async def view_message(self, addr: str, commitlog_offset: int, broker_name: str = "") -> MessageExt:
+        """VIEW_MESSAGE_BY_ID: the record at a commit-log offset of the broker at `addr`."""
+        r = await self.instance.invoke_ok(addr, R.VIEW_MESSAGE_BY_ID, {"offset": commitlog_offset},
+                                          timeout_s=self.timeout_s)
+        try:
+            return message_from_record(wcl.parse_record(r.body), broker_name)
+        except (WireError, ValueError) as e:
+            raise MQClientError(f"the broker answered an undecodable record: {e}") from None
+
+    async def query_msg_by_offset(self, topic: str, broker_name: str, queue_id: int, queue_offset: int) -> MessageExt:
+        """The message at consume-queue offset `queue_offset` of topic@broker_name:queue_id (a pull of one
+        message at the master, group TOOLS_CONSUMER, no offset committed)."""
+        route = await self.topic_route(topic)
+        if route.broker(broker_name) is None:
+            raise MQClientError(f"broker [{broker_name}] is not in the route of topic [{topic}]")
+        mq = MessageQueue(topic, broker_name, queue_id)
+        try:
+            res = await pull_kernel(self.instance, TOOLS_CONSUMER_GROUP, mq, SubscriptionData.build(topic, "*"),
+                                    queue_offset, 1, suspend=False, timeout_s=self.timeout_s)
+        except WireError as e:
+            raise MQClientError(f"the broker answered an undecodable pull body: {e}") from None
+        if res.status is not PullStatus.FOUND or not res.messages or res.messages[0].queue_offset != queue_offset:
+            raise MQClientError(f"no message at offset {queue_offset} of {mq} (pull status {res.status.value}; "
+                                f"the queue holds offsets {res.min_offset}..{res.max_offset - 1})")
+        return res.messages[0]
+
+
+__all__ = ["AdminClient", "TopicConfig", "ConsumeStats", "parse_properties_text", "TOOLS_CONSUMER_GROUP",
+           "RemotingError"]

@@ -1,0 +1,368 @@
+"""Client-side message types: what producers send, what consumers receive, and the results.
+
+    Message      topic, body, properties (TAGS, KEYS, DELAY, WAIT, UNIQ_KEY, user keys), flag
+    MessageExt   a received message: a Message plus the stored record's fields (queue, offsets, hosts, times)
+    MessageQueue (topic, broker_name, queue_id), ordered like Java's MessageQueue.compareTo
+    SendResult   status + msg_id (UNIQ_KEY) + offset_msg_id (store host + commit-log offset) + queue + queue_offset
+    PullResult   status + next_begin_offset + min/max offset + messages
+
+Byte layouts come from mq.wire only: a PULL body is decoded with mq.wire.commitlog.iter_records, properties
+with mq.wire.properties, offsetMsgId with mq.wire.msgid.
+
+UNIQ_KEY (MessageClientIDSetter, spec 2.6), 16 bytes as 32 uppercase hex characters:
+
+    ip 4 | pid 2 | classLoaderHash 4 | ms since the start of the current month 4 | counter 2
+
+The "class loader hash" is a per-process random int here; the month start is fixed at import, as Java fixes
+it when the class loads (the ms field then simply keeps growing).
+"""
+from __future__ import annotations
+
+import enum
+import itertools
+import os
+import random
+import socket
+import struct
+import threading
+import time
+import zlib
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from mq.wire import commitlog as wcl
+from mq.wire.consumequeue import java_string_hashcode
+from mq.wire.msgid import offset_msg_id
+from mq.wire.properties import decode_properties
+
+# Property names (C/message/MessageConst.java).
+PROPERTY_KEYS = "KEYS"
+PROPERTY_TAGS = "TAGS"
+PROPERTY_WAIT_STORE_MSG_OK = "WAIT"
+PROPERTY_DELAY_TIME_LEVEL = "DELAY"
+PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+PROPERTY_REAL_QUEUE_ID = "REAL_QID"
+PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX = "UNIQ_KEY"
+PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
+PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+PROPERTY_CONSUME_START_TIMESTAMP = "CONSUME_START_TIME"
+PROPERTY_MIN_OFFSET = "MIN_OFFSET"
+PROPERTY_MAX_OFFSET = "MAX_OFFSET"
+KEY_SEPARATOR = " "
+
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+MASTER_ID = 0
+
+# sysFlag bits the client sets or reads (spec 3.3).
+SYSFLAG_COMPRESSED = wcl.COMPRESSED
+SYSFLAG_COMPRESSION_TYPE_MASK = 0x700
+SYSFLAG_ZLIB = 0x300
+SYSFLAG_LZ4 = 0x100
+SYSFLAG_ZSTD = 0x200
+
+MESSAGE_BODY_SIZE_MAX = 4 * 1024 * 1024          # broker maxMessageSize default; producer maxMessageSize
+COMPRESS_BODY_OVER_BYTES = 4096                  # compressMsgBodyOverHowmuch
+COMPRESS_LEVEL = 5                               # rocketmq.message.compressLevel
+DECOMPRESSED_BODY_SIZE_MAX = 64 * 1024 * 1024    # bound on a received compressed body once inflated
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_GROUP_TOPIC_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    return DLQ_GROUP_TOPIC_PREFIX + group
+
+
+class SendStatus(str, enum.Enum):
+    SEND_OK = "SEND_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+
+
+class PullStatus(str, enum.Enum):
+    FOUND = "FOUND"
+    NO_NEW_MSG = "NO_NEW_MSG"
+    NO_MATCHED_MSG = "NO_MATCHED_MSG"
+    OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
+
+
+class ConsumeStatus(str, enum.Enum):
+    CONSUME_SUCCESS = "CONSUME_SUCCESS"
+    RECONSUME_LATER = "RECONSUME_LATER"
+
+
+class MessageModel(str, enum.Enum):
+    CLUSTERING = "CLUSTERING"
+    BROADCASTING = "BROADCASTING"
+
+
+class ConsumeFromWhere(str, enum.Enum):
+    LAST = "CONSUME_FROM_LAST_OFFSET"
+    FIRST = "CONSUME_FROM_FIRST_OFFSET"
+    TIMESTAMP = "CONSUME_FROM_TIMESTAMP"
+
+
+def _coerce(kind, value):
+    """An enum member from a member, its value or its name ('LAST', 'CONSUME_FROM_LAST_OFFSET')."""
+    if isinstance(value, kind):
+        return value
+    text = str(value)
+    for member in kind:
+        if text in (member.name, member.value):
+            return member
+    raise ValueError(f"{kind.__name__}: unknown value {value!r} (one of {[m.name for m in kind]})")
+
+
+@dataclass(frozen=True, order=True)
+class MessageQueue:
+    """One queue of a topic on one broker (master and slaves share it). Ordered by topic, broker, queue id."""
+    topic: str
+    broker_name: str
+    queue_id: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}@{self.broker_name}:{self.queue_id}"
+
+    def as_json(self) -> dict:
+        return {"brokerName": self.broker_name, "queueId": self.queue_id, "topic": self.topic}
+
+
+class Message:
+    """A message to send. `body` is bytes (str is encoded as UTF-8). `keys` is one key or several
+    (stored space-separated in KEYS); `tags` is a single tag; `properties` are user properties
+    (names and values without the separators 0x01/0x02)."""
+
+    def __init__(self, topic: str, body: bytes | str = b"", *, tags: str | None = None,
+                 keys: str | list[str] | tuple[str, ...] | None = None, properties: dict | None = None,
+                 flag: int = 0, delay_level: int = 0, wait_store_msg_ok: bool = True):
+        self.topic = topic
+        self.body = body.encode("utf-8") if isinstance(body, str) else bytes(body)
+        self.flag = flag
+        self.properties: dict[str, str] = {str(k): str(v) for k, v in (properties or {}).items()}
+        if tags:
+            self.properties[PROPERTY_TAGS] = tags
+        if keys:
+            self.properties[PROPERTY_KEYS] = keys if isinstance(keys, str) else KEY_SEPARATOR.join(keys)
+        if delay_level > 0:
+            self.properties[PROPERTY_DELAY_TIME_LEVEL] = str(delay_level)
+        self.properties.setdefault(PROPERTY_WAIT_STORE_MSG_OK, "true" if wait_store_msg_ok else "false")
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> str | None:
+        return self.properties.get(PROPERTY_KEYS)
+
+    @property
+    def delay_level(self) -> int:
+        return int(self.properties.get(PROPERTY_DELAY_TIME_LEVEL, "0") or 0)
+
+    @property
+    def wait_store_msg_ok(self) -> bool:
+        return self.properties.get(PROPERTY_WAIT_STORE_MSG_OK, "true") != "false"
+
+    def get_property(self, name: str, default: str | None = None) -> str | None:
+        return self.properties.get(name, default)
+
+    def put_property(self, name: str, value: str) -> None:
+        self.properties[name] = str(value)
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(topic={self.topic!r}, tags={self.tags!r}, keys={self.keys!r}, "
+                f"body={len(self.body)} bytes)")
+
+
+class MessageExt(Message):
+    """A stored message as a consumer or an admin tool sees it.
+
+    msg_id is the UNIQ_KEY when the producer set one, else offset_msg_id (what Java's
+    MessageClientExt.getMsgId returns); offset_msg_id is store host + commit-log offset.
+    For a message redelivered through %RETRY%<group>, a push consumer resets `topic` to the
+    original topic (RETRY_TOPIC property); `queue` still names the queue it was pulled from."""
+
+    def __init__(self, topic: str, body: bytes, properties: dict, flag: int = 0):
+        # not Message.__init__: a received message keeps exactly the stored properties (no WAIT added)
+        self.topic = topic
+        self.body = body
+        self.flag = flag
+        self.properties = properties
+        self.queue_id = 0
+        self.queue_offset = 0
+        self.commitlog_offset = 0
+        self.store_size = 0
+        self.sys_flag = 0
+        self.body_crc = 0
+        self.born_timestamp_ms = 0
+        self.born_host = ""
+        self.store_timestamp_ms = 0
+        self.store_host = ""
+        self.reconsume_times = 0
+        self.prepared_transaction_offset = 0
+        self.offset_msg_id = ""
+        self.broker_name = ""
+        self.queue: MessageQueue | None = None
+
+    @property
+    def msg_id(self) -> str:
+        return self.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or self.offset_msg_id
+
+    def __repr__(self) -> str:
+        return (f"MessageExt(topic={self.topic!r}, queue_id={self.queue_id}, queue_offset={self.queue_offset}, "
+                f"msg_id={self.msg_id}, tags={self.tags!r}, reconsume_times={self.reconsume_times}, "
+                f"body={len(self.body)} bytes)")
+
+
+def decompress_body(body: bytes, sys_flag: int) -> bytes:
+    """The body as sent: inflated when COMPRESSED is set (type bits 0 or ZLIB mean zlib, spec 3.3).
+    LZ4/ZSTD bodies are returned as stored (no codec here). Inflation is bounded."""
+    if not sys_flag & SYSFLAG_COMPRESSED:
+        return body
+    if sys_flag & SYSFLAG_COMPRESSION_TYPE_MASK not in (0, SYSFLAG_ZLIB):
+        return body
+    d = zlib.decompressobj()
+    out = d.decompress(body, DECOMPRESSED_BODY_SIZE_MAX)
+    if d.unconsumed_tail:
+        raise ValueError(f"compressed body inflates beyond {DECOMPRESSED_BODY_SIZE_MAX} bytes")
+    return out
+
+
+def message_from_record(rec, broker_name: str = "") -> MessageExt:
+    """A MessageExt from a parsed CommitLog record (mq.wire.commitlog.parse_record)."""
+    props = decode_properties(rec.properties)
+    body = decompress_body(rec.body, rec.sys_flag)
+    m = MessageExt(rec.topic, body, props, rec.flag)
+    m.queue_id = rec.queue_id
+    m.queue_offset = rec.queue_offset
+    m.commitlog_offset = rec.physical_offset
+    m.store_size = rec.total_size
+    m.sys_flag = rec.sys_flag
+    m.body_crc = rec.body_crc
+    m.born_timestamp_ms = rec.born_timestamp_ms
+    m.born_host = _host_port(rec.born_host, rec.born_port)
+    m.store_timestamp_ms = rec.store_timestamp_ms
+    m.store_host = _host_port(rec.store_host, rec.store_port)
+    m.reconsume_times = rec.reconsume_times
+    m.prepared_transaction_offset = rec.prepared_transaction_offset
+    m.offset_msg_id = offset_msg_id(rec.store_host, rec.store_port, rec.physical_offset)
+    m.broker_name = broker_name
+    m.queue = MessageQueue(rec.topic, broker_name, rec.queue_id)
+    return m
+
+
+def _host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def decode_messages(body: bytes, broker_name: str = "") -> list[MessageExt]:
+    """Every message of a PULL response body (concatenated CommitLog records, spec 3.1).
+    Raises mq.wire.errors.WireError for a malformed body."""
+    return [message_from_record(rec, broker_name) for rec in wcl.iter_records(body)]
+
+
+@dataclass
+class SendResult:
+    status: SendStatus
+    msg_id: str                 # UNIQ_KEY (comma-joined for a batch)
+    offset_msg_id: str          # from the broker: store host + commit-log offset (comma-joined for a batch)
+    queue: MessageQueue
+    queue_offset: int           # consume-queue offset of the (first) message
+    region_id: str = ""
+    trace_on: bool = True
+
+
+@dataclass
+class PullResult:
+    status: PullStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    messages: list[MessageExt] = field(default_factory=list)
+    suggest_which_broker_id: int = MASTER_ID
+
+
+# --------------------------------------------------------------------------------------------------
+# Subscriptions
+
+@dataclass
+class SubscriptionData:
+    """A TAG subscription as heartbeats carry it (spec 2.3, HEART_BEAT): `*` means every tag."""
+    topic: str
+    sub_string: str
+    tags: tuple[str, ...]
+    sub_version: int
+
+    @classmethod
+    def build(cls, topic: str, expression: str | None) -> "SubscriptionData":
+        expr = (expression or "").strip()
+        if expr in ("", "*"):
+            return cls(topic, "*", (), int(time.time() * 1000))
+        tags = tuple(dict.fromkeys(t.strip() for t in expr.split("||") if t.strip()))
+        if not tags:
+            raise ValueError(f"subscription expression {expression!r} names no tag")
+        return cls(topic, expr, tags, int(time.time() * 1000))
+
+    def matches(self, msg: Message) -> bool:
+        """The client-side re-check by tag string (the broker filtered by hash codes only)."""
+        return not self.tags or (msg.tags is not None and msg.tags in self.tags)
+
+    def as_json(self) -> dict:
+        return {"classFilterMode": False, "codeSet": [java_string_hashcode(t) for t in self.tags],
+                "expressionType": "TAG", "subString": self.sub_string, "subVersion": self.sub_version,
+                "tagsSet": list(self.tags), "topic": self.topic}
+
+
+# --------------------------------------------------------------------------------------------------
+# Client ids and UNIQ_KEY
+
+def local_ip() -> str:
+    """This host's outward IPv4 address (no packet is sent), else 127.0.0.1."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("10.255.255.255", 1))
+            return s.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"
+
+
+def _month_start_ms() -> int:
+    now = datetime.now()
+    return int(datetime(now.year, now.month, 1).timestamp() * 1000)
+
+
+class _UniqIdGenerator:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        try:
+            ip = socket.inet_aton(local_ip())
+        except OSError:
+            ip = bytes(4)
+        self.pid = os.getpid()
+        self.prefix = ip + struct.pack(">hi", self.pid & 0x7FFF, random.getrandbits(31))
+        self.month_start_ms = _month_start_ms()
+        self.counter = itertools.count(random.getrandbits(15))
+
+    def next(self) -> str:
+        with self.lock:
+            if os.getpid() != self.pid:       # after fork(): a new pid, a new prefix
+                self.reset()
+            elapsed = int(time.time() * 1000) - self.month_start_ms
+            n = next(self.counter) & 0xFFFF
+        return (self.prefix + struct.pack(">iH", elapsed & 0x7FFFFFFF, n)).hex().upper()
+
+
+_uniq = _UniqIdGenerator()
+
+
+def new_uniq_id() -> str:
+    """A fresh UNIQ_KEY: 32 uppercase hex characters (IPv4 layout, see the module docstring)."""
+    return _uniq.next()
