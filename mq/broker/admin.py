@@ -93,7 +93,12 @@ class AdminProcessor:
         off = await self.meta.query_offset(group, topic, qid)
         if off is not None:
             return make_response(cmd, RC.SUCCESS, ext={"offset": off})
-        if self.store.min_offset(topic, qid) <= 0:
+        # a new group starts at 0 only while the queue still begins at 0 and that
+        # message is still in memory (RocketMQ); otherwise the client applies consumeFrom
+        cq = self.store.cqs.get(topic, qid)
+        first = cq.entry(0) if cq.min_offset <= 0 else None
+        if cq.min_offset <= 0 and (first is None or
+                                   self.store.in_memory(first[0], self.config.accessMessageInMemoryMaxRatio)):
             return make_response(cmd, RC.SUCCESS, ext={"offset": 0})
         return make_response(cmd, RC.QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
 
@@ -201,9 +206,29 @@ class AdminProcessor:
             "sendThreadPoolQueueSize": "0", "pullThreadPoolQueueSize": "0",
             "pageCacheLockTimeMills": "0", "commitLogDiskRatio": "%.4f" % _disk_ratio(self.store),
             "bootTimestamp": str(self.broker.boot_ms), "flushDiskType": self.config.flushDiskType,
+            "earliestMessageTimeStamp": str(self._earliest_store_ts()),
+            "sendThreadPoolQueueHeadWaitTimeMills": "0", "pullThreadPoolQueueHeadWaitTimeMills": "0",
         }
         table.update(self.broker.extra_runtime_info())
         return make_response(cmd, RC.SUCCESS, body=dumps({"table": table}))
+
+    def _earliest_store_ts(self) -> int:
+        """Store time of the oldest message still in the CommitLog (0 if none)."""
+        try:
+            n, _, _ = self._scanner().scan(self.store.cl.min_pos, self.store.cl.write_pos, resolve_slots=0)
+        except StoreError:
+            return 0
+        return self._scan.recs[0].store_ts_ms if n else 0
+
+    def _scanner(self):
+        if getattr(self, "_scan", None) is None:
+            self._scan = self.store.cl.scanner(1)
+        return self._scan
+
+    def _last_store_ts(self, topic: str, qid: int) -> int:
+        cq = self.store.cqs.get(topic, qid)
+        e = cq.entry(cq.max_offset - 1) if cq.max_offset > 0 else None
+        return (self.store._store_ts_at(e[0]) or 0) if e else 0
 
     async def broker_config(self, conn, cmd):
         return make_response(cmd, RC.SUCCESS, body=self.config.as_properties().encode())
@@ -227,25 +252,35 @@ class AdminProcessor:
         for q in range(tc["writeQueueNums"]):
             cq = self.store.cqs.get(topic, q)
             rows.append({"topic": topic, "brokerName": self.config.brokerName, "queueId": q,
-                         "minOffset": cq.min_offset, "maxOffset": cq.max_offset, "lastUpdateTimestamp": 0})
+                         "minOffset": cq.min_offset, "maxOffset": cq.max_offset,
+                         "lastUpdateTimestamp": self._last_store_ts(topic, q)})
         return make_response(cmd, RC.SUCCESS, body=dumps({"offsetTable": rows}))
 
     async def consume_stats(self, conn, cmd):
-        """Per queue of the group's topics: broker offset, consumer offset, lag."""
+        """Every queue of each topic the group has offsets for (or `topic`):
+        broker offset, consumer offset (-1 if none), last message time, lag."""
         h = cmd.ext_fields or {}
         group = h.get("consumerGroup", "")
         only = h.get("topic") or None
         offsets = await self.meta.offsets_wrapper()
-        rows, total = [], 0
+        committed: dict[str, dict[int, int]] = {}
         for key, table in offsets["offsetTable"].items():
             topic, _, g = key.rpartition("@")
-            if g != group or (only and topic != only):
-                continue
-            for q, off in table.items():
-                mx = self.store.max_offset(topic, int(q))
-                rows.append({"topic": topic, "brokerName": self.config.brokerName, "queueId": int(q),
-                             "brokerOffset": mx, "consumerOffset": off})
-                total += max(0, mx - off)
+            if g == group and (only is None or topic == only):
+                committed[topic] = {int(q): int(v) for q, v in table.items()}
+        if only and only not in committed:
+            committed[only] = {}
+        rows, total = [], 0
+        for topic, table in sorted(committed.items()):
+            tc = await self.meta.topic(topic)
+            queues = range(tc["readQueueNums"]) if tc else sorted(table)
+            for q in queues:
+                mx = self.store.max_offset(topic, q)
+                off = table.get(q, -1)
+                rows.append({"topic": topic, "brokerName": self.config.brokerName, "queueId": q,
+                             "brokerOffset": mx, "consumerOffset": off,
+                             "lastTimestamp": self._last_store_ts(topic, q)})
+                total += max(0, mx - max(off, 0))
         return make_response(cmd, RC.SUCCESS, body=dumps({"offsetTable": rows, "consumeTps": 0.0, "diffTotal": total}))
 
 

@@ -92,7 +92,7 @@ class PullHoldService:
 
     async def hold(self, topic: str, queue_id: int, offset: int, timeout_s: float) -> bool:
         """Waits until the queue has a message at `offset` or the timeout; True if it does."""
-        if self.count >= PULLS_HELD_MAX:
+        if self.count >= PULLS_HELD_MAX or self._stop:
             return False
         fut = self.loop.create_future()
         self.held.setdefault((topic, queue_id), []).append((offset, fut))

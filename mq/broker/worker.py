@@ -63,9 +63,11 @@ class IoWorker:
                  cfg.fast_port)
 
     async def stop(self) -> None:
+        # parked pulls first: they are answered (PULL_NOT_FOUND) at once instead of
+        # holding the servers' grace period, and never run against a closed store
+        self.pull.stop()
         for s in self.servers:
             await s.stop(grace_s=3.0)
-        self.pull.stop()
         await self.meta.close()
         self.store.close()
 

@@ -48,6 +48,7 @@ from .notify import PositionWaiter
 log = logging.getLogger("mq.store")
 
 RECOVERY_SCAN_BATCH = 65536
+TOTAL_PHYSICAL_MEMORY = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 class PutStatus(enum.Enum):
@@ -433,19 +434,38 @@ class MessageStore:
         return self.dispatch_waiter.wait(self.ctl.get(C.POS_WRITE), timeout_s)
 
     def search_offset_by_time(self, topic: str, queue_id: int, ts_ms: int) -> int:
-        """The queue offset of the first message stored at or after ts_ms (max
-        offset if none), like RocketMQ's getOffsetInQueueByTime."""
+        """RocketMQ's getOffsetInQueueByTime: the first message stored exactly at
+        ts_ms, else the closer (in time) of the two messages around it; the last
+        message when all are older, the first when all are newer, 0 when empty."""
         cq = self.cqs.get(topic, queue_id)
-        lo, hi = cq.min_offset, cq.max_offset
+        first, end = cq.min_offset, cq.max_offset
+        if first >= end:
+            return 0
+
+        def ts_of(q: int) -> int | None:
+            e = cq.get_raw(q)
+            return self._store_ts_at(e[0]) if e else None
+
+        lo, hi = first, end
         while lo < hi:
             mid = (lo + hi) // 2
-            e = cq.get_raw(mid)
-            ts = self._store_ts_at(e[0]) if e else None
+            ts = ts_of(mid)
             if ts is None or ts < ts_ms:
                 lo = mid + 1
             else:
                 hi = mid
-        return lo
+        if lo == end:
+            return end - 1
+        right = ts_of(lo)
+        if right == ts_ms or lo == first:
+            return lo
+        left = ts_of(lo - 1)
+        return lo - 1 if left is not None and right is not None and ts_ms - left <= right - ts_ms else lo
+
+    def in_memory(self, phy_offset: int, ratio_percent: int) -> bool:
+        """RocketMQ's checkInDiskByCommitOffset, inverted: is the message at
+        phy_offset within the newest ratio% of physical RAM of the log?"""
+        return self.cl.write_pos - phy_offset <= TOTAL_PHYSICAL_MEMORY * ratio_percent // 100
 
     def _store_ts_at(self, phy: int) -> int | None:
         try:

@@ -167,8 +167,15 @@ def test_min_max_and_search_by_timestamp(make_store):
     assert s.max_offset("S", 0) == 0
     for i in (0, 10, 20):
         found = s.search_offset_by_time("S", 1, stamps[i])
-        assert stamps[found] >= stamps[i] and (found == 0 or stamps[found - 1] < stamps[i])
-    assert s.search_offset_by_time("S", 1, stamps[-1] + 10_000) == 30
+        assert stamps[found] == stamps[i] and (found == 0 or stamps[found - 1] < stamps[i]), "exact match"
+    # between two stored times: the closer neighbour (spec 2.3)
+    gap_lo, gap_hi = stamps[9], stamps[10]
+    assert gap_hi - gap_lo >= 10
+    assert s.search_offset_by_time("S", 1, gap_lo + 1) == 9
+    assert s.search_offset_by_time("S", 1, gap_hi - 1) == 10
+    assert s.search_offset_by_time("S", 1, stamps[-1] + 10_000) == 29, "all older: the last message"
+    assert s.search_offset_by_time("S", 1, stamps[0] - 10_000) == 0, "all newer: the first"
+    assert s.search_offset_by_time("S", 0, stamps[0]) == 0, "empty queue"
 
 
 @pytest.mark.parametrize("case", ["empty", "over", "exact"])
