@@ -11,7 +11,7 @@ import os
 import socket
 from typing import Any
 
-from mq.store.config import STORE_OPTIONS, Option, StoreConfig
+from mq.store.config import STORE_OPTIONS, Option, StoreConfig, load_properties_file, parse_properties  # noqa: F401
 
 
 def _port(v): return 3 <= v <= 65533
@@ -135,24 +135,7 @@ def _fmt(v: Any) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)
 
 
-def parse_properties(text: str) -> dict[str, str]:
-    """Java-properties subset: key=value or key: value lines, # and ! comments."""
-    out = {}
-    for lineno, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line[0] in "#!":
-            continue
-        for i, ch in enumerate(line):
-            if ch in "=:":
-                out[line[:i].strip()] = line[i + 1:].strip()
-                break
-        else:
-            raise ValueError(f"line {lineno}: expected key=value, got {raw!r}")
-    return out
-
-
 def load_config_file(path: str, overrides: dict[str, Any] | None = None, warn=None) -> BrokerConfig:
-    with open(path, encoding="utf-8") as f:
-        values: dict[str, Any] = parse_properties(f.read())
+    values: dict[str, Any] = load_properties_file(path)
     values.update(overrides or {})
     return BrokerConfig(values, warn=warn)

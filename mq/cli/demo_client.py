@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sys
 import threading
-import time
 import uuid
 
 from mq.client import CONSUME_SUCCESS, FIRST, Message

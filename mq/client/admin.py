@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from mq.remoting import RemotingError
 from mq.remoting.codes import RequestCode as R, ResponseCode as RC
+from mq.store.config import parse_properties
 from mq.wire import commitlog as wcl
 from mq.wire.errors import WireError
 
@@ -35,19 +36,7 @@ TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"
 ADMIN_TIMEOUT_S = 5.0
 
 
-def parse_properties_text(text: str) -> dict[str, str]:
-    """key=value lines (Java properties subset: '#'/'!' comments, ':' also separates)."""
-    out = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line[0] in "#!":
-            continue
-        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
-        if cut < 0:
-            out[line] = ""
-        else:
-            out[line[:cut].strip()] = line[cut + 1:].strip()
-    return out
+parse_properties_text = parse_properties   # GET_BROKER_CONFIG bodies are properties text
 
 
 @dataclass

@@ -138,3 +138,88 @@ class StoreConfig:
 
     def as_dict(self) -> dict[str, Any]:
         return {o.name: getattr(self, o.name) for o in STORE_OPTIONS}
+
+
+# ---- Java .properties files (broker.conf, namesrv.properties) -------------------------------
+def parse_properties(text: str) -> dict[str, str]:
+    """Java .properties text -> dict: '#'/'!' comments, 'k=v', 'k: v' or 'k v',
+    backslash line continuations and the usual escapes (\\t \\n \\uXXXX).  Later
+    keys win, as in java.util.Properties."""
+    out: dict[str, str] = {}
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i].lstrip()
+        i += 1
+        if not line or line[0] in "#!":
+            continue
+        # join continuation lines: an odd number of trailing backslashes
+        while _continues(line) and i < len(lines):
+            line = line[:-1] + lines[i].lstrip()
+            i += 1
+        if _continues(line):
+            line = line[:-1]
+        key, value = _split_entry(line)
+        out[_unescape(key)] = _unescape(value)
+    return out
+
+
+def _continues(line: str) -> bool:
+    n = len(line) - len(line.rstrip("\\"))
+    return n % 2 == 1
+
+
+def _split_entry(line: str) -> tuple[str, str]:
+    j = 0
+    while j < len(line):
+        c = line[j]
+        if c == "\\":
+            j += 2
+            continue
+        if c in "=: \t\f":
+            break
+        j += 1
+    key, k = line[:j], j
+    if k < len(line) and line[k] in " \t\f":
+        while k < len(line) and line[k] in " \t\f":
+            k += 1
+        if k < len(line) and line[k] in "=:":
+            k += 1
+    elif k < len(line):
+        k += 1   # the '=' or ':'
+    while k < len(line) and line[k] in " \t\f":
+        k += 1
+    return key, line[k:]
+
+
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _unescape(s: str) -> str:
+    if "\\" not in s:
+        return s
+    out, j = [], 0
+    while j < len(s):
+        c = s[j]
+        if c != "\\" or j + 1 >= len(s):
+            out.append(c)
+            j += 1
+            continue
+        n = s[j + 1]
+        if n == "u" and j + 6 <= len(s):
+            try:
+                out.append(chr(int(s[j + 2:j + 6], 16)))
+                j += 6
+                continue
+            except ValueError:
+                raise ValueError(f"malformed \\uxxxx escape in {s!r}") from None
+        out.append(_ESCAPES.get(n, n))
+        j += 2
+    return "".join(out)
+
+
+def load_properties_file(path: str) -> dict[str, str]:
+    """parse_properties of a file (read as UTF-8; Java reads ISO-8859-1, which
+    agrees for ASCII, the only thing these files hold in practice)."""
+    with open(path, encoding="utf-8") as f:
+        return parse_properties(f.read())

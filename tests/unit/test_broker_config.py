@@ -38,10 +38,13 @@ def test_unknown_keys_are_reported_and_slaves_need_an_id():
 
 
 def test_properties_parser():
-    """key=value and key: value lines, comments and blank lines."""
+    """java.util.Properties rules: key=value, key: value, comments, blank lines;
+    a bare word is a key with an empty value (then reported as an unknown key)."""
     assert parse_properties("# c\n! c\n\na=1\nb : two words\n") == {"a": "1", "b": "two words"}
-    with pytest.raises(ValueError, match="line 1"):
-        parse_properties("just-a-word")
+    assert parse_properties("just-a-word") == {"just-a-word": ""}
+    seen = []
+    BrokerConfig(parse_properties("just-a-word"), warn=seen.append)
+    assert "just-a-word" in seen[0]
 
 
 def test_mqbroker_p_prints_every_option_and_refuses_bad_files(tmp_path):
