@@ -21,6 +21,7 @@ import time
 from mq.remoting import RemotingClient, RemotingError, RemotingServer, RequestCode as R, ResponseCode as RC
 from mq.store import MessageStore, PutStatus
 from mq.store import control as C
+from mq.store.retention import Retention
 from mq.store.roles import start_role_process
 from mq.wire import commitlog as wcl
 from mq.wire.properties import decode_properties, encode_properties
@@ -36,6 +37,7 @@ SCHEDULE_TICK_S = 0.1
 SCHEDULE_BATCH_MAX = 256
 CHILD_CHECK_S = 0.5
 WORKER_START_TIMEOUT_S = 60
+RETENTION_FIRST_DELAY_S = 60
 
 
 class Supervisor:
@@ -79,7 +81,7 @@ class Supervisor:
         await asyncio.wait_for(asyncio.gather(*(e.wait() for e in self._ready.values())), WORKER_START_TIMEOUT_S)
         self._tasks = [asyncio.create_task(t()) for t in (self._register_loop, self._persist_loop,
                                                           self._schedule_loop, self._expire_loop,
-                                                          self._watch_children)]
+                                                          self._watch_children, self._retention_loop)]
         log.info("broker %s (%s, id %d) serving on %s:%d and :%d with %d io workers; name servers: %s",
                  cfg.brokerName, cfg.brokerRole, cfg.brokerId, cfg.listenAddress, cfg.listenPort, cfg.fast_port,
                  len(self.workers), cfg.namesrvAddr or "(none)")
@@ -218,6 +220,19 @@ class Supervisor:
                 self.metadata.persist_delay()
             except OSError as e:
                 log.error("persisting metadata failed: %s", e)
+
+    async def _retention_loop(self) -> None:
+        """Expired CommitLog and ConsumeQueue files go every cleanResourceInterval,
+        the first pass RETENTION_FIRST_DELAY_S after boot (RocketMQ's schedule).
+        A pass touches the disk, so it runs in a thread."""
+        retention = Retention(self.store)
+        await asyncio.sleep(RETENTION_FIRST_DELAY_S)
+        while True:
+            try:
+                await asyncio.to_thread(retention.run_once)
+            except OSError as e:
+                log.error("retention pass failed: %s", e)
+            await asyncio.sleep(self.store.config.cleanResourceInterval / 1000)
 
     async def _expire_loop(self) -> None:
         while True:
