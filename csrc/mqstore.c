@@ -18,6 +18,8 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -1126,4 +1128,121 @@ int mq_commitlog_zero_tail(mq_commitlog *cl, uint64_t from) {
         if (msync(base + a, fs - a, MS_SYNC) != 0) return io_fail(cl, errno);
     }
     return MQ_OK;
+}
+
+/* ========================================================================== */
+/* HA                                                                          */
+/* ========================================================================== */
+static int send_all(int fd, const uint8_t *p, size_t n, int flags) {
+    while (n) {
+        ssize_t w = send(fd, p, n, flags | MSG_NOSIGNAL);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+int mq_ha_send_frame(mq_commitlog *cl, int sock_fd, uint64_t offset, uint32_t max_body, uint32_t *body_out) {
+    const uint64_t fs = cl->file_size;
+    uint64_t wp = mq_ctl_get(cl->ctl, MQ_POS_WRITE);
+    if (offset > wp || offset < mq_ctl_get(cl->ctl, MQ_POS_MIN)) return MQ_E_RANGE;
+    uint64_t avail = wp - offset;
+    uint64_t to_file_end = fs - offset % fs;
+    uint32_t body = (uint32_t)(avail < max_body ? avail : max_body);
+    if (body > to_file_end) body = (uint32_t)to_file_end;
+    uint8_t hdr[12];
+    be64w(hdr, offset);
+    be32w(hdr + 8, body);
+    int fd = -1;
+    if (body) {
+        uint8_t *base;
+        int rc = seg_get(cl, offset / fs, 0, &base);
+        if (rc) return rc;
+        pthread_mutex_lock(&cl->seg_lock);
+        fd = cl->segs[offset / fs].fd;
+        pthread_mutex_unlock(&cl->seg_lock);
+    }
+    if (send_all(sock_fd, hdr, sizeof hdr, body ? MSG_MORE : 0) != 0) return io_fail(cl, errno);
+    off_t file_off = (off_t)(offset % fs);
+    uint32_t left = body;
+    while (left) {
+        ssize_t w = sendfile(sock_fd, fd, &file_off, left);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return io_fail(cl, errno);
+        }
+        if (w == 0) return io_fail(cl, EPIPE);
+        left -= (uint32_t)w;
+    }
+    *body_out = body;
+    return MQ_OK;
+}
+
+int mq_ha_recv_body(mq_commitlog *cl, int sock_fd, uint64_t offset, uint32_t size) {
+    const uint64_t fs = cl->file_size;
+    if (size == 0) return MQ_OK;
+    if (offset % fs + size > fs) return MQ_E_RANGE;          /* a frame never crosses a file */
+    if (offset < mq_ctl_get(cl->ctl, MQ_POS_WRITE)) return MQ_E_RANGE;   /* never over published bytes */
+    uint8_t *base;
+    int rc = seg_get(cl, offset / fs, 1, &base);
+    if (rc) return rc;
+    uint8_t *p = base + offset % fs;
+    size_t left = size;
+    while (left) {
+        ssize_t r = recv(sock_fd, p, left, 0);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return io_fail(cl, errno);
+        }
+        if (r == 0) return io_fail(cl, ECONNRESET);
+        p += r;
+        left -= (size_t)r;
+    }
+    return MQ_OK;
+}
+
+int mq_ha_publish(mq_commitlog *cl, uint64_t received_end, uint64_t *published_out) {
+    mq_ctl *c = cl->ctl;
+    const uint64_t fs = cl->file_size;
+    uint64_t pos = mq_ctl_get(c, MQ_POS_WRITE);
+    int64_t last_ts = (int64_t)mq_ctl_get(c, MQ_POS_LAST_STORE_TS);
+    int rc = MQ_OK;
+    while (pos < received_end) {
+        uint8_t *base;
+        rc = seg_get(cl, pos / fs, 0, &base);
+        if (rc) break;
+        uint64_t room = fs - pos % fs;
+        uint64_t avail = received_end - pos < room ? received_end - pos : room;
+        const uint8_t *p = base + pos % fs;
+        if (avail < 8) break;                                   /* header not complete yet */
+        uint32_t total = be32r(p), magic = be32r(p + 4);
+        if (magic == MQ_BLANK_MAGIC) {
+            if (total != room) { rc = MQ_E_CORRUPT; break; }
+            if (received_end < pos + room) break;               /* the master still streams the filler */
+            pos += room;
+            continue;
+        }
+        if (magic != MQ_MESSAGE_MAGIC || total < fixed_len(4, 4) || total > room) { rc = MQ_E_CORRUPT; break; }
+        if (total > avail) break;                               /* the rest comes in the next frame */
+        mq_scan_rec rec;
+        int stop;
+        if (mq_record_check(p, total, 1, &rec, &stop) != MQ_OK || rec.phy_offset != pos) { rc = MQ_E_CORRUPT; break; }
+        last_ts = rec.store_ts_ms;
+        pos += total;
+    }
+    uint64_t old = mq_ctl_get(c, MQ_POS_WRITE);
+    if (pos > old) {
+        int lrc = ctl_lock(c);
+        if (lrc) return lrc;
+        __atomic_store_n(&c->pos[MQ_POS_LAST_STORE_TS], (uint64_t)last_ts, __ATOMIC_RELEASE);
+        __atomic_store_n(&c->pos[MQ_POS_WRITE], pos, __ATOMIC_RELEASE);
+        ctl_unlock(c);
+        mq_ctl_wake(c, MQ_SEQ_WRITE);
+    }
+    *published_out = pos;
+    return rc;
 }

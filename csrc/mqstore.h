@@ -217,6 +217,26 @@ typedef struct mq_cq_map {
 int      mq_dispatch_batch(void *mem, const mq_scan_rec *recs, uint32_t n, mq_cq_map *maps,
                            uint32_t *done_out, uint32_t *need_slot_out, int64_t *need_qoff_out);
 
+/* ---- HA (master/slave replication of the CommitLog bytes) ----------------
+ * Master -> slave frame: int64 masterPhyOffset | int32 bodySize | bodySize raw
+ * CommitLog bytes (bodySize 0 = heartbeat).  A body never crosses a file.
+ *
+ * mq_ha_send_frame: sends the header, then up to max_body bytes of [offset,
+ *   write_pos) from one file with sendfile(2) (no copy through user space) on a
+ *   blocking socket.  *body_out = bytes of body sent (0 when nothing is written
+ *   yet: a heartbeat).  MQ_E_IO with errno on a socket error.
+ * mq_ha_recv_body: receives exactly `size` bytes from a blocking socket
+ *   straight into the mapped file at `offset` (creating the file if needed);
+ *   the bytes are beyond write_pos, so nobody reads them yet.
+ * mq_ha_publish: validates records from write_pos up to `received_end`
+ *   (magic, size, CRC, PHYSICALOFFSET) and publishes the complete ones
+ *   (write_pos, LAST_STORE_TS; SEQ_WRITE is bumped).  A record cut by the end of
+ *   what was received stays pending.  MQ_E_CORRUPT when a record is invalid:
+ *   the caller drops the connection and receives again from write_pos. */
+int      mq_ha_send_frame(mq_commitlog *cl, int sock_fd, uint64_t offset, uint32_t max_body, uint32_t *body_out);
+int      mq_ha_recv_body(mq_commitlog *cl, int sock_fd, uint64_t offset, uint32_t size);
+int      mq_ha_publish(mq_commitlog *cl, uint64_t received_end, uint64_t *published_out);
+
 /* scanning a plain buffer (tools, HA receive checks) */
 int      mq_record_check(const uint8_t *buf, size_t avail, int check_crc, mq_scan_rec *rec, int *stop_out);
 

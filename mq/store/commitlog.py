@@ -267,6 +267,27 @@ class CommitLog:
     def errno(self) -> int:
         return lib.mq_commitlog_errno(self._h)
 
+    # ---- HA transport (see mqstore.h) ----------------------------------------------
+    def ha_send_frame(self, sock_fd: int, offset: int, max_body: int) -> int:
+        """Master: one frame from `offset` (header + sendfile body); returns the body size."""
+        out = ffi.new("uint32_t *")
+        rc = lib.mq_ha_send_frame(self._h, sock_fd, offset, max_body, out)
+        check(rc, f"HA send from {offset}: {os.strerror(self.errno()) if rc == lib.MQ_E_IO else ''}")
+        return out[0]
+
+    def ha_recv_body(self, sock_fd: int, offset: int, size: int) -> None:
+        """Slave: `size` bytes from the socket straight into the mapped file at `offset`."""
+        rc = lib.mq_ha_recv_body(self._h, sock_fd, offset, size)
+        check(rc, f"HA receive at {offset}+{size}: {os.strerror(self.errno()) if rc == lib.MQ_E_IO else ''}")
+
+    def ha_publish(self, received_end: int) -> tuple[int, bool]:
+        """Slave: validate and publish what was received; (write_pos, corrupt)."""
+        out = ffi.new("uint64_t *")
+        rc = lib.mq_ha_publish(self._h, received_end, out)
+        if rc not in (0, lib.MQ_E_CORRUPT):
+            check(rc, "HA publish")
+        return out[0], rc == lib.MQ_E_CORRUPT
+
     # ---- the next file, prepared ahead -----------------------------------------
     def prepare_file(self, file_index: int) -> None:
         check(lib.mq_commitlog_prepare_file(self._h, file_index), f"prepare file {file_index}")
