@@ -11,7 +11,7 @@ import os
 import socket
 from typing import Any
 
-from mq.store.config import STORE_OPTIONS, Option, StoreConfig, load_properties_file, parse_properties  # noqa: F401
+from mq.store.config import STORE_OPTIONS, Option, StoreConfig, load_properties_file, parse_properties  # noqa: F401 (re-exported)
 
 
 def _port(v): return 3 <= v <= 65533
@@ -70,6 +70,11 @@ BROKER_OPTIONS: list[Option] = [
     Option("serverChannelMaxIdleTimeSeconds", int, 120, "idle client connections are closed after this",
            lambda v: v > 0, "> 0"),
     Option("rocketmqHome", str, "", "accepted for compatibility"),
+    Option("haFullCopy", bool, False, "an empty slave copies the master's whole CommitLog, not just its last file (ours)"),
+    Option("slaveMetadataSyncInterval", int, 10000, "ms between a slave's metadata syncs from its master (ours)",
+           lambda v: v > 0, "> 0"),
+    Option("totalPhysicalMemoryOverride", int, 0, "RAM bytes used by the read/write split (0: the machine's; ours, for tests)",
+           lambda v: v >= 0, ">= 0"),
     Option("traceEnable", bool, False, "write per-request trace records (ours)"),
 ]
 

@@ -216,6 +216,12 @@ class Metadata:
         self.groups_version.bump()
         self.persist_groups()
 
+    def replace_groups(self, wrapper: dict) -> None:
+        """Slave metadata sync: take the master's groups and version as they are."""
+        self.groups = dict(wrapper.get("subscriptionGroupTable", {}))
+        self.groups_version = DataVersion.from_json(wrapper.get("dataVersion"))
+        self.persist_groups()
+
     def groups_wrapper(self) -> dict:
         return {"dataVersion": self.groups_version.as_json(), "subscriptionGroupTable": self.groups}
 

@@ -24,6 +24,7 @@ import threading
 
 from mq.remoting import ResponseCode as RC, make_response
 from mq.store import control as C
+from mq.store.store import TOTAL_PHYSICAL_MEMORY
 from mq.wire.consumequeue import java_string_hashcode
 
 from .metadata import PERM_READ
@@ -176,38 +177,55 @@ class PullProcessor:
         allow_suspend = bool(sys_flag & SYSFLAG_SUSPEND)
         hold_s = (suspend_ms if self.config.longPollingEnable else self.config.shortPollingTimeMills) / 1000
         while True:
-            code, status, next_off, lo, hi, body = self.get_messages(topic, qid, offset, max_nums, codes)
+            code, status, next_off, lo, hi, body, last_phy = self.get_messages(topic, qid, offset, max_nums, codes)
             if code == RC.PULL_NOT_FOUND and allow_suspend and self.hold_service is not None:
                 allow_suspend = False      # a replay answers whatever it finds
                 await self.hold_service.hold(topic, qid, offset, hold_s)
                 continue
             break
-        ext = {"suggestWhichBrokerId": 0, "nextBeginOffset": next_off, "minOffset": lo, "maxOffset": hi}
+        ext = {"suggestWhichBrokerId": self.suggest_broker(g, last_phy), "nextBeginOffset": next_off,
+               "minOffset": lo, "maxOffset": hi}
         return make_response(cmd, code, status, ext, body)
 
+    def suggest_broker(self, group: dict, last_phy: int | None) -> int:
+        """RocketMQ's read/write split (spec 5): with slaveReadEnable, a consumer
+        reading further behind the newest data than accessMessageInMemoryMaxRatio%
+        of RAM is sent to whichBrokerWhenConsumeSlowly, otherwise to the group's
+        brokerId; without slaveReadEnable always to the master (0)."""
+        cfg = self.config
+        if not cfg.slaveReadEnable:
+            return 0
+        ram = cfg.totalPhysicalMemoryOverride or TOTAL_PHYSICAL_MEMORY
+        slow = last_phy is not None and \
+            self.store.cl.write_pos - last_phy > ram * cfg.accessMessageInMemoryMaxRatio // 100
+        return int(group.get("whichBrokerWhenConsumeSlowly", 1)) if slow else int(group.get("brokerId", 0))
+
     def get_messages(self, topic: str, qid: int, offset: int, max_nums: int, codes: frozenset | None):
-        """(code, status name, nextBeginOffset, min, max, body)."""
+        """(code, status name, nextBeginOffset, min, max, body, physical offset of
+        the last entry examined or None)."""
         cq = self.store.cqs.get(topic, qid)
         lo, hi = cq.min_offset, cq.max_offset
         if hi == 0:
             code = RC.PULL_NOT_FOUND if offset == 0 else RC.PULL_OFFSET_MOVED
-            return code, "NO_MESSAGE_IN_QUEUE", 0, lo, hi, b""
+            return code, "NO_MESSAGE_IN_QUEUE", 0, lo, hi, b"", None
         if offset < lo:
-            return RC.PULL_OFFSET_MOVED, "OFFSET_TOO_SMALL", lo, lo, hi, b""
+            return RC.PULL_OFFSET_MOVED, "OFFSET_TOO_SMALL", lo, lo, hi, b"", None
         if offset == hi:
-            return RC.PULL_NOT_FOUND, "OFFSET_OVERFLOW_ONE", offset, lo, hi, b""
+            return RC.PULL_NOT_FOUND, "OFFSET_OVERFLOW_ONE", offset, lo, hi, b"", None
         if offset > hi:
-            return RC.PULL_OFFSET_MOVED, "OFFSET_OVERFLOW_BADLY", hi, lo, hi, b""
+            return RC.PULL_OFFSET_MOVED, "OFFSET_OVERFLOW_BADLY", hi, lo, hi, b"", None
         cfg = self.config
         count_max = min(max_nums, cfg.maxTransferCountOnMessageInMemory)
         bytes_max = cfg.maxTransferBytesOnMessageInMemory
         entries = cq.get(offset, max(CQ_SCAN_BYTES_MIN, max_nums * 20) // 20)
         parts, size, scanned = [], 0, 0
+        last_phy = None
         min_phy = self.store.cl.min_pos
         for phy, msg_size, tags in entries:
             if parts and (len(parts) >= count_max or size + msg_size > bytes_max):
                 break
             scanned += 1
+            last_phy = phy
             if phy < min_phy:
                 continue     # the file behind it was deleted
             if codes is not None and tags not in codes:
@@ -216,5 +234,5 @@ class PullProcessor:
             size += msg_size
         next_off = offset + scanned
         if not parts:
-            return RC.PULL_RETRY_IMMEDIATELY, "NO_MATCHED_MESSAGE", next_off, lo, hi, b""
-        return RC.SUCCESS, "FOUND", next_off, lo, hi, b"".join(parts)
+            return RC.PULL_RETRY_IMMEDIATELY, "NO_MATCHED_MESSAGE", next_off, lo, hi, b"", last_phy
+        return RC.SUCCESS, "FOUND", next_off, lo, hi, b"".join(parts), last_phy

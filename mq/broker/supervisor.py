@@ -15,12 +15,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import multiprocessing as mp
+import os
 import socket
 import time
 
 from mq.remoting import RemotingClient, RemotingError, RemotingServer, RequestCode as R, ResponseCode as RC
 from mq.store import MessageStore, PutStatus
 from mq.store import control as C
+from mq.store.configfile import write_atomic
 from mq.store.retention import Retention
 from mq.store.roles import start_role_process
 from mq.wire import commitlog as wcl
@@ -29,6 +31,7 @@ from mq.wire.properties import decode_properties, encode_properties
 from .config import BrokerConfig
 from .link import LINK_CALL, LinkService, link_address
 from .metadata import SCHEDULE_TOPIC, Metadata, dumps
+from .slavesync import SlaveSync
 from .worker import worker_main
 
 log = logging.getLogger("mq.broker")
@@ -38,6 +41,7 @@ SCHEDULE_BATCH_MAX = 256
 CHILD_CHECK_S = 0.5
 WORKER_START_TIMEOUT_S = 60
 RETENTION_FIRST_DELAY_S = 60
+HA_MASTER_FILE = "ha-master.txt"
 
 
 class Supervisor:
@@ -79,9 +83,12 @@ class Supervisor:
         for wid in range(cfg.sendMessageThreadPoolNums):
             self._start_worker(wid)
         await asyncio.wait_for(asyncio.gather(*(e.wait() for e in self._ready.values())), WORKER_START_TIMEOUT_S)
-        self._tasks = [asyncio.create_task(t()) for t in (self._register_loop, self._persist_loop,
-                                                          self._schedule_loop, self._expire_loop,
-                                                          self._watch_children, self._retention_loop)]
+        loops = [self._register_loop, self._persist_loop, self._schedule_loop, self._expire_loop,
+                 self._watch_children, self._retention_loop]
+        if cfg.brokerRole == "SLAVE":
+            self.slave_sync = SlaveSync(self)
+            loops.append(self.slave_sync.run)
+        self._tasks = [asyncio.create_task(t()) for t in loops]
         log.info("broker %s (%s, id %d) serving on %s:%d and :%d with %d io workers; name servers: %s",
                  cfg.brokerName, cfg.brokerRole, cfg.brokerId, cfg.listenAddress, cfg.listenPort, cfg.fast_port,
                  len(self.workers), cfg.namesrvAddr or "(none)")
@@ -186,10 +193,17 @@ class Supervisor:
                 ext = resp.ext_fields or {}
                 if ext.get("masterAddr"):
                     self.master_addr = ext["masterAddr"]
-                if ext.get("haServerAddr"):
+                if ext.get("haServerAddr") and ext["haServerAddr"] != self.master_ha_addr:
                     self.master_ha_addr = ext["haServerAddr"]
+                    self._publish_master_ha_addr()
             except RemotingError as e:
                 log.warning("registration with name server %s failed: %s", addr, e)
+
+    def _publish_master_ha_addr(self) -> None:
+        """The slave's HA role reads the master's HA address from this file on each
+        connect (haMasterAddress in the config wins when set)."""
+        if self.config.brokerRole == "SLAVE":
+            write_atomic(os.path.join(self.config.storePathRootDir, HA_MASTER_FILE), self.master_ha_addr + "\n")
 
     async def _unregister_all(self) -> None:
         cfg = self.config

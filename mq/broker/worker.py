@@ -16,11 +16,14 @@ import signal
 import time
 
 from mq.remoting import RemotingServer, RequestCode as R, make_response
-from mq.store import MessageStore
+from mq.store import MessageStore, PutResult, PutStatus
+from mq.store import control as C
+from mq.store.notify import PositionWaiter
 
 from .admin import AdminProcessor
 from .config import BrokerConfig
 from .link import RemoteMeta
+from .hastatus import HAStatus
 from .pull import PullProcessor
 from .send import BadRequest, SendProcessor
 
@@ -41,6 +44,8 @@ class IoWorker:
     async def start(self) -> None:
         cfg = self.config
         self.store = MessageStore.attach(cfg.store_config(), cfg.brokerIP1, cfg.listenPort)
+        self.ack_waiter = PositionWaiter(self.store.ctl, C.SEQ_ACK, C.POS_ACKED)
+        self.ha_status = HAStatus(cfg.storePathRootDir)
         self.meta = RemoteMeta(self.link_address, self.worker_id, self._notify)
         self.send = SendProcessor(self)
         self.pull = PullProcessor(self)
@@ -73,17 +78,42 @@ class IoWorker:
 
     # ---- what the processors use ---------------------------------------------------------------
     async def put_message(self, topic, queue_id, body, properties, *, wait=True, **kw):
-        return await self.store.put_async(topic, queue_id, body, properties, wait=wait, **kw)
+        r = await self.store.put_async(topic, queue_id, body, properties, wait=wait, **kw)
+        return await self._replicated(r, wait)
 
     async def put_batch(self, topic, queue_id, batch_body, **kw):
-        return await self.store.put_batch_async(topic, queue_id, batch_body, **kw)
+        r = await self.store.put_batch_async(topic, queue_id, batch_body, **kw)
+        return await self._replicated(r, True)
+
+    async def _replicated(self, r, wait: bool):
+        """SYNC_MASTER: SEND_OK only once a slave acknowledged the message's end
+        offset.  No slave, or one more than haSlaveFallbehindMax behind ->
+        SLAVE_NOT_AVAILABLE at once; no ack within slaveTimeout ->
+        FLUSH_SLAVE_TIMEOUT.  The message is stored either way.  A flush failure
+        and a replication failure together report the replication status."""
+        if self.config.brokerRole != "SYNC_MASTER" or not wait or r.result is None:
+            return r
+        end = r.result.end_offset
+        if not self.ha_status.slave_ok(end, self.config.haSlaveFallbehindMax):
+            return PutResult(PutStatus.SLAVE_NOT_AVAILABLE, r.result, "no slave connected, or it is too far behind")
+        if not await self.ack_waiter.wait_async(end, self.config.slaveTimeout / 1000):
+            return PutResult(PutStatus.FLUSH_SLAVE_TIMEOUT, r.result, "the slave did not acknowledge in time")
+        return r
 
     def conn_key(self, conn) -> tuple:
         self.conns[conn.id] = conn
         return (self.worker_id, conn.id)
 
     def extra_runtime_info(self) -> dict:
-        return {"ioWorker": str(self.worker_id), "ioWorkerPid": str(os.getpid())}
+        info = {"ioWorker": str(self.worker_id), "ioWorkerPid": str(os.getpid())}
+        slaves = self.ha_status.slaves()
+        if self.config.brokerRole != "SLAVE":
+            info["slaveCount"] = str(len(slaves))
+            info["slaveAckOffset"] = str(self.store.ctl.get(C.POS_ACKED))
+            write = self.store.ctl.get(C.POS_WRITE)
+            info["slaves"] = ";".join(f"{s.get('addr')}:ack={s.get('ackOffset')}:lag={write - int(s.get('ackOffset') or 0)}"
+                                      for s in slaves)
+        return info
 
     def _conn_closed(self, conn) -> None:
         if self.conns.pop(conn.id, None) is not None:
