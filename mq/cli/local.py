@@ -1,8 +1,13 @@
 """`make run`: a local cluster on loopback — one name server and one broker —
 from an embedded default configuration (the same values as conf/broker.conf
 and conf/namesrv.properties), under ./run/.  Runs in the foreground; Ctrl-C
-(or SIGTERM) stops both cleanly.  Ports: 9876 (name server), 10911/10909/10912
-(broker); override with MQ_NAMESRV_PORT / MQ_BROKER_PORT."""
+(or SIGTERM) stops everything cleanly, brokers first.  Ports: 9876 (name
+server), 10911/10909/10912 (broker); override with MQ_NAMESRV_PORT /
+MQ_BROKER_PORT.
+
+`python -m mq.cli.local LAYOUT` starts a name server and every broker of
+conf/LAYOUT/*.properties instead (2m-2s-async, 2m-2s-sync, 2m-noslave):
+masters first, then slaves."""
 from __future__ import annotations
 
 import os
@@ -38,7 +43,24 @@ def _wait_port(port: int, proc: subprocess.Popen, timeout_s: float = 60) -> bool
     return False
 
 
-def main() -> int:
+def _layout_brokers(layout: str) -> list[tuple[str, int]]:
+    """(properties file, listenPort) of a conf/ layout's brokers, masters first."""
+    from mq.broker.config import BrokerConfig
+    from mq.store.config import load_properties_file
+    conf_dir = os.path.join(os.path.dirname(__file__), "..", "..", "conf", layout)
+    if not os.path.isdir(conf_dir):
+        raise SystemExit(f"no layout {layout!r} under conf/ (try 2m-2s-async, 2m-2s-sync, 2m-noslave)")
+    out = []
+    for name in sorted(os.listdir(conf_dir)):
+        if name.endswith(".properties"):
+            path = os.path.abspath(os.path.join(conf_dir, name))
+            cfg = BrokerConfig(load_properties_file(path))
+            out.append((cfg.brokerId, path, cfg.listenPort))
+    return [(path, port) for _, path, port in sorted(out)]
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     run_dir = os.path.abspath(os.environ.get("MQ_RUN_DIR", "run"))
     ns_port = int(os.environ.get("MQ_NAMESRV_PORT", "9876"))
     broker_port = int(os.environ.get("MQ_BROKER_PORT", "10911"))
@@ -48,7 +70,9 @@ def main() -> int:
     for name, text in (("namesrv", ns_conf), ("broker", broker_conf)):
         with open(paths[name], "w") as f:
             f.write(text)
-    for port in (ns_port, broker_port - 2, broker_port, broker_port + 1):
+    brokers = _layout_brokers(argv[0]) if argv else [(paths["broker"], broker_port)]
+    ports = [ns_port] + [p + d for _, p in brokers for d in (-2, 0, 1)]
+    for port in ports:
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
                 print(f"port {port} on 127.0.0.1 is in use: stop what holds it, or set MQ_NAMESRV_PORT/"
@@ -70,15 +94,17 @@ def main() -> int:
         print("the name server did not start", file=sys.stderr)
         ns.terminate()
         return 1
-    broker = subprocess.Popen([os.path.join(BIN, "mqbroker"), "-c", paths["broker"]], start_new_session=True)
-    procs.append(broker)
-    if not _wait_port(broker_port, broker):
-        print("the broker did not start", file=sys.stderr)
-        for p in procs:
-            p.terminate()
-        return 1
+    for conf, port in brokers:
+        broker = subprocess.Popen([os.path.join(BIN, "mqbroker"), "-c", conf], start_new_session=True)
+        procs.append(broker)
+        if not _wait_port(port, broker):
+            print(f"the broker of {conf} did not start", file=sys.stderr)
+            for p in procs:
+                p.terminate()
+            return 1
+    names = ", ".join(f"{os.path.basename(c)}@{p}" for c, p in brokers)
     print(f"""
-local cluster up: name server 127.0.0.1:{ns_port}, broker-a 127.0.0.1:{broker_port} (store {run_dir}/store)
+local cluster up: name server 127.0.0.1:{ns_port}, brokers {names} (stores under {run_dir})
 try, in another terminal:
   .venv/bin/mqadmin clusterList -n 127.0.0.1:{ns_port}
   .venv/bin/mqadmin updateTopic -n 127.0.0.1:{ns_port} -c DefaultCluster -t DemoTopic
