@@ -56,12 +56,16 @@ class PullHoldService:
         self.held: dict[tuple[str, int], list[tuple[int, asyncio.Future]]] = {}
         self.count = 0
         self._stop = False
+        self._parked = threading.Event()    # set while any pull is parked
         self._thread = threading.Thread(target=self._watch, name="pull-hold", daemon=True)
         self._thread.start()
 
     def _watch(self) -> None:
         ctl = self.store.ctl
         while not self._stop:
+            # with nothing parked, do not wake (and take the GIL) on every dispatch
+            if not self._parked.wait(1.0):
+                continue
             seen = ctl.seq(C.SEQ_DISPATCH)
             ctl.wait(C.SEQ_DISPATCH, seen, 1000)
             if self.held:
@@ -90,23 +94,38 @@ class PullHoldService:
             else:
                 del self.held[key]
         self.count = sum(len(v) for v in self.held.values())
+        if not self.held:
+            self._parked.clear()
 
     async def hold(self, topic: str, queue_id: int, offset: int, timeout_s: float) -> bool:
         """Waits until the queue has a message at `offset` or the timeout; True if it does."""
         if self.count >= PULLS_HELD_MAX or self._stop:
             return False
-        fut = self.loop.create_future()
-        self.held.setdefault((topic, queue_id), []).append((offset, fut))
+        key = (topic, queue_id)
+        entry = (offset, self.loop.create_future())
+        self.held.setdefault(key, []).append(entry)
         self.count += 1
-        if self.store.max_offset(topic, queue_id) > offset:   # arrived before we parked
-            return True
+        self._parked.set()
         try:
-            return await asyncio.wait_for(fut, timeout_s)
+            if self.store.max_offset(topic, queue_id) > offset:   # arrived before we parked
+                return True
+            return await asyncio.wait_for(entry[1], timeout_s)
         except asyncio.TimeoutError:
             return False
+        finally:
+            # leave the table whatever woke us, so an idle broker's table stays empty
+            waiters = self.held.get(key)
+            if waiters and entry in waiters:
+                waiters.remove(entry)
+                self.count -= 1
+                if not waiters:
+                    del self.held[key]
+            if not self.held:
+                self._parked.clear()
 
     def stop(self) -> None:
         self._stop = True
+        self._parked.set()
         self.store.ctl.wake(C.SEQ_DISPATCH)
         for waiters in self.held.values():
             for _, fut in waiters:

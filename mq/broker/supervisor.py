@@ -66,7 +66,7 @@ class Supervisor:
     async def start(self) -> None:
         cfg = self.config
         scfg = cfg.store_config()
-        self.store = MessageStore.open(scfg, cfg.brokerIP1, cfg.listenPort, start_roles=False)
+        self.store = MessageStore.open(scfg, cfg.brokerIP1, cfg.listenPort, start_roles=False, prepare_files=False)
         for role in ("flush", "dispatch"):
             self._start_role(role)
         self.metadata = Metadata(cfg, self.store.config_dir)

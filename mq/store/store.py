@@ -135,11 +135,13 @@ class MessageStore:
     # ---- opening -------------------------------------------------------------------------
     @classmethod
     def open(cls, config: StoreConfig, store_host: str = "127.0.0.1", store_port: int = 10911,
-             start_roles: bool = True) -> "MessageStore":
+             start_roles: bool = True, prepare_files: bool = True) -> "MessageStore":
         """Owner: lock, recover, start (roles as threads of this process unless
-        start_roles is False, when the caller runs them as processes)."""
+        start_roles is False, when the caller runs them as processes).
+        prepare_files=False: this process appends rarely (a broker's supervisor);
+        the processes that append keep the next file prepared."""
         s = cls(config, store_host, store_port)
-        s._open_owner()
+        s._open_owner(prepare_files)
         if start_roles:
             s.start_role_threads()
         return s
@@ -164,7 +166,7 @@ class MessageStore:
         self.flush_waiter = PositionWaiter(self.ctl, C.SEQ_FLUSH, C.POS_FLUSHED)
         self.dispatch_waiter = PositionWaiter(self.ctl, C.SEQ_DISPATCH, C.POS_DISPATCHED)
 
-    def _open_owner(self) -> None:
+    def _open_owner(self, prepare_files: bool = True) -> None:
         cfg = self.config
         for d in (self.root, cfg.commitlog_dir, self.cq_root, self.config_dir):
             os.makedirs(d, exist_ok=True)
@@ -192,7 +194,8 @@ class MessageStore:
         self.checkpoint.clear_clean()
         fi = self.cl.write_pos // cfg.mappedFileSizeCommitLog
         self.cl.prepare_file(fi)
-        self.cl.start_preparer()
+        if prepare_files:
+            self.cl.start_preparer()
 
     # ---- recovery ---------------------------------------------------------------------------
     def _recover(self) -> RecoveryReport:

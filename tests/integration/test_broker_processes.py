@@ -123,3 +123,32 @@ def test_sigterm_to_the_whole_process_group_stops_cleanly(tmp_path):
     finally:
         broker.proc.kill()
         ns.stop()
+
+
+def test_long_poll_answers_at_once_on_arrival_and_times_out_cleanly(cluster):
+    """A pull parked on an empty queue is answered as soon as a message arrives
+    (woken through the dispatch futex), and one that times out answers
+    PULL_NOT_FOUND after its suspend time."""
+    _, broker = cluster
+
+    async def go():
+        c = RemotingClient()
+        try:
+            base = {"a": "PG", "b": "LP", "c": "TBW102", "d": 4, "e": 0, "f": 0, "g": 0, "h": 0, "i": ""}
+            assert (await c.invoke(broker.addr, c.request(310, base, b"first"))).code == 0
+            pull = {"consumerGroup": "G", "topic": "LP", "queueId": 0, "queueOffset": 1, "maxMsgNums": 32,
+                    "sysFlag": 6, "commitOffset": 0, "subscription": "*", "subVersion": 0}
+            loop = asyncio.get_running_loop()
+            t0 = loop.time()
+            r = await c.invoke(broker.addr, c.request(11, {**pull, "suspendTimeoutMillis": 400}), 5)
+            assert r.code == 19 and 0.35 < loop.time() - t0 < 3
+            parked = asyncio.ensure_future(c.invoke(broker.addr, c.request(11, {**pull, "suspendTimeoutMillis": 10000}), 15))
+            await asyncio.sleep(0.3)
+            sent_at = loop.time()
+            assert (await c.invoke(broker.addr, c.request(310, base, b"second"))).code == 0
+            r = await parked
+            assert r.code == 0 and b"second" in r.body
+            assert loop.time() - sent_at < 1.0, "woken by the arrival, not by a sweep"
+        finally:
+            await c.close()
+    asyncio.run(go())

@@ -1,0 +1,270 @@
+"""The slave side of 4.x HA (RocketMQ's HAService.HAClient): one thread that
+connects to the master, reports how far it is, and appends the master's
+CommitLog bytes to its own log at the same offsets.
+
+Per connection:
+  * report the received end (initially the published write_pos) at once.
+    RocketMQ waits haSendHeartbeatInterval (5 s) after connecting before its
+    first report, so its first transfer starts ~5 s late; we report at once.
+    Then after every frame that brought data, and every report_interval_ms.
+  * read a 12-byte header (mq.wire.ha), then act on its offset:
+
+    | header offset vs expected           | body  | action                                         |
+    | == expected                         | > 0   | receive into the mapped log, validate+publish  |
+    |                                     |       | (corrupt -> log, close, reconnect: we resume   |
+    |                                     |       | from our own write_pos); report                |
+    | == expected                         | 0     | heartbeat                                      |
+    | > 0, our log empty (write_pos 0),   | any   | re-base the log at offset (the master starts   |
+    |   file-aligned                      |       | an empty slave at its last file), then as ==   |
+    | < expected                          | 0     | divergence (the master is behind us): log the  |
+    |                                     |       | byte count, truncate to offset, report, go on  |
+    | anything else                       |       | log, close, reconnect                          |
+
+`expected` is the received end: bytes of a record cut by a frame end are
+received but not yet published; a reconnect starts again from write_pos.
+Reports carry the received end: every complete record below it has been
+validated and published (ha_publish runs before the report), so an ack never
+covers a record the slave does not have.
+
+The master address comes from master_addr_fn() ("host:port", None = unknown)
+on every connect attempt; unknown or unreachable -> retry every
+retry_interval_ms.  A connection that receives nothing for
+housekeeping_interval_ms (the master heartbeats every 5 s) is closed."""
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from typing import Callable
+
+from mq.store import control as C
+from mq.store.commitlog import CommitLog
+from mq.store.native import StoreError
+from mq.wire import ha as W
+from mq.wire.errors import WireError
+
+from .common import FRAME_BODY_SIZE_MAX, JOIN_TIMEOUT_S, STOP_CHECK_MS, configure_socket, parse_addr, readable, \
+    shutdown_quietly
+from .truncate import rebase_empty, truncate_to
+
+log = logging.getLogger("mq.ha.slave")
+
+
+class SessionEnd(Exception):
+    """Ends one connection (the reason is logged by whoever raises it)."""
+
+
+class HASlave:
+    """`HASlave(...).start()`; `stop()` closes the connection and joins the thread.
+
+    on_divergence(offset) must cut the store to `offset` (the master's end) and
+    raise if it cannot; without it a divergence is logged and the connection
+    closed (and it will happen again on the next connect).  for_store() wires
+    truncate_to(store, offset)."""
+
+    def __init__(self, cl: CommitLog, ctl: C.ControlBlock, master_addr_fn: Callable[[], str | None], *,
+                 report_interval_ms: int = 5000, housekeeping_interval_ms: int = 20000,
+                 retry_interval_ms: int = 5000, connect_timeout_ms: int = 3000,
+                 on_divergence: Callable[[int], object] | None = None):
+        assert report_interval_ms > 0 and housekeeping_interval_ms > 0 and retry_interval_ms > 0
+        self.cl = cl
+        self.ctl = ctl
+        self.master_addr_fn = master_addr_fn
+        self.report_interval_ms = report_interval_ms
+        self.housekeeping_interval_ms = housekeeping_interval_ms
+        self.retry_interval_ms = retry_interval_ms
+        self.connect_timeout_ms = connect_timeout_ms
+        self.on_divergence = on_divergence
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._sock: socket.socket | None = None
+        # observable state (tests, runtime info)
+        self.master_addr: str | None = None
+        self.connected = False
+        self.connects = 0
+        self.received_end = cl.write_pos
+        self.last_error = ""
+        self.divergences: list[tuple[int, int]] = []     # (our end, master end) per divergence seen
+
+    @classmethod
+    def for_store(cls, store, master_addr_fn: Callable[[], str | None], **kw) -> "HASlave":
+        """A slave for a MessageStore (owner or attached): divergence -> truncate_to(store, offset)."""
+        kw.setdefault("on_divergence", lambda offset: truncate_to(store, offset))
+        return cls(store.cl, store.ctl, master_addr_fn, **kw)
+
+    def start(self) -> "HASlave":
+        self._thread = threading.Thread(target=self._run, name="ha-slave", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        sock = self._sock
+        if sock is not None:
+            shutdown_quietly(sock)
+        if self._thread is not None:
+            self._thread.join(JOIN_TIMEOUT_S)
+            self._thread = None
+
+    # ---- connecting ------------------------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            sock = self._connect()
+            if sock is None:
+                self._stop.wait(self.retry_interval_ms / 1000)
+                continue
+            self._sock = sock
+            try:
+                self._session(sock)
+            except SessionEnd as e:
+                self.last_error = str(e)
+            except (OSError, StoreError) as e:
+                self.last_error = str(e)
+                if not self._stop.is_set():
+                    log.warning("HA connection to %s failed: %s", self.master_addr, e)
+            except Exception:
+                log.exception("HA slave: session with %s failed", self.master_addr)
+            finally:
+                self.connected = False
+                self._sock = None
+                shutdown_quietly(sock)
+                sock.close()
+            if not self._stop.is_set():
+                log.info("HA connection to %s closed; reconnecting in %d ms", self.master_addr,
+                         self.retry_interval_ms)
+                self._stop.wait(self.retry_interval_ms / 1000)
+
+    def _connect(self) -> socket.socket | None:
+        try:
+            addr = self.master_addr_fn()
+        except Exception as e:
+            log.warning("HA slave: master address unavailable: %s", e)
+            return None
+        if not addr:
+            return None
+        try:
+            host, port = parse_addr(addr)
+        except ValueError as e:
+            log.error("HA slave: %s", e)
+            return None
+        self.master_addr = addr
+        try:
+            sock = socket.create_connection((host, port), timeout=self.connect_timeout_ms / 1000)
+        except OSError as e:
+            log.warning("HA slave: connecting to master %s failed: %s; retrying in %d ms", addr, e,
+                        self.retry_interval_ms)
+            return None
+        try:
+            configure_socket(sock, self.housekeeping_interval_ms)
+        except OSError as e:
+            log.warning("HA slave: socket set-up failed: %s", e)
+            sock.close()
+            return None
+        self.connects += 1
+        self.connected = True
+        log.info("HA slave connected to master %s; our end %d", addr, self.cl.write_pos)
+        return sock
+
+    # ---- one connection -----------------------------------------------------------------------------
+    def _report(self, sock: socket.socket, value: int) -> None:
+        sock.sendall(W.pack_slave_report(value))
+
+    def _recv_exact(self, sock: socket.socket, n: int) -> bytes:
+        buf = bytearray()
+        deadline = time.monotonic() + self.housekeeping_interval_ms / 1000
+        while len(buf) < n:
+            if self._stop.is_set():
+                raise SessionEnd("stopping")
+            left_ms = (deadline - time.monotonic()) * 1000
+            if left_ms <= 0:
+                raise SessionEnd(f"a frame header stalled for {self.housekeeping_interval_ms} ms")
+            if not readable(sock, min(left_ms, STOP_CHECK_MS)):
+                continue
+            chunk = sock.recv(n - len(buf))
+            if not chunk:
+                raise SessionEnd("closed by the master")
+            buf += chunk
+        return bytes(buf)
+
+    def _session(self, sock: socket.socket) -> None:
+        cl, ctl = self.cl, self.ctl
+        fs = cl.file_size
+        expected = cl.write_pos
+        self.received_end = expected
+        self._report(sock, expected)
+        next_report = time.monotonic() + self.report_interval_ms / 1000
+        last_read = time.monotonic()
+        while not self._stop.is_set():
+            now = time.monotonic()
+            if now >= next_report:
+                self._report(sock, expected)
+                next_report = now + self.report_interval_ms / 1000
+            wait_ms = min(STOP_CHECK_MS, (next_report - now) * 1000)
+            if not readable(sock, wait_ms):
+                idle_ms = (time.monotonic() - last_read) * 1000
+                if idle_ms >= self.housekeeping_interval_ms:
+                    log.warning("HA slave: nothing from master %s for %.0f ms; closing", self.master_addr, idle_ms)
+                    raise SessionEnd("master silent")
+                continue
+            try:
+                offset, size = W.unpack_ha_frame_header(self._recv_exact(sock, W.HA_FRAME_HEADER_SIZE),
+                                                        body_size_max=FRAME_BODY_SIZE_MAX)
+            except WireError as e:
+                log.error("HA slave: bad frame header from %s (%s); closing", self.master_addr, e)
+                raise SessionEnd("bad header") from None
+            last_read = time.monotonic()
+            if size and offset % fs + size > fs:
+                log.error("HA slave: frame [%d, +%d) from %s crosses a CommitLog file end; closing",
+                          offset, size, self.master_addr)
+                raise SessionEnd("frame crosses a file")
+            if offset != expected and expected == 0 and cl.write_pos == 0 and offset % fs == 0:
+                rebase_empty(cl, ctl, offset)
+                expected = offset
+            if offset == expected:
+                if size == 0:
+                    continue                       # heartbeat
+                cl.ha_recv_body(sock.fileno(), offset, size)
+                last_read = time.monotonic()
+                received = offset + size
+                published, corrupt = cl.ha_publish(received)
+                if corrupt:
+                    log.error("HA slave: the data from %s is not valid at %d (frame [%d, +%d)); "
+                              "nothing past %d is published; reconnecting", self.master_addr, published,
+                              offset, size, published)
+                    raise SessionEnd("corrupt data")
+                ctl.advance(C.POS_CONFIRM, received)
+                expected = self.received_end = received
+                self._report(sock, expected)
+                next_report = time.monotonic() + self.report_interval_ms / 1000
+            elif offset < expected and size == 0:
+                expected = self._diverged(offset, expected)
+                self._report(sock, expected)
+                next_report = time.monotonic() + self.report_interval_ms / 1000
+            else:
+                log.error("HA slave: frame at %d (+%d) from %s, expected %d; closing",
+                          offset, size, self.master_addr, expected)
+                raise SessionEnd("offset mismatch")
+
+    def _diverged(self, master_end: int, expected: int) -> int:
+        """The master's end is below ours: cut back to it.  Returns the new expected offset."""
+        cl = self.cl
+        ours = cl.write_pos
+        self.divergences.append((expected, master_end))
+        if master_end >= ours:
+            # only received-but-unpublished bytes lie past the master's end: nothing to cut
+            log.warning("HA slave: master %s ends at %d, inside a record we had partly received; "
+                        "receiving again from there", self.master_addr, master_end)
+            return master_end
+        log.error("HA slave: divergence: we hold %d bytes more than master %s (ours end at %d, the master's "
+                  "at %d); truncating to %d", ours - master_end, self.master_addr, ours, master_end, master_end)
+        if self.on_divergence is None:
+            raise SessionEnd("diverged, and no on_divergence to truncate")
+        self.on_divergence(master_end)
+        now = cl.write_pos
+        if now > master_end:
+            log.error("HA slave: truncation left the log at %d, above the master's end %d; closing",
+                      now, master_end)
+            raise SessionEnd("truncation incomplete")
+        self.received_end = now
+        return now
