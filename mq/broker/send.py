@@ -143,7 +143,9 @@ class SendProcessor:
             self._common_checks(topic)
             tc = await self._topic_config(h)
             qid = self._queue_id(h, tc)
-            born_host = normalize_host(conn.peer[0])
+            born_host = conn.attrs.get("born_host")
+            if born_host is None:
+                born_host = conn.attrs["born_host"] = normalize_host(conn.peer[0])
             born_port = conn.peer[1]
             born_ts = as_int(h.get("bornTimestamp"), 0)
             sys_flag = as_int(h.get("sysFlag"), 0)
