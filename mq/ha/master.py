@@ -45,7 +45,7 @@ import time
 from mq.store import control as C
 from mq.store.commitlog import CommitLog
 from mq.store.configfile import write_atomic
-from mq.store.native import OutOfRange, StoreError
+from mq.store.native import StoreError
 from mq.wire import ha as W
 from mq.wire.errors import WireError
 

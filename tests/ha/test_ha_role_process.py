@@ -1,0 +1,54 @@
+"""The HA role as processes of their own (start_ha_process), attached to two
+stores this process owns, as the broker's supervisor runs them."""
+import os
+
+from mq.ha import MASTER_ADDR_FILE, STATUS_FILE, start_ha_process
+from mq.store.configfile import read_config, write_atomic
+from tests.harness.cluster import free_port, wait_for
+
+from hakit import assert_same_queues, fill, wait_same
+
+
+def _status(store) -> dict:
+    return read_config(os.path.join(store.root, STATUS_FILE)) or {}
+
+
+def test_master_and_slave_role_processes_replicate(make_store, tmp_path):
+    """(g) A master role process and a slave role process (master address from
+    <slave root>/ha-master.txt, as the supervisor writes it) replicate the
+    master's log byte-identically while it grows; the master's ha-status.json
+    lists the slave with its ack reaching the master's end; a stop through the
+    pipe ends both processes cleanly and leaves the status with no slaves."""
+    master = make_store(root=tmp_path / "m")
+    slave = make_store(root=tmp_path / "s")
+    fill(master, 150)
+    port = free_port()
+    write_atomic(os.path.join(slave.root, MASTER_ADDR_FILE), f"127.0.0.1:{port}\n")
+    procs = [
+        start_ha_process("master", master.config, "127.0.0.1", 10911,
+                         {"haListenHost": "127.0.0.1", "haListenPort": port, "haSendHeartbeatInterval": 200,
+                          "haHousekeepingInterval": 3000, "haFullCopy": "true"}),
+        start_ha_process("slave", slave.config, "127.0.0.1", 10911,
+                         {"haSendHeartbeatInterval": 200, "haHousekeepingInterval": 3000,
+                          "haConnectRetryInterval": 100}),
+    ]
+    try:
+        wait_same(master, slave, timeout_s=30)
+        fill(master, 150, seed=2)
+        wait_same(master, slave)
+        assert_same_queues(master, slave)
+        end = master.cl.write_pos
+
+        def acked():
+            sl = _status(master).get("slaves", [])
+            return len(sl) == 1 and sl[0]["ackOffset"] == end and sl[0]["sentOffset"] == end
+
+        wait_for(acked, 10, 0.05, "the status file to show the slave's ack")
+        assert _status(master)["listen"] == f"127.0.0.1:{port}"
+    finally:
+        for p, stop in procs:
+            stop.set()
+        for p, _ in procs:
+            p.join(15)
+    assert [p.exitcode for p, _ in procs] == [0, 0]
+    assert _status(master)["slaves"] == []
