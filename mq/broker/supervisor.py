@@ -25,6 +25,7 @@ from mq.store import control as C
 from mq.store.configfile import write_atomic
 from mq.store.retention import Retention
 from mq.store.roles import start_role_process
+from mq.ha.role import start_ha_process
 from mq.wire import commitlog as wcl
 from mq.wire.properties import decode_properties, encode_properties
 
@@ -67,7 +68,7 @@ class Supervisor:
         cfg = self.config
         scfg = cfg.store_config()
         self.store = MessageStore.open(scfg, cfg.brokerIP1, cfg.listenPort, start_roles=False, prepare_files=False)
-        for role in ("flush", "dispatch"):
+        for role in ("flush", "dispatch", "ha"):
             self._start_role(role)
         self.metadata = Metadata(cfg, self.store.config_dir)
         self.metadata.on_topics_changed = self._topics_changed
@@ -141,6 +142,17 @@ class Supervisor:
 
     def _start_role(self, role: str) -> None:
         cfg = self.config
+        if role == "ha":
+            # the HA role: a master streams its CommitLog to slaves on listenPort+1; a slave
+            # follows the master named by haMasterAddress or by the name server (ha-master.txt)
+            ha_role = "slave" if cfg.brokerRole == "SLAVE" else "master"
+            self.roles[role] = start_ha_process(ha_role, cfg.store_config(), cfg.brokerIP1, cfg.listenPort, {
+                "haListenHost": cfg.listenAddress, "haListenPort": cfg.ha_port,
+                "haTransferBatchSize": cfg.haTransferBatchSize,
+                "haSendHeartbeatInterval": cfg.haSendHeartbeatInterval,
+                "haHousekeepingInterval": cfg.haHousekeepingInterval, "haFullCopy": cfg.haFullCopy,
+                "haMasterAddress": cfg.haMasterAddress})
+            return
         self.roles[role] = start_role_process(role, cfg.store_config(), cfg.brokerIP1, cfg.listenPort)
 
     async def _watch_children(self) -> None:

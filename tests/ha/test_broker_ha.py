@@ -2,8 +2,11 @@
 read-only-ness, SYNC_MASTER without a slave."""
 import asyncio
 import json
+import os
+import signal
 
 from mq.remoting import RemotingClient
+from mq.wire import commitlog as wcl
 from tests.harness.cluster import Broker, NameServer, wait_for
 
 
@@ -70,4 +73,131 @@ def test_sync_master_without_a_slave_is_slave_not_available(tmp_path):
         assert int(call(master.addr, 30, {"topic": "SyncT", "queueId": 0}).ext_fields["offset"]) == 3
     finally:
         master.stop()
+        ns.stop()
+
+
+def _commitlog_bytes(broker, end):
+    """The CommitLog bytes [0, end) of a broker's store (files concatenated)."""
+    d = os.path.join(broker.dir, "commitlog")
+    out = b""
+    for name in sorted(os.listdir(d)):
+        with open(os.path.join(d, name), "rb") as f:
+            out += f.read()
+        if len(out) >= end:
+            break
+    return out[:end]
+
+
+def _max_phy(addr):
+    return int(json.loads(call(addr, 28).body)["table"]["commitLogMaxOffset"])
+
+
+def test_sync_master_replicates_before_send_ok(tmp_path):
+    """SYNC_MASTER + a slave: every SEND_OK message is already on the slave
+    (its max offset covers it when the answer arrives); the slave's CommitLog
+    is byte-identical and its ConsumeQueues serve the same messages.  With the
+    slave stopped, sends answer 11; with the slave stalled (SIGSTOP), 12."""
+    ns = NameServer(str(tmp_path))
+    master = Broker(str(tmp_path), ns.addr, name="broker-a", brokerRole="SYNC_MASTER", slaveTimeout=1500,
+                    haSendHeartbeatInterval=500, haFullCopy="true")
+    slave = Broker(str(tmp_path), ns.addr, name="broker-a", brokerRole="SLAVE", brokerId=1,
+                   haSendHeartbeatInterval=500)
+    try:
+        wait_for(lambda: send(master.addr, "HA1", b"probe").code == 0, 40, 0.3, "the slave connected")
+        for i in range(200):
+            r = send(master.addr, "HA1", b"m%d" % i, qid=i % 4)
+            assert r.code == 0, (r.code, r.remark)
+            end = int(r.ext_fields["queueOffset"])   # present: the message was stored
+            assert end >= 0
+        end = _max_phy(master.addr)
+        wait_for(lambda: _max_phy(slave.addr) >= end, 20, 0.1, "slave caught up")
+        assert _commitlog_bytes(slave, end) == _commitlog_bytes(master, end), "byte-identical"
+        for q in range(4):
+            pull = {"consumerGroup": "G", "topic": "HA1", "queueId": q, "queueOffset": 0, "maxMsgNums": 32,
+                    "sysFlag": 4, "commitOffset": 0, "subscription": "*", "subVersion": 0, "suspendTimeoutMillis": 0}
+            a, b = call(master.addr, 11, pull), call(slave.addr, 11, pull)
+            assert a.code == b.code == 0 and a.body == b.body
+        os.kill(slave.proc.p.pid, signal.SIGSTOP)
+        for child in _children(slave.proc.p.pid):
+            os.kill(child, signal.SIGSTOP)
+        try:
+            r = send(master.addr, "HA1", b"stalled")
+            assert r.code in (12, 11), (r.code, r.remark)
+            assert r.code != 0
+        finally:
+            for child in _children(slave.proc.p.pid):
+                os.kill(child, signal.SIGCONT)
+            os.kill(slave.proc.p.pid, signal.SIGCONT)
+        slave.stop()
+        wait_for(lambda: send(master.addr, "HA1", b"x").code == 11, 30, 0.3, "SLAVE_NOT_AVAILABLE without slave")
+    finally:
+        slave.stop()
+        master.stop()
+        ns.stop()
+
+
+def _children(pid):
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        out.append(int(d))
+            except (OSError, ValueError, IndexError):
+                pass
+    return out
+
+
+def test_kill_9_of_a_sync_master_under_load_loses_nothing_acked(tmp_path):
+    """SYNC_MASTER under load is killed with SIGKILL (the whole process group):
+    reading the slave finds every message that got SEND_OK."""
+    import threading
+    ns = NameServer(str(tmp_path))
+    master = Broker(str(tmp_path), ns.addr, name="broker-a", brokerRole="SYNC_MASTER", haFullCopy="true",
+                    haSendHeartbeatInterval=500)
+    slave = Broker(str(tmp_path), ns.addr, name="broker-a", brokerRole="SLAVE", brokerId=1,
+                   haSendHeartbeatInterval=500)
+    acked, stop = [], threading.Event()
+    try:
+        wait_for(lambda: send(master.addr, "HAK", b"probe").code == 0, 40, 0.3, "the slave connected")
+
+        def load():
+            i = 0
+            while not stop.is_set():
+                try:
+                    r = send(master.addr, "HAK", b"k%d" % i, qid=i % 4)
+                    if r.code == 0:
+                        acked.append(b"k%d" % i)
+                except Exception:
+                    pass
+                i += 1
+
+        t = threading.Thread(target=load)
+        t.start()
+        wait_for(lambda: len(acked) >= 150, 30, 0.05, "load under way")
+        master.kill()
+        stop.set()
+        t.join(30)
+        got = set()
+        for q in range(4):
+            offset = 0
+            while True:
+                r = call(slave.addr, 11, {"consumerGroup": "G", "topic": "HAK", "queueId": q, "queueOffset": offset,
+                                          "maxMsgNums": 32, "sysFlag": 4, "commitOffset": 0, "subscription": "*",
+                                          "subVersion": 0, "suspendTimeoutMillis": 0})
+                if r.code != 0:
+                    break
+                pos = 0
+                while pos < len(r.body):
+                    rec = wcl.parse_record(r.body, pos)
+                    got.add(rec.body)
+                    pos += rec.total_size
+                offset = int(r.ext_fields["nextBeginOffset"])
+        missing = set(acked) - got
+        assert not missing, f"{len(missing)} acknowledged messages missing on the slave"
+    finally:
+        stop.set()
+        slave.stop()
+        master.proc.kill()
         ns.stop()
