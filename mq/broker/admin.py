@@ -108,8 +108,9 @@ class AdminProcessor:
             off = as_int((cmd.ext_fields or {})["commitOffset"])
         except (KeyError, ValueError) as e:
             return make_response(cmd, RC.INVALID_PARAMETER, f"bad header: {e}")
-        if self.config.brokerRole != "SLAVE":
-            await self.meta.commit_offset(group, topic, qid, off)
+        # slaves accept explicit commits too: while the master is down, consumers
+        # read from the slave and commit there (pull-carried commits stay master-only)
+        await self.meta.commit_offset(group, topic, qid, off)
         return make_response(cmd, RC.SUCCESS)
 
     async def search_offset(self, conn, cmd):

@@ -245,11 +245,14 @@ class Metadata:
             self._offsets_file.save(self.offsets_wrapper())
 
     def merge_offsets(self, table: dict) -> None:
-        """Slave sync: putAll, never delete."""
+        """Slave sync: entries are never deleted, and an offset never moves back.
+        (RocketMQ's putAll would let a returning master's older offsets overwrite
+        what consumers committed here while it was down; the cost is that a
+        deliberate reset to an earlier offset on the master does not reach slaves.)"""
         for k, m in table.get("offsetTable", {}).items():
             cur = self.offsets.setdefault(k, {})
             for q, v in m.items():
-                cur[int(q)] = int(v)
+                cur[int(q)] = max(cur.get(int(q), -1), int(v))
         self.persist_offsets(force=True)
 
     # ---- delay offsets ------------------------------------------------------------------

@@ -1,0 +1,57 @@
+"""The official C++ client with a master/slave group: when the master dies,
+a push consumer keeps consuming from the slave and commits offsets there."""
+import json
+import time
+
+import pytest
+
+pytest.importorskip("rocketmq.client", reason="pip install rocketmq==0.4.4 (make test does)")
+
+from tests.compat.test_cpp_client import Collector, _wait_route, make_producer, message, push_consumer, uniq  # noqa: E402
+from tests.ha.test_broker_ha import call  # noqa: E402
+from tests.harness.cluster import Broker, NameServer, wait_for  # noqa: E402
+
+
+@pytest.mark.parametrize("role", ["ASYNC_MASTER", "SYNC_MASTER"])
+def test_consumers_continue_from_the_slave_when_the_master_dies(tmp_path, role):
+    """C++ producer -> master (replicated to the slave); the master is killed
+    with SIGKILL; a C++ push consumer in a new group then receives every message
+    from the slave, and its offsets are committed on the slave."""
+    ns = NameServer(str(tmp_path))
+    master = Broker(str(tmp_path), ns.addr, name="broker-a", brokerRole=role, haFullCopy="true",
+                    haSendHeartbeatInterval=500)
+    slave = Broker(str(tmp_path), ns.addr, name="broker-a", brokerRole="SLAVE", brokerId=1,
+                   haSendHeartbeatInterval=500)
+    topic, group = uniq("T_ha"), uniq("CG_ha")
+    try:
+        _wait_route(ns.addr, "TBW102")
+        prod = make_producer(ns.addr)
+        try:
+            wait_for(lambda: prod.send_sync(message(topic, -1, "TagA")).status == 0, 40, 0.5, "replicated send")
+            for i in range(300):
+                assert prod.send_sync(message(topic, i, "TagA")).status == 0
+        finally:
+            prod.shutdown()
+        master_max = int(json.loads(call(master.addr, 28).body)["table"]["commitLogMaxOffset"])
+        wait_for(lambda: int(json.loads(call(slave.addr, 28).body)["table"]["commitLogMaxOffset"]) >= master_max,
+                 30, 0.1, "slave caught up")
+        wait_for(lambda: topic in json.loads(call(slave.addr, 21).body)["topicConfigTable"], 30, 0.3,
+                 "topic synced to the slave")
+        master.kill()
+        wait_for(lambda: "0" not in json.loads(call(ns.addr, 105, {"topic": topic}).body)["brokerDatas"][0]["brokerAddrs"],
+                 30, 0.2, "the route without the master")
+        col = Collector()
+        cons = push_consumer(ns.addr, group, topic, col)
+        try:
+            wait_for(lambda: len({g[3] for g in col.got}) >= 301, 60, 0.2, "everything consumed from the slave")
+            time.sleep(6)    # the client commits offsets every 5 s
+        finally:
+            cons.shutdown()
+        assert {int(g[3]) for g in col.got} == set(range(-1, 300))
+        offsets = json.loads(call(slave.addr, 43).body)["offsetTable"]
+        committed = offsets.get(f"{topic}@{group}", {})
+        assert committed and sum(int(v) for v in committed.values()) == 301, committed
+    finally:
+        slave.stop()
+        master.proc.kill()
+        ns.stop()
