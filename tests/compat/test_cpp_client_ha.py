@@ -63,3 +63,48 @@ def test_consumers_continue_from_the_slave_when_the_master_dies(tmp_path, role):
         slave.stop()
         master.proc.kill()
         ns.stop()
+
+
+@pytest.mark.parametrize("role,flush", [("ASYNC_MASTER", "ASYNC_FLUSH"), ("ASYNC_MASTER", "SYNC_FLUSH"),
+                                        ("SYNC_MASTER", "ASYNC_FLUSH"), ("SYNC_MASTER", "SYNC_FLUSH")])
+def test_slave_is_byte_identical_after_cpp_load(tmp_path, role, flush):
+    """Each role combination under load from the C++ producer (sync and batch
+    sends): the slave's CommitLog is byte-identical to the master's and its
+    ConsumeQueues give the same messages."""
+    from tests.ha.test_broker_ha import _commitlog_bytes, _max_phy
+    ns = NameServer(str(tmp_path))
+    master = Broker(str(tmp_path), ns.addr, name="broker-a", brokerRole=role, flushDiskType=flush,
+                    haFullCopy="true", haSendHeartbeatInterval=500)
+    slave = Broker(str(tmp_path), ns.addr, name="broker-a", brokerRole="SLAVE", brokerId=1,
+                   flushDiskType=flush, haSendHeartbeatInterval=500)
+    topic = uniq("T_bytes")
+    try:
+        _wait_route(ns.addr, "TBW102")
+        prod = make_producer(ns.addr)
+        try:
+            def first_send():
+                try:
+                    return prod.send_sync(message(topic, 0, "TagA")).status == 0
+                except Exception:
+                    return False
+            wait_for(first_send, 60, 0.5, "first send")
+            for i in range(1, 400):
+                assert prod.send_sync(message(topic, i, ["TagA", "TagB"][i % 2])).status == 0
+            for start in range(400, 600, 50):
+                assert prod.send_batch([message(topic, i, "TagC") for i in range(start, start + 50)]).status == 0
+        finally:
+            prod.shutdown()
+        end = _max_phy(master.addr)
+        wait_for(lambda: _max_phy(slave.addr) >= end, 30, 0.1, "slave caught up")
+        assert _commitlog_bytes(slave, end) == _commitlog_bytes(master, end)
+        for q in range(4):
+            m = call(master.addr, 30, {"topic": topic, "queueId": q}).ext_fields["offset"]
+            wait_for(lambda: call(slave.addr, 30, {"topic": topic, "queueId": q}).ext_fields["offset"] == m, 20, 0.1,
+                     "slave queue dispatched")
+            pull = {"consumerGroup": "G", "topic": topic, "queueId": q, "queueOffset": 0, "maxMsgNums": 32,
+                    "sysFlag": 4, "commitOffset": 0, "subscription": "*", "subVersion": 0, "suspendTimeoutMillis": 0}
+            assert call(master.addr, 11, pull).body == call(slave.addr, 11, pull).body
+    finally:
+        slave.stop()
+        master.stop()
+        ns.stop()
