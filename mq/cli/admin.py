@@ -43,9 +43,11 @@ class UsageError(Exception):
 
 async def cluster_list(admin: AdminClient, args) -> int:
     info = await admin.cluster_info()
-    fmt = "%-22s  %-22s  %-4s  %-22s %-16s %19s %19s %10s %5s %6s"
+    # RocketMQ's columns, then ours: role, CommitLog max offset, and on a master each
+    # slave's acknowledged offset and lag in bytes
+    fmt = "%-22s  %-22s  %-4s  %-22s %-16s %19s %19s %10s %5s %6s  %-12s %14s  %s"
     print(fmt % ("#Cluster Name", "#Broker Name", "#BID", "#Addr", "#Version", "#InTPS(LOAD)", "#OutTPS(LOAD)",
-                 "#PCWait(ms)", "#Hour", "#SPACE"))
+                 "#PCWait(ms)", "#Hour", "#SPACE", "#Role", "#MaxOffset", "#SlaveAck(lag)"))
     for cluster in sorted(info.cluster_addr_table):
         for name in info.cluster_addr_table[cluster]:
             b = info.broker_addr_table.get(name)
@@ -55,7 +57,8 @@ async def cluster_list(admin: AdminClient, args) -> int:
                 try:
                     t = await admin.broker_runtime_info(addr)
                 except (MQClientError, RemotingError) as e:
-                    print(fmt % (cluster, name, bid, addr, "N/A", "N/A", "N/A", "N/A", "N/A", "N/A"))
+                    print(fmt % (cluster, name, bid, addr, "N/A", "N/A", "N/A", "N/A", "N/A", "N/A", "N/A", "N/A",
+                                 "N/A"))
                     print(f"{PROG}: warning: {addr}: {e}", file=sys.stderr)
                     continue
                 in_tps = _first_float(t.get("putTps"))
@@ -68,8 +71,22 @@ async def cluster_list(admin: AdminClient, args) -> int:
                              "%9.2f(%s,%sms)" % (out_tps, t.get("pullThreadPoolQueueSize", "0"),
                                                  t.get("pullThreadPoolQueueHeadWaitTimeMills", "0")),
                              t.get("pageCacheLockTimeMills", "0"), "%2.2f" % hours,
-                             "%.4f" % _float(t.get("commitLogDiskRatio"))))
+                             "%.4f" % _float(t.get("commitLogDiskRatio")), t.get("brokerRole", "?"),
+                             t.get("commitLogMaxOffset", "?"), _slave_acks(t)))
     return 0
+
+
+def _slave_acks(table: dict) -> str:
+    """'127.0.0.1:40112 ack=1234 (lag 0)' per slave from the runtime info's
+    `slaves` entry ("addr:ack=N:lag=M;..."), '-' on a slave or without slaves."""
+    raw = table.get("slaves") or ""
+    out = []
+    for item in filter(None, raw.split(";")):
+        parts = item.split(":")
+        fields = dict(p.split("=", 1) for p in parts if "=" in p)
+        addr = ":".join(p for p in parts if "=" not in p)
+        out.append(f"{addr} ack={fields.get('ack', '?')} (lag {fields.get('lag', '?')})")
+    return ", ".join(out) or "-"
 
 
 async def topic_list(admin: AdminClient, args) -> int:

@@ -201,3 +201,33 @@ def test_kill_9_of_a_sync_master_under_load_loses_nothing_acked(tmp_path):
         slave.stop()
         master.proc.kill()
         ns.stop()
+
+
+def test_read_write_split_suggests_the_slave_for_slow_consumers(tmp_path):
+    """With slaveReadEnable, a pull reading further behind the newest data than
+    accessMessageInMemoryMaxRatio% of RAM (overridden here to 100 KB) is told
+    to use the slave (whichBrokerWhenConsumeSlowly = 1); a pull near the head
+    stays on the master (0); without slaveReadEnable it is always 0."""
+    ns = NameServer(str(tmp_path))
+    split = Broker(str(tmp_path), ns.addr, name="broker-a", slaveReadEnable="true",
+                   totalPhysicalMemoryOverride=100_000, accessMessageInMemoryMaxRatio=40)
+    plain = Broker(str(tmp_path), ns.addr, name="broker-b", totalPhysicalMemoryOverride=100_000)
+    try:
+        for b in (split, plain):
+            for i in range(200):
+                assert send(b.addr, "Split", b"x" * 1000, qid=0).code == 0
+
+        def suggest(addr, offset):
+            r = call(addr, 11, {"consumerGroup": "G", "topic": "Split", "queueId": 0, "queueOffset": offset,
+                                "maxMsgNums": 1, "sysFlag": 4, "commitOffset": 0, "subscription": "*",
+                                "subVersion": 0, "suspendTimeoutMillis": 0})
+            assert r.code == 0
+            return int(r.ext_fields["suggestWhichBrokerId"])
+
+        assert suggest(split.addr, 0) == 1, "200 KB behind the head > 40% of 100 KB"
+        assert suggest(split.addr, 199) == 0, "at the head"
+        assert suggest(plain.addr, 0) == 0, "slaveReadEnable=false: always the master"
+    finally:
+        split.stop()
+        plain.stop()
+        ns.stop()
