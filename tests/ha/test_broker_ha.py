@@ -70,7 +70,9 @@ def test_sync_master_without_a_slave_is_slave_not_available(tmp_path):
             r = send(master.addr, "SyncT", b"m%d" % i)
             assert r.code == 11, (r.code, r.remark)
             assert r.ext_fields["msgId"], "the message was stored: it has an id"
-        assert int(call(master.addr, 30, {"topic": "SyncT", "queueId": 0}).ext_fields["offset"]) == 3
+        # dispatch runs after the answer (as in RocketMQ): wait for the queue to show them
+        wait_for(lambda: int(call(master.addr, 30, {"topic": "SyncT", "queueId": 0}).ext_fields["offset"]) == 3,
+                 20, 0.05, "the three stored messages dispatched")
     finally:
         master.stop()
         ns.stop()
@@ -113,6 +115,8 @@ def test_sync_master_replicates_before_send_ok(tmp_path):
         wait_for(lambda: _max_phy(slave.addr) >= end, 20, 0.1, "slave caught up")
         assert _commitlog_bytes(slave, end) == _commitlog_bytes(master, end), "byte-identical"
         for q in range(4):
+            qmax = lambda addr: call(addr, 30, {"topic": "HA1", "queueId": q}).ext_fields["offset"]  # noqa: E731
+            wait_for(lambda: qmax(slave.addr) == qmax(master.addr) != "0", 20, 0.05, "both queues dispatched")
             pull = {"consumerGroup": "G", "topic": "HA1", "queueId": q, "queueOffset": 0, "maxMsgNums": 32,
                     "sysFlag": 4, "commitOffset": 0, "subscription": "*", "subVersion": 0, "suspendTimeoutMillis": 0}
             a, b = call(master.addr, 11, pull), call(slave.addr, 11, pull)
@@ -216,6 +220,8 @@ def test_read_write_split_suggests_the_slave_for_slow_consumers(tmp_path):
         for b in (split, plain):
             for i in range(200):
                 assert send(b.addr, "Split", b"x" * 1000, qid=0).code == 0
+            wait_for(lambda: int(call(b.addr, 30, {"topic": "Split", "queueId": 0}).ext_fields["offset"]) == 200,
+                     20, 0.05, "dispatched")
 
         def suggest(addr, offset):
             r = call(addr, 11, {"consumerGroup": "G", "topic": "Split", "queueId": 0, "queueOffset": offset,
