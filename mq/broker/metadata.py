@@ -245,7 +245,8 @@ class Metadata:
             self._offsets_file.save(self.offsets_wrapper())
 
     def merge_offsets(self, table: dict) -> None:
-        """Slave sync: entries are never deleted, and an offset never moves back.
+        """Slave sync (and a returning master taking its slaves' offsets): entries
+        are never deleted, and an offset never moves back.
         (RocketMQ's putAll would let a returning master's older offsets overwrite
         what consumers committed here while it was down; the cost is that a
         deliberate reset to an earlier offset on the master does not reach slaves.)"""

@@ -13,6 +13,7 @@ dropped from their groups at once (their groups are notified)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import multiprocessing as mp
 import os
@@ -22,7 +23,7 @@ import time
 from mq.remoting import RemotingClient, RemotingError, RemotingServer, RequestCode as R, ResponseCode as RC
 from mq.store import MessageStore, PutStatus
 from mq.store import control as C
-from mq.store.configfile import write_atomic
+from mq.store.configfile import loads_lenient, write_atomic
 from mq.store.retention import Retention
 from mq.store.roles import start_role_process
 from mq.ha.role import start_ha_process
@@ -211,6 +212,32 @@ class Supervisor:
             except RemotingError as e:
                 log.warning("registration with name server %s failed: %s", addr, e)
 
+    async def _reclaim_offsets_from_slaves(self) -> None:
+        """A master coming back: while it was down, consumers read from its slaves
+        and committed offsets there.  Take them (max per queue) before clients ask
+        this master, so no consumer offset goes backwards."""
+        slaves = set()
+        for ns in self.config.namesrv_list:
+            try:
+                r = await self.client.invoke(ns, self.client.request(R.GET_BROKER_CLUSTER_INFO), 3)
+                info = loads_lenient(r.body.decode()) if r.code == RC.SUCCESS and r.body else {}
+            except (RemotingError, ValueError) as e:
+                log.warning("cluster info from %s failed: %s", ns, e)
+                continue
+            addrs = info.get("brokerAddrTable", {}).get(self.config.brokerName, {}).get("brokerAddrs", {})
+            slaves.update(a for bid, a in addrs.items() if int(bid) > 0)
+        for addr in sorted(slaves):
+            try:
+                r = await self.client.invoke(addr, self.client.request(R.GET_ALL_CONSUMER_OFFSET), 3)
+            except RemotingError as e:
+                log.warning("consumer offsets from slave %s failed: %s", addr, e)
+                continue
+            if r.code == RC.SUCCESS and r.body:
+                before = json.dumps(self.metadata.offsets_wrapper(), sort_keys=True)
+                self.metadata.merge_offsets(loads_lenient(r.body.decode()))
+                if json.dumps(self.metadata.offsets_wrapper(), sort_keys=True) != before:
+                    log.info("took newer consumer offsets from slave %s", addr)
+
     def _publish_master_ha_addr(self) -> None:
         """The slave's HA role reads the master's HA address from this file on each
         connect (haMasterAddress in the config wins when set)."""
@@ -228,9 +255,13 @@ class Supervisor:
                 log.warning("unregistering from name server %s failed: %s", addr, e)
 
     async def _register_loop(self) -> None:
+        first = True
         while True:
             self._register_now.clear()
             await self.register_all()
+            if first and self.config.brokerRole != "SLAVE":
+                first = False
+                await self._reclaim_offsets_from_slaves()
             try:
                 await asyncio.wait_for(self._register_now.wait(), self.config.registerNameServerPeriod / 1000)
             except asyncio.TimeoutError:

@@ -237,3 +237,27 @@ def test_read_write_split_suggests_the_slave_for_slow_consumers(tmp_path):
         split.stop()
         plain.stop()
         ns.stop()
+
+
+def test_offsets_do_not_go_back_when_the_master_returns(tmp_path):
+    """Master down: a consumer commits on the slave.  The master comes back
+    (same store): it takes the slave's newer offsets before serving, so a query
+    on the master does not go backwards."""
+    ns = NameServer(str(tmp_path))
+    master = Broker(str(tmp_path), ns.addr, name="broker-a", haSendHeartbeatInterval=500)
+    slave = Broker(str(tmp_path), ns.addr, name="broker-a", brokerRole="SLAVE", brokerId=1,
+                   haSendHeartbeatInterval=500)
+    try:
+        assert call(master.addr, 15, {"consumerGroup": "G", "topic": "Back", "queueId": 0, "commitOffset": 5}).code == 0
+        master.stop()
+        assert call(slave.addr, 15, {"consumerGroup": "G", "topic": "Back", "queueId": 0, "commitOffset": 50}).code == 0
+        master.start()
+
+        def master_offset():
+            r = call(master.addr, 14, {"consumerGroup": "G", "topic": "Back", "queueId": 0})
+            return int(r.ext_fields["offset"]) if r.code == 0 else -1
+        wait_for(lambda: master_offset() == 50, 30, 0.2, "the master took the slave's offset")
+    finally:
+        slave.stop()
+        master.stop()
+        ns.stop()
