@@ -168,12 +168,13 @@ class RemoteOffsetStore:
         self.table.pop(mq, None)
 
     async def _master(self, mq: MessageQueue) -> str:
-        addr = self.inst.master_addr(mq.broker_name)
+        """The master, or a slave while the master is gone (offsets follow the consumer)."""
+        addr = self.inst.admin_addr(mq.broker_name)
         if addr is None:
             await self.inst.update_route(mq.topic)
-            addr = self.inst.master_addr(mq.broker_name)
+            addr = self.inst.admin_addr(mq.broker_name)
         if addr is None:
-            raise MQClientError(f"The broker[{mq.broker_name}] not exist (no master)")
+            raise MQClientError(f"The broker[{mq.broker_name}] not exist")
         return addr
 
     async def read_from_store(self, mq: MessageQueue) -> int:
@@ -762,13 +763,14 @@ class PullConsumer:
                                  suspend_timeout_ms=suspend_timeout_ms, timeout_s=wait_s)
 
     async def _master(self, queue: MessageQueue) -> str:
+        """The master, or a slave while the master is gone (Java's findBrokerAddressInAdmin)."""
         inst = self._inst()
-        addr = inst.master_addr(queue.broker_name)
+        addr = inst.admin_addr(queue.broker_name)
         if addr is None:
             await inst.update_route(queue.topic)
-            addr = inst.master_addr(queue.broker_name)
+            addr = inst.admin_addr(queue.broker_name)
         if addr is None:
-            raise MQClientError(f"The broker[{queue.broker_name}] not exist (no master)")
+            raise MQClientError(f"The broker[{queue.broker_name}] not exist")
         return addr
 
     async def _offset_call(self, queue: MessageQueue, code: int, extra: dict | None = None) -> int:

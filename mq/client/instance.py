@@ -202,6 +202,14 @@ class ClientInstance:
     def master_addr(self, broker_name: str) -> str | None:
         return self.broker_addrs.get(broker_name, {}).get(MASTER_ID)
 
+    def admin_addr(self, broker_name: str) -> str | None:
+        """Where offsets are queried and committed (Java's findBrokerAddressInAdmin):
+        the master, or while it is gone the lowest-id slave."""
+        addrs = self.broker_addrs.get(broker_name, {})
+        if not addrs:
+            return None
+        return addrs.get(MASTER_ID) or addrs[min(addrs)]
+
     def pull_addr(self, broker_name: str, suggested_id: int) -> tuple[str, bool] | None:
         return find_broker_addr_in_subscribe(self.broker_addrs.get(broker_name, {}), suggested_id)
 

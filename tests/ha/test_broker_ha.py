@@ -261,3 +261,46 @@ def test_offsets_do_not_go_back_when_the_master_returns(tmp_path):
         slave.stop()
         master.stop()
         ns.stop()
+
+
+def test_our_client_consumes_from_the_slave_when_the_master_dies(tmp_path):
+    """Our Python push consumer, started after the master was killed, reads
+    everything from the slave."""
+    import threading
+    from mq.client import CONSUME_SUCCESS, FIRST, Message
+    from mq.client.sync import SyncProducer, SyncPushConsumer
+    ns = NameServer(str(tmp_path))
+    master = Broker(str(tmp_path), ns.addr, name="broker-a", haFullCopy="true", haSendHeartbeatInterval=500)
+    slave = Broker(str(tmp_path), ns.addr, name="broker-a", brokerRole="SLAVE", brokerId=1,
+                   haSendHeartbeatInterval=500)
+    try:
+        prod = SyncProducer("PG_ours", ns.addr)
+        prod.start()
+        try:
+            for i in range(100):
+                prod.send(Message("OursHA", f"o{i}", tags="TagA"))
+        finally:
+            prod.shutdown()
+        end = _max_phy(master.addr)
+        wait_for(lambda: _max_phy(slave.addr) >= end, 30, 0.1, "slave caught up")
+        wait_for(lambda: "OursHA" in json.loads(call(slave.addr, 21).body)["topicConfigTable"], 30, 0.3, "topic synced")
+        master.kill()
+        got, lock = set(), threading.Lock()
+
+        def on_message(msg):
+            with lock:
+                got.add(msg.body.decode())
+            return CONSUME_SUCCESS
+
+        cons = SyncPushConsumer("CG_ours_ha", ns.addr, consume_from=FIRST, listener=on_message)
+        cons.subscribe("OursHA", "*")
+        cons.start()
+        try:
+            wait_for(lambda: len(got) >= 100, 60, 0.2, "consumed from the slave")
+        finally:
+            cons.shutdown()
+        assert got == {f"o{i}" for i in range(100)}
+    finally:
+        slave.stop()
+        master.proc.kill()
+        ns.stop()
