@@ -136,6 +136,11 @@ def test_long_poll_answers_at_once_on_arrival_and_times_out_cleanly(cluster):
         try:
             base = {"a": "PG", "b": "LP", "c": "TBW102", "d": 4, "e": 0, "f": 0, "g": 0, "h": 0, "i": ""}
             assert (await c.invoke(broker.addr, c.request(310, base, b"first"))).code == 0
+            for _ in range(200):      # dispatch follows the answer: wait until the queue shows it
+                r = await c.invoke(broker.addr, c.request(30, {"topic": "LP", "queueId": 0}))
+                if r.ext_fields["offset"] == "1":
+                    break
+                await asyncio.sleep(0.05)
             pull = {"consumerGroup": "G", "topic": "LP", "queueId": 0, "queueOffset": 1, "maxMsgNums": 32,
                     "sysFlag": 6, "commitOffset": 0, "subscription": "*", "subVersion": 0}
             loop = asyncio.get_running_loop()
