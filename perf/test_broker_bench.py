@@ -661,12 +661,15 @@ def _batch_client_main(pipe) -> None:
 
 
 class ClientProcesses:
-    def __init__(self, n: int):
+    """n spawned client processes, each running `target(pipe)` and answering
+    ("ok", value) or ("error", text) to every command sent with call()."""
+
+    def __init__(self, n: int, target=None):
         ctx = mp.get_context("spawn")
         self.pipes, self.procs = [], []
         for _ in range(n):
             mine, theirs = ctx.Pipe()
-            p = ctx.Process(target=_batch_client_main, args=(theirs,), daemon=True)
+            p = ctx.Process(target=target or _batch_client_main, args=(theirs,), daemon=True)
             p.start()
             self.pipes.append(mine)
             self.procs.append(p)

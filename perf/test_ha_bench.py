@@ -211,33 +211,11 @@ def _producer_main(pipe) -> None:
         loop.close()
 
 
-class ProducerProcesses:
+class ProducerProcesses(bb.ClientProcesses):
+    """The broker benchmark's client processes, running single-send producers."""
+
     def __init__(self, n: int):
-        ctx = mp.get_context("spawn")
-        self.pipes, self.procs = [], []
-        for _ in range(n):
-            mine, theirs = ctx.Pipe()
-            p = ctx.Process(target=_producer_main, args=(theirs,), daemon=True)
-            p.start()
-            self.pipes.append(mine)
-            self.procs.append(p)
-
-    @property
-    def pids(self) -> list[int]:
-        return [p.pid for p in self.procs]
-
-    def call(self, *cmd) -> list:
-        for pipe in self.pipes:
-            pipe.send(cmd)
-        out = []
-        for pipe in self.pipes:
-            if not pipe.poll(120):
-                raise TimeoutError(f"producer process did not answer {cmd[0]}")
-            status, value = pipe.recv()
-            if status != "ok":
-                raise RuntimeError(f"producer process failed on {cmd[0]}:\n{value}")
-            out.append(value)
-        return out
+        super().__init__(n, target=_producer_main)
 
     def run(self, addr: str, topic: str, per_producer: int) -> tuple[int, float, list[float], float]:
         """All processes start together, 20 ms from now; (messages, seconds from the first start
@@ -247,16 +225,6 @@ class ProducerProcesses:
         start = min(r["start"] for r in res)
         return (sum(r["msgs"] for r in res), max(r["end"] for r in res) - start,
                 [x for r in res for x in r["lat"]], start - t0)
-
-    def close(self) -> None:
-        for pipe, p in zip(self.pipes, self.procs):
-            try:
-                pipe.send(("exit",))
-            except OSError:
-                pass
-            p.join(10)
-            if p.is_alive():
-                p.kill()
 
 
 @dataclass(frozen=True)
