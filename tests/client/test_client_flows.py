@@ -152,6 +152,10 @@ def test_pull_consumer_reads_every_queue_to_the_end(cluster):
             async with PullConsumer(uniq("CGP"), ns.addr) as pc:
                 queues = await pc.fetch_queues(topic)
                 assert len(queues) == 4
+                for _ in range(200):     # dispatch follows the sends' answers
+                    if sum([await pc.max_offset(q) for q in queues]) >= 400:
+                        break
+                    await asyncio.sleep(0.05)
                 got, ends = [], {}
                 for q in queues:
                     offset = 0
@@ -352,7 +356,12 @@ def test_large_bodies_are_compressed_and_restored(cluster):
             await prod.send_to_queue(Message(topic, big, tags="Z"), q)
             await prod.send_to_queue(Message(topic, small, tags="Z"), q)
         async with PullConsumer(uniq("CGP"), ns.addr) as pc:
-            return (await pc.pull(q, 0, 2)).messages
+            for _ in range(100):         # dispatch follows the send's answer: retry until both are there
+                got = (await pc.pull(q, 0, 2)).messages
+                if len(got) == 2:
+                    return got
+                await asyncio.sleep(0.05)
+            return got
 
     first, second = run(flow())
     assert first.body == big and first.sys_flag & 0x1 and first.sys_flag & 0x700 == 0x300
