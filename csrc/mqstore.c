@@ -30,7 +30,7 @@
 #endif
 
 #define MQ_CTL_MAGIC   0x4D51434Cu   /* "MQCL" */
-#define MQ_CTL_VERSION 1u
+#define MQ_CTL_VERSION 2u   /* 2: MQ_POS_MSGS */
 #define MQ_PAGE        4096u
 #define MQ_SLOTS_USABLE (MQ_QUEUE_SLOTS / 4 * 3)   /* keep linear probes short */
 
@@ -830,6 +830,7 @@ static int append_planned(mq_commitlog *cl, const mq_append_req *r, const msg_pl
     __atomic_store_n(&c->j_valid, 1, __ATOMIC_RELEASE);
     __atomic_store_n(&c->slots[slot].field[MQ_Q_NEXT_OFFSET], qoff, __ATOMIC_RELEASE);
     __atomic_store_n(&c->pos[MQ_POS_LAST_STORE_TS], (uint64_t)ts, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&c->pos[MQ_POS_MSGS], n, __ATOMIC_RELEASE);   /* before WRITE: a reader of both never sees bytes without their count */
     __atomic_store_n(&c->pos[MQ_POS_WRITE], pos, __ATOMIC_RELEASE);
     __atomic_store_n(&c->j_valid, 0, __ATOMIC_RELEASE);
     ctl_unlock(c);
@@ -1210,6 +1211,7 @@ int mq_ha_publish(mq_commitlog *cl, uint64_t received_end, uint64_t *published_o
     const uint64_t fs = cl->file_size;
     uint64_t pos = mq_ctl_get(c, MQ_POS_WRITE);
     int64_t last_ts = (int64_t)mq_ctl_get(c, MQ_POS_LAST_STORE_TS);
+    uint64_t n_recs = 0;
     int rc = MQ_OK;
     while (pos < received_end) {
         uint8_t *base;
@@ -1233,12 +1235,14 @@ int mq_ha_publish(mq_commitlog *cl, uint64_t received_end, uint64_t *published_o
         if (mq_record_check(p, total, 1, &rec, &stop) != MQ_OK || rec.phy_offset != pos) { rc = MQ_E_CORRUPT; break; }
         last_ts = rec.store_ts_ms;
         pos += total;
+        n_recs++;
     }
     uint64_t old = mq_ctl_get(c, MQ_POS_WRITE);
     if (pos > old) {
         int lrc = ctl_lock(c);
         if (lrc) return lrc;
         __atomic_store_n(&c->pos[MQ_POS_LAST_STORE_TS], (uint64_t)last_ts, __ATOMIC_RELEASE);
+        __atomic_add_fetch(&c->pos[MQ_POS_MSGS], n_recs, __ATOMIC_RELEASE);
         __atomic_store_n(&c->pos[MQ_POS_WRITE], pos, __ATOMIC_RELEASE);
         ctl_unlock(c);
         mq_ctl_wake(c, MQ_SEQ_WRITE);

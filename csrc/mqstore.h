@@ -72,6 +72,8 @@ enum mq_pos {                 /* uint64 positions in the control block */
     MQ_POS_LAST_STORE_TS,     /* store timestamp (ms) of the record that ends at WRITE */
     MQ_POS_FLUSHED_STORE_TS,  /* store timestamp (ms) of the record that ends at FLUSHED */
     MQ_POS_CONFIRM,           /* highest offset known to be on the master (slave side) */
+    MQ_POS_MSGS,              /* messages appended (or received by a slave) since the block was made;
+                                 a statistic: flush group sizes and put counts are differences of it */
     MQ_POS_COUNT_
 };
 enum mq_seq {                 /* futex words: bumped after the matching event */

@@ -28,6 +28,7 @@ POS_MIN = lib.MQ_POS_MIN
 POS_LAST_STORE_TS = lib.MQ_POS_LAST_STORE_TS
 POS_FLUSHED_STORE_TS = lib.MQ_POS_FLUSHED_STORE_TS
 POS_CONFIRM = lib.MQ_POS_CONFIRM
+POS_MSGS = lib.MQ_POS_MSGS            # messages appended since the block was made (a statistic)
 
 SEQ_WRITE = lib.MQ_SEQ_WRITE
 SEQ_FLUSH = lib.MQ_SEQ_FLUSH
