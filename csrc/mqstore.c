@@ -19,6 +19,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/sendfile.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -556,6 +557,7 @@ struct mq_commitlog {
     pthread_mutex_t seg_lock;        /* process-local; guards segs/nsegs */
     mq_seg *segs;                    /* indexed by file index = offset / file_size */
     uint64_t nsegs;
+    uint8_t *rx_buf;                 /* HA slave: staging for received bodies (one receiving thread) */
 };
 
 int mq_commitlog_errno(mq_commitlog *cl) { return cl->last_errno; }
@@ -656,6 +658,7 @@ void mq_commitlog_close(mq_commitlog *cl) {
     for (uint64_t i = 0; i < cl->nsegs; i++)
         if (cl->segs[i].base) { munmap(cl->segs[i].base, cl->file_size); close(cl->segs[i].fd); }
     free(cl->segs);
+    free(cl->rx_buf);
     pthread_mutex_destroy(&cl->seg_lock);
     free(cl);
 }
@@ -1147,14 +1150,10 @@ static int send_all(int fd, const uint8_t *p, size_t n, int flags) {
     return 0;
 }
 
-int mq_ha_send_frame(mq_commitlog *cl, int sock_fd, uint64_t offset, uint32_t max_body, uint32_t *body_out) {
+/* One frame: header, then `body` bytes at `offset` (one file, below write_pos) with sendfile. */
+static int send_one_frame(mq_commitlog *cl, int sock_fd, uint64_t offset, uint32_t body) {
     const uint64_t fs = cl->file_size;
-    uint64_t wp = mq_ctl_get(cl->ctl, MQ_POS_WRITE);
-    if (offset > wp || offset < mq_ctl_get(cl->ctl, MQ_POS_MIN)) return MQ_E_RANGE;
-    uint64_t avail = wp - offset;
-    uint64_t to_file_end = fs - offset % fs;
-    uint32_t body = (uint32_t)(avail < max_body ? avail : max_body);
-    if (body > to_file_end) body = (uint32_t)to_file_end;
+    assert(offset % fs + body <= fs);
     uint8_t hdr[12];
     be64w(hdr, offset);
     be32w(hdr + 8, body);
@@ -1179,10 +1178,52 @@ int mq_ha_send_frame(mq_commitlog *cl, int sock_fd, uint64_t offset, uint32_t ma
         if (w == 0) return io_fail(cl, EPIPE);
         left -= (uint32_t)w;
     }
+    return MQ_OK;
+}
+
+int mq_ha_send_frame(mq_commitlog *cl, int sock_fd, uint64_t offset, uint32_t max_body, uint32_t *body_out) {
+    const uint64_t fs = cl->file_size;
+    uint64_t wp = mq_ctl_get(cl->ctl, MQ_POS_WRITE);
+    if (offset > wp || offset < mq_ctl_get(cl->ctl, MQ_POS_MIN)) return MQ_E_RANGE;
+    uint64_t avail = wp - offset;
+    uint64_t to_file_end = fs - offset % fs;
+    uint32_t body = (uint32_t)(avail < max_body ? avail : max_body);
+    if (body > to_file_end) body = (uint32_t)to_file_end;
+    int rc = send_one_frame(cl, sock_fd, offset, body);
+    if (rc) return rc;
     *body_out = body;
     return MQ_OK;
 }
 
+int mq_ha_send_run(mq_commitlog *cl, int sock_fd, uint64_t from, uint64_t to, uint32_t frame_max,
+                   uint64_t *in_flight_end, uint64_t *sent_end_out) {
+    const uint64_t fs = cl->file_size;
+    *sent_end_out = from;
+    if (frame_max == 0 || from > to || to > mq_ctl_get(cl->ctl, MQ_POS_WRITE) ||
+        from < mq_ctl_get(cl->ctl, MQ_POS_MIN))
+        return MQ_E_RANGE;
+    uint64_t pos = from;
+    while (pos < to) {
+        uint64_t body = to - pos;
+        if (body > frame_max) body = frame_max;
+        if (body > fs - pos % fs) body = fs - pos % fs;
+        if (*in_flight_end < pos + body) __atomic_store_n(in_flight_end, pos + body, __ATOMIC_RELEASE);
+        int rc = send_one_frame(cl, sock_fd, pos, (uint32_t)body);
+        if (rc) return rc;
+        pos += body;
+        *sent_end_out = pos;
+    }
+    return MQ_OK;
+}
+
+/* Received bodies go socket -> a small staging buffer (cache-hot) -> pwrite into
+ * the file, not recv() into the mapping: a recv into a page not yet in memory
+ * makes the kernel zero the page and then copy over it, and zeroing fresh
+ * pages was the largest single cost of catch-up (perf: __pi_memset); a
+ * whole-page write into the page cache needs no zeroing.  The mapping sees the
+ * bytes (same page cache).  For the same reason a slave's files are created
+ * (fallocate) but not pre-touched. */
+#define MQ_HA_RX_BUF 262144u
 int mq_ha_recv_body(mq_commitlog *cl, int sock_fd, uint64_t offset, uint32_t size) {
     const uint64_t fs = cl->file_size;
     if (size == 0) return MQ_OK;
@@ -1191,17 +1232,33 @@ int mq_ha_recv_body(mq_commitlog *cl, int sock_fd, uint64_t offset, uint32_t siz
     uint8_t *base;
     int rc = seg_get(cl, offset / fs, 1, &base);
     if (rc) return rc;
-    uint8_t *p = base + offset % fs;
+    if (!cl->rx_buf && !(cl->rx_buf = malloc(MQ_HA_RX_BUF))) return io_fail(cl, ENOMEM);
+    pthread_mutex_lock(&cl->seg_lock);
+    int fd = cl->segs[offset / fs].fd;
+    pthread_mutex_unlock(&cl->seg_lock);
+    off_t file_off = (off_t)(offset % fs);
     size_t left = size;
     while (left) {
-        ssize_t r = recv(sock_fd, p, left, 0);
-        if (r < 0) {
-            if (errno == EINTR) continue;
-            return io_fail(cl, errno);
+        size_t want = left < MQ_HA_RX_BUF ? left : MQ_HA_RX_BUF, have = 0;
+        while (have < want) {
+            ssize_t r = recv(sock_fd, cl->rx_buf + have, want - have, MSG_WAITALL);
+            if (r < 0) {
+                if (errno == EINTR) continue;
+                return io_fail(cl, errno);
+            }
+            if (r == 0) return io_fail(cl, ECONNRESET);
+            have += (size_t)r;
         }
-        if (r == 0) return io_fail(cl, ECONNRESET);
-        p += r;
-        left -= (size_t)r;
+        for (size_t done = 0; done < have;) {
+            ssize_t w = pwrite(fd, cl->rx_buf + done, have - done, file_off);
+            if (w < 0) {
+                if (errno == EINTR) continue;
+                return io_fail(cl, errno);
+            }
+            done += (size_t)w;
+            file_off += w;
+        }
+        left -= have;
     }
     return MQ_OK;
 }
@@ -1249,4 +1306,59 @@ int mq_ha_publish(mq_commitlog *cl, uint64_t received_end, uint64_t *published_o
     }
     *published_out = pos;
     return rc;
+}
+
+/* Reads exactly n bytes (a frame header); the socket is blocking with SO_RCVTIMEO. */
+static int recv_all(mq_commitlog *cl, int fd, uint8_t *p, size_t n) {
+    while (n) {
+        ssize_t r = recv(fd, p, n, MSG_WAITALL);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return io_fail(cl, errno);
+        }
+        if (r == 0) return io_fail(cl, ECONNRESET);
+        p += r;
+        n -= (size_t)r;
+    }
+    return MQ_OK;
+}
+
+int mq_ha_recv_run(mq_commitlog *cl, int sock_fd, uint64_t *expected, uint64_t budget, uint32_t body_max,
+                   int *why_out, uint64_t *other_offset, uint32_t *other_size, uint64_t *published_out) {
+    const uint64_t fs = cl->file_size;
+    uint64_t got = 0;
+    int rc = MQ_OK, first = 1;
+    *why_out = MQ_HA_RX_IDLE;
+    for (;;) {
+        if (got >= budget) { *why_out = MQ_HA_RX_BUDGET; break; }
+        if (!first) {
+            struct pollfd pfd = {.fd = sock_fd, .events = POLLIN};
+            int n = poll(&pfd, 1, 0);
+            if (n < 0 && errno != EINTR) { rc = io_fail(cl, errno); break; }
+            if (n <= 0) break;                                   /* nothing more right now: idle */
+        }
+        first = 0;
+        uint8_t hdr[12];
+        rc = recv_all(cl, sock_fd, hdr, sizeof hdr);
+        if (rc) break;
+        uint64_t off = be64r(hdr);
+        uint32_t size = be32r(hdr + 8);
+        if (off != *expected || size > body_max || off % fs + size > fs) {
+            *other_offset = off;
+            *other_size = size;
+            *why_out = MQ_HA_RX_OTHER;
+            break;
+        }
+        if (size == 0) continue;                                 /* heartbeat */
+        rc = mq_ha_recv_body(cl, sock_fd, off, size);
+        if (rc) break;
+        *expected = off + size;
+        got += size;
+    }
+    /* publish what arrived whole, even when the socket failed after it */
+    uint64_t published = mq_ctl_get(cl->ctl, MQ_POS_WRITE);
+    int prc = got ? mq_ha_publish(cl, *expected, &published) : MQ_OK;
+    *published_out = published;
+    if (prc == MQ_E_CORRUPT) return prc;
+    return rc ? rc : prc;
 }

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import pytest
 
-import test_broker_bench as bb
+from . import test_broker_bench as bb
 from mq.remoting import RemotingClient
 from mq.store import control as C
 from tests.harness.cluster import Broker, NameServer, free_port, wait_for

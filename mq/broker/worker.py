@@ -43,7 +43,10 @@ class IoWorker:
 
     async def start(self) -> None:
         cfg = self.config
-        self.store = MessageStore.attach(cfg.store_config(), cfg.brokerIP1, cfg.listenPort)
+        # a slave never appends: its HA role writes whole pages, which need no pre-touch
+        # (pre-touching would make the kernel zero every page first: half of catch-up's CPU)
+        self.store = MessageStore.attach(cfg.store_config(), cfg.brokerIP1, cfg.listenPort,
+                                         prepare_files=cfg.brokerRole != "SLAVE")
         self.ack_waiter = PositionWaiter(self.store.ctl, C.SEQ_ACK, C.POS_ACKED)
         self.ha_status = HAStatus(cfg.storePathRootDir)
         self.meta = RemoteMeta(self.link_address, self.worker_id, self._notify)

@@ -45,12 +45,12 @@ import time
 from mq.store import control as C
 from mq.store.commitlog import CommitLog
 from mq.store.configfile import write_atomic
-from mq.store.native import StoreError
+from mq.store.native import StoreError, ffi
 from mq.wire import ha as W
 from mq.wire.errors import WireError
 
-from .common import (CONNECTIONS_MAX, JOIN_TIMEOUT_S, REPORT_READ_SIZE_MAX, STATUS_INTERVAL_S, STOP_CHECK_MS,
-                     WRITE_WAIT_MS, configure_socket, readable, shutdown_quietly)
+from .common import (CONNECTIONS_MAX, JOIN_TIMEOUT_S, REPORT_READ_SIZE_MAX, RUN_BYTES_MAX, STATUS_INTERVAL_S,
+                     STOP_CHECK_MS, WRITE_WAIT_MS, configure_socket, readable, shutdown_quietly)
 
 log = logging.getLogger("mq.ha.master")
 
@@ -72,8 +72,13 @@ class SlaveConnection:
         self.start_offset: int | None = None      # the first report
         self.start_event = threading.Event()
         self.ack_offset = -1                      # highest valid ack
-        self.sent_offset = -1                     # end of the last frame fully handed to the socket
-        self.in_flight_end = -1                   # end of the frame being sent (>= sent_offset)
+        # end of the frame being sent (>= sent_offset), -1 before the first: a C cell, because
+        # the C send loop raises it before each frame while the reader thread checks acks against it
+        self._in_flight = ffi.new("uint64_t *")
+        self._in_flight_valid = False
+        # end of the last frame fully handed to the socket, -1 before the first (C updates it per frame)
+        self._sent = ffi.new("uint64_t *")
+        self._sent_valid = False
         self.closed = False
         self.close_reason = ""
         self.writer = threading.Thread(target=self._write_loop, name=f"ha-write-{addr}", daemon=True)
@@ -90,6 +95,25 @@ class SlaveConnection:
             self.close_reason = reason
         self.start_event.set()
         shutdown_quietly(self.sock)
+
+    @property
+    def in_flight_end(self) -> int:
+        return self._in_flight[0] if self._in_flight_valid else -1
+
+    @in_flight_end.setter
+    def in_flight_end(self, value: int) -> None:
+        assert value >= max(0, self.in_flight_end), (value, self.in_flight_end)   # it only grows
+        self._in_flight[0] = value
+        self._in_flight_valid = True
+
+    @property
+    def sent_offset(self) -> int:
+        return self._sent[0] if self._sent_valid else -1
+
+    @sent_offset.setter
+    def sent_offset(self, value: int) -> None:
+        self._sent[0] = value
+        self._sent_valid = True
 
     def info(self) -> dict:
         return {"addr": self.addr, "ackOffset": self.ack_offset, "sentOffset": self.sent_offset,
@@ -214,19 +238,18 @@ class SlaveConnection:
     def _stream(self, nxt: int) -> None:
         m, ctl, cl = self.master, self.master.ctl, self.master.cl
         fd = self.sock.fileno()
-        fs = m.file_size
         last_send = 0.0
         while not self.closed and not m._stopping:
             seen = ctl.seq(C.SEQ_WRITE)
             wp = ctl.get(C.POS_WRITE)
             if nxt < wp:
-                body = min(wp - nxt, m.transfer_batch_size, fs - nxt % fs)
-                assert body > 0
-                self.in_flight_end = nxt + body          # before the send: a fast ack must find it
-                sent = cl.ha_send_frame(fd, nxt, body)
-                assert sent == body, (sent, body)
-                nxt += body
-                self.sent_offset = nxt
+                # many frames per C call (GIL released); RUN_BYTES_MAX bounds the time between
+                # looks at the stop flag.  C raises in_flight_end before each frame.
+                end = min(wp, nxt + RUN_BYTES_MAX)
+                if not self._in_flight_valid:
+                    self.in_flight_end = nxt
+                    self.sent_offset = nxt
+                nxt = cl.ha_send_run(fd, nxt, end, m.transfer_batch_size, self._in_flight, self._sent)
                 last_send = time.monotonic()
                 continue
             if (time.monotonic() - last_send) * 1000 >= m.heartbeat_interval_ms:

@@ -280,6 +280,33 @@ class CommitLog:
         rc = lib.mq_ha_recv_body(self._h, sock_fd, offset, size)
         check(rc, f"HA receive at {offset}+{size}: {os.strerror(self.errno()) if rc == lib.MQ_E_IO else ''}")
 
+    def ha_send_run(self, sock_fd: int, start: int, end: int, frame_max: int, in_flight_end, sent_end=None) -> int:
+        """Master: [start, end) as frames of <= frame_max bytes in one C call (GIL released);
+        `in_flight_end` (an ffi "uint64_t *") is raised to each frame's end before it is sent,
+        `sent_end` (the same kind, optional) is set to each frame's end after it was sent.
+        Returns the end sent (== end); raises StoreError on a socket error."""
+        out = sent_end if sent_end is not None else ffi.new("uint64_t *")
+        rc = lib.mq_ha_send_run(self._h, sock_fd, start, end, frame_max, in_flight_end, out)
+        check(rc, f"HA send of [{start}, {end}) stopped at {out[0]}: "
+                  f"{os.strerror(self.errno()) if rc == lib.MQ_E_IO else ''}")
+        return out[0]
+
+    def ha_recv_run(self, sock_fd: int, expected: int, budget_bytes: int, body_max: int):
+        """Slave: receives the frames that keep arriving at `expected` (see mq_ha_recv_run).
+        Returns (why, expected, other, published, corrupt): why is "idle", "budget" or
+        "other" (then other = (offset, size), a header the caller must judge).
+        Raises StoreError on a socket error."""
+        st = ffi.new("uint64_t[3]")          # expected, other offset, published
+        why = ffi.new("int *")
+        size = ffi.new("uint32_t *")
+        st[0] = expected
+        rc = lib.mq_ha_recv_run(self._h, sock_fd, st, budget_bytes, body_max, why, st + 1, size, st + 2)
+        if rc not in (0, lib.MQ_E_CORRUPT):
+            check(rc, f"HA receive at {st[0]}: {os.strerror(self.errno()) if rc == lib.MQ_E_IO else ''}")
+        kind = {lib.MQ_HA_RX_IDLE: "idle", lib.MQ_HA_RX_BUDGET: "budget", lib.MQ_HA_RX_OTHER: "other"}[why[0]]
+        other = (st[1], size[0]) if kind == "other" else None
+        return kind, st[0], other, st[2], rc == lib.MQ_E_CORRUPT
+
     def ha_publish(self, received_end: int) -> tuple[int, bool]:
         """Slave: validate and publish what was received; (write_pos, corrupt)."""
         out = ffi.new("uint64_t *")
