@@ -228,7 +228,11 @@ class MessageStore:
                 start = self._abnormal_start(files)
             else:
                 rep.mode = "normal"
-                start = files[max(0, len(files) - 3)]
+                # RocketMQ validates the last three files; trailing files that hold no record
+                # (created ahead, or left by an HA truncation) do not count, or three of them
+                # would put the start past the real end and keep the zeros before it as data
+                data = self._without_empty_tail(files)
+                start = data[max(0, len(data) - 3)]
             rep.start_offset = start
             end, stop, last_ts = self._validate(start, rep)
             rep.stop = SCAN_STOP_NAMES.get(stop, str(stop))
@@ -294,12 +298,27 @@ class MessageStore:
         n, nxt, stop = self.cl.scanner(1).scan(end, end + 1, check_crc=False, resolve_slots=0)
         return n == 0 and stop in (lib.MQ_SCAN_END,)
 
+    def _without_empty_tail(self, files: list[int]) -> list[int]:
+        """`files` without the trailing ones that have no record at their start (all
+        empty: appends fill files in order).  Keeps at least the first file."""
+        fs = self.config.mappedFileSizeCommitLog
+        sc = self.cl.scanner(1)
+        n = len(files)
+        while n > 1:
+            _, _, stop = sc.scan(files[n - 1], files[n - 1] + fs, check_crc=False, resolve_slots=0)
+            if stop != lib.MQ_SCAN_END:      # a record (or bytes that are not "nothing"): not empty
+                break
+            n -= 1
+        return files[:n]
+
     def _abnormal_start(self, files: list[int]) -> int:
         """Newest file whose first record was stored at or before the checkpoint's min time."""
         min_ts = self.checkpoint.min_timestamp_ms()
+        fs = self.config.mappedFileSizeCommitLog
         sc = self.cl.scanner(1)
         for start in reversed(files):
-            n, _, _ = sc.scan(start, start + 1, check_crc=False, resolve_slots=0)
+            # the limit must lie past the first record: one ending beyond it counts as torn
+            n, _, _ = sc.scan(start, start + fs, check_crc=False, resolve_slots=0)
             if n and sc.recs[0].store_ts_ms != 0 and sc.recs[0].store_ts_ms <= min_ts:
                 return start
         return files[0]

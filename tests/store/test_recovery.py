@@ -154,6 +154,39 @@ def test_normal_recovery_without_clean_mark_validates_the_tail(make_store):
         s2.close()
 
 
+def test_normal_recovery_ignores_empty_trailing_files(make_store):
+    """Normal recovery (no abort file, no clean mark) with three empty files after
+    the one holding the end (files made ahead, or left by an HA truncation):
+    the end is found inside the last file with data, not at the start of the
+    third-last file, and the empty files are removed.  Before the fix the end
+    landed past a stretch of zeros, which later reads took for data."""
+    s = make_store(mappedFileSizeCommitLog=FS)
+    root = s.config.storePathRootDir
+    _fill(s, 300)
+    end = s.cl.write_pos
+    assert end % FS, "the end is inside a file"
+    last = end // FS
+    for fi in (last + 1, last + 2, last + 3):
+        s.cl.prepare_file(fi)
+    s.close()
+    from mq.store.checkpoint import Checkpoint
+    cp = Checkpoint(os.path.join(root, "checkpoint"))
+    cp.clear_clean()
+    cp.close()
+    s2 = _reopen(root)
+    try:
+        assert s2.recovery.mode == "normal"
+        assert s2.cl.write_pos == end
+        # removed (the preparer may create the next file again at once: it is empty)
+        assert set(s2.recovery.removed_files) == {"%020d" % (fi * FS) for fi in (last + 1, last + 2, last + 3)}
+        assert len(_readable(s2)) == 300
+        assert s2.put("R", 0, b"after").ok, "appends continue at the real end"
+        assert s2.wait_dispatched()
+        assert len(_readable(s2)) == 301
+    finally:
+        s2.close()
+
+
 @pytest.mark.parametrize("abort", [True, False])
 def test_consume_queues_rebuilt_from_commitlog(make_store, abort):
     """With the consumequeue directory gone, the queues are rebuilt from the
