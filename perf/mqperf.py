@@ -412,40 +412,8 @@ class BatchBody:
 
 
 # =======================================================================================================
-# Trace: TraceWriter (mq/trace.py) that also takes lines formatted from a fixed template
+# Trace lines, formatted from a fixed per-connection template (TraceWriter.write_lines, mq/trace.py)
 # =======================================================================================================
-class MsgTrace(TraceWriter):
-    """TraceWriter's file, naming and flush policy; msg records are formatted by the caller from a
-    per-connection template (json.dumps of a dict per message costs more than sending it).  The tests
-    read every line back through mq.trace.read_records and check it against FIELDS."""
-
-    def __init__(self, directory: str, prefix: str, **kw):
-        super().__init__(directory, prefix, **kw)
-        self._pending = 0                       # records in _buf (an item of _buf is many lines)
-
-    def write(self, record: dict) -> None:
-        self.write_lines(json.dumps(record, separators=(",", ":")) + "\n", 1)
-
-    def write_lines(self, text: str, records: int) -> None:
-        with self._lock:
-            self._buf.append(text)
-            self.records += records
-            self._pending += records
-            due = (self._pending >= self._flush_every
-                   or time.monotonic() - self._last_flush >= self._flush_interval_s)
-        if due:
-            self.flush()
-
-    def flush(self) -> None:
-        with self._lock:
-            buf, self._buf = self._buf, []
-            self._pending = 0
-            self._last_flush = time.monotonic()
-            if buf and not self._file.closed:
-                self._file.write("".join(buf))
-                self._file.flush()
-
-
 def _trace_prefix(run: str, mode: str, client: str, broker: str, topic: str) -> str:
     d = json.dumps
     return (f'{{"kind":"msg","run":{d(run)},"mode":{d(mode)},"client":{d(client)},"broker":{d(broker)},'
@@ -609,12 +577,12 @@ class Worker:
         self.done = self.loop.create_future()
         self.stopping = False                   # deadline passed or told to stop: no new requests
         self.remaining = spec.quota_msgs        # producers: messages not yet sent (None: no quota)
-        self.trace: MsgTrace | None = None
+        self.trace: TraceWriter | None = None
         self.lanes: list[_Lane] = []
         tag = ("p" if spec.role == "producer" else "c") + str(spec.index)
         self.client = f"{tag}@{socket.gethostname()}:{os.getpid()}"
         if self.o.trace_dir:
-            self.trace = MsgTrace(self.o.trace_dir, f"mqperf-{spec.mode}-{tag}")
+            self.trace = TraceWriter(self.o.trace_dir, f"mqperf-{spec.mode}-{tag}")
 
     def check_done(self) -> None:
         if not self.done.done() and all(lane.finished() for lane in self.lanes):
