@@ -75,7 +75,12 @@ BROKER_OPTIONS: list[Option] = [
            lambda v: v > 0, "> 0"),
     Option("totalPhysicalMemoryOverride", int, 0, "RAM bytes used by the read/write split (0: the machine's; ours, for tests)",
            lambda v: v >= 0, ">= 0"),
-    Option("traceEnable", bool, False, "write per-request trace records (ours)"),
+    # perf tracing (ours; mq.broker.tracing, schema in mq.trace).  Not RocketMQ's traceTopicEnable,
+    # which is message trace (who sent and consumed what, stored in a topic): a different feature.
+    Option("perfTraceEnable", bool, False,
+           "write the broker's perf trace records (per request, per flush, replication lag) as JSON lines "
+           "(ours; not RocketMQ's traceTopicEnable, which is message trace)"),
+    Option("perfTraceDir", str, "", "directory of the perf trace files; empty means <storePathRootDir>/perftrace"),
 ]
 
 ALL_OPTIONS = {o.name: o for o in STORE_OPTIONS + BROKER_OPTIONS}

@@ -29,6 +29,7 @@ from mq.wire.consumequeue import java_string_hashcode
 
 from .metadata import PERM_READ
 from .send import as_int
+from .tracing import CURRENT
 
 log = logging.getLogger("mq.broker.pull")
 
@@ -258,4 +259,8 @@ class PullProcessor:
         next_off = offset + scanned
         if not parts:
             return RC.PULL_RETRY_IMMEDIATELY, "NO_MATCHED_MESSAGE", next_off, lo, hi, b"", last_phy
+        if self.broker.tracer is not None:
+            times = CURRENT.get()
+            if times is not None:
+                times.msgs = len(parts)      # the req record's msgs: messages returned
         return RC.SUCCESS, "FOUND", next_off, lo, hi, b"".join(parts), last_phy

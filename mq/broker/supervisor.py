@@ -34,6 +34,7 @@ from .config import BrokerConfig
 from .link import LINK_CALL, LinkService, link_address
 from .metadata import SCHEDULE_TOPIC, Metadata, dumps
 from .slavesync import SlaveSync
+from .tracing import broker_label, trace_dir
 from .worker import worker_main
 
 log = logging.getLogger("mq.broker")
@@ -143,6 +144,9 @@ class Supervisor:
 
     def _start_role(self, role: str) -> None:
         cfg = self.config
+        # perfTraceEnable: the flush role writes flush records, a master's HA role lag samples
+        trace = {"dir": trace_dir(cfg), "broker": broker_label(cfg),
+                 "msgs_base": self.store.ctl.get(C.POS_MSGS)} if cfg.perfTraceEnable else None
         if role == "ha":
             # the HA role: a master streams its CommitLog to slaves on listenPort+1; a slave
             # follows the master named by haMasterAddress or by the name server (ha-master.txt)
@@ -152,9 +156,10 @@ class Supervisor:
                 "haTransferBatchSize": cfg.haTransferBatchSize,
                 "haSendHeartbeatInterval": cfg.haSendHeartbeatInterval,
                 "haHousekeepingInterval": cfg.haHousekeepingInterval, "haFullCopy": cfg.haFullCopy,
-                "haMasterAddress": cfg.haMasterAddress})
+                "haMasterAddress": cfg.haMasterAddress, "perfTrace": trace})
             return
-        self.roles[role] = start_role_process(role, cfg.store_config(), cfg.brokerIP1, cfg.listenPort)
+        self.roles[role] = start_role_process(role, cfg.store_config(), cfg.brokerIP1, cfg.listenPort,
+                                              trace=trace)
 
     async def _watch_children(self) -> None:
         while not self.stopping:

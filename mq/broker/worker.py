@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import time
+from time import perf_counter_ns
 
 from mq.remoting import RemotingServer, RequestCode as R, make_response
 from mq.store import MessageStore, PutResult, PutStatus
@@ -26,6 +27,7 @@ from .link import RemoteMeta
 from .hastatus import HAStatus
 from .pull import PullProcessor
 from .send import BadRequest, SendProcessor
+from .tracing import CURRENT, FLUSH_INTERVAL_S, RequestTracer, broker_label, trace_dir
 
 log = logging.getLogger("mq.broker.worker")
 
@@ -40,6 +42,9 @@ class IoWorker:
         self.servers: list[RemotingServer] = []
         self.conns: dict[int, object] = {}
         self.boot_ms = int(time.time() * 1000)
+        # perfTraceEnable: one req record per request (mq.broker.tracing); None when off
+        self.tracer: RequestTracer | None = None
+        self._trace_flusher: asyncio.Task | None = None
 
     async def start(self) -> None:
         cfg = self.config
@@ -59,10 +64,14 @@ class IoWorker:
         handlers = {code: _guarded(h) for code, h in handlers.items()}
         self.pull.start(asyncio.get_running_loop())
         idle_s = cfg.serverChannelMaxIdleTimeSeconds
-        main = RemotingServer("broker", handlers, on_close=self._conn_closed, idle_timeout_s=idle_s)
+        if cfg.perfTraceEnable:
+            self.tracer = RequestTracer(trace_dir(cfg), broker_label(cfg), f"io-{self.worker_id}")
+            self._trace_flusher = asyncio.create_task(self._flush_trace())
+        main = RemotingServer("broker", handlers, on_close=self._conn_closed, idle_timeout_s=idle_s,
+                              tracer=self.tracer)
         # the fast (VIP) port serves everything but pulls, as RocketMQ's does
         fast = RemotingServer("broker-fast", {c: h for c, h in handlers.items() if c != R.PULL_MESSAGE},
-                              on_close=self._conn_closed, idle_timeout_s=idle_s)
+                              on_close=self._conn_closed, idle_timeout_s=idle_s, tracer=self.tracer)
         await main.start(cfg.listenAddress, cfg.listenPort, reuse_port=True)
         await fast.start(cfg.listenAddress, cfg.fast_port, reuse_port=True)
         self.servers = [main, fast]
@@ -76,17 +85,47 @@ class IoWorker:
         self.pull.stop()
         for s in self.servers:
             await s.stop(grace_s=3.0)
+        if self.tracer is not None:
+            self._trace_flusher.cancel()
+            self.tracer.close()
         await self.meta.close()
         self.store.close()
 
+    async def _flush_trace(self) -> None:
+        """Writes buffered req records at least every FLUSH_INTERVAL_S, so a quiet worker's trace is current."""
+        while True:
+            await asyncio.sleep(FLUSH_INTERVAL_S)
+            self.tracer.flush()
+
     # ---- what the processors use ---------------------------------------------------------------
     async def put_message(self, topic, queue_id, body, properties, *, wait=True, **kw):
-        r = await self.store.put_async(topic, queue_id, body, properties, wait=wait, **kw)
-        return await self._replicated(r, wait)
+        if self.tracer is None:
+            r = await self.store.put_async(topic, queue_id, body, properties, wait=wait, **kw)
+            return await self._replicated(r, wait)
+        times = CURRENT.get()
+        r = await self.store.put_async(topic, queue_id, body, properties, wait=wait, trace=times, **kw)
+        return await self._replicated_traced(r, wait, times)
 
     async def put_batch(self, topic, queue_id, batch_body, **kw):
-        r = await self.store.put_batch_async(topic, queue_id, batch_body, **kw)
-        return await self._replicated(r, True)
+        if self.tracer is None:
+            r = await self.store.put_batch_async(topic, queue_id, batch_body, **kw)
+            return await self._replicated(r, True)
+        times = CURRENT.get()
+        r = await self.store.put_batch_async(topic, queue_id, batch_body, trace=times, **kw)
+        return await self._replicated_traced(r, True, times)
+
+    async def _replicated_traced(self, r, wait: bool, times):
+        """_replicated, with the end of the flush wait and of the replication wait stamped
+        (times is None for a store call outside a traced request).  The early return repeats
+        _replicated's own first test."""
+        if times is None:
+            return await self._replicated(r, wait)
+        times.flushed_ns = perf_counter_ns()
+        if self.config.brokerRole != "SYNC_MASTER" or not wait:
+            return r            # no replication wait: repl_wait_us is 0
+        r = await self._replicated(r, wait)
+        times.acked_ns = perf_counter_ns()
+        return r
 
     async def _replicated(self, r, wait: bool):
         """SYNC_MASTER: SEND_OK only once a slave acknowledged the message's end

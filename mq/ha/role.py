@@ -15,6 +15,8 @@ ha_options (RocketMQ's broker keys where they exist):
                             attempt (the supervisor writes it after registering
                             with the name server)
     haConnectRetryInterval  slave: ms between connect attempts (ours; 5000)
+    perfTrace               master: None, or {"dir", "broker"}: write replication
+                            lag samples once per second (mq.ha.tracing; ours)
 
 The master publishes its slaves in <store root>/ha-status.json (mq.ha.master)."""
 from __future__ import annotations
@@ -53,6 +55,7 @@ def ha_role_main(role: str, store_config_values: dict, store_host: str, store_po
     from mq.store.store import MessageStore
     from .master import HAMaster
     from .slave import HASlave
+    from .tracing import LagSampler
     # stopped only through `stop`, never half-way by a SIGTERM sent to the whole process group
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -81,11 +84,15 @@ def ha_role_main(role: str, store_config_values: dict, store_host: str, store_po
                                      housekeeping_interval_ms=int(opt("haHousekeepingInterval", 20000)),
                                      retry_interval_ms=int(opt("haConnectRetryInterval", 5000)))
         node.start()
+        sampler = LagSampler.for_role(role, node, store.ctl, opt("perfTrace"))
         try:
             while not stop.wait(1.0):
-                pass
+                if sampler is not None:
+                    sampler.sample()
         finally:
             node.stop()
+            if sampler is not None:
+                sampler.close()
     finally:
         store.close()
 

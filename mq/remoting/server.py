@@ -17,7 +17,15 @@ behind it on the same connection.  Rules (spec 1.5, RELIABILITY.md):
     (links between the processes of one node) are never idle-closed: they live
     as long as the processes at both ends.
 Bounds: IN_FLIGHT_PER_CONNECTION_MAX requests run at once per connection;
-further frames wait (TCP backpressure) rather than queueing without limit."""
+further frames wait (TCP backpressure) rather than queueing without limit.
+
+Tracing (optional, the broker's perfTraceEnable): with a `tracer`, each
+request's frame decode is timed, `tracer.begin(cmd, t0_ns, t1_ns)` runs first
+thing in the request's task and returns a times object, the server stamps its
+`resp_ns` when the handler returns, and `tracer.end(times, cmd, resp, done_ns)`
+runs once the response frame is encoded and queued (instants from
+time.perf_counter_ns; mq.broker.tracing is the tracer).  Without one a
+request pays three `is None` tests."""
 from __future__ import annotations
 
 import asyncio
@@ -26,6 +34,7 @@ import logging
 import socket
 import time
 from dataclasses import dataclass, field
+from time import perf_counter_ns
 from typing import Awaitable, Callable
 
 from mq.wire.errors import EncodeError, WireError
@@ -105,14 +114,16 @@ class Connection:
 class RemotingServer:
     def __init__(self, name: str, handlers: dict[int, Handler] | None = None,
                  on_close: Callable[[Connection], None] | None = None,
-                 idle_timeout_s: float | None = IDLE_TIMEOUT_S_DEFAULT):
-        """idle_timeout_s: close TCP connections idle this long (see the module docstring); None never."""
+                 idle_timeout_s: float | None = IDLE_TIMEOUT_S_DEFAULT, tracer=None):
+        """idle_timeout_s: close TCP connections idle this long (see the module docstring); None never.
+        tracer: times every request (see the module docstring); None does not."""
         if idle_timeout_s is not None and not idle_timeout_s > 0:
             raise ValueError(f"idle_timeout_s must be > 0 or None, not {idle_timeout_s!r}")
         self.name = name
         self.idle_timeout_s = idle_timeout_s
         self.handlers: dict[int, Handler] = dict(handlers or {})
         self.on_close = on_close
+        self.tracer = tracer
         self._server: asyncio.base_events.Server | None = None
         self._conns: set[Connection] = set()
         self._ids = itertools.count(1)
@@ -176,7 +187,13 @@ class RemotingServer:
                     size = frame_payload_size(prefix)
                     payload = await reader.readexactly(size)
                     conn.last_active_s = time.monotonic()
-                    cmd = decode_frame_payload(payload)
+                    if self.tracer is None:
+                        cmd = decode_frame_payload(payload)
+                        t0_ns = t1_ns = 0
+                    else:
+                        t0_ns = perf_counter_ns()
+                        cmd = decode_frame_payload(payload)
+                        t1_ns = perf_counter_ns()
                 except asyncio.IncompleteReadError:
                     log.warning("%s: connection %s closed mid-frame", self.name, conn.peer)
                     break
@@ -188,7 +205,7 @@ class RemotingServer:
                     continue   # we send only oneway pushes; a stray response is ignored
                 await slots.acquire()
                 conn.in_flight += 1
-                task = asyncio.create_task(self._handle(conn, cmd))
+                task = asyncio.create_task(self._handle(conn, cmd, t0_ns, t1_ns))
                 self._tasks.add(task)
                 task.add_done_callback(lambda t: self._handled(t, conn, slots))
                 if writer.transport.get_write_buffer_size() > 4 * 1024 * 1024:
@@ -225,7 +242,10 @@ class RemotingServer:
                     log.info("%s: closing connection %s: idle for %.1f s", self.name, conn.peer, idle_s)
                     conn.close()
 
-    async def _handle(self, conn: Connection, cmd: RemotingCommand) -> None:
+    async def _handle(self, conn: Connection, cmd: RemotingCommand, t0_ns: int = 0, t1_ns: int = 0) -> None:
+        """Runs the handler and queues its response.  Traced (t0_ns, t1_ns: the frame decode's
+        start and end): the tracer's begin() and end() around it, in this request's own task."""
+        times = self.tracer.begin(cmd, t0_ns, t1_ns) if t0_ns else None
         handler = self.handlers.get(cmd.code)
         if handler is None:
             log.info("%s: request code %d not supported (from %s)", self.name, cmd.code, conn.peer)
@@ -237,11 +257,15 @@ class RemotingServer:
             except Exception as e:
                 log.exception("%s: handler for code %d failed", self.name, cmd.code)
                 resp = make_response(cmd, ResponseCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
-        if resp is None or cmd.is_oneway:
-            return
-        try:
-            conn.write(resp)
-        except EncodeError as e:   # e.g. a body past FRAME_SIZE_MAX: say so rather than leave the client waiting
-            log.error("%s: the response to code %d (from %s) cannot be encoded: %s", self.name, cmd.code,
-                      conn.peer, e)
-            conn.write(make_response(cmd, ResponseCode.SYSTEM_ERROR, f"response cannot be encoded: {e}"))
+        if times is not None:
+            times.resp_ns = perf_counter_ns()
+        if resp is not None and not cmd.is_oneway:
+            try:
+                conn.write(resp)
+            except EncodeError as e:   # e.g. a body past FRAME_SIZE_MAX: say so rather than leave the client waiting
+                log.error("%s: the response to code %d (from %s) cannot be encoded: %s", self.name, cmd.code,
+                          conn.peer, e)
+                resp = make_response(cmd, ResponseCode.SYSTEM_ERROR, f"response cannot be encoded: {e}")
+                conn.write(resp)
+        if times is not None:
+            self.tracer.end(times, cmd, resp, perf_counter_ns())

@@ -12,12 +12,23 @@ flushCommitLogThoroughInterval ms.
 
 After a flush the checkpoint's physicMsgTimestamp is the store time of the
 last flushed record.  A failed msync sticks (the C core marks the store
-fatal); this loop then stops flushing and says why, once."""
+fatal); this loop then stops flushing and says why, once.
+
+Perf tracing (the broker's perfTraceEnable): with a `trace` writer, every
+flush that moved the flushed position writes one "flush" record (mq.trace):
+ts_us (flush started), group_bytes (flushed position delta), flush_us (the
+msync call), and group_msgs: the control block's message counter (POS_MSGS)
+at this flush's start minus at the previous traced flush's start (or
+`msgs_base`, the counter when the role was started).  The counter is bumped
+just before an append publishes its bytes, so a message racing a flush's
+start can be counted in the neighbouring group; the sum over all flushes is
+exact."""
 from __future__ import annotations
 
 import logging
 import threading
 import time
+from time import perf_counter_ns, time_ns
 
 from . import control as C
 from .checkpoint import Checkpoint
@@ -29,7 +40,10 @@ log = logging.getLogger("mq.store.flush")
 
 
 class FlushService:
-    def __init__(self, cl: CommitLog, config: StoreConfig, checkpoint: Checkpoint | None = None):
+    def __init__(self, cl: CommitLog, config: StoreConfig, checkpoint: Checkpoint | None = None, *,
+                 trace=None, broker: str = "", msgs_base: int | None = None):
+        """trace: an mq.trace.TraceWriter for flush records (None: no tracing); broker: their
+        `broker` field; msgs_base: POS_MSGS when the flush role was started (None: now)."""
         self.cl = cl
         self.ctl = cl.ctl
         self.config = config
@@ -37,15 +51,23 @@ class FlushService:
         self.sync = config.flushDiskType == "SYNC_FLUSH"
         self.flushes = 0
         self.group_sizes_bytes: list[int] = []     # recent flushed byte counts (bounded)
+        self.trace = trace
+        self.broker = broker
+        self._msgs_at = self.ctl.get(C.POS_MSGS) if msgs_base is None else msgs_base
 
     def flush_once(self, least_pages: int = 0) -> bool:
         before = self.ctl.get(C.POS_FLUSHED)
+        if self.trace is not None:
+            ts_us, msgs = time_ns() // 1000, self.ctl.get(C.POS_MSGS)
+            t0_ns = perf_counter_ns()
         try:
             after = self.cl.flush(least_pages)
         except StoreError as e:
             log.error("commitlog flush failed: %s", e)
             return False
         if after > before:
+            if self.trace is not None:
+                self._trace_flush(ts_us, msgs, after - before, perf_counter_ns() - t0_ns)
             self.flushes += 1
             if len(self.group_sizes_bytes) >= 1024:
                 del self.group_sizes_bytes[:512]
@@ -53,6 +75,18 @@ class FlushService:
             if self.checkpoint is not None:
                 self.checkpoint.physic_ts_ms = self.ctl.get(C.POS_FLUSHED_STORE_TS)
         return True
+
+    def _trace_flush(self, ts_us: int, msgs: int, group_bytes: int, flush_ns: int) -> None:
+        """One flush record; a write error is logged and ends tracing (never flushing)."""
+        assert msgs >= self._msgs_at, (msgs, self._msgs_at)
+        try:
+            self.trace.write({"kind": "flush", "broker": self.broker, "ts_us": ts_us,
+                              "group_msgs": msgs - self._msgs_at, "group_bytes": group_bytes,
+                              "flush_us": flush_ns / 1000})
+        except OSError as e:
+            log.error("perf trace: writing %s failed (%s); no more flush records", self.trace.path, e)
+            self.trace = None
+        self._msgs_at = msgs
 
     def run(self, stop: threading.Event) -> None:
         if self.sync:

@@ -2,7 +2,12 @@
 
 A role process attaches to a running store (same files, same control block)
 and runs its loop until `stop` is set.  Roles are started with the spawn
-start method so they never inherit another process's threads or locks."""
+start method so they never inherit another process's threads or locks.
+
+`trace` (the broker's perfTraceEnable; None when off) is a dict: "dir" the
+trace directory, "broker" the records' broker field, "msgs_base" POS_MSGS
+when the supervisor started the role.  The flush role then writes its flush
+records to <dir>/flush-<pid>.jsonl (mq.store.flush); dispatch writes none."""
 from __future__ import annotations
 
 import logging
@@ -20,7 +25,9 @@ log = logging.getLogger("mq.store.roles")
 ROLES = ("flush", "dispatch")
 
 
-def role_main(role: str, config_values: dict, store_host: str, store_port: int, stop) -> None:
+def role_main(role: str, config_values: dict, store_host: str, store_port: int, stop,
+              trace: dict | None = None) -> None:
+    from mq.trace import TraceWriter
     from .store import MessageStore
     # stopped only through `stop` (the supervisor's clean stop flushes through us), and
     # never half-way by a SIGTERM sent to the whole process group
@@ -32,15 +39,22 @@ def role_main(role: str, config_values: dict, store_host: str, store_port: int, 
     cfg = StoreConfig(**config_values)
     store = MessageStore.attach(cfg, store_host, store_port, cq_writable=(role == "dispatch"),
                                 prepare_files=False)
+    writer = TraceWriter(trace["dir"], "flush") if trace is not None and role == "flush" else None
     try:
         if role == "flush":
-            FlushService(store.cl, cfg, store.checkpoint).run(stop)
+            FlushService(store.cl, cfg, store.checkpoint, trace=writer, broker=(trace or {}).get("broker", ""),
+                         msgs_base=(trace or {}).get("msgs_base")).run(stop)
         elif role == "dispatch":
             Dispatcher(store.cl, store.cqs, cfg.delay_levels_ms, store.checkpoint,
                        cfg.flushIntervalConsumeQueue, cfg.flushConsumeQueueThoroughInterval).run(stop)
         else:
             raise ValueError(f"unknown store role {role!r}")
     finally:
+        if writer is not None:
+            try:
+                writer.close()
+            except OSError as e:
+                log.error("perf trace: closing %s failed: %s", writer.path, e)
         store.close()
 
 
@@ -72,13 +86,14 @@ class PipeStop:
         return PipeStop(self._r, None)
 
 
-def start_role_process(role: str, config: StoreConfig, store_host: str, store_port: int):
-    """Starts one role process; returns (process, stop)."""
+def start_role_process(role: str, config: StoreConfig, store_host: str, store_port: int,
+                       trace: dict | None = None):
+    """Starts one role process; returns (process, stop).  trace: see the module docstring."""
     ctx = mp.get_context("spawn")
     r, w = ctx.Pipe(duplex=False)
     stop = PipeStop(r, w)
     p = ctx.Process(target=role_main, name=f"mq-{role}",
-                    args=(role, config.as_dict(), store_host, store_port, stop.child_side()), daemon=True)
+                    args=(role, config.as_dict(), store_host, store_port, stop.child_side(), trace), daemon=True)
     p.start()
     r.close()          # the child holds the read end; our copy would hide the EOF of our own death
     return p, stop

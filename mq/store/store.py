@@ -32,6 +32,7 @@ import os
 import shutil
 import threading
 import time
+from time import perf_counter_ns
 from dataclasses import dataclass, field
 
 from . import control as C
@@ -411,20 +412,35 @@ class MessageStore:
         return PutResult(PutStatus.PUT_OK, res)
 
     async def put_async(self, topic: str, queue_id: int, body: bytes, properties: bytes = b"", *,
-                        wait: bool | None = None, **kw) -> PutResult:
+                        wait: bool | None = None, trace=None, **kw) -> PutResult:
         """Like put, but waits for the flush without blocking the event loop.
-        `wait` overrides the WAIT property (the broker strips WAIT before storing)."""
+        `wait` overrides the WAIT property (the broker strips WAIT before storing).
+        `trace` (perf tracing, mq.broker.tracing.RequestTimes) gets store_ns and
+        appended_ns (perf_counter_ns) around the append and msgs; the flush wait
+        ends when this returns."""
+        if trace is not None:
+            trace.store_ns = perf_counter_ns()
         try:
             res = self.cl.append(topic, queue_id, body, properties, **kw)
         except StoreError as e:
             return _put_error(e)
+        if trace is not None:
+            trace.appended_ns = perf_counter_ns()
+            trace.msgs = 1
         return await self._after_put_async(res, self._wait_kind(properties) if wait is None else wait)
 
-    async def put_batch_async(self, topic: str, queue_id: int, batch_body: bytes, **kw) -> PutResult:
+    async def put_batch_async(self, topic: str, queue_id: int, batch_body: bytes, *, trace=None,
+                              **kw) -> PutResult:
+        """One batch in one append; `trace` as for put_async."""
+        if trace is not None:
+            trace.store_ns = perf_counter_ns()
         try:
             res = self.cl.append_batch(topic, queue_id, batch_body, **kw)
         except StoreError as e:
             return _put_error(e)
+        if trace is not None:
+            trace.appended_ns = perf_counter_ns()
+            trace.msgs = res.count
         return await self._after_put_async(res, True)
 
     async def _after_put_async(self, res: AppendResult, wait: bool) -> PutResult:

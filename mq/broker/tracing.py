@@ -1,0 +1,193 @@
+"""The broker's perf trace (perfTraceEnable; schema and file layout in mq.trace).
+
+Who writes what, each process into its own `<dir>/<prefix>-<pid>.jsonl`:
+    io worker   one "req" record per request it answers      RequestTracer (here)
+    flush role  one "flush" record per flush that moved data  mq.store.flush.FlushService
+    HA master   one "lag" record per slave per second        mq.ha.tracing.LagSampler
+`<dir>` is perfTraceDir, or <storePathRootDir>/perftrace; `broker` in every
+record is the broker's address (brokerIP1:listenPort), which tells a master
+from its slave although they share brokerName.
+
+A request's instants (time.perf_counter_ns), in order:
+    t0        frame decode starts (mq.remoting.server; the bytes are read)
+    t1        frame decoded; ts_us is the wall clock here
+    start     the request's task starts (it waited in the event loop since t1)
+    store     the store call starts (sends only)           mq.store.store.put_async
+    appended  the C append returned                        mq.store.store.put_async
+    flushed   SYNC_FLUSH wait over (without one: the       IoWorker.put_message
+              store call's return, just after appended)
+    acked     SYNC_MASTER slave ack (= flushed otherwise)  IoWorker.put_message
+    resp      the handler returned its response            mq.remoting.server
+    done      the response frame is encoded and queued     mq.remoting.server
+and the record's phases:
+    decode_us      (t1 - t0) + (store - start): frame, header and properties decode,
+                   topic lookup, everything before the store call
+    append_us      appended - store
+    flush_wait_us  flushed - appended
+    repl_wait_us   acked - flushed
+    encode_us      done - acked: building the response and encoding its frame
+    total_us       done - t0
+Requests without a store call (pulls, admin codes, refused sends) have
+decode_us = t1 - t0 (the frame only), append/flush/repl 0, encode_us =
+done - resp (the frame only); for them total_us also holds the handler's own
+work (for a pull: lookup and any long-poll hold).  For every record
+total_us - (sum of the other phases) >= 0 is the time spent waiting for the
+event loop (start - t1) plus that handler work.  The socket write itself
+happens after `done`, coalesced with other responses, and is in no record.
+
+msgs: messages stored (sends) or returned (pulls), else 0.  size_bytes: the
+request body's length, or the response body's when the request has none
+(pulls).  status: the response code, as a decimal string.
+
+Cost when on (the budget is 5% of throughput, perf/test_trace_overhead.py):
+a handful of perf_counter_ns calls, one small object and one tuple per
+request; records are formatted with one %-template of ints per record
+(durations as 12345e-3, which JSON reads as 12.345) instead of json.dumps
+(which alone costs ~5 us, as much as the whole budget of a single send), and
+written every FLUSH_EVERY records and every second.  When off, the hot path
+pays a few `is not None` tests per request."""
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+import os
+from time import perf_counter_ns, time_ns
+
+from mq.trace import FIELDS, TraceWriter
+
+log = logging.getLogger("mq.broker.tracing")
+
+FLUSH_EVERY = 4096          # req records buffered before a write
+FLUSH_INTERVAL_S = 1.0      # and at least this often (IoWorker's flush task), so a quiet worker's trace is current
+
+# The current request's RequestTimes, or None: set by RequestTracer.begin inside the request's
+# own asyncio task (every task runs in a copy of the context), so concurrent requests never see
+# each other's.  Read by the send path to stamp the store and wait phases.
+CURRENT: contextvars.ContextVar = contextvars.ContextVar("mq_broker_request_times", default=None)
+
+# the fields of a req record, in the order of RequestTracer's rows
+REQ_ROW = ("ts_us", "code", "msgs", "size_bytes", "status", "decode_us", "append_us", "flush_wait_us",
+           "repl_wait_us", "encode_us", "total_us")
+
+
+def trace_dir(config) -> str:
+    """perfTraceDir, or <storePathRootDir>/perftrace when it is empty."""
+    return config.perfTraceDir or os.path.join(config.storePathRootDir, "perftrace")
+
+
+def broker_label(config) -> str:
+    """The `broker` field: the address clients use, unique per broker process."""
+    return f"{config.brokerIP1}:{config.listenPort}"
+
+
+class RequestTimes:
+    """One request's instants (perf_counter_ns); 0 = not reached.  See the module docstring."""
+    __slots__ = ("t0_ns", "t1_ns", "ts_us", "start_ns", "store_ns", "appended_ns", "flushed_ns", "acked_ns",
+                 "resp_ns", "msgs")
+
+    def __init__(self, t0_ns: int, t1_ns: int):
+        self.t0_ns = t0_ns
+        self.t1_ns = t1_ns
+        self.ts_us = time_ns() // 1000
+        self.start_ns = perf_counter_ns()
+        self.store_ns = self.appended_ns = self.flushed_ns = self.acked_ns = self.resp_ns = 0
+        self.msgs = 0
+
+
+class RowTraceWriter(TraceWriter):
+    """A TraceWriter with a fast path for one record kind: rows (tuples in the
+    order of `fields`) formatted with one %-template, checked against
+    mq.trace.FIELDS once here instead of per record.  The lines are what
+    TraceWriter.write would produce for the same dicts (same keys, compact
+    JSON), so mq.trace.read_records and the miner read them alike.  Rows are
+    added and flushed by one thread (the io worker's event loop); the dict
+    records of TraceWriter.write keep their own buffer and lock.
+
+    Uses TraceWriter's file and lock (`_file`, `_lock`): the fast path belongs in
+    mq.trace itself if another writer needs it."""
+
+    def __init__(self, directory: str, prefix: str, kind: str, constants: dict, fields: tuple[str, ...]):
+        super().__init__(directory, prefix)
+        assert all(k in FIELDS for k in constants) and all(k in FIELDS for k in fields), (constants, fields)
+        # the constant head, escaped for %; then one conversion per field
+        parts = [json.dumps({"kind": kind, **constants}, separators=(",", ":"))[:-1].replace("%", "%%")]
+        for name in fields:
+            # a float field is given in thousandths (an int, e.g. nanoseconds for *_us) and written
+            # as a JSON number with an exponent: 12345e-3 reads as the float 12.345.  Formatting
+            # ints is ~2x cheaper than %.3f, and the caller skips the divisions.
+            fmt = {"int": "%d", "float": "%de-3", "str": '"%s"'}[FIELDS[name]]
+            parts.append(f',"{name}":{fmt}')
+        self._template = "".join(parts) + "}\n"
+        self._rows: list[tuple] = []
+        self.rows_written = 0
+        self.failed = False
+
+    def add(self, row: tuple) -> None:
+        """Buffers one row: ints for int fields, thousandths as ints for float fields, and
+        str for str fields that need no JSON escaping (the caller's are decimal codes)."""
+        self._rows.append(row)
+        if len(self._rows) >= FLUSH_EVERY:
+            self.flush()
+
+    def flush(self) -> None:
+        """Writes the buffered rows (and dict records).  A write error is logged once and the
+        records are dropped from then on: tracing never stops the broker."""
+        rows, self._rows = self._rows, []
+        try:
+            if rows and not self.failed:
+                text = "".join([self._template % r for r in rows])
+                with self._lock:
+                    if not self._file.closed:
+                        self._file.write(text)
+                        self._file.flush()
+                        self.rows_written += len(rows)
+            super().flush()
+        except OSError as e:
+            if not self.failed:
+                log.error("perf trace: writing %s failed (%s); dropping this process's records from now on",
+                          self.path, e)
+            self.failed = True
+
+
+class RequestTracer:
+    """The io worker's side: RemotingServer calls begin() at the start of each
+    request's task and end() once its response is encoded (see
+    mq.remoting.server); the send path stamps the phases in between through
+    CURRENT."""
+
+    def __init__(self, directory: str, broker: str, role: str):
+        self.writer = RowTraceWriter(directory, f"req-{role}", "req", {"broker": broker, "role": role}, REQ_ROW)
+
+    def begin(self, cmd, t0_ns: int, t1_ns: int) -> RequestTimes:
+        times = RequestTimes(t0_ns, t1_ns)
+        CURRENT.set(times)
+        return times
+
+    def end(self, times: RequestTimes, cmd, resp, done_ns: int) -> None:
+        t0 = times.t0_ns
+        store = times.store_ns
+        if store:
+            appended = times.appended_ns or store
+            flushed = times.flushed_ns or appended
+            acked = times.acked_ns or flushed
+            decode = times.t1_ns - t0 + store - times.start_ns
+            append, flush_wait, repl_wait = appended - store, flushed - appended, acked - flushed
+            encode = done_ns - acked
+        else:
+            decode = times.t1_ns - t0
+            append = flush_wait = repl_wait = 0
+            encode = done_ns - (times.resp_ns or done_ns)
+        size = len(cmd.body) if cmd.body else (len(resp.body) if resp is not None and resp.body else 0)
+        # durations in ns: the writer writes them as microseconds (thousandths, see RowTraceWriter)
+        self.writer.add((times.ts_us, cmd.code, times.msgs, size, "" if resp is None else str(resp.code),
+                         decode, append, flush_wait, repl_wait, encode, done_ns - t0))
+
+    def flush(self) -> None:
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+__all__ = ["CURRENT", "RequestTimes", "RequestTracer", "RowTraceWriter", "trace_dir", "broker_label"]
