@@ -10,12 +10,16 @@ RemotingClient, speaking the wire protocol directly (no client library on top).
   3. batched produce from 2 client processes: 2 io workers / 1   >= 1.5x
   4. one consumer, PULL_MESSAGE of 32, one request at a time,
      round-robin over the queues                                 >= 1x Redis XREAD COUNT 1000
+  5. SYNC_FLUSH, 64 concurrent producers (2 client processes x
+     4 connections x 8 single sends in flight)                   >= 1.5x Redis AOF always, redis-benchmark -c 50
 
-Redis is not run here.  Gates 1, 2 and 4 compare with the Redis figures PERF.md measured on a
-machine of this kind (the ANCHOR constants below): unlike every other gate they are not a
-ratio of one run, and the printout says so.  Gate 3 is a ratio of one run: both broker
-configurations are started one after the other within the test and their rounds alternate,
-with the same client processes, connection counts and requests.
+Every gate is a ratio of two things measured in this run.  Gates 1, 2, 4 and 5 measure Redis
+Streams here (perf/peers.py: redis-server from Debian's package, installed if missing, started
+on 127.0.0.1 with a temp dir; AOF everysec for 1, 2 and 4, AOF always for 5; redis-py, or
+redis-benchmark for 5), in rounds that alternate with ours: Redis in pytest-benchmark's
+untimed setup, ours measured.  Gate 3 alternates two broker configurations the same way, with
+the same client processes, connection counts and requests.  The PERF_MD_REDIS_* figures are
+printed for reference only (is today's Redis unusual?); no gate divides by them.
 
 As in test_store_bench.py: each test prints its numbers, its ratio and its target, and asserts
 a generous floor so that a big regression fails.  A target missed above the floor is printed
@@ -25,6 +29,7 @@ to look first when a figure moves.  Every gate has a `quick` variant (pytest -m 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -42,27 +47,31 @@ from mq.remoting import RemotingClient, RemotingServer, make_response
 from mq.wire.batch import BatchItem, build_batch
 from tests.harness.cluster import Broker, NameServer
 
+from . import peers
+
 KIB = 1024
 MIB = 1024 * KIB
 GIB = 1024 * MIB
 
-# ---- PERF.md anchors: Redis Streams (AOF everysec, redis-py, 1 KiB), measured by PERF.md on a
-# machine of this kind; NOT measured by this file -------------------------------------------------
-REDIS_XADD_ONE_AT_A_TIME = 8_300        # msgs/s, p50 116 us, p99 170 us
-REDIS_XADD_ONE_P50_US, REDIS_XADD_ONE_P99_US = 116, 170
-REDIS_XADD_PIPELINE_100 = 82_000        # msgs/s
-REDIS_XREAD_COUNT_1000 = 128_000        # msgs/s
+# ---- PERF.md's Redis figures (a machine of this kind), printed for reference only ----------------
+PERF_MD_REDIS_XADD_ONE = 8_300               # msgs/s, AOF everysec, redis-py, one at a time
+PERF_MD_REDIS_XADD_PIPELINE_100 = 82_000     # msgs/s, AOF everysec, redis-py, pipeline of 100
+PERF_MD_REDIS_XREAD_COUNT_1000 = 128_000     # msgs/s, AOF everysec, redis-py
+PERF_MD_REDIS_ALWAYS_50_CONNS = 30_000       # msgs/s, AOF always, redis-benchmark -c 50
 
-# ---- gate targets (PERF.md) and the floors the tests assert -------------------------------------
-ONE_AT_A_TIME_TARGET = 1.2        # msgs/s ÷ REDIS_XADD_ONE_AT_A_TIME
-ONE_AT_A_TIME_FLOOR = 0.10        # measured 0.33-0.45 here
-PIPELINED_TARGET = 2.0            # msgs/s ÷ REDIS_XADD_PIPELINE_100, for (a) and for (b)
-PIPELINED_FLOOR = 0.02            # (a) single sends, 100 in flight: measured 0.05-0.18 here
-BATCH_FLOOR = 0.5                 # (b) batches of 100: measured 2.6-5.4 here (1.44 under outside load)
+# ---- gate targets (PERF.md) and the floors the tests assert; every ratio is against Redis measured
+# in the same run (perf/peers.py) -----------------------------------------------------------------
+ONE_AT_A_TIME_TARGET = 1.2        # msgs/s ÷ Redis XADD one at a time (AOF everysec, redis-py)
+ONE_AT_A_TIME_FLOOR = 0.05        # measured 0.18-0.30 here (Redis 9.4-15.7 k msgs/s in the same run)
+PIPELINED_TARGET = 2.0            # msgs/s ÷ Redis XADD pipeline of 100, for (a) and for (b)
+PIPELINED_FLOOR = 0.02            # (a) single sends, 100 in flight: measured 0.09-0.15 here
+BATCH_FLOOR = 0.5                 # (b) batches of 100: measured 3.7-4.7 here (Redis 33-60 k msgs/s)
 IO_WORKERS_SPEEDUP_TARGET = 1.5   # 2 io workers' msgs/s ÷ 1 io worker's, same clients
 IO_WORKERS_SPEEDUP_FLOOR = 0.5    # measured 0.80-1.49 here (2 vCPUs shared with the client processes)
-CONSUME_TARGET = 1.0              # msgs/s ÷ REDIS_XREAD_COUNT_1000
-CONSUME_FLOOR = 0.10              # measured 0.54-0.73 here
+CONSUME_TARGET = 1.0              # msgs/s ÷ Redis XREAD COUNT 1000 (AOF everysec, redis-py)
+CONSUME_FLOOR = 0.10              # measured 0.63-1.75 here (Redis 23-106 k msgs/s)
+SYNC_FLUSH_TARGET = 1.5           # msgs/s ÷ Redis AOF always with redis-benchmark -c 50
+SYNC_FLUSH_FLOOR = 0.03           # measured 0.19-0.40 here (Redis 7.8-33 k msgs/s)
 
 STRICT = os.environ.get("MQ_PERF_STRICT") == "1"
 
@@ -108,8 +117,8 @@ def judge(gate: str, measured: float, target: float | None, floor: float, basis:
     assert measured >= bound, f"{gate}: {measured:.3g} is below {bound:g}"
 
 
-ANCHOR = "against the PERF.md anchor for Redis, NOT measured in this run"
 SAME_RUN = "both sides measured in this run"
+REDIS_SAME_RUN = "against Redis measured in this run, rounds alternating"
 
 
 def pct(sorted_values: list[float], q: float) -> float:
@@ -239,17 +248,19 @@ def namesrv(tmp_path_factory):
 
 @pytest.fixture
 def start_broker(namesrv, store_dir, need_disk):
-    """start_broker(io_workers) -> a running Broker (ASYNC_FLUSH, 256 MiB CommitLog files);
-    every broker started is stopped at the end of the test (stop it earlier with .stop())."""
+    """start_broker(io_workers, flush) -> a running Broker (flushDiskType = flush, ASYNC_FLUSH
+    unless said, 256 MiB CommitLog files); every broker started is stopped at the end of the
+    test (stop it earlier with .stop())."""
     need_disk(3 * GIB)
     brokers: list[Broker] = []
 
-    def start(io_workers: int = 1) -> Broker:
+    def start(io_workers: int = 1, flush: str = "ASYNC_FLUSH") -> Broker:
         t0 = time.perf_counter()
         b = Broker(store_dir, namesrv.addr, name=f"perf-{len(brokers)}", sendMessageThreadPoolNums=io_workers,
-                   mappedFileSizeCommitLog=COMMITLOG_FILE_SIZE, flushDiskType="ASYNC_FLUSH")
+                   mappedFileSizeCommitLog=COMMITLOG_FILE_SIZE, flushDiskType=flush)
         brokers.append(b)
-        print(f"\n  (broker with {io_workers} io worker(s) serving after {time.perf_counter() - t0:.1f} s)", end="")
+        print(f"\n  (broker with {io_workers} io worker(s), {flush}, serving after {time.perf_counter() - t0:.1f} s)",
+              end="")
         return b
 
     yield start
@@ -335,6 +346,33 @@ def session():
     s = Session()
     yield s
     s.close()
+
+
+@pytest.fixture
+def redis_peer():
+    """redis_peer(mode) -> (RedisServer, redis-py client): redis-server on 127.0.0.1 with AOF on
+    and `appendfsync mode` (perf/peers.py), installed from Debian's package first if missing.
+    A failed install or start fails the test (PeerUnavailable says why): a gate is not skipped
+    for want of its peer.  Stopped, and its directory removed, at the end of the test."""
+    with contextlib.ExitStack() as stack:
+        def start(mode: str):
+            t0 = time.perf_counter()
+            server = stack.enter_context(peers.RedisServer(mode))
+            print(f"\n  (redis-server, AOF {mode}, serving on {server.addr} after {time.perf_counter() - t0:.1f} s)",
+                  end="")
+            return server, stack.enter_context(contextlib.closing(server.client()))
+        yield start
+
+
+def redis_line(what: str, redis: peers.Series, perf_md: int) -> str:
+    return (f"  Redis {what}: {redis.text()}  [PERF.md measured ~{perf_md:,} msgs/s on a machine of this kind; "
+            f"for reference only]")
+
+
+def pairs_text(ours_s: list[float], ours_msgs: int, redis: peers.Series) -> str:
+    """ours / Redis per neighbouring pair of rounds."""
+    r = sorted((ours_msgs / s) / b.msgs_per_s for s, b in zip(ours_s, redis.rounds))
+    return f"  ours / Redis per pair of neighbouring rounds: {r[0]:.2f}-{r[-1]:.2f}"
 
 
 # ---- produce rounds (each returns seconds and appends per-request latencies) --------------------
@@ -425,18 +463,22 @@ ONE_AT_A_TIME_SCALES = [
 
 
 @pytest.mark.parametrize("scale", ONE_AT_A_TIME_SCALES)
-def test_one_producer_one_at_a_time(benchmark, start_broker, session, scale):
+def test_one_producer_one_at_a_time(benchmark, start_broker, session, redis_peer, scale):
     """Gate 1: one connection, one SEND_MESSAGE_V2 of 1 KiB at a time (each response awaited
-    before the next request), ASYNC_FLUSH, round-robin over 4 queues.  Measured: msgs/s and
-    the round-trip latency of every request.  The full variant also runs the same loop against
-    a bare RemotingServer in its own process that answers at once (interleaved rounds), which
-    is the floor the remoting layer and the event loops set."""
+    before the next request), ASYNC_FLUSH, round-robin over 4 queues, against redis-py sending
+    one XADD of 1 KiB at a time to redis-server with AOF everysec, the same number of messages
+    per round, the rounds alternating (Redis in the untimed setup).  Measured: msgs/s and the
+    round-trip latency of every request on both sides.  The full variant also runs the same
+    loop against a bare RemotingServer in its own process that answers at once (interleaved),
+    which is the floor the remoting layer and the event loops set."""
     benchmark.group = "broker gate 1: one producer, one at a time"
     broker = start_broker(1)
+    _, rds = redis_peer("everysec")
     topic = "PerfOneAtATime"
     c, addr = session.client, broker.addr
     session.run(create_topic(c, addr, topic))
     session.run(sequential_sends(c, addr, topic, scale.msgs_per_round // 2, []))       # warm-up
+    peers.redis_xadd_one(rds, "s", scale.msgs_per_round // 2)
     echo = EchoServer(session) if scale.extras else None
     try:
         if echo:
@@ -446,8 +488,10 @@ def test_one_producer_one_at_a_time(benchmark, start_broker, session, scale):
         lat: list[float] = []
         echo_times: list[float] = []
         echo_lat: list[float] = []
+        redis = peers.Series()
 
         def setup():
+            redis.add(peers.redis_xadd_one(rds, "s", scale.msgs_per_round))
             if echo:
                 echo_times.append(session.run(sequential_sends(c, echo.addr, topic, scale.msgs_per_round, echo_lat)))
 
@@ -462,21 +506,22 @@ def test_one_producer_one_at_a_time(benchmark, start_broker, session, scale):
 
     rate = scale.msgs_per_round / statistics.median(times)
     print(f"\none producer, one 1 KiB SEND_MESSAGE_V2 at a time, ASYNC_FLUSH, 1 io worker: "
-          f"{len(times)} rounds of {scale.msgs_per_round}, median")
+          f"{len(times)} rounds of {scale.msgs_per_round}, alternating with Redis, medians")
     print(f"  broker: {rate:9,.0f} msgs/s {spread_text(scale.msgs_per_round, times)} "
           f"{rate * MSG_BODY_SIZE / 1e6:6.1f} MB/s  latency {latency_text(lat)}")
-    info = {"msgs_per_s": rate, "p50_us": pct(sorted(lat), 0.5) * 1e6, "p99_us": pct(sorted(lat), 0.99) * 1e6}
+    print(redis_line("AOF everysec, redis-py, one XADD at a time", redis, PERF_MD_REDIS_XADD_ONE))
+    print(pairs_text(times, scale.msgs_per_round, redis))
+    info = {"msgs_per_s": rate, "p50_us": pct(sorted(lat), 0.5) * 1e6, "p99_us": pct(sorted(lat), 0.99) * 1e6,
+            "redis_msgs_per_s": redis.msgs_per_s, "redis_p50_us": redis.p50_us, "redis_p99_us": redis.p99_us}
     if echo:
         echo_rate = scale.msgs_per_round / statistics.median(echo_times)
         print(f"  bare RemotingServer answering at once (same client, same run): {echo_rate:9,.0f} msgs/s  "
               f"latency {latency_text(echo_lat)}; the broker runs at {rate / echo_rate:.0%} of it")
         info["echo_msgs_per_s"] = echo_rate
-    print(f"  PERF.md anchor (not run here): Redis XADD one at a time ~{REDIS_XADD_ONE_AT_A_TIME:,} msgs/s, "
-          f"p50 {REDIS_XADD_ONE_P50_US} us, p99 {REDIS_XADD_ONE_P99_US} us")
     info.update(meter.report(scale.msgs_per_round * len(times)))
     benchmark.extra_info.update(info)
-    judge("one at a time / Redis XADD one at a time", rate / REDIS_XADD_ONE_AT_A_TIME, ONE_AT_A_TIME_TARGET,
-          ONE_AT_A_TIME_FLOOR, ANCHOR)
+    judge("one at a time / Redis XADD one at a time", rate / redis.msgs_per_s, ONE_AT_A_TIME_TARGET,
+          ONE_AT_A_TIME_FLOOR, REDIS_SAME_RUN)
 
 
 # =================================================================================================
@@ -497,20 +542,25 @@ PIPELINE_SCALES = [
 
 
 @pytest.mark.parametrize("scale", PIPELINE_SCALES)
-def test_pipelined_and_batched_produce(benchmark, start_broker, session, scale):
+def test_pipelined_and_batched_produce(benchmark, start_broker, session, redis_peer, scale):
     """Gate 2, one connection, 1 io worker: (a) SEND_MESSAGE_V2 of 1 KiB with 100 requests in
-    flight (rounds in the benchmark's untimed setup, interleaved), (b) SEND_BATCH_MESSAGE of
-    100 x 1 KiB with 4 requests in flight (the measured rounds).  Both are judged against 2x
-    the PERF.md anchor for a Redis pipeline of 100.  The full variant also runs (a) against a
-    bare RemotingServer that answers at once."""
+    flight and Redis (AOF everysec) fed by redis-py with pipelines of 100 XADDs of 1 KiB, as
+    many messages as (b) sends (both in the benchmark's untimed setup, interleaved with (b));
+    (b) SEND_BATCH_MESSAGE of 100 x 1 KiB with 4 requests in flight (the measured rounds).
+    Both (a) and (b) are judged against 2x the Redis pipeline measured in this run.  The full
+    variant also runs (a) against a bare RemotingServer that answers at once."""
     benchmark.group = "broker gate 2: pipelined / batched produce"
     broker = start_broker(1)
+    _, rds = redis_peer("everysec")
     topic = "PerfPipelined"
     c, addr = session.client, broker.addr
     body = one_kib_batch()
     session.run(create_topic(c, addr, topic))
     session.run(pipelined_sends(c, addr, topic, scale.pipelined_msgs // 2, PIPELINE_IN_FLIGHT, []))   # warm-up
     session.run(batched_sends(c, addr, topic, scale.batches // 2, BATCH_IN_FLIGHT, body, []))
+    redis_msgs = scale.batches * BATCH_MSGS
+    peers.redis_xadd_pipeline(rds, "s", redis_msgs // 2)
+    rds.delete("s")
     echo = EchoServer(session) if scale.extras else None
     try:
         groups = {"client": [os.getpid()], **broker_processes(broker)}
@@ -521,8 +571,11 @@ def test_pipelined_and_batched_produce(benchmark, start_broker, session, scale):
         batch_lat: list[float] = []
         echo_s: list[float] = []
         echo_lat: list[float] = []
+        redis = peers.Series()
 
         def setup():
+            redis.add(peers.redis_xadd_pipeline(rds, "s", redis_msgs))
+            rds.delete("s")                   # a stream per round: Redis holds it in memory
             with pipe_meter:
                 pipe_s.append(session.run(pipelined_sends(c, addr, topic, scale.pipelined_msgs, PIPELINE_IN_FLIGHT,
                                                           pipe_lat)))
@@ -562,15 +615,19 @@ def test_pipelined_and_batched_produce(benchmark, start_broker, session, scale):
         print(f"  (a) against a bare RemotingServer answering at once (same run): {echo_rate:9,.0f} msgs/s, "
               f"latency {latency_text(echo_lat)}; the broker runs at {pipe_rate / echo_rate:.0%} of it")
         info["echo_pipelined_msgs_per_s"] = echo_rate
-    print(f"  PERF.md anchor (not run here): Redis XADD, pipeline of 100 ~{REDIS_XADD_PIPELINE_100:,} msgs/s")
+    print(redis_line(f"AOF everysec, redis-py, pipelines of {peers.PIPELINE_DEPTH} XADDs ({redis_msgs:,} per round, "
+                     f"latency per pipeline)", redis, PERF_MD_REDIS_XADD_PIPELINE_100))
+    print(pairs_text(batch_s, batch_msgs, redis).replace("ours", "(b)"))
+    info.update({"redis_msgs_per_s": redis.msgs_per_s, "redis_p50_us": redis.p50_us})
     benchmark.extra_info.update(info)
-    batch_ratio = batch_rate / REDIS_XADD_PIPELINE_100
-    pipe_ratio = pipe_rate / REDIS_XADD_PIPELINE_100
+    batch_ratio = batch_rate / redis.msgs_per_s
+    pipe_ratio = pipe_rate / redis.msgs_per_s
     try:
         judge("(a) pipelined single sends / Redis XADD pipeline of 100", pipe_ratio, PIPELINED_TARGET,
-              PIPELINED_FLOOR, ANCHOR)
+              PIPELINED_FLOOR, REDIS_SAME_RUN)
     finally:
-        judge("(b) batches of 100 / Redis XADD pipeline of 100", batch_ratio, PIPELINED_TARGET, BATCH_FLOOR, ANCHOR)
+        judge("(b) batches of 100 / Redis XADD pipeline of 100", batch_ratio, PIPELINED_TARGET, BATCH_FLOOR,
+              REDIS_SAME_RUN)
 
 
 # =================================================================================================
@@ -868,14 +925,18 @@ CONSUME_SCALES = [
 
 
 @pytest.mark.parametrize("scale", CONSUME_SCALES)
-def test_consume_backlog(benchmark, start_broker, session, scale):
+def test_consume_backlog(benchmark, start_broker, session, redis_peer, scale):
     """Gate 4: a backlog of 1 KiB messages over 4 queues, produced beforehand with batches and
     fully dispatched; one consumer connection reads it all with PULL_MESSAGE (maxMsgNums 32,
-    no suspend, subscription *), one request at a time, round-robin over the queues (measured),
-    and, for information, with one request in flight per queue (untimed setup, interleaved).
-    Every round reads the whole backlog again from offset 0 (page cache warm)."""
+    no suspend, subscription *), one request at a time, round-robin over the queues (measured).
+    Against: a Redis stream (AOF everysec) holding the same number of 1 KiB entries, read from
+    its start by redis-py with XREAD COUNT 1000, one request at a time (untimed setup,
+    interleaved).  For information, the setup also reads the backlog with one request in
+    flight per queue.  Every round on either side reads the whole backlog again from its start
+    (page cache warm; Redis holds it in memory)."""
     benchmark.group = "broker gate 4: consume"
     broker = start_broker(1)
+    _, rds = redis_peer("everysec")
     topic = "PerfConsume"
     c, addr = session.client, broker.addr
     session.run(create_topic(c, addr, topic))
@@ -887,12 +948,16 @@ def test_consume_backlog(benchmark, start_broker, session, scale):
     total = sum(ends)
     print(f"\n  (backlog of {total:,} messages produced and dispatched in {time.perf_counter() - t0:.1f} s)", end="")
     session.run(consume_per_queue(c, addr, topic, ends))                                     # warm-up
+    peers.redis_fill(rds, "backlog", total)
+    peers.redis_xread(rds, "backlog")
+    redis = peers.Series()
     meter = CpuMeter({"client": [os.getpid()], **broker_processes(broker)})
     seq: list[tuple[int, int, float]] = []
     per_queue: list[tuple[int, int, float]] = []
     lat: list[float] = []
 
     def setup():
+        redis.add(peers.redis_xread(rds, "backlog"))
         per_queue.append(session.run(consume_per_queue(c, addr, topic, ends)))
 
     def measured():
@@ -914,8 +979,166 @@ def test_consume_backlog(benchmark, start_broker, session, scale):
     info = meter.report(total * len(seq))
     print(f"  one request in flight per queue ({len(ends)} in flight): {rate_pq:9,.0f} msgs/s  "
           f"{rate_pq * MSG_BODY_SIZE / 1e6:6.1f} MB/s of bodies ({SAME_RUN}, {rate_pq / rate:.2f}x)")
-    print(f"  PERF.md anchor (not run here): Redis XREAD COUNT 1000 ~{REDIS_XREAD_COUNT_1000:,} msgs/s")
-    info.update({"msgs_per_s": rate, "MBps": rate * MSG_BODY_SIZE / 1e6, "per_queue_msgs_per_s": rate_pq})
+    print(redis_line(f"AOF everysec, redis-py, XREAD COUNT {peers.XREAD_COUNT} (latency per XREAD)", redis,
+                     PERF_MD_REDIS_XREAD_COUNT_1000))
+    print(pairs_text([s for _, _, s in seq], total, redis))
+    info.update({"msgs_per_s": rate, "MBps": rate * MSG_BODY_SIZE / 1e6, "per_queue_msgs_per_s": rate_pq,
+                 "redis_msgs_per_s": redis.msgs_per_s, "redis_p50_us": redis.p50_us})
     benchmark.extra_info.update(info)
-    judge("one consumer / Redis XREAD COUNT 1000", rate / REDIS_XREAD_COUNT_1000, CONSUME_TARGET, CONSUME_FLOOR,
-          ANCHOR)
+    judge("one consumer / Redis XREAD COUNT 1000", rate / redis.msgs_per_s, CONSUME_TARGET, CONSUME_FLOOR,
+          REDIS_SAME_RUN)
+
+
+# =================================================================================================
+# 5. SYNC_FLUSH, 64 concurrent producers (group commit)
+# =================================================================================================
+SYNC_FLUSH_PROCESSES = 2
+SYNC_FLUSH_CONNS_PER_PROCESS = 4
+SYNC_FLUSH_IN_FLIGHT_PER_CONN = 8     # 2 x 4 x 8 = 64 producers, each one single send at a time
+SYNC_FLUSH_PRODUCERS = SYNC_FLUSH_PROCESSES * SYNC_FLUSH_CONNS_PER_PROCESS * SYNC_FLUSH_IN_FLIGHT_PER_CONN
+
+
+async def _single_producers(conns: list[RemotingClient], addr: str, topic: str, start_at: float, per_producer: int,
+                            in_flight: int) -> dict:
+    """len(conns) x in_flight producers; each sends `per_producer` single messages, one at a time
+    (SEND_MESSAGE_V2 of 1 KiB, WAIT=true), and any answer but SUCCESS fails the round."""
+    lat: list[float] = []
+
+    async def producer(c: RemotingClient, n: int) -> None:
+        for i in range(per_producer):
+            s = time.monotonic()
+            await send_one(c, addr, topic, (n + i) % QUEUES)
+            lat.append(time.monotonic() - s)
+
+    await asyncio.sleep(max(0.0, start_at - time.monotonic()))
+    t0 = time.monotonic()
+    await asyncio.gather(*(producer(c, i * in_flight + k + os.getpid()) for i, c in enumerate(conns)
+                           for k in range(in_flight)))
+    t1 = time.monotonic()
+    return {"start": t0, "end": t1, "msgs": len(conns) * in_flight * per_producer, "lat": lat}
+
+
+def _single_producer_main(pipe) -> None:
+    """A producer process (spawned) for gate 5 and for perf/peers.py: commands over a pipe,
+    each answered with ("ok", result) or ("error", traceback)."""
+    loop = asyncio.new_event_loop()
+    conns: dict[str, list[RemotingClient]] = {}          # broker address -> connections
+
+    async def connect(addr: str, n: int) -> int:
+        conns[addr] = [RemotingClient() for _ in range(n)]
+        for c in conns[addr]:                                   # opens each connection
+            await c.invoke(addr, c.request(GET_BROKER_RUNTIME_INFO), TIMEOUT_S)
+        return n
+
+    def close_all() -> None:
+        for cs in conns.values():
+            for c in cs:
+                loop.run_until_complete(c.close())
+        conns.clear()
+
+    try:
+        while True:
+            cmd, *args = pipe.recv()
+            if cmd == "connect":
+                _client_reply(pipe, lambda: loop.run_until_complete(connect(*args)))
+            elif cmd == "run":
+                addr, *rest = args
+                _client_reply(pipe, lambda: loop.run_until_complete(_single_producers(conns[addr], addr, *rest)))
+            elif cmd == "disconnect":
+                _client_reply(pipe, close_all)
+            else:
+                return
+    finally:
+        close_all()
+        loop.close()
+
+
+class SingleProducerProcesses(ClientProcesses):
+    """ClientProcesses running single-send producers: SYNC_FLUSH_IN_FLIGHT_PER_CONN per connection."""
+
+    def __init__(self, n: int):
+        super().__init__(n, target=_single_producer_main)
+
+    def run(self, addr: str, topic: str, per_producer: int) -> tuple[int, float, list[float], float]:
+        """All processes start together, 20 ms from now; (messages, seconds from the first start
+        to the last end, per-send latencies, seconds from the call to the first start)."""
+        t0 = time.monotonic()
+        res = self.call("run", addr, topic, t0 + 0.02, per_producer, SYNC_FLUSH_IN_FLIGHT_PER_CONN)
+        start = min(r["start"] for r in res)
+        return (sum(r["msgs"] for r in res), max(r["end"] for r in res) - start,
+                [x for r in res for x in r["lat"]], start - t0)
+
+
+@dataclass(frozen=True)
+class SyncFlushScale:
+    per_producer: int             # single sends per producer per round (x SYNC_FLUSH_PRODUCERS messages)
+    redis_msgs: int               # XADDs per redis-benchmark round
+    rounds: int
+
+
+SYNC_FLUSH_SCALES = [
+    pytest.param(SyncFlushScale(25, 10_000, 3), id="quick", marks=pytest.mark.quick),
+    pytest.param(SyncFlushScale(150, 40_000, 5), id="full"),
+]
+
+
+@pytest.mark.parametrize("scale", SYNC_FLUSH_SCALES)
+def test_sync_flush_64_producers(benchmark, start_broker, session, redis_peer, scale):
+    """Gate 5: a SYNC_FLUSH broker (1 io worker) under 64 concurrent producers: 2 client
+    processes (spawned) x 4 connections x 8 producers, each sending one 1 KiB SEND_MESSAGE_V2
+    at a time and awaiting its SEND_OK, which SYNC_FLUSH gives only once the message is flushed
+    (group commit: one flush covers every message appended before it).  Against: redis-server
+    with `appendfsync always` (an fsync of the AOF before replying to every batch of writes)
+    under `redis-benchmark -c 50 XADD s * f <1 KiB>`, PERF.md's figure.  The rounds alternate
+    (Redis in the untimed setup, ours measured); Redis' stream is deleted after each of its
+    rounds.  Any answer but SUCCESS (e.g. FLUSH_DISK_TIMEOUT) fails the test."""
+    benchmark.group = "broker gate 5: SYNC_FLUSH, 64 producers"
+    broker = start_broker(1, "SYNC_FLUSH")
+    server, rds = redis_peer("always")
+    topic = "PerfSyncFlush"
+    session.run(create_topic(session.client, broker.addr, topic))
+    producers = SingleProducerProcesses(SYNC_FLUSH_PROCESSES)
+    try:
+        producers.call("connect", broker.addr, SYNC_FLUSH_CONNS_PER_PROCESS)
+        producers.run(broker.addr, topic, max(5, scale.per_producer // 4))                       # warm-up
+        peers.redis_benchmark_xadd(server, "s", scale.redis_msgs // 4)
+        meter = CpuMeter({"clients": producers.pids, **broker_processes(broker)})
+        msgs: list[int] = []
+        secs: list[float] = []
+        lat: list[float] = []
+        redis = peers.Series()
+
+        def setup():
+            rds.delete("s")
+            redis.add(peers.redis_benchmark_xadd(server, "s", scale.redis_msgs))
+
+        def measured():
+            with meter:
+                n, s, round_lat, lead = producers.run(broker.addr, topic, scale.per_producer)
+            meter.exclude(lead)
+            msgs.append(n)
+            secs.append(s)
+            lat.extend(round_lat)
+
+        benchmark.pedantic(measured, setup=setup, rounds=scale.rounds)
+        producers.call("disconnect")
+    finally:
+        producers.close()
+
+    rate = msgs[0] / statistics.median(secs)
+    print(f"\n{SYNC_FLUSH_PRODUCERS} concurrent producers ({SYNC_FLUSH_PROCESSES} processes x "
+          f"{SYNC_FLUSH_CONNS_PER_PROCESS} connections x {SYNC_FLUSH_IN_FLIGHT_PER_CONN} in flight), one 1 KiB "
+          f"SEND_MESSAGE_V2 at a time each, SYNC_FLUSH, 1 io worker: {len(secs)} rounds of {msgs[0]:,}, alternating "
+          f"with Redis, medians")
+    print(f"  broker: {rate:9,.0f} msgs/s {spread_text(msgs[0], secs)} {rate * MSG_BODY_SIZE / 1e6:6.1f} MB/s  "
+          f"latency per send {latency_text(lat)}")
+    print(redis_line(f"AOF always, redis-benchmark -c {peers.BENCHMARK_CONNECTIONS} XADD ({scale.redis_msgs:,} per "
+                     f"round; its own p50/p99)", redis, PERF_MD_REDIS_ALWAYS_50_CONNS))
+    print(pairs_text(secs, msgs[0], redis))
+    info = meter.report(msgs[0] * len(secs))
+    info.update({"msgs_per_s": rate, "p50_us": pct(sorted(lat), 0.5) * 1e6, "p99_us": pct(sorted(lat), 0.99) * 1e6,
+                 "redis_msgs_per_s": redis.msgs_per_s, "redis_p50_us": redis.p50_us, "redis_p99_us": redis.p99_us})
+    benchmark.extra_info.update(info)
+    judge("SYNC_FLUSH 64 producers / Redis AOF always, 50 connections", rate / redis.msgs_per_s, SYNC_FLUSH_TARGET,
+          SYNC_FLUSH_FLOOR, f"{REDIS_SAME_RUN}; ours: {SYNC_FLUSH_PROCESSES} Python client processes on the same "
+          f"{os.cpu_count()} CPUs, Redis: one redis-benchmark (C) process")
