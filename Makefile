@@ -1,13 +1,18 @@
 # Two commands a new machine needs (Debian, Python 3.11, gcc):
 #   make run    the main job: a local cluster (name server + broker) on loopback, embedded default config
 #   make test   every test, plus the quick performance gates
-# Both create .venv and install the project (building the C core) on first use.
+# Both create .venv and install the project (building the C core) on first use;
+# `make test` also installs a JRE (for PySpark, used by the trace miner) when java is missing.
+# More:
+#   make perf     every performance gate (pytest-benchmark; ratios measured in one run)
+#   make peers    our broker side by side with Redis Streams and NATS JetStream (installs them if missing)
+#   make report   a load run with tracing on, mined with Spark into perf/reports/latest/
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test perf clean
+.PHONY: run test perf peers report java clean
 
 $(STAMP): pyproject.toml setup.py csrc/mqstore.c csrc/mqstore.h csrc/build_ffi.py
 	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { \
@@ -20,12 +25,24 @@ $(STAMP): pyproject.toml setup.py csrc/mqstore.c csrc/mqstore.h csrc/build_ffi.p
 run: $(STAMP)
 	$(BIN)/python -m mq.cli.local
 
-test: $(STAMP)
+# PySpark needs a Java runtime; Debian's headless JRE when none is on PATH
+java:
+	@command -v java >/dev/null 2>&1 || { \
+	  echo "java not found: installing default-jre-headless (for PySpark)"; \
+	  apt-get update -qq && apt-get install -y -qq default-jre-headless; }
+
+test: $(STAMP) java
 	$(BIN)/pytest -q tests
 	$(BIN)/pytest -q perf -m quick -p no:cacheprovider
 
-perf: $(STAMP)
+perf: $(STAMP) java
 	$(BIN)/pytest -q -s perf
+
+peers: $(STAMP)
+	$(BIN)/mqpeers
+
+report: $(STAMP) java
+	$(BIN)/python -m perf.report perf/reports/latest
 
 clean:
 	rm -rf $(VENV) build *.egg-info mq/_mqstore*.so mq/_mqstore.c .pytest_cache .benchmarks
