@@ -99,46 +99,34 @@ class IoWorker:
 
     # ---- what the processors use ---------------------------------------------------------------
     async def put_message(self, topic, queue_id, body, properties, *, wait=True, **kw):
-        if self.tracer is None:
-            r = await self.store.put_async(topic, queue_id, body, properties, wait=wait, **kw)
-            return await self._replicated(r, wait)
-        times = CURRENT.get()
+        times = CURRENT.get() if self.tracer is not None else None
         r = await self.store.put_async(topic, queue_id, body, properties, wait=wait, trace=times, **kw)
-        return await self._replicated_traced(r, wait, times)
+        return await self._replicated(r, wait, times)
 
     async def put_batch(self, topic, queue_id, batch_body, **kw):
-        if self.tracer is None:
-            r = await self.store.put_batch_async(topic, queue_id, batch_body, **kw)
-            return await self._replicated(r, True)
-        times = CURRENT.get()
+        times = CURRENT.get() if self.tracer is not None else None
         r = await self.store.put_batch_async(topic, queue_id, batch_body, trace=times, **kw)
-        return await self._replicated_traced(r, True, times)
+        return await self._replicated(r, True, times)
 
-    async def _replicated_traced(self, r, wait: bool, times):
-        """_replicated, with the end of the flush wait and of the replication wait stamped
-        (times is None for a store call outside a traced request).  The early return repeats
-        _replicated's own first test."""
-        if times is None:
-            return await self._replicated(r, wait)
-        times.flushed_ns = perf_counter_ns()
-        if self.config.brokerRole != "SYNC_MASTER" or not wait:
-            return r            # no replication wait: repl_wait_us is 0
-        r = await self._replicated(r, wait)
-        times.acked_ns = perf_counter_ns()
-        return r
-
-    async def _replicated(self, r, wait: bool):
+    async def _replicated(self, r, wait: bool, times=None):
         """SYNC_MASTER: SEND_OK only once a slave acknowledged the message's end
         offset.  No slave, or one more than haSlaveFallbehindMax behind ->
         SLAVE_NOT_AVAILABLE at once; no ack within slaveTimeout ->
         FLUSH_SLAVE_TIMEOUT.  The message is stored either way.  A flush failure
-        and a replication failure together report the replication status."""
+        and a replication failure together report the replication status.
+        Tracing: `times` (the request's RequestTimes, or None) gets the end of the
+        store call (= of any flush wait) and, when there was one, of the ack wait."""
+        if times is not None:
+            times.flushed_ns = perf_counter_ns()
         if self.config.brokerRole != "SYNC_MASTER" or not wait or r.result is None:
             return r
         end = r.result.end_offset
         if not self.ha_status.slave_ok(end, self.config.haSlaveFallbehindMax):
             return PutResult(PutStatus.SLAVE_NOT_AVAILABLE, r.result, "no slave connected, or it is too far behind")
-        if not await self.ack_waiter.wait_async(end, self.config.slaveTimeout / 1000):
+        acked = await self.ack_waiter.wait_async(end, self.config.slaveTimeout / 1000)
+        if times is not None:
+            times.acked_ns = perf_counter_ns()
+        if not acked:
             return PutResult(PutStatus.FLUSH_SLAVE_TIMEOUT, r.result, "the slave did not acknowledge in time")
         return r
 
