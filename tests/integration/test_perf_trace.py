@@ -15,6 +15,7 @@ SEND_V2, SEND_BATCH, PULL, RUNTIME_INFO, MAX_OFFSET = 310, 320, 11, 28, 30
 PHASES = [p for p in REQ_PHASES if p != "total_us"]
 ROUNDING_US = 1e-6    # phases are whole nanoseconds, written as thousandths of a microsecond
 SINGLE_SENDS, PIPELINED_SENDS, BATCH_MSGS = 120, 64, 10
+IN_QUEUE_0 = SINGLE_SENDS // 4 + PIPELINED_SENDS // 4     # sends go round-robin over 4 queues; the batch to 1
 
 
 def _header(topic: str, qid: int, batch: bool = False) -> dict:
@@ -115,7 +116,7 @@ def test_requests_and_flushes_are_traced(tmp_path):
         sends = asyncio.run(_produce(broker.addr, topic))
         assert all(r.code == 0 for r in sends), [(r.code, r.remark) for r in sends if r.code]
         wait_for(lambda: int(asyncio.run(_call(broker.addr, MAX_OFFSET, {"topic": topic, "queueId": 0}))
-                             .ext_fields["offset"]) > 0, 20, 0.05, "queue 0 dispatched")
+                             .ext_fields["offset"]) == IN_QUEUE_0, 20, 0.05, "queue 0 dispatched")
         pull = _pull(broker.addr, topic, 0, 32)
         assert pull.code == 0 and pull.body
         end = _commitlog_end(broker.addr)
@@ -144,8 +145,7 @@ def test_requests_and_flushes_are_traced(tmp_path):
     waits = sorted(r["flush_wait_us"] for r in singles)
     assert waits[len(waits) // 2] > 1.0, waits
     (p,) = pulls
-    in_queue_0 = sum(1 for i in range(SINGLE_SENDS) if i % 4 == 0) + sum(1 for i in range(PIPELINED_SENDS) if i % 4 == 0)
-    assert p["msgs"] == min(32, in_queue_0), p
+    assert p["msgs"] == min(32, IN_QUEUE_0), p
     assert p["size_bytes"] == len(pull.body) and p["append_us"] == p["flush_wait_us"] == 0
     assert min(r["ts_us"] for r in req) > 1_600_000_000_000_000     # wall clock, microseconds
 
