@@ -19,7 +19,6 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/sendfile.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -558,6 +557,7 @@ struct mq_commitlog {
     mq_seg *segs;                    /* indexed by file index = offset / file_size */
     uint64_t nsegs;
     uint8_t *rx_buf;                 /* HA slave: staging for received bodies (one receiving thread) */
+    int rx_pipe[2];                  /* HA slave: socket -> pipe -> file splice; -1 when not made (yet) */
 };
 
 int mq_commitlog_errno(mq_commitlog *cl) { return cl->last_errno; }
@@ -648,6 +648,7 @@ int mq_commitlog_open(const char *dir, void *ctl_mem, size_t ctl_len, const mq_c
     cl->file_size = opts->file_size;
     memcpy(cl->store_host, opts->store_host, 4);
     cl->store_port = opts->store_port;
+    cl->rx_pipe[0] = cl->rx_pipe[1] = -1;
     pthread_mutex_init(&cl->seg_lock, NULL);
     *out = cl;
     return MQ_OK;
@@ -659,6 +660,7 @@ void mq_commitlog_close(mq_commitlog *cl) {
         if (cl->segs[i].base) { munmap(cl->segs[i].base, cl->file_size); close(cl->segs[i].fd); }
     free(cl->segs);
     free(cl->rx_buf);
+    if (cl->rx_pipe[0] >= 0) { close(cl->rx_pipe[0]); close(cl->rx_pipe[1]); }
     pthread_mutex_destroy(&cl->seg_lock);
     free(cl);
 }
@@ -1216,14 +1218,56 @@ int mq_ha_send_run(mq_commitlog *cl, int sock_fd, uint64_t from, uint64_t to, ui
     return MQ_OK;
 }
 
-/* Received bodies go socket -> a small staging buffer (cache-hot) -> pwrite into
- * the file, not recv() into the mapping: a recv into a page not yet in memory
- * makes the kernel zero the page and then copy over it, and zeroing fresh
- * pages was the largest single cost of catch-up (perf: __pi_memset); a
- * whole-page write into the page cache needs no zeroing.  The mapping sees the
- * bytes (same page cache).  For the same reason a slave's files are created
- * (fallocate) but not pre-touched. */
-#define MQ_HA_RX_BUF 262144u
+/* Received bodies go socket -> pipe -> file with splice(2): the socket's pages
+ * are moved into the pipe without a copy, and the one copy is into the page
+ * cache.  Not recv() into the mapping: a recv into a page not yet in memory
+ * makes the kernel zero the page and then copy over it (perf: __pi_memset was
+ * catch-up's largest cost); a whole-page write needs no zeroing.  The mapping
+ * sees the bytes (same page cache).  For the same reason a slave's files are
+ * created (fallocate) but not pre-touched.  Where splice is refused (EINVAL:
+ * a file system without splice_write) it falls back to recv + pwrite through
+ * a staging buffer, which costs one more copy. */
+#define MQ_HA_RX_BUF  262144u
+#define MQ_HA_PIPE_SZ 1048576
+
+static void rx_pipe_drop(mq_commitlog *cl) {
+    if (cl->rx_pipe[0] >= 0) { close(cl->rx_pipe[0]); close(cl->rx_pipe[1]); }
+    cl->rx_pipe[0] = cl->rx_pipe[1] = -1;
+}
+
+/* 1: spliced all `size` bytes; 0: splice unsupported here, nothing consumed; <0: error */
+static int recv_body_splice(mq_commitlog *cl, int sock_fd, int fd, off_t file_off, size_t size) {
+    if (cl->rx_pipe[0] < 0) {
+        if (pipe2(cl->rx_pipe, O_CLOEXEC) != 0) return 0;
+        (void)fcntl(cl->rx_pipe[0], F_SETPIPE_SZ, MQ_HA_PIPE_SZ);   /* best effort: 64 KiB otherwise */
+    }
+    size_t left = size;
+    while (left) {
+        ssize_t in = splice(sock_fd, NULL, cl->rx_pipe[1], NULL, left, SPLICE_F_MOVE | SPLICE_F_MORE);
+        if (in < 0) {
+            if (errno == EINTR) continue;
+            int e = errno;
+            if (e == EINVAL && left == size) return 0;
+            rx_pipe_drop(cl);
+            return io_fail(cl, e);
+        }
+        if (in == 0) { rx_pipe_drop(cl); return io_fail(cl, ECONNRESET); }
+        ssize_t out_left = in;
+        while (out_left) {
+            ssize_t w = splice(cl->rx_pipe[0], NULL, fd, &file_off, (size_t)out_left, SPLICE_F_MOVE);
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) {
+                int e = w < 0 ? errno : EIO;
+                rx_pipe_drop(cl);                   /* bytes stuck in the pipe: never reuse it */
+                return io_fail(cl, e);
+            }
+            out_left -= w;
+        }
+        left -= (size_t)in;
+    }
+    return 1;
+}
+
 int mq_ha_recv_body(mq_commitlog *cl, int sock_fd, uint64_t offset, uint32_t size) {
     const uint64_t fs = cl->file_size;
     if (size == 0) return MQ_OK;
@@ -1232,11 +1276,14 @@ int mq_ha_recv_body(mq_commitlog *cl, int sock_fd, uint64_t offset, uint32_t siz
     uint8_t *base;
     int rc = seg_get(cl, offset / fs, 1, &base);
     if (rc) return rc;
-    if (!cl->rx_buf && !(cl->rx_buf = malloc(MQ_HA_RX_BUF))) return io_fail(cl, ENOMEM);
     pthread_mutex_lock(&cl->seg_lock);
     int fd = cl->segs[offset / fs].fd;
     pthread_mutex_unlock(&cl->seg_lock);
     off_t file_off = (off_t)(offset % fs);
+    rc = recv_body_splice(cl, sock_fd, fd, file_off, size);
+    if (rc < 0) return rc;
+    if (rc == 1) return MQ_OK;
+    if (!cl->rx_buf && !(cl->rx_buf = malloc(MQ_HA_RX_BUF))) return io_fail(cl, ENOMEM);
     size_t left = size;
     while (left) {
         size_t want = left < MQ_HA_RX_BUF ? left : MQ_HA_RX_BUF, have = 0;
@@ -1331,15 +1378,18 @@ int mq_ha_recv_run(mq_commitlog *cl, int sock_fd, uint64_t *expected, uint64_t b
     *why_out = MQ_HA_RX_IDLE;
     for (;;) {
         if (got >= budget) { *why_out = MQ_HA_RX_BUDGET; break; }
+        uint8_t hdr[12];
+        size_t have = 0;
         if (!first) {
-            struct pollfd pfd = {.fd = sock_fd, .events = POLLIN};
-            int n = poll(&pfd, 1, 0);
-            if (n < 0 && errno != EINTR) { rc = io_fail(cl, errno); break; }
-            if (n <= 0) break;                                   /* nothing more right now: idle */
+            /* one non-blocking try instead of poll + recv: nothing there -> idle */
+            ssize_t r = recv(sock_fd, hdr, sizeof hdr, MSG_DONTWAIT);
+            if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) break;
+            if (r < 0) { rc = io_fail(cl, errno); break; }
+            if (r == 0) { rc = io_fail(cl, ECONNRESET); break; }
+            have = (size_t)r;
         }
         first = 0;
-        uint8_t hdr[12];
-        rc = recv_all(cl, sock_fd, hdr, sizeof hdr);
+        rc = recv_all(cl, sock_fd, hdr + have, sizeof hdr - have);   /* a header once begun is read whole */
         if (rc) break;
         uint64_t off = be64r(hdr);
         uint32_t size = be32r(hdr + 8);

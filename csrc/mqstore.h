@@ -254,7 +254,7 @@ int      mq_ha_publish(mq_commitlog *cl, uint64_t received_end, uint64_t *publis
  *   is read whole, bounded by SO_RCVTIMEO) while bytes keep coming: a frame at
  *   *expected with a body of at most body_max bytes inside one file is received
  *   into the log and *expected advances; a heartbeat at *expected is consumed.
- *   Before each header after the first, a zero-timeout poll: nothing ready ->
+ *   Before each header after the first, a non-blocking read: nothing ready ->
  *   it stops (*why_out = MQ_HA_RX_IDLE); at least `budget` bytes received ->
  *   it stops (MQ_HA_RX_BUDGET); any other header is consumed and handed back in
  *   *other_offset/*other_size (MQ_HA_RX_OTHER) for the caller's rules (rebase,
