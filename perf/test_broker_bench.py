@@ -1019,7 +1019,7 @@ async def _single_producers(conns: list[RemotingClient], addr: str, topic: str, 
 
 
 def _single_producer_main(pipe) -> None:
-    """A producer process (spawned) for gate 5 and for perf/peers.py: commands over a pipe,
+    """A producer process (spawned) for SingleProducerProcesses: commands over a pipe,
     each answered with ("ok", result) or ("error", traceback)."""
     loop = asyncio.new_event_loop()
     conns: dict[str, list[RemotingClient]] = {}          # broker address -> connections
@@ -1054,16 +1054,18 @@ def _single_producer_main(pipe) -> None:
 
 
 class SingleProducerProcesses(ClientProcesses):
-    """ClientProcesses running single-send producers: SYNC_FLUSH_IN_FLIGHT_PER_CONN per connection."""
+    """ClientProcesses running single-send producers, `in_flight` per connection (gate 5, the
+    HA benchmark's SYNC vs ASYNC master, perf/peers.py)."""
 
-    def __init__(self, n: int):
+    def __init__(self, n: int, in_flight: int = SYNC_FLUSH_IN_FLIGHT_PER_CONN):
         super().__init__(n, target=_single_producer_main)
+        self.in_flight = in_flight
 
     def run(self, addr: str, topic: str, per_producer: int) -> tuple[int, float, list[float], float]:
         """All processes start together, 20 ms from now; (messages, seconds from the first start
         to the last end, per-send latencies, seconds from the call to the first start)."""
         t0 = time.monotonic()
-        res = self.call("run", addr, topic, t0 + 0.02, per_producer, SYNC_FLUSH_IN_FLIGHT_PER_CONN)
+        res = self.call("run", addr, topic, t0 + 0.02, per_producer, self.in_flight)
         start = min(r["start"] for r in res)
         return (sum(r["msgs"] for r in res), max(r["end"] for r in res) - start,
                 [x for r in res for x in r["lat"]], start - t0)

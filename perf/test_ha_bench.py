@@ -25,7 +25,6 @@ from test_broker_bench, next to this file."""
 from __future__ import annotations
 
 import _posixshmem
-import asyncio
 import json
 import mmap
 import multiprocessing as mp
@@ -43,7 +42,6 @@ from dataclasses import dataclass
 import pytest
 
 from . import test_broker_bench as bb
-from mq.remoting import RemotingClient
 from mq.store import control as C
 from tests.harness.cluster import Broker, NameServer, free_port, wait_for
 
@@ -151,82 +149,6 @@ def session():
 # =================================================================================================
 # 1. SYNC_MASTER vs ASYNC_MASTER, 64 concurrent producers
 # =================================================================================================
-async def _producers(conns: list[RemotingClient], addr: str, topic: str, start_at: float, per_producer: int,
-                     in_flight: int) -> dict:
-    """len(conns) x in_flight producers; each sends `per_producer` single messages, one at a time."""
-    lat: list[float] = []
-
-    async def producer(c: RemotingClient, n: int) -> None:
-        for i in range(per_producer):
-            s = time.monotonic()
-            await bb.send_one(c, addr, topic, (n + i) % bb.QUEUES)
-            lat.append(time.monotonic() - s)
-
-    await asyncio.sleep(max(0.0, start_at - time.monotonic()))
-    t0 = time.monotonic()
-    await asyncio.gather(*(producer(c, i * in_flight + k + os.getpid()) for i, c in enumerate(conns)
-                           for k in range(in_flight)))
-    t1 = time.monotonic()
-    return {"start": t0, "end": t1, "msgs": len(conns) * in_flight * per_producer, "lat": lat}
-
-
-def _producer_main(pipe) -> None:
-    """A producer process (spawned): commands over a pipe, each answered with ("ok", result) or
-    ("error", traceback)."""
-    loop = asyncio.new_event_loop()
-    conns: dict[str, list[RemotingClient]] = {}
-
-    async def connect(addr: str, n: int) -> int:
-        conns[addr] = [RemotingClient() for _ in range(n)]
-        for c in conns[addr]:                                   # opens the connection
-            await c.invoke(addr, c.request(bb.GET_BROKER_RUNTIME_INFO), bb.TIMEOUT_S)
-        return n
-
-    def close_all() -> None:
-        for cs in conns.values():
-            for c in cs:
-                loop.run_until_complete(c.close())
-        conns.clear()
-
-    def reply(fn) -> None:
-        try:
-            pipe.send(("ok", fn()))
-        except BaseException:
-            pipe.send(("error", traceback.format_exc()))
-
-    try:
-        while True:
-            cmd, *args = pipe.recv()
-            if cmd == "connect":
-                reply(lambda: loop.run_until_complete(connect(*args)))
-            elif cmd == "run":
-                addr, *rest = args
-                reply(lambda: loop.run_until_complete(_producers(conns[addr], addr, *rest)))
-            elif cmd == "disconnect":
-                reply(close_all)
-            else:
-                return
-    finally:
-        close_all()
-        loop.close()
-
-
-class ProducerProcesses(bb.ClientProcesses):
-    """The broker benchmark's client processes, running single-send producers."""
-
-    def __init__(self, n: int):
-        super().__init__(n, target=_producer_main)
-
-    def run(self, addr: str, topic: str, per_producer: int) -> tuple[int, float, list[float], float]:
-        """All processes start together, 20 ms from now; (messages, seconds from the first start
-        to the last end, per-send latencies, seconds from the call to the first start)."""
-        t0 = time.monotonic()
-        res = self.call("run", addr, topic, t0 + 0.02, per_producer, IN_FLIGHT_PER_CONN)
-        start = min(r["start"] for r in res)
-        return (sum(r["msgs"] for r in res), max(r["end"] for r in res) - start,
-                [x for r in res for x in r["lat"]], start - t0)
-
-
 @dataclass(frozen=True)
 class ReplicationScale:
     per_producer: int             # single sends per producer per round (x PRODUCERS messages)
@@ -254,7 +176,7 @@ def test_sync_vs_async_master(benchmark, namesrv, store_dir, need_disk, session,
     need_disk(2 * GIB)
     topic = "PerfReplication"
     brokers: dict[str, tuple[Broker, Broker]] = {}
-    producers = ProducerProcesses(PRODUCER_PROCESSES)
+    producers = bb.SingleProducerProcesses(PRODUCER_PROCESSES, IN_FLIGHT_PER_CONN)
     started: list[Broker] = []
     try:
         t0 = time.perf_counter()
