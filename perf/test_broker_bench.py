@@ -688,14 +688,15 @@ async def _timed_batches(clients: dict, addr: str, topic: str, start_at: float, 
     return {"start": t0, "end": t1, "msgs": len(conns) * batches_per_conn * BATCH_MSGS, "lat": lat}
 
 
-def _batch_client_main(pipe) -> None:
-    """A producer process for gate 3 (spawned): commands over a pipe, each answered with
-    ("ok", result) or ("error", traceback)."""
+def _serve_client_commands(pipe, connect, run) -> None:
+    """The command loop of a spawned client process: ("connect", ...) -> connect(clients, ...),
+    ("run", ...) -> run(clients, ...) (both coroutines), ("disconnect",) closes every connection,
+    anything else ends it; each command is answered with ("ok", result) or ("error", traceback).
+    `clients` maps a broker address to its connections."""
     loop = asyncio.new_event_loop()
-    clients: dict[str, list[RemotingClient]] = {}     # broker address -> connections
-    body = one_kib_batch()
+    clients: dict[str, list[RemotingClient]] = {}
 
-    def close_all():
+    def close_all() -> None:
         for conns in clients.values():
             for c in conns:
                 loop.run_until_complete(c.close())
@@ -705,9 +706,9 @@ def _batch_client_main(pipe) -> None:
         while True:
             cmd, *args = pipe.recv()
             if cmd == "connect":
-                _client_reply(pipe, lambda: loop.run_until_complete(_balanced_connections(*args, clients)))
+                _client_reply(pipe, lambda: loop.run_until_complete(connect(clients, *args)))
             elif cmd == "run":
-                _client_reply(pipe, lambda: loop.run_until_complete(_timed_batches(clients, *args, body)))
+                _client_reply(pipe, lambda: loop.run_until_complete(run(clients, *args)))
             elif cmd == "disconnect":
                 _client_reply(pipe, close_all)
             else:
@@ -715,6 +716,13 @@ def _batch_client_main(pipe) -> None:
     finally:
         close_all()
         loop.close()
+
+
+def _batch_client_main(pipe) -> None:
+    """A producer process for gate 3 (spawned): batches over connections balanced across io workers."""
+    body = one_kib_batch()
+    _serve_client_commands(pipe, lambda clients, *a: _balanced_connections(*a, clients),
+                           lambda clients, *a: _timed_batches(clients, *a, body))
 
 
 class ClientProcesses:
@@ -1019,38 +1027,17 @@ async def _single_producers(conns: list[RemotingClient], addr: str, topic: str, 
 
 
 def _single_producer_main(pipe) -> None:
-    """A producer process (spawned) for SingleProducerProcesses: commands over a pipe,
-    each answered with ("ok", result) or ("error", traceback)."""
-    loop = asyncio.new_event_loop()
-    conns: dict[str, list[RemotingClient]] = {}          # broker address -> connections
-
-    async def connect(addr: str, n: int) -> int:
-        conns[addr] = [RemotingClient() for _ in range(n)]
-        for c in conns[addr]:                                   # opens each connection
+    """A producer process (spawned) for SingleProducerProcesses: single sends, in flight per connection."""
+    async def connect(clients: dict, addr: str, n: int) -> int:
+        clients[addr] = [RemotingClient() for _ in range(n)]
+        for c in clients[addr]:                                 # opens each connection
             await c.invoke(addr, c.request(GET_BROKER_RUNTIME_INFO), TIMEOUT_S)
         return n
 
-    def close_all() -> None:
-        for cs in conns.values():
-            for c in cs:
-                loop.run_until_complete(c.close())
-        conns.clear()
+    async def run(clients: dict, addr: str, *rest):
+        return await _single_producers(clients[addr], addr, *rest)
 
-    try:
-        while True:
-            cmd, *args = pipe.recv()
-            if cmd == "connect":
-                _client_reply(pipe, lambda: loop.run_until_complete(connect(*args)))
-            elif cmd == "run":
-                addr, *rest = args
-                _client_reply(pipe, lambda: loop.run_until_complete(_single_producers(conns[addr], addr, *rest)))
-            elif cmd == "disconnect":
-                _client_reply(pipe, close_all)
-            else:
-                return
-    finally:
-        close_all()
-        loop.close()
+    _serve_client_commands(pipe, connect, run)
 
 
 class SingleProducerProcesses(ClientProcesses):
