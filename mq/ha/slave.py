@@ -47,8 +47,8 @@ from mq.store.commitlog import CommitLog
 from mq.store.native import StoreError
 from mq.wire import ha as W
 
-from .common import FRAME_BODY_SIZE_MAX, JOIN_TIMEOUT_S, REPORT_EVERY_BYTES, STOP_CHECK_MS, configure_socket, \
-    parse_addr, readable, shutdown_quietly
+from .common import FRAME_BODY_SIZE_MAX, JOIN_TIMEOUT_S, REPORT_EVERY_BYTES, SLAVE_RCVBUF_BYTES, STOP_CHECK_MS, \
+    configure_socket, parse_addr, readable, shutdown_quietly
 from .truncate import rebase_empty, truncate_to
 
 log = logging.getLogger("mq.ha.slave")
@@ -160,6 +160,8 @@ class HASlave:
             return None
         try:
             configure_socket(sock, self.housekeeping_interval_ms)
+            # a receive buffer the master can fill while we write and check the last run
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SLAVE_RCVBUF_BYTES)
         except OSError as e:
             log.warning("HA slave: socket set-up failed: %s", e)
             sock.close()

@@ -316,6 +316,52 @@ def test_slave_drops_a_master_that_sends_bad_frames(make_store, tmp_path, nodes,
         fake.close()
 
 
+def test_catch_up_burst_with_a_bad_record_publishes_and_acks_only_what_precedes_it(make_store, tmp_path, nodes,
+                                                                                    caplog):
+    """(d') The catch-up path: a master bursts ~3 MiB of frames at once, so the slave receives
+    them in runs of many frames (one C call, one validation and one report per run).  One
+    record in the third MiB has a flipped body byte (its CRC no longer matches): the slave
+    publishes exactly the records before it, never acks past its start, logs it and drops
+    the connection."""
+    _, new_slave = nodes
+    master = make_store(root=tmp_path / "m")
+    slave = make_store(root=tmp_path / "s")
+    end = fill(master, 5000, seed=11)
+    assert end > 3 * 1024 * 1024
+    data = bytearray(log_bytes(master, 0, end))
+    sc = master.cl.scanner(4096)
+    pos, bad = 0, None
+    while bad is None:
+        n, pos, _ = sc.scan(pos, end, check_crc=False, resolve_slots=0)
+        assert n
+        bad = next((sc.recs[i] for i in range(n) if sc.recs[i].phy_offset >= 2 * 1024 * 1024 + 12345), None)
+    data[bad.phy_offset + bad.body_offset] ^= 0xFF
+    frames = b"".join(W.pack_ha_frame_header(off, min(32768, end - off)) + bytes(data[off:off + 32768])
+                      for off in range(0, end, 32768))
+    fake = FakeMaster()
+    try:
+        with caplog.at_level(logging.ERROR, logger="mq.ha.slave"):
+            new_slave(slave, fake.addr)
+            conn, first = fake.accept()
+            assert first == 0
+            threading.Thread(target=lambda: conn.sendall(frames), daemon=True).start()
+            reports = bytearray()
+            conn.settimeout(10)
+            while True:                                   # the slave's reports, until it closes
+                chunk = conn.recv(65536)
+                if not chunk:
+                    break
+                reports += chunk
+            conn.close()
+        acks = [W.unpack_slave_report(reports, i) for i in range(0, len(reports) - len(reports) % 8, 8)]
+        assert acks and max(acks) <= bad.phy_offset, (max(acks), bad.phy_offset)
+        assert slave.cl.write_pos == bad.phy_offset
+        assert log_bytes(slave, 0, bad.phy_offset) == bytes(data[:bad.phy_offset])
+        assert any("not valid at %d" % bad.phy_offset in r.getMessage() for r in caplog.records)
+    finally:
+        fake.close()
+
+
 def test_divergence_truncates_the_slave_to_the_masters_end(make_store, tmp_path, nodes, caplog):
     """(e) The master loses a tail the slave already has (the master restarts
     from a copy of its store taken before its last 60 messages, which reach a
