@@ -62,16 +62,16 @@ PERF_MD_REDIS_ALWAYS_50_CONNS = 30_000       # msgs/s, AOF always, redis-benchma
 # ---- gate targets (PERF.md) and the floors the tests assert; every ratio is against Redis measured
 # in the same run (perf/peers.py) -----------------------------------------------------------------
 ONE_AT_A_TIME_TARGET = 1.2        # msgs/s ÷ Redis XADD one at a time (AOF everysec, redis-py)
-ONE_AT_A_TIME_FLOOR = 0.05        # measured 0.18-0.30 here (Redis 9.4-15.7 k msgs/s in the same run)
+ONE_AT_A_TIME_FLOOR = 0.08        # measured 0.18-0.39 here (Redis 8.1-15.7 k msgs/s in the same run)
 PIPELINED_TARGET = 2.0            # msgs/s ÷ Redis XADD pipeline of 100, for (a) and for (b)
-PIPELINED_FLOOR = 0.02            # (a) single sends, 100 in flight: measured 0.09-0.15 here
+PIPELINED_FLOOR = 0.04            # (a) single sends, 100 in flight: measured 0.09-0.17 here
 BATCH_FLOOR = 0.5                 # (b) batches of 100: measured 3.7-4.7 here (Redis 33-60 k msgs/s)
 IO_WORKERS_SPEEDUP_TARGET = 1.5   # 2 io workers' msgs/s ÷ 1 io worker's, same clients
 IO_WORKERS_SPEEDUP_FLOOR = 0.5    # measured 0.80-1.49 here (2 vCPUs shared with the client processes)
 CONSUME_TARGET = 1.0              # msgs/s ÷ Redis XREAD COUNT 1000 (AOF everysec, redis-py)
 CONSUME_FLOOR = 0.10              # measured 0.63-1.75 here (Redis 23-106 k msgs/s)
 SYNC_FLUSH_TARGET = 1.5           # msgs/s ÷ Redis AOF always with redis-benchmark -c 50
-SYNC_FLUSH_FLOOR = 0.03           # measured 0.19-0.40 here (Redis 7.8-33 k msgs/s)
+SYNC_FLUSH_FLOOR = 0.05           # measured 0.14-0.40 here (Redis 7.8-55 k msgs/s)
 
 STRICT = os.environ.get("MQ_PERF_STRICT") == "1"
 

@@ -45,7 +45,7 @@ GROUP_COMMIT_SPEEDUP_TARGET = 5.0     # 64 concurrent SYNC_FLUSH producers' msgs
 GROUP_COMMIT_SPEEDUP_FLOOR = 1.5      # measured 2-6x here; a group commit that stopped grouping is <= 1x
 GROUP_COMMIT_SPEEDUP_FLOOR_16 = 1.2   # the quick variant's 16 producers measure 1.7-3.5x here
 RECOVERY_S_PER_GIB_TARGET = 1.0       # abnormal recovery seconds per GiB of CommitLog
-RECOVERY_S_PER_GIB_CEILING = 3.0
+RECOVERY_S_PER_GIB_CEILING = 1.5
 
 STRICT = os.environ.get("MQ_PERF_STRICT") == "1"
 
