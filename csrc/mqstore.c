@@ -558,6 +558,7 @@ struct mq_commitlog {
     uint64_t nsegs;
     uint8_t *rx_buf;                 /* HA slave: staging for received bodies (one receiving thread) */
     int rx_pipe[2];                  /* HA slave: socket -> pipe -> file splice; -1 when not made (yet) */
+    int rx_no_splice;                /* HA slave: splice was refused here; receive + pwrite instead */
 };
 
 int mq_commitlog_errno(mq_commitlog *cl) { return cl->last_errno; }
@@ -1236,36 +1237,82 @@ static void rx_pipe_drop(mq_commitlog *cl) {
 }
 
 /* 1: spliced all `size` bytes; 0: splice unsupported here, nothing consumed; <0: error */
-static int recv_body_splice(mq_commitlog *cl, int sock_fd, int fd, off_t file_off, size_t size) {
+static int rx_buf_get(mq_commitlog *cl) {
+    if (!cl->rx_buf && !(cl->rx_buf = malloc(MQ_HA_RX_BUF))) return io_fail(cl, ENOMEM);
+    return MQ_OK;
+}
+
+/* Writes n bytes at *off, advancing it; 0 from pwrite on a regular file is an error. */
+static int pwrite_all(mq_commitlog *cl, int fd, const uint8_t *p, size_t n, off_t *off) {
+    while (n) {
+        ssize_t w = pwrite(fd, p, n, *off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return io_fail(cl, w < 0 ? errno : EIO);
+        p += w;
+        n -= (size_t)w;
+        *off += w;
+    }
+    return MQ_OK;
+}
+
+/* Moves n bytes that sit in the pipe into the file by read + pwrite (the file side refused
+ * splice after the socket side had already filled the pipe). */
+static int pipe_to_file_by_copy(mq_commitlog *cl, int fd, off_t *off, size_t n) {
+    int rc = rx_buf_get(cl);
+    if (rc) return rc;
+    while (n) {
+        ssize_t r = read(cl->rx_pipe[0], cl->rx_buf, n < MQ_HA_RX_BUF ? n : MQ_HA_RX_BUF);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return io_fail(cl, r < 0 ? errno : EIO);
+        rc = pwrite_all(cl, fd, cl->rx_buf, (size_t)r, off);
+        if (rc) return rc;
+        n -= (size_t)r;
+    }
+    return MQ_OK;
+}
+
+/* Receives up to `size` bytes from the socket into the file at *off by splice.  Returns
+ * MQ_OK with *done = bytes received and written: all of them, or fewer when splice turned
+ * out to be refused (EINVAL on either side; the pipe is empty then, and cl->rx_no_splice is
+ * set so later bodies go straight to the copy path).  On an error the pipe is dropped (it
+ * may hold bytes: never reuse it). */
+static int recv_body_splice(mq_commitlog *cl, int sock_fd, int fd, off_t *off, size_t size, size_t *done) {
+    *done = 0;
     if (cl->rx_pipe[0] < 0) {
-        if (pipe2(cl->rx_pipe, O_CLOEXEC) != 0) return 0;
+        if (pipe2(cl->rx_pipe, O_CLOEXEC) != 0) { cl->rx_no_splice = 1; return MQ_OK; }
         (void)fcntl(cl->rx_pipe[0], F_SETPIPE_SZ, MQ_HA_PIPE_SZ);   /* best effort: 64 KiB otherwise */
     }
-    size_t left = size;
-    while (left) {
-        ssize_t in = splice(sock_fd, NULL, cl->rx_pipe[1], NULL, left, SPLICE_F_MOVE | SPLICE_F_MORE);
+    while (*done < size) {
+        ssize_t in = splice(sock_fd, NULL, cl->rx_pipe[1], NULL, size - *done, SPLICE_F_MOVE | SPLICE_F_MORE);
         if (in < 0) {
             if (errno == EINTR) continue;
             int e = errno;
-            if (e == EINVAL && left == size) return 0;
+            if (e == EINVAL) { cl->rx_no_splice = 1; return MQ_OK; }     /* the pipe is empty here */
             rx_pipe_drop(cl);
             return io_fail(cl, e);
         }
         if (in == 0) { rx_pipe_drop(cl); return io_fail(cl, ECONNRESET); }
-        ssize_t out_left = in;
+        size_t out_left = (size_t)in;
         while (out_left) {
-            ssize_t w = splice(cl->rx_pipe[0], NULL, fd, &file_off, (size_t)out_left, SPLICE_F_MOVE);
+            ssize_t w = splice(cl->rx_pipe[0], NULL, fd, off, out_left, SPLICE_F_MOVE);
             if (w < 0 && errno == EINTR) continue;
+            if (w < 0 && errno == EINVAL) {         /* this file system has no splice_write */
+                int rc = pipe_to_file_by_copy(cl, fd, off, out_left);
+                if (rc) { rx_pipe_drop(cl); return rc; }
+                cl->rx_no_splice = 1;
+                *done += (size_t)in;
+                return MQ_OK;
+            }
             if (w <= 0) {
                 int e = w < 0 ? errno : EIO;
-                rx_pipe_drop(cl);                   /* bytes stuck in the pipe: never reuse it */
+                rx_pipe_drop(cl);
                 return io_fail(cl, e);
             }
-            out_left -= w;
+            out_left -= (size_t)w;
         }
-        left -= (size_t)in;
+        *done += (size_t)in;
     }
-    return 1;
+    return MQ_OK;
 }
 
 int mq_ha_recv_body(mq_commitlog *cl, int sock_fd, uint64_t offset, uint32_t size) {
@@ -1276,17 +1323,20 @@ int mq_ha_recv_body(mq_commitlog *cl, int sock_fd, uint64_t offset, uint32_t siz
     uint8_t *base;
     int rc = seg_get(cl, offset / fs, 1, &base);
     if (rc) return rc;
+    /* the fd is used after the lock is let go: segments are released only by the thread that
+     * streams (mq_commitlog_release's contract), so it cannot be closed under us */
     pthread_mutex_lock(&cl->seg_lock);
     int fd = cl->segs[offset / fs].fd;
     pthread_mutex_unlock(&cl->seg_lock);
     off_t file_off = (off_t)(offset % fs);
-    rc = recv_body_splice(cl, sock_fd, fd, file_off, size);
-    if (rc < 0) return rc;
-    if (rc == 1) return MQ_OK;
-    if (!cl->rx_buf && !(cl->rx_buf = malloc(MQ_HA_RX_BUF))) return io_fail(cl, ENOMEM);
-    size_t left = size;
-    while (left) {
-        size_t want = left < MQ_HA_RX_BUF ? left : MQ_HA_RX_BUF, have = 0;
+    size_t done = 0;
+    if (!cl->rx_no_splice) {
+        rc = recv_body_splice(cl, sock_fd, fd, &file_off, size, &done);
+        if (rc) return rc;
+    }
+    if (done < size && (rc = rx_buf_get(cl)) != MQ_OK) return rc;
+    while (done < size) {
+        size_t want = size - done < MQ_HA_RX_BUF ? size - done : MQ_HA_RX_BUF, have = 0;
         while (have < want) {
             ssize_t r = recv(sock_fd, cl->rx_buf + have, want - have, MSG_WAITALL);
             if (r < 0) {
@@ -1296,16 +1346,9 @@ int mq_ha_recv_body(mq_commitlog *cl, int sock_fd, uint64_t offset, uint32_t siz
             if (r == 0) return io_fail(cl, ECONNRESET);
             have += (size_t)r;
         }
-        for (size_t done = 0; done < have;) {
-            ssize_t w = pwrite(fd, cl->rx_buf + done, have - done, file_off);
-            if (w < 0) {
-                if (errno == EINTR) continue;
-                return io_fail(cl, errno);
-            }
-            done += (size_t)w;
-            file_off += w;
-        }
-        left -= have;
+        rc = pwrite_all(cl, fd, cl->rx_buf, have, &file_off);
+        if (rc) return rc;
+        done += have;
     }
     return MQ_OK;
 }

@@ -202,6 +202,9 @@ int      mq_commitlog_scan(mq_commitlog *cl, uint64_t from, uint64_t limit, int 
                            uint64_t *next_out, int *stop_out);
 int      mq_commitlog_flush(mq_commitlog *cl, uint32_t least_pages, uint64_t *flushed_out);
 int      mq_commitlog_zero_tail(mq_commitlog *cl, uint64_t from);
+/* mq_commitlog_release unmaps and closes this handle's files below `below` and from
+ * from_index on.  Contract: no other thread of this handle may be inside an HA send or
+ * receive on those files (they use a file's fd after letting go of the segment lock). */
 int      mq_commitlog_release(mq_commitlog *cl, uint64_t below, uint64_t from_index);
 
 /* ConsumeQueue dispatch: writes the 20-byte entry of each scanned record at its
@@ -228,9 +231,9 @@ int      mq_dispatch_batch(void *mem, const mq_scan_rec *recs, uint32_t n, mq_cq
  *   blocking socket.  *body_out = bytes of body sent (0 when nothing is written
  *   yet: a heartbeat).  MQ_E_IO with errno on a socket error.
  * mq_ha_recv_body: receives exactly `size` bytes from a blocking socket and
- *   writes them into the file at `offset` (pwrite through a staging buffer;
- *   creating the file if needed); the bytes are beyond write_pos, so nobody
- *   reads them yet.
+ *   writes them into the file at `offset` (splice socket -> pipe -> file, or
+ *   recv + pwrite where splice is refused; creating the file if needed); the
+ *   bytes are beyond write_pos, so nobody reads them yet.
  * mq_ha_publish: validates records from write_pos up to `received_end`
  *   (magic, size, CRC, PHYSICALOFFSET) and publishes the complete ones
  *   (write_pos, LAST_STORE_TS; SEQ_WRITE is bumped).  A record cut by the end of
@@ -257,7 +260,7 @@ int      mq_ha_publish(mq_commitlog *cl, uint64_t received_end, uint64_t *publis
  *   Before each header after the first, a non-blocking read: nothing ready ->
  *   it stops (*why_out = MQ_HA_RX_IDLE); at least `budget` bytes received ->
  *   it stops (MQ_HA_RX_BUDGET); any other header is consumed and handed back in
- *   *other_offset/*other_size (MQ_HA_RX_OTHER) for the caller's rules (rebase,
+ *   *other_offset and *other_size (MQ_HA_RX_OTHER) for the caller's rules (rebase,
  *   divergence, rejection).  What was received is validated and published
  *   (mq_ha_publish) before it returns: *published_out; MQ_E_CORRUPT when a
  *   record is invalid.  MQ_E_IO with errno on a socket error (EAGAIN: stalled

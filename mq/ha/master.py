@@ -247,7 +247,9 @@ class SlaveConnection:
                 # looks at the stop flag.  C raises in_flight_end before each frame.
                 end = min(wp, nxt + RUN_BYTES_MAX)
                 if not self._in_flight_valid:
-                    self.in_flight_end = nxt
+                    # the cell is 0 until C raises it to the first frame's end: no ack (not even a
+                    # repeat of the slave's start report) counts before a frame is in flight
+                    self._in_flight_valid = True
                     self.sent_offset = nxt
                 nxt = cl.ha_send_run(fd, nxt, end, m.transfer_batch_size, self._in_flight, self._sent)
                 last_send = time.monotonic()

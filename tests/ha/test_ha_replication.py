@@ -334,7 +334,9 @@ def test_catch_up_burst_with_a_bad_record_publishes_and_acks_only_what_precedes_
     while bad is None:
         n, pos, _ = sc.scan(pos, end, check_crc=False, resolve_slots=0)
         assert n
-        bad = next((sc.recs[i] for i in range(n) if sc.recs[i].phy_offset >= 2 * 1024 * 1024 + 12345), None)
+        # a record inside one 32 KiB frame: every ack then lands on a frame end, none inside it
+        bad = next((r for r in (sc.recs[i] for i in range(n)) if r.phy_offset >= 2 * 1024 * 1024 + 12345
+                    and r.phy_offset // 32768 == (r.phy_offset + r.size - 1) // 32768), None)
     data[bad.phy_offset + bad.body_offset] ^= 0xFF
     frames = b"".join(W.pack_ha_frame_header(off, min(32768, end - off)) + bytes(data[off:off + 32768])
                       for off in range(0, end, 32768))
