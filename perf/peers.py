@@ -1,7 +1,7 @@
 """Peers side by side: Redis Streams and NATS JetStream, started on loopback from Debian's
 packages, against our broker, with the same workloads in the same run (PERF.md, "Peers").
 
-  mqpeers [--seconds S] [--only redis|nats|ours] [--client remoting|mqperf] [--json]
+  mqpeers [--seconds S] [--only redis|nats|ours] [--client remoting|mqperf|library] [--json]
   python -m perf.peers ...                  (the same, from the repository root)
 
 What runs (1 KiB messages, 127.0.0.1, persistence on):
@@ -572,9 +572,13 @@ class OurBrokers:
     with callback-driven connections and templated frames, which spends less client CPU per
     message; its consumer keeps one pull in flight per queue (RocketMQ's consumers do that)
     instead of one pull at a time.  Every mqperf run spawns its worker processes; they start
-    at one instant, so the spawn is outside the measured time."""
+    at one instant, so the spawn is outside the measured time.
+    client="library": the project's client library as an application uses it (mq.client
+    Producer: route lookup, queue selection, retries; PullConsumer.pull decoding every
+    message), in this process: send() one at a time, 100 send() tasks in flight, send_batch()
+    of 100 (4 in flight), 64 concurrent send() tasks, and pulls of 32 round-robin."""
 
-    CLIENTS = ("remoting", "mqperf")
+    CLIENTS = ("remoting", "mqperf", "library")
 
     TOPIC = "PeersTopic"              # the produce workloads
     BACKLOG_TOPIC = "PeersBacklog"    # the consume workload: holds the backlog and nothing else
@@ -591,6 +595,7 @@ class OurBrokers:
         self.session = None
         self._producers = None        # SingleProducerProcesses, started by the first producers_64()
         self._connected: set[str] = set()   # flush types whose broker the producers are connected to
+        self._library: dict[str, tuple] = {}  # flush -> (Producer, PullConsumer), client="library"
         try:
             self.namesrv = NameServer(self.dir)
             for flush in flush_types:
@@ -620,6 +625,8 @@ class OurBrokers:
                 stack.callback(self.session.close)
             if self._producers is not None:
                 stack.callback(self._producers.close)
+            for producer, consumer in self._library.values():
+                stack.callback(lambda p=producer, c=consumer: self.run(_shutdown_library(p, c)))
 
     def __enter__(self):
         return self
@@ -636,9 +643,21 @@ class OurBrokers:
             raise RuntimeError(f"mqperf {options}: {s.errors} errors, {s.messages} messages, statuses {s.statuses}")
         return Result(s.messages, s.duration_s, p50_us=s.latency.p50_us, p99_us=s.latency.p99_us)
 
+    def _lib(self, flush: str) -> tuple:
+        """(Producer, PullConsumer) of mq.client against this flush type's broker, started once."""
+        if flush not in self._library:
+            self._library[flush] = self.run(_start_library(self.namesrv.addr, flush))
+        return self._library[flush]
+
+    def _lib_sends(self, flush: str, n: int, in_flight: int, batch: int = 1) -> Result:
+        producer, _ = self._lib(flush)
+        return self.run(_library_sends(producer, self.TOPIC, n, in_flight, batch))
+
     def one_at_a_time(self, flush: str, n: int) -> Result:
         if self.client == "mqperf":
             return self._mqperf(flush, topic=self.TOPIC, count=n)
+        if self.client == "library":
+            return self._lib_sends(flush, n, 1)
         lat: list[float] = []
         s = self.run(self.bb.sequential_sends(self.session.client, self.addr(flush), self.TOPIC, n, lat))
         return Result(n, s, lat)
@@ -646,6 +665,8 @@ class OurBrokers:
     def pipelined(self, flush: str, n: int) -> Result:
         if self.client == "mqperf":
             return self._mqperf(flush, topic=self.TOPIC, count=n, in_flight=self.bb.PIPELINE_IN_FLIGHT)
+        if self.client == "library":
+            return self._lib_sends(flush, n, self.bb.PIPELINE_IN_FLIGHT)
         lat: list[float] = []
         s = self.run(self.bb.pipelined_sends(self.session.client, self.addr(flush), self.TOPIC, n,
                                              self.bb.PIPELINE_IN_FLIGHT, lat))
@@ -656,6 +677,8 @@ class OurBrokers:
         if self.client == "mqperf":
             return self._mqperf(flush, topic=self.TOPIC, count=batches * self.bb.BATCH_MSGS,
                                 batch=self.bb.BATCH_MSGS, in_flight=self.bb.BATCH_IN_FLIGHT)
+        if self.client == "library":
+            return self._lib_sends(flush, batches * self.bb.BATCH_MSGS, self.bb.BATCH_IN_FLIGHT, self.bb.BATCH_MSGS)
         lat: list[float] = []
         s = self.run(self.bb.batched_sends(self.session.client, self.addr(flush), self.TOPIC, batches,
                                            self.bb.BATCH_IN_FLIGHT, self.bb.one_kib_batch(), lat))
@@ -667,6 +690,9 @@ class OurBrokers:
             return self._mqperf(flush, topic=self.TOPIC, count=max(1, n // bb.SYNC_FLUSH_PRODUCERS) *
                                 bb.SYNC_FLUSH_PRODUCERS, procs=OUR_PRODUCER_PROCESSES, conns=OUR_CONNS_PER_PROCESS,
                                 in_flight=bb.SYNC_FLUSH_IN_FLIGHT_PER_CONN)
+        if self.client == "library":
+            return self._lib_sends(flush, max(1, n // bb.SYNC_FLUSH_PRODUCERS) * bb.SYNC_FLUSH_PRODUCERS,
+                                   bb.SYNC_FLUSH_PRODUCERS)
         if self._producers is None:
             self._producers = bb.SingleProducerProcesses(OUR_PRODUCER_PROCESSES)
         if flush not in self._connected:
@@ -693,11 +719,77 @@ class OurBrokers:
             r = self._mqperf(flush, mode="consume", topic=self.BACKLOG_TOPIC, pull_batch=self.bb.PULL_MAX_MSGS)
             assert r.msgs == sum(ends), (r.msgs, ends)
             return r
+        if self.client == "library":
+            _, consumer = self._lib(flush)
+            r = self.run(_library_consume(consumer, self.BACKLOG_TOPIC, self.bb.PULL_MAX_MSGS))
+            assert r.msgs == sum(ends), (r.msgs, ends)
+            return r
         lat: list[float] = []
         msgs, _, s = self.run(self.bb.consume_round_robin(self.session.client, self.addr(flush), self.BACKLOG_TOPIC,
                                                           ends, lat))
         assert msgs == sum(ends), (msgs, ends)
         return Result(msgs, s, lat)
+
+
+# ---- client="library": mq.client as an application uses it ---------------------------------------
+async def _start_library(namesrv: str, flush: str):
+    from mq.client import Producer, PullConsumer
+    tag = flush.split("_")[0].lower()
+    producer = await Producer(f"peers_producer_{tag}", namesrv, instance_name=f"peers-{tag}-{os.getpid()}").start()
+    consumer = await PullConsumer(f"peers_consumer_{tag}", namesrv,
+                                  instance_name=f"peers-c-{tag}-{os.getpid()}").start()
+    return producer, consumer
+
+
+async def _shutdown_library(producer, consumer) -> None:
+    await producer.shutdown()
+    await consumer.shutdown()
+
+
+async def _library_sends(producer, topic: str, n: int, in_flight: int, batch: int) -> Result:
+    """n messages by `in_flight` concurrent senders, each awaiting send() (batch 1) or
+    send_batch() of `batch` messages; any status but SEND_OK fails the round."""
+    from mq.client import Message, SendStatus
+    requests = max(1, n // batch)
+    lat: list[float] = []
+    next_request = iter(range(requests))
+
+    async def sender() -> None:
+        for _ in next_request:
+            t = time.perf_counter()
+            if batch == 1:
+                r = await producer.send(Message(topic, BODY))
+            else:
+                r = await producer.send_batch([Message(topic, BODY) for _ in range(batch)])
+            lat.append(time.perf_counter() - t)
+            if r.status != SendStatus.SEND_OK:
+                raise RuntimeError(f"send answered {r.status}")
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(sender() for _ in range(in_flight)))
+    return Result(requests * batch, time.perf_counter() - t0, lat)
+
+
+async def _library_consume(consumer, topic: str, max_nums: int) -> Result:
+    """Every message of `topic` from offset 0: PullConsumer.pull of max_nums, one at a time,
+    round-robin over the queues, until each queue answers NO_NEW_MSG."""
+    from mq.client import PullStatus
+    queues = await consumer.fetch_queues(topic)
+    offsets = {q: 0 for q in queues}
+    lat: list[float] = []
+    msgs = 0
+    t0 = time.perf_counter()
+    while offsets:
+        for q in list(offsets):
+            t = time.perf_counter()
+            r = await consumer.pull(q, offsets[q], max_nums)
+            lat.append(time.perf_counter() - t)
+            if r.status == PullStatus.FOUND:
+                msgs += len(r.messages)
+                offsets[q] = r.next_begin_offset
+            else:
+                del offsets[q]
+    return Result(msgs, time.perf_counter() - t0, lat)
 
 
 # =================================================================================================
@@ -868,7 +960,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", choices=("redis", "nats", "ours"), help="only the Redis rows, only the NATS rows, or "
                     "only our side of every row")
     ap.add_argument("--client", choices=OurBrokers.CLIENTS, default="remoting", help="our side's client: the "
-                    "broker gates' RemotingClient loops (default) or the mqperf load generator")
+                    "broker gates' RemotingClient loops (default), the mqperf load generator, or the mq.client "
+                    "library (Producer / PullConsumer) as an application uses it")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     try:
         args = ap.parse_args(argv)
