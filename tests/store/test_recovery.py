@@ -39,6 +39,18 @@ def _reopen(root, **kw):
     return MessageStore.open(StoreConfig(storePathRootDir=root, mappedFileSizeCommitLog=FS, **kw))
 
 
+def _reopen_without_clean_mark(store):
+    """Stops the store cleanly, then drops the checkpoint's clean mark (as an older store
+    would have none), so the next open recovers in "normal" mode."""
+    from mq.store.checkpoint import Checkpoint
+    root = store.config.storePathRootDir
+    store.close()
+    cp = Checkpoint(os.path.join(root, "checkpoint"))
+    cp.clear_clean()
+    cp.close()
+    return _reopen(root)
+
+
 def _file_of(root, offset):
     return os.path.join(root, "commitlog", "%020d" % (offset - offset % FS))
 
@@ -137,14 +149,8 @@ def test_normal_recovery_without_clean_mark_validates_the_tail(make_store):
     """No abort file but no clean mark (e.g. an older store): normal recovery
     validates from the third-last file and re-dispatches nothing."""
     s = make_store(mappedFileSizeCommitLog=FS)
-    root = s.config.storePathRootDir
     _fill(s, 1200)     # ~6 files, so the third-last is never the first
-    s.close()
-    from mq.store.checkpoint import Checkpoint
-    cp = Checkpoint(os.path.join(root, "checkpoint"))
-    cp.clear_clean()
-    cp.close()
-    s2 = _reopen(root)
+    s2 = _reopen_without_clean_mark(s)
     try:
         assert s2.recovery.mode == "normal"
         assert 0 < s2.recovery.records_validated < 1200
@@ -161,19 +167,13 @@ def test_normal_recovery_ignores_empty_trailing_files(make_store):
     third-last file, and the empty files are removed.  Before the fix the end
     landed past a stretch of zeros, which later reads took for data."""
     s = make_store(mappedFileSizeCommitLog=FS)
-    root = s.config.storePathRootDir
     _fill(s, 300)
     end = s.cl.write_pos
     assert end % FS, "the end is inside a file"
     last = end // FS
     for fi in (last + 1, last + 2, last + 3):
         s.cl.prepare_file(fi)
-    s.close()
-    from mq.store.checkpoint import Checkpoint
-    cp = Checkpoint(os.path.join(root, "checkpoint"))
-    cp.clear_clean()
-    cp.close()
-    s2 = _reopen(root)
+    s2 = _reopen_without_clean_mark(s)
     try:
         assert s2.recovery.mode == "normal"
         assert s2.cl.write_pos == end
