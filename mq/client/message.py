@@ -234,25 +234,28 @@ def decompress_body(body: bytes, sys_flag: int) -> bytes:
 
 
 def message_from_record(rec, broker_name: str = "") -> MessageExt:
-    """A MessageExt from a parsed CommitLog record (mq.wire.commitlog.parse_record)."""
-    props = decode_properties(rec.properties)
-    body = decompress_body(rec.body, rec.sys_flag)
-    m = MessageExt(rec.topic, body, props, rec.flag)
-    m.queue_id = rec.queue_id
-    m.queue_offset = rec.queue_offset
-    m.commitlog_offset = rec.physical_offset
-    m.store_size = rec.total_size
-    m.sys_flag = rec.sys_flag
-    m.body_crc = rec.body_crc
-    m.born_timestamp_ms = rec.born_timestamp_ms
-    m.born_host = _host_port(rec.born_host, rec.born_port)
-    m.store_timestamp_ms = rec.store_timestamp_ms
-    m.store_host = _host_port(rec.store_host, rec.store_port)
-    m.reconsume_times = rec.reconsume_times
-    m.prepared_transaction_offset = rec.prepared_transaction_offset
-    m.offset_msg_id = offset_msg_id(rec.store_host, rec.store_port, rec.physical_offset)
+    """A MessageExt from a parsed CommitLog record (mq.wire.commitlog.parse_record, a construct
+    Container).  Fields are read with item access: the Container's attribute access costs ~0.2 us
+    a field, and a pull decodes every message it returns."""
+    f = rec.__getitem__
+    topic, sys_flag, store_host, store_port, phy = (f("topic"), f("sys_flag"), f("store_host"), f("store_port"),
+                                                    f("physical_offset"))
+    m = MessageExt(topic, decompress_body(f("body"), sys_flag), decode_properties(f("properties")), f("flag"))
+    m.queue_id = queue_id = f("queue_id")
+    m.queue_offset = f("queue_offset")
+    m.commitlog_offset = phy
+    m.store_size = f("total_size")
+    m.sys_flag = sys_flag
+    m.body_crc = f("body_crc")
+    m.born_timestamp_ms = f("born_timestamp_ms")
+    m.born_host = _host_port(f("born_host"), f("born_port"))
+    m.store_timestamp_ms = f("store_timestamp_ms")
+    m.store_host = _host_port(store_host, store_port)
+    m.reconsume_times = f("reconsume_times")
+    m.prepared_transaction_offset = f("prepared_transaction_offset")
+    m.offset_msg_id = offset_msg_id(store_host, store_port, phy)
     m.broker_name = broker_name
-    m.queue = MessageQueue(rec.topic, broker_name, rec.queue_id)
+    m.queue = MessageQueue(topic, broker_name, queue_id)
     return m
 
 
