@@ -353,6 +353,35 @@ def _read_text(header, pos: int, size: int, what: str) -> str:
         raise FrameError(f"ROCKETMQ header: {what} is not valid UTF-8") from None
 
 
+def _decode_ext_block(ext: bytes, base: int) -> dict[str, str]:
+    """The ext block (key length 2, key, value length 4, value)*; `base` is its offset in the
+    header, for the messages.  One copy of the block, then slices of it: this runs for every
+    request (a send carries ~15 fields), so it avoids a copy and a try per field."""
+    fields: dict[str, str] = {}
+    end = len(ext)
+    pos = 0
+    unpack_i16, unpack_i32 = _I16.unpack_from, _I32.unpack_from
+    try:
+        while pos < end:
+            if end - pos < 2:
+                raise FrameError(f"ROCKETMQ header: ext entry @{base + pos} cut inside its key length")
+            (key_size,) = unpack_i16(ext, pos)
+            pos += 2
+            if key_size < 0 or key_size > end - pos - 4:
+                raise FrameError(f"ROCKETMQ header: ext key length {key_size} past the ext block")
+            key = ext[pos:pos + key_size].decode("utf-8")
+            pos += key_size
+            (value_size,) = unpack_i32(ext, pos)
+            pos += 4
+            if value_size < 0 or value_size > end - pos:
+                raise FrameError(f"ROCKETMQ header: ext value length {value_size} past the ext block")
+            fields[key] = ext[pos:pos + value_size].decode("utf-8")
+            pos += value_size
+    except UnicodeDecodeError:
+        raise FrameError(f"ROCKETMQ header: an ext key or value near @{base + pos} is not valid UTF-8") from None
+    return fields
+
+
 def decode_rocketmq_header(header) -> RemotingCommand:
     """Decode a binary header; every length is checked against what is left before it is used.
 
@@ -372,25 +401,7 @@ def decode_rocketmq_header(header) -> RemotingCommand:
     pos += 4
     if ext_size < 0 or ext_size > size - pos:
         raise FrameError(f"ROCKETMQ header: ext length {ext_size} past the header ({size - pos} left)")
-    ext_fields = None
-    if ext_size:
-        ext_fields = {}
-        ext_end = pos + ext_size
-        while pos < ext_end:
-            if ext_end - pos < 2:
-                raise FrameError(f"ROCKETMQ header: ext entry @{pos} cut inside its key length")
-            (key_size,) = _I16.unpack_from(header, pos)
-            pos += 2
-            if key_size < 0 or key_size > ext_end - pos - 4:
-                raise FrameError(f"ROCKETMQ header: ext key length {key_size} past the ext block")
-            key = _read_text(header, pos, key_size, "ext key")
-            pos += key_size
-            (value_size,) = _I32.unpack_from(header, pos)
-            pos += 4
-            if value_size < 0 or value_size > ext_end - pos:
-                raise FrameError(f"ROCKETMQ header: ext value length {value_size} past the ext block")
-            ext_fields[key] = _read_text(header, pos, value_size, f"ext value of {key!r}")
-            pos += value_size
+    ext_fields = _decode_ext_block(bytes(header[pos:pos + ext_size]), pos) if ext_size else None
     return RemotingCommand(code=code, language=language, version=version, opaque=opaque, flag=flag, remark=remark, ext_fields=ext_fields)
 
 
