@@ -176,6 +176,8 @@ class RemotingServer:
             conn.idle_close = False
         self._conns.add(conn)
         slots = asyncio.Semaphore(IN_FLIGHT_PER_CONNECTION_MAX)
+        spawn = asyncio.get_running_loop().create_task      # per request: skips create_task's lookups
+        handled = self._handled
         try:
             while True:
                 try:
@@ -205,9 +207,9 @@ class RemotingServer:
                     continue   # we send only oneway pushes; a stray response is ignored
                 await slots.acquire()
                 conn.in_flight += 1
-                task = asyncio.create_task(self._handle(conn, cmd, t0_ns, t1_ns))
+                task = spawn(self._handle(conn, cmd, t0_ns, t1_ns))
                 self._tasks.add(task)
-                task.add_done_callback(lambda t: self._handled(t, conn, slots))
+                task.add_done_callback(lambda t: handled(t, conn, slots))
                 if writer.transport.get_write_buffer_size() > 4 * 1024 * 1024:
                     await writer.drain()
         except ConnectionError:
