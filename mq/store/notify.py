@@ -5,7 +5,8 @@ The C core bumps a futex word (SEQ_FLUSH, SEQ_DISPATCH, ...) after moving a
 position.  A blocking waiter sleeps in futex_wait with the GIL released.  For
 asyncio, one thread per (process, position) sleeps on the futex and resolves
 the loop's futures with call_soon_threadsafe; the event loop itself never
-blocks.  Waiters sit in a heap by target, so a wake costs O(released)."""
+blocks.  Waiters sit in a heap by target, so a wake costs O(released), and the
+released futures of one loop are resolved in one hand-off."""
 from __future__ import annotations
 
 import asyncio
@@ -47,22 +48,28 @@ class PositionWaiter:
                 self._thread.start()
         if self.ctl.get(self.pos) >= target:      # reached between the check and the push
             self.ctl.wake(self.seq)
+        # a timer that answers False, not asyncio.wait_for: that wraps every wait in a task
+        # and a timeout context, and this runs once per SYNC_FLUSH / SYNC_MASTER send
+        timer = loop.call_later(timeout_s, _resolve, fut, False)
         try:
-            return await asyncio.wait_for(fut, timeout_s)
-        except asyncio.TimeoutError:
-            return False
+            return await fut
+        finally:
+            timer.cancel()
 
     def _run(self) -> None:
         while not self._stop:
             seen = self.ctl.seq(self.seq)
             cur = self.ctl.get(self.pos)
             fatal = self.ctl.fatal() is not None
-            ready = []
+            ready: dict = {}                       # loop -> [(future, reached)]
             with self._lock:
                 while self._heap and (self._heap[0][0] <= cur or fatal):
-                    ready.append(heapq.heappop(self._heap))
-            for target, _, fut, loop in ready:
-                loop.call_soon_threadsafe(_resolve, fut, target <= cur)
+                    target, _, fut, loop = heapq.heappop(self._heap)
+                    ready.setdefault(loop, []).append((fut, target <= cur))
+            # one hand-off per loop per wake (each call_soon_threadsafe writes the loop's
+            # self-pipe): a flush that releases 40 senders wakes their loop once, not 40 times
+            for loop, futs in ready.items():
+                loop.call_soon_threadsafe(_resolve_all, futs)
             self.ctl.wait(self.seq, seen, 200)
 
     def close(self) -> None:
@@ -76,3 +83,9 @@ class PositionWaiter:
 def _resolve(fut: asyncio.Future, ok: bool) -> None:
     if not fut.done():
         fut.set_result(ok)
+
+
+def _resolve_all(futs: list) -> None:
+    for fut, ok in futs:
+        if not fut.done():
+            fut.set_result(ok)
