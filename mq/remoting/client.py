@@ -124,11 +124,16 @@ class RemotingClient:
             c.pending.pop(cmd.opaque, None)
             c.close()
             raise RemotingConnectError(f"send to {addr} failed: {e}") from None
+        # a timer on the future itself, not asyncio.wait_for: that adds a waiter future and two
+        # event-loop iterations to every request (4 -> 2 per one-at-a-time send)
+        timer = asyncio.get_running_loop().call_later(timeout_s, _expire, fut)
         try:
-            return await asyncio.wait_for(fut, timeout_s)
+            return await fut
         except asyncio.TimeoutError:
             c.pending.pop(cmd.opaque, None)
             raise RemotingTimeout(f"no response from {addr} to code {cmd.code} within {timeout_s}s") from None
+        finally:
+            timer.cancel()
 
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
         c = await self._conn(addr)
@@ -146,3 +151,8 @@ class RemotingClient:
             c.close()
             c.task.cancel()
         self._conns.clear()
+
+
+def _expire(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_exception(asyncio.TimeoutError())

@@ -41,3 +41,39 @@ def test_unanswerable_requests_get_system_error():
             await client.close()
             await server.stop(grace_s=1)
     asyncio.run(asyncio.wait_for(main(), 30))
+
+
+SLOW = 33
+
+
+async def slow(conn, cmd):
+    await asyncio.sleep(0.5)
+    return make_response(cmd, remark="late")
+
+
+def test_client_timeout_then_the_late_answer_is_ignored():
+    """RemotingClient.invoke gives up after its timeout with RemotingTimeout; the answer that
+    comes later is dropped (it matches no pending request), and the same connection serves the
+    next request with its own answer."""
+    from mq.remoting.client import RemotingTimeout
+
+    async def main():
+        server = RemotingServer("timeouts", {OK: ok, SLOW: slow})
+        port = await server.start("127.0.0.1", 0)
+        client = RemotingClient()
+        addr = f"127.0.0.1:{port}"
+        try:
+            t0 = asyncio.get_running_loop().time()
+            try:
+                await client.invoke(addr, client.request(SLOW), 0.1)
+                raise AssertionError("no timeout")
+            except RemotingTimeout:
+                pass
+            assert 0.09 <= asyncio.get_running_loop().time() - t0 < 0.4
+            await asyncio.sleep(0.6)                       # the late answer arrives meanwhile
+            resp = await client.invoke(addr, client.request(OK), 5)
+            assert resp.code == 0 and resp.remark != "late"
+        finally:
+            await client.close()
+            await server.stop(grace_s=1)
+    asyncio.run(asyncio.wait_for(main(), 30))
