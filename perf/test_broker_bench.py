@@ -337,6 +337,14 @@ class Session:
         return self.loop.run_until_complete(coro)
 
     def close(self) -> None:
+        # what asyncio.run does on the way out: a run cut short (Ctrl-C, SIGTERM in mqpeers)
+        # leaves its task pending; cancelled and awaited here, it cannot end later with an
+        # exception nobody retrieves (asyncio would print it with a traceback)
+        pending = [t for t in asyncio.all_tasks(self.loop) if not t.done()]
+        for t in pending:
+            t.cancel()
+        if pending:
+            self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
         self.run(self.client.close())
         self.loop.close()
 
