@@ -469,12 +469,19 @@ class NatsClient:
     def __init__(self, server: NatsServer):
         import nats
         self.loop = asyncio.new_event_loop()
+        self._cut_short: list[asyncio.Task] = []
         self.nc = self.run(nats.connect(server.url, max_reconnect_attempts=0))
         self.js = self.nc.jetstream(timeout=30)
         self.run(self.js.add_stream(name=self.STREAM, subjects=[self.SUBJECT], storage="file"))
 
     def run(self, coro):
-        return self.loop.run_until_complete(coro)
+        task = self.loop.create_task(coro)
+        try:
+            return self.loop.run_until_complete(task)
+        except BaseException:
+            if not task.done():
+                self._cut_short.append(task)
+            raise
 
     def stored(self) -> int:
         return self.run(self.js.stream_info(self.STREAM)).state.messages
@@ -484,6 +491,14 @@ class NatsClient:
 
     def close(self) -> None:
         try:
+            # a run cut short (Ctrl-C, SIGTERM) left its task pending: cancel and await it before
+            # the connection closes, so it cannot end later with an exception nobody retrieves
+            # (nats-py's own tasks are left to nc.close())
+            cut = [t for t in self._cut_short if not t.done()]
+            for t in cut:
+                t.cancel()
+            if cut:
+                self.loop.run_until_complete(asyncio.gather(*cut, return_exceptions=True))
             self.run(self.nc.close())
         finally:
             self.loop.close()
