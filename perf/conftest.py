@@ -49,3 +49,12 @@ def need_disk():
             pytest.fail(f"needs {n_bytes / 2**30:.1f} GiB free under {perf_dir()}, has {free / 2**30:.1f} GiB "
                         "(set MQ_PERF_DIR to a roomier directory)", pytrace=False)
     return check
+
+
+@pytest.fixture(scope="module")
+def namesrv(tmp_path_factory):
+    """A name server (a real mqnamesrv process on 127.0.0.1) for one benchmark module."""
+    from tests.harness.cluster import NameServer
+    ns = NameServer(str(tmp_path_factory.mktemp("namesrv")))
+    yield ns
+    ns.stop()

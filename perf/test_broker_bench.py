@@ -45,7 +45,7 @@ import pytest
 
 from mq.remoting import RemotingClient, RemotingServer, make_response
 from mq.wire.batch import BatchItem, build_batch
-from tests.harness.cluster import Broker, NameServer
+from tests.harness.cluster import Broker
 
 from . import peers
 
@@ -239,13 +239,6 @@ class CpuMeter:
 # =================================================================================================
 # brokers and requests
 # =================================================================================================
-@pytest.fixture(scope="module")
-def namesrv(tmp_path_factory):
-    ns = NameServer(str(tmp_path_factory.mktemp("namesrv")))
-    yield ns
-    ns.stop()
-
-
 @pytest.fixture
 def start_broker(namesrv, store_dir, need_disk):
     """start_broker(io_workers, flush) -> a running Broker (flushDiskType = flush, ASYNC_FLUSH

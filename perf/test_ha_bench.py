@@ -43,7 +43,7 @@ import pytest
 
 from . import test_broker_bench as bb
 from mq.store import control as C
-from tests.harness.cluster import Broker, NameServer, free_port, wait_for
+from tests.harness.cluster import Broker, free_port, wait_for
 
 KIB, MIB, GIB = bb.KIB, bb.MIB, bb.GIB
 
@@ -130,13 +130,6 @@ def stop_all(brokers: list[Broker]) -> None:
         t.start()
     for t in threads:
         t.join()
-
-
-@pytest.fixture(scope="module")
-def namesrv(tmp_path_factory):
-    ns = NameServer(str(tmp_path_factory.mktemp("namesrv")))
-    yield ns
-    ns.stop()
 
 
 @pytest.fixture
