@@ -280,16 +280,15 @@ class CommitLog:
         rc = lib.mq_ha_recv_body(self._h, sock_fd, offset, size)
         check(rc, f"HA receive at {offset}+{size}: {os.strerror(self.errno()) if rc == lib.MQ_E_IO else ''}")
 
-    def ha_send_run(self, sock_fd: int, start: int, end: int, frame_max: int, in_flight_end, sent_end=None) -> int:
-        """Master: [start, end) as frames of <= frame_max bytes in one C call (GIL released);
-        `in_flight_end` (an ffi "uint64_t *") is raised to each frame's end before it is sent,
-        `sent_end` (the same kind, optional) is set to each frame's end after it was sent.
-        Returns the end sent (== end); raises StoreError on a socket error."""
-        out = sent_end if sent_end is not None else ffi.new("uint64_t *")
-        rc = lib.mq_ha_send_run(self._h, sock_fd, start, end, frame_max, in_flight_end, out)
-        check(rc, f"HA send of [{start}, {end}) stopped at {out[0]}: "
+    def ha_send_run(self, sock_fd: int, start: int, end: int, frame_max: int, in_flight_end, sent_end) -> int:
+        """Master: [start, end) as frames of <= frame_max bytes in one C call (GIL released).
+        `in_flight_end` and `sent_end` are ffi "uint64_t *" cells other threads read: C raises
+        the first to each frame's end before sending it and sets the second after.  Returns the
+        end sent (== end); raises StoreError on a socket error."""
+        rc = lib.mq_ha_send_run(self._h, sock_fd, start, end, frame_max, in_flight_end, sent_end)
+        check(rc, f"HA send of [{start}, {end}) stopped at {sent_end[0]}: "
                   f"{os.strerror(self.errno()) if rc == lib.MQ_E_IO else ''}")
-        return out[0]
+        return sent_end[0]
 
     def ha_recv_run(self, sock_fd: int, expected: int, budget_bytes: int, body_max: int):
         """Slave: receives the frames that keep arriving at `expected` (see mq_ha_recv_run).

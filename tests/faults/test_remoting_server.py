@@ -46,9 +46,12 @@ def test_unanswerable_requests_get_system_error():
 SLOW = 33
 
 
-async def slow(conn, cmd):
-    await asyncio.sleep(0.5)
-    return make_response(cmd, remark="late")
+def slow_handler(answered: asyncio.Event):
+    async def slow(conn, cmd):
+        await asyncio.sleep(0.5)
+        answered.set()           # the late answer is queued on the connection in this same step
+        return make_response(cmd, remark="late")
+    return slow
 
 
 def test_client_timeout_then_the_late_answer_is_ignored():
@@ -58,7 +61,8 @@ def test_client_timeout_then_the_late_answer_is_ignored():
     from mq.remoting.client import RemotingTimeout
 
     async def main():
-        server = RemotingServer("timeouts", {OK: ok, SLOW: slow})
+        answered = asyncio.Event()
+        server = RemotingServer("timeouts", {OK: ok, SLOW: slow_handler(answered)})
         port = await server.start("127.0.0.1", 0)
         client = RemotingClient()
         addr = f"127.0.0.1:{port}"
@@ -70,7 +74,9 @@ def test_client_timeout_then_the_late_answer_is_ignored():
             except RemotingTimeout:
                 pass
             assert 0.09 <= asyncio.get_running_loop().time() - t0 < 0.4
-            await asyncio.sleep(0.6)                       # the late answer arrives meanwhile
+            await answered.wait()
+            # the late answer is on the wire before the next request is even read, so the
+            # client meets it first and must drop it
             resp = await client.invoke(addr, client.request(OK), 5)
             assert resp.code == 0 and resp.remark != "late"
         finally:
