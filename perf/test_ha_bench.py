@@ -24,7 +24,6 @@ The helpers shared with the broker benchmarks (judge, CpuMeter, the send helpers
 from test_broker_bench, next to this file."""
 from __future__ import annotations
 
-import _posixshmem
 import json
 import mmap
 import multiprocessing as mp
@@ -556,10 +555,7 @@ def catch_up_round(session, namesrv, master: Broker, end: int, workdir: str, mas
             if box["broker"] in slaves:
                 slaves.remove(box["broker"])
             session.client.close_connection(box["broker"].addr)
-            try:
-                _posixshmem.shm_unlink("/" + C.segment_name(slave_dir))
-            except FileNotFoundError:
-                pass
+            C.remove_segment(slave_dir)
         shutil.rmtree(slave_dir, ignore_errors=True)
     return {"s": secs, "total_s": total_s, "connect_s": since_ms / 1000 - launched_ms / 1000, "cpu": cpu,
             "busy": window.busy / window.wall}

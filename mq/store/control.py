@@ -5,18 +5,32 @@ attaches and reads it through the C functions.  One control block per store
 root, named after the root's real path, so every process of a broker (and a
 tool) finds it from the path alone.
 
-The segment is opened with shm_open + mmap directly, not through
-multiprocessing.shared_memory: in Python 3.11 that registers every attach
-with the resource tracker, which then unlinks the segment when an unrelated
-attacher exits.  Only the owner (the process that created it) unlinks it, on
-close; a crashed owner's stale segment is replaced at the next open."""
+The owner (the process that recovered the store) creates the segment with
+`SharedMemory(create=True)`; every role process, and any other process that
+reads a live store, attaches with `SharedMemory(name)`.
+
+Python 3.11's resource tracker and us.  Every SharedMemory() -- create or
+attach -- registers the name with the process's resource tracker, which
+unlinks every name still registered when the last process using that tracker
+exits.  Left alone, that would let a tool attaching to a live broker unlink
+the broker's block when the tool exits, and would let the tracker of a
+crashed broker unlink the block a restarted broker just created under the
+same name.  So no tracker keeps the name: each create or attach unregisters
+it at once (the segment's life is ours: the owner unlinks it on a clean
+close, and the next owner replaces the stale segment of a crashed one).
+Processes of one broker share one tracker, whose books are a set: two
+attaches interleaving as register, register, unregister, unregister would
+make it print a KeyError.  Each register/unregister pair is therefore done
+under an flock on `<root>/ctl.lock`."""
+
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
-import mmap
 import os
-
-import _posixshmem
+from multiprocessing import resource_tracker
+from multiprocessing.shared_memory import SharedMemory
 
 from .native import BadControlBlock, ffi, lib, check
 
@@ -45,33 +59,81 @@ def segment_name(store_root: str) -> str:
     return f"mq-{digest}"
 
 
+LOCK_FILE = "ctl.lock"
+_RTYPE = "shared_memory"
+
+
+@contextlib.contextmanager
+def _tracker_lock(store_root: str):
+    """Serialises register/unregister pairs of the processes sharing one resource tracker."""
+    fd = os.open(os.path.join(store_root, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)          # drops the flock
+
+
+def _untracked(name: str, create: bool = False, size: int = 0) -> SharedMemory:
+    """SharedMemory with no resource tracker keeping its name (see the module docstring).
+    Call under _tracker_lock."""
+    shm = SharedMemory(name, create=create, size=size)
+    resource_tracker.unregister(_tracked_name(shm), _RTYPE)
+    return shm
+
+
+def _tracked_name(shm: SharedMemory) -> str:
+    """The name as SharedMemory registers it: with the leading slash that .name drops."""
+    return "/" + shm.name
+
+
+def _unlink(shm: SharedMemory) -> None:
+    """SharedMemory.unlink() unregisters too; the name is not registered (we never keep it),
+    so register it first to keep the tracker's books balanced.  Call under _tracker_lock."""
+    resource_tracker.register(_tracked_name(shm), _RTYPE)
+    shm.unlink()
+
+
+def remove_segment(store_root: str) -> bool:
+    """Unlinks the control block of `store_root` if one exists (a killed owner leaves its
+    segment behind until the next owner replaces it); True if there was one."""
+    with _tracker_lock(store_root):
+        try:
+            shm = _untracked(segment_name(store_root))
+        except FileNotFoundError:
+            return False
+        shm.close()
+        _unlink(shm)
+        return True
+
+
 class ControlBlock:
     """A handle on one store's control block.  `create=True` makes a fresh one
     (replacing a stale segment left by a crashed owner); otherwise attach."""
 
     def __init__(self, store_root: str, file_size: int | None = None, create: bool = False):
         self.name = segment_name(store_root)
+        self.root = store_root
         self.owner = create
         size = lib.mq_ctl_size()
-        path = "/" + self.name
-        if create:
-            assert file_size is not None
-            try:
-                _posixshmem.shm_unlink(path)       # a stale segment of a crashed owner
-            except FileNotFoundError:
-                pass
-            fd = _posixshmem.shm_open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
-        else:
-            fd = _posixshmem.shm_open(path, os.O_RDWR, mode=0o600)
-        try:
+        with _tracker_lock(store_root):
             if create:
-                os.ftruncate(fd, size)
-            elif os.fstat(fd).st_size < size:
-                raise BadControlBlock(f"control block {self.name} is smaller than this build's layout")
-            self._mm = mmap.mmap(fd, size)
-        finally:
-            os.close(fd)
-        self._buf = ffi.from_buffer(self._mm)
+                assert file_size is not None
+                try:
+                    shm = _untracked(self.name, create=True, size=size)
+                except FileExistsError:            # the segment of a crashed owner
+                    stale = _untracked(self.name)
+                    stale.close()
+                    _unlink(stale)
+                    shm = _untracked(self.name, create=True, size=size)
+            else:
+                shm = _untracked(self.name)
+        self._shm = shm
+        if shm.size < size:
+            self._shm = None
+            shm.close()
+            raise BadControlBlock(f"control block {self.name} is smaller than this build's layout")
+        self._buf = ffi.from_buffer(shm.buf)
         self.ptr = ffi.cast("void *", self._buf)
         self.size = size
         if create:
@@ -139,17 +201,20 @@ class ControlBlock:
         return ffi.buffer(buf, n[0])[:].decode(), qid[0]
 
     def close(self) -> None:
-        if self._mm is None:
+        """Unmaps this handle; the owner also unlinks the segment."""
+        if self._shm is None:
             return
+        shm, self._shm = self._shm, None
         self.ptr = None
+        ffi.release(self._buf)          # the exported buffer must go before the mapping
         self._buf = None
-        mm, self._mm = self._mm, None
         try:
-            mm.close()
+            shm.close()
         except BufferError:
-            pass  # a view is still exported; the mapping goes with the process
+            pass  # a view is still exported elsewhere; the mapping goes with the process
         if self.owner:
-            try:
-                _posixshmem.shm_unlink("/" + self.name)
-            except FileNotFoundError:
-                pass
+            with _tracker_lock(self.root):
+                try:
+                    _unlink(shm)
+                except FileNotFoundError:
+                    pass

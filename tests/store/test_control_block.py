@@ -1,0 +1,119 @@
+"""The control block's life as a multiprocessing.shared_memory segment: who
+may unlink it, and what happens to the segment of a crashed owner.
+
+Each scenario runs in fresh interpreters (subprocesses), because what is
+tested is the interplay with Python's resource tracker, which is per process
+family and would otherwise be shared with pytest's own process."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+from mq.store import control as C
+
+FILE_SIZE = 64 * 1024
+
+
+def run_py(code: str, *args: str, timeout_s: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], capture_output=True, text=True,
+                          timeout=timeout_s)
+
+
+def segment_exists(root: str) -> bool:
+    return os.path.exists("/dev/shm/" + C.segment_name(root))
+
+
+def test_an_attacher_exiting_never_unlinks_the_owners_segment(tmp_path):
+    """Proves the resource-tracker protection: a process that is not of the
+    owner's family (its own tracker) attaches, writes and exits; the owner's
+    segment stays, with what the attacher wrote."""
+    root = str(tmp_path)
+    owner = C.ControlBlock(root, FILE_SIZE, create=True)
+    try:
+        r = run_py("""
+            import sys
+            from mq.store import control as C
+            ctl = C.ControlBlock(sys.argv[1])
+            ctl.set(C.POS_MIN, 4096)
+            ctl.close()
+            """, root)
+        assert r.returncode == 0, r.stderr
+        assert "leaked" not in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert segment_exists(root)
+        assert owner.get(C.POS_MIN) == 4096
+        again = C.ControlBlock(root)               # a later attacher still finds it
+        assert again.get(C.POS_MIN) == 4096
+        again.close()
+    finally:
+        owner.close()
+    assert not segment_exists(root), "the owner's clean close unlinks the segment"
+
+
+def test_the_segment_of_a_killed_owner_is_replaced_by_the_next_owner(tmp_path):
+    """Proves stale-segment handling: an owner killed with SIGKILL leaves its
+    segment (no tracker removes it); the next owner replaces it with a fresh
+    block instead of failing or inheriting the dead owner's positions."""
+    root = str(tmp_path)
+    p = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import sys, time
+        from mq.store import control as C
+        ctl = C.ControlBlock(sys.argv[1], 65536, create=True)
+        ctl.set(C.POS_MIN, 8192)
+        print("ready", flush=True)
+        time.sleep(60)
+        """), root], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(10)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert segment_exists(root), "a killed owner leaves its segment behind"
+    stale = C.ControlBlock(root)
+    assert stale.get(C.POS_MIN) == 8192
+    stale.close()
+    fresh = C.ControlBlock(root, FILE_SIZE, create=True)
+    try:
+        assert fresh.get(C.POS_MIN) == 0
+    finally:
+        fresh.close()
+    assert not segment_exists(root)
+    assert C.remove_segment(root) is False
+
+
+def test_one_familys_concurrent_attaches_keep_the_tracker_quiet(tmp_path):
+    """Proves the flock around register/unregister: an owner and 8 children
+    that share its resource tracker attach and detach at the same moment; the
+    tracker reports no KeyError (a double unregister) and no leak, and the
+    owner's close still unlinks the segment."""
+    root = str(tmp_path)
+    r = run_py("""
+        import multiprocessing as mp, sys
+        from mq.store import control as C
+
+        def child(root, go):
+            go.wait()
+            for _ in range(20):
+                C.ControlBlock(root).close()
+
+        if __name__ == "__main__":
+            ctx = mp.get_context(sys.argv[2])
+            owner = C.ControlBlock(sys.argv[1], 65536, create=True)
+            go = ctx.Event()
+            ps = [ctx.Process(target=child, args=(sys.argv[1], go)) for _ in range(8)]
+            for p in ps:
+                p.start()
+            go.set()
+            for p in ps:
+                p.join(60)
+            assert all(p.exitcode == 0 for p in ps), [p.exitcode for p in ps]
+            owner.close()
+            print("done")
+        """, root, "fork")
+    assert r.returncode == 0 and "done" in r.stdout, r.stderr
+    assert "KeyError" not in r.stderr and "Traceback" not in r.stderr and "leaked" not in r.stderr, r.stderr
+    assert not segment_exists(root)
