@@ -3,34 +3,38 @@
     supervisor: store owner (recovery, abort file, clean stop), metadata,
     |           name server registration, delayed delivery, persistence,
     |           the link the workers call, worker and role restarts
-    +-- io worker x sendMessageThreadPoolNums  (mq.broker.worker, SO_REUSEPORT)
-    +-- flush role, dispatch role              (mq.store.roles)
+    +-- launcher (mq.broker.launcher): single-threaded, forks every role below
+        +-- io worker x sendMessageThreadPoolNums  (mq.broker.worker, SO_REUSEPORT)
+        +-- flush role, dispatch role              (mq.store.roles)
+        +-- ha role                                (mq.ha.role)
 
-Every child is spawned (never forked from a process with threads) and dies
-with the supervisor (PR_SET_PDEATHSIG).  A child that dies is restarted; the
-clients of a dead io worker reconnect to the others, and its consumers are
-dropped from their groups at once (their groups are notified)."""
+Every role process is forked by the launcher (never from this process, which
+has threads), logs into the supervisor's stream (mq.logs) and dies with
+the broker.  A role that dies is restarted; the clients of a dead io worker
+reconnect to the others, and its consumers are dropped from their groups at
+once (their groups are notified)."""
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
-import multiprocessing as mp
 import os
 import socket
 import time
 
+from mq.logs import release_stuck_log_lock
 from mq.remoting import RemotingClient, RemotingError, RemotingServer, RequestCode as R, ResponseCode as RC
 from mq.store import MessageStore, PutStatus
 from mq.store import control as C
 from mq.store.configfile import loads_lenient, write_atomic
 from mq.store.retention import Retention
-from mq.store.roles import start_role_process
-from mq.ha.role import start_ha_process
+from mq.store.roles import role_main
+from mq.ha.role import ha_role_main
 from mq.wire import commitlog as wcl
 from mq.wire.properties import decode_properties, encode_properties
 
 from .config import BrokerConfig
+from .launcher import STOP_PIPE, Launcher, RoleProcess
 from .link import LINK_CALL, LinkService, link_address
 from .metadata import SCHEDULE_TOPIC, Metadata, dumps
 from .slavesync import SlaveSync
@@ -48,15 +52,15 @@ HA_MASTER_FILE = "ha-master.txt"
 
 
 class Supervisor:
-    def __init__(self, config: BrokerConfig):
+    def __init__(self, config: BrokerConfig, launcher: Launcher):
         self.config = config
+        self.launcher = launcher
         self.store: MessageStore | None = None
         self.metadata: Metadata | None = None
         self.link: LinkService | None = None
         self.client = RemotingClient()
-        self.ctx = mp.get_context("spawn")
-        self.workers: dict[int, mp.Process] = {}
-        self.roles: dict[str, tuple] = {}
+        self.workers: dict[int, RoleProcess] = {}
+        self.roles: dict[str, RoleProcess] = {}
         self._ready: dict[int, asyncio.Event] = {}
         self._tasks: list[asyncio.Task] = []
         self._register_now = asyncio.Event()
@@ -69,6 +73,7 @@ class Supervisor:
     async def start(self) -> None:
         cfg = self.config
         scfg = cfg.store_config()
+        self.launcher.attach(asyncio.get_running_loop())
         self.store = MessageStore.open(scfg, cfg.brokerIP1, cfg.listenPort, start_roles=False, prepare_files=False)
         for role in ("flush", "dispatch", "ha"):
             self._start_role(role)
@@ -110,31 +115,27 @@ class Supervisor:
         await self._join(list(self.workers.values()), 15)
         self.metadata.persist_all()
         await self.client.close()
-        for proc, stop in self.roles.values():
-            stop.set()
+        for p in self.roles.values():
+            p.stop()
         self.store.ctl.wake(C.SEQ_WRITE)
-        await self._join([p for p, _ in self.roles.values()], 15)
+        await self._join(list(self.roles.values()), 15)
         await self._link_server.stop(grace_s=1)
         self.store.close()
         log.info("broker stopped cleanly")
 
-    async def _join(self, procs, timeout_s: float) -> None:
+    async def _join(self, procs: list[RoleProcess], timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         for p in procs:
-            while p.is_alive() and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)
-            if p.is_alive():
+            if not await p.wait(max(0.0, deadline - time.monotonic())):
                 log.error("process %s (pid %s) did not stop; killing it", p.name, p.pid)
                 p.kill()
-            p.join(1)
+                await p.wait(1)
 
     # ---- children ------------------------------------------------------------------------------------
     def _start_worker(self, wid: int) -> None:
         self._ready[wid] = asyncio.Event()
-        p = self.ctx.Process(target=worker_main, name=f"io-{wid}",
-                             args=(wid, self.config.as_dict(), self.link_addr), daemon=True)
-        p.start()
-        self.workers[wid] = p
+        self.workers[wid] = self.launcher.start(f"io-{wid}", worker_main,
+                                                (wid, self.config.as_dict(), self.link_addr))
 
     def worker_ready(self, wid: int, pid: int) -> None:
         log.info("io worker %d (pid %d) is up", wid, pid)
@@ -151,29 +152,35 @@ class Supervisor:
             # the HA role: a master streams its CommitLog to slaves on listenPort+1; a slave
             # follows the master named by haMasterAddress or by the name server (ha-master.txt)
             ha_role = "slave" if cfg.brokerRole == "SLAVE" else "master"
-            self.roles[role] = start_ha_process(ha_role, cfg.store_config(), cfg.brokerIP1, cfg.listenPort, {
-                "haListenHost": cfg.listenAddress, "haListenPort": cfg.ha_port,
-                "haTransferBatchSize": cfg.haTransferBatchSize,
-                "haSendHeartbeatInterval": cfg.haSendHeartbeatInterval,
-                "haHousekeepingInterval": cfg.haHousekeepingInterval, "haFullCopy": cfg.haFullCopy,
-                "haMasterAddress": cfg.haMasterAddress, "perfTrace": trace})
+            self.roles[role] = self.launcher.start(f"ha-{ha_role}", ha_role_main, (
+                ha_role, cfg.store_config().as_dict(), cfg.brokerIP1, cfg.listenPort, {
+                    "haListenHost": cfg.listenAddress, "haListenPort": cfg.ha_port,
+                    "haTransferBatchSize": cfg.haTransferBatchSize,
+                    "haSendHeartbeatInterval": cfg.haSendHeartbeatInterval,
+                    "haHousekeepingInterval": cfg.haHousekeepingInterval, "haFullCopy": cfg.haFullCopy,
+                    "haMasterAddress": cfg.haMasterAddress, "perfTrace": trace}, STOP_PIPE))
             return
-        self.roles[role] = start_role_process(role, cfg.store_config(), cfg.brokerIP1, cfg.listenPort,
-                                              trace=trace)
+        self.roles[role] = self.launcher.start(role, role_main, (
+            role, cfg.store_config().as_dict(), cfg.brokerIP1, cfg.listenPort, STOP_PIPE, trace))
 
     async def _watch_children(self) -> None:
         while not self.stopping:
             await asyncio.sleep(CHILD_CHECK_S)
+            killed = False
             for wid, p in list(self.workers.items()):
                 if not p.is_alive() and not self.stopping:
                     self.restarts += 1
+                    killed |= (p.exitcode or 0) < 0
                     log.error("io worker %d (pid %s) died with exit code %s; restarting it", wid, p.pid, p.exitcode)
                     self._start_worker(wid)
-            for role, (p, _) in list(self.roles.items()):
+            for role, p in list(self.roles.items()):
                 if not p.is_alive() and not self.stopping:
                     self.restarts += 1
+                    killed |= (p.exitcode or 0) < 0
                     log.error("%s role (pid %s) died with exit code %s; restarting it", role, p.pid, p.exitcode)
                     self._start_role(role)
+            if killed:     # a process killed by a signal may have died holding the log stream's lock
+                await asyncio.to_thread(release_stuck_log_lock)
 
     # ---- metadata events ---------------------------------------------------------------------------------
     def _topics_changed(self) -> None:

@@ -9,7 +9,6 @@ one place that maps a request code to its handler."""
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import logging
 import os
 import signal
@@ -25,6 +24,7 @@ from .admin import AdminProcessor
 from .config import BrokerConfig
 from .link import RemoteMeta
 from .hastatus import HAStatus
+from .launcher import die_with_parent
 from .pull import PullProcessor
 from .send import BadRequest, SendProcessor
 from .tracing import CURRENT, FLUSH_INTERVAL_S, RequestTracer, broker_label, trace_dir
@@ -166,20 +166,11 @@ def _guarded(handler):
     return run
 
 
-def _die_with_parent() -> None:
-    """PR_SET_PDEATHSIG: a worker must not outlive its supervisor."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG = 1
-    except OSError:
-        pass
-
-
 def worker_main(worker_id: int, config_values: dict, link_address: str) -> None:
-    """Entry point of an io worker process (spawned by the supervisor)."""
-    _die_with_parent()
-    from mq.cli.logs import setup_logging
-    setup_logging(f"io-{worker_id}")
+    """Entry point of an io worker process (forked by the broker's launcher)."""
+    from mq.logs import ensure_logging, flush_logs
+    die_with_parent()                    # a worker must not outlive its broker
+    ensure_logging(f"io-{worker_id}")
     cfg = BrokerConfig(config_values)
 
     async def run():
@@ -193,4 +184,5 @@ def worker_main(worker_id: int, config_values: dict, link_address: str) -> None:
         await w.stop()
 
     asyncio.run(run())
+    flush_logs()
     os._exit(0)

@@ -11,6 +11,7 @@ import asyncio
 import signal
 import sys
 
+from mq.broker.launcher import Launcher
 from mq.broker.supervisor import Supervisor
 from mq.broker.config import BrokerConfig, load_config_file
 
@@ -31,9 +32,9 @@ def load(args) -> BrokerConfig:
     return BrokerConfig(overrides, warn=warn)
 
 
-async def serve(cfg: BrokerConfig) -> int:
+async def serve(cfg: BrokerConfig, launcher: Launcher) -> int:
     from mq.cli import sdnotify
-    broker = Supervisor(cfg)
+    broker = Supervisor(cfg, launcher)
     await broker.start()
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -67,9 +68,15 @@ def main(argv=None) -> int:
     if args.printConfigItem:
         sys.stdout.write(cfg.as_properties())
         return 0
-    from mq.cli.logs import setup_logging
-    setup_logging("broker")
-    return asyncio.run(serve(cfg))
+    from mq.logs import setup_broker_logging
+    # order matters: the log stream first (it picks the fork start method), then the
+    # launcher, forked while this process has no thread but the stream's receiver
+    setup_broker_logging()
+    launcher = Launcher()
+    try:
+        return asyncio.run(serve(cfg, launcher))
+    finally:
+        launcher.close()
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import os
 import signal
 import sys
 
+from mq.logs import setup_logging
 from mq.namesrv import NameServer, NamesrvConfig
 from mq.namesrv.config import load_properties_file
 
@@ -100,8 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         for key, value in config.as_dict().items():
             print(f"{key}={_format(value)}")
         return 0
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO,
-                        format="%(asctime)s %(levelname)s mqnamesrv[%(process)d] %(name)s: %(message)s")
+    setup_logging("mqnamesrv")
     return asyncio.run(serve(config))
 
 

@@ -25,7 +25,6 @@ import logging
 import multiprocessing as mp
 import os
 import signal
-import sys
 
 from mq.store.config import StoreConfig
 from mq.store.roles import PipeStop
@@ -59,9 +58,8 @@ def ha_role_main(role: str, store_config_values: dict, store_host: str, store_po
     # stopped only through `stop`, never half-way by a SIGTERM sent to the whole process group
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if not logging.getLogger().handlers:
-        logging.basicConfig(stream=sys.stderr, level=os.environ.get("MQ_LOG_LEVEL", "INFO"),
-                            format=f"%(asctime)s %(levelname)s ha-{role}[%(process)d] %(name)s: %(message)s")
+    from mq.logs import ensure_logging
+    ensure_logging(f"ha-{role}")
     if role not in ROLES:
         raise ValueError(f"unknown HA role {role!r}")
     cfg = StoreConfig(**store_config_values)

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing as mp
-import os
 import signal
-import sys
 
 from .config import StoreConfig
 from .dispatch import Dispatcher
@@ -33,9 +31,8 @@ def role_main(role: str, config_values: dict, store_host: str, store_port: int, 
     # never half-way by a SIGTERM sent to the whole process group
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if not logging.getLogger().handlers:
-        logging.basicConfig(stream=sys.stderr, level=os.environ.get("MQ_LOG_LEVEL", "INFO"),
-                            format=f"%(asctime)s %(levelname)s {role}[%(process)d] %(name)s: %(message)s")
+    from mq.logs import ensure_logging
+    ensure_logging(role)
     cfg = StoreConfig(**config_values)
     store = MessageStore.attach(cfg, store_host, store_port, cq_writable=(role == "dispatch"),
                                 prepare_files=False)
@@ -84,6 +81,17 @@ class PipeStop:
 
     def child_side(self) -> "PipeStop":
         return PipeStop(self._r, None)
+
+    def writer_fileno(self) -> int:
+        return self._w.fileno()
+
+    def close_reader(self) -> None:
+        """The parent's copy of the read end: closed once the child holds it, or our
+        own death would not read as EOF there."""
+        self._r.close()
+
+    def close_writer(self) -> None:
+        self._w.close()
 
 
 def start_role_process(role: str, config: StoreConfig, store_host: str, store_port: int,
