@@ -1,0 +1,589 @@
+"""Raft as a deterministic state machine: the heart of DLedger mode.
+
+Inputs are messages (`step`), ticks of a logical clock (`tick`), and news
+about the local log (`log_progress`); outputs are collected in a `Ready`:
+messages to send and the hard state (term, vote) that must be durable
+*before* any of those messages leaves.  Nothing here reads a clock, a
+socket, a random source of its own or a file: the broker's DLedger role
+(mq.dledger.role) drives it with real time and the CommitLog in DLedger mode,
+and the seeded simulator (mq.dledger.sim) drives the very same code with a
+fake clock, an in-memory log and a network that loses, delays, duplicates,
+reorders and partitions.
+
+Roles are DLedger's -- FOLLOWER, CANDIDATE, LEADER -- plus what Raft's
+authors recommend and DLedger lacks (Ongaro's thesis, §4.2.3, §6.2, §9.6):
+  * pre-vote: a node whose election timer fires first asks "would you vote
+    for me?" without raising its term; only a majority of yeses starts the
+    real election.  A node that was cut off and comes back cannot disrupt a
+    healthy leader by bumping the term.
+  * check-quorum and leases: a leader that has not heard from a majority
+    within an election timeout steps down; a follower that heard from a
+    leader within the minimum election timeout ignores vote requests
+    (except a leadership transfer's).
+  * leadership transfer (TimeoutNow): used for the preferred leader and
+    for `mqadmin`.
+  * a new leader appends a no-op entry of its own term at once: entries of
+    earlier terms are committed only by committing one of the current term
+    (§5.4.2), and the leader is "ready" (serves writes) once its no-op is
+    committed.
+
+Indexes follow DLedger: the first entry has index 0; "no entry" is index -1
+with term 0.  `commit` is the highest committed index (-1: none).
+
+Log interface the core calls synchronously (a deterministic function of the
+calls made so far; see SimLog in mq.dledger.sim and DLedgerLog in
+mq.dledger.log):
+    last_index() -> int              -1 when empty
+    last_term() -> int               0 when empty
+    term_at(index) -> int | None     term of entry `index`; 0 for -1; None when
+                                     absent (beyond the end, or before the
+                                     first retained entry)
+    durable_index() -> int           highest index that is durable here (the
+                                     leader counts only that toward a quorum)
+    entries(first, last) -> batch    a batch of entries first.. (at most last)
+                                     for an Append; may hold fewer (size limits)
+    append(batch, from_index)        append the batch's entries from from_index
+                                     on, right after the current last entry
+    truncate_from(index)             drop entries index.. (never committed ones)
+    append_noop(term) -> int         append the leader's no-op; its index
+A batch (the Append's payload) offers: first_index, last_index, term_of(i).
+
+Invariants asserted here (a violation is a bug, never input): a committed
+entry is never truncated; commit never moves back; at most one vote per term;
+the term never moves back."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Role(enum.Enum):
+    FOLLOWER = "FOLLOWER"
+    CANDIDATE = "CANDIDATE"        # also during pre-vote (a pre-candidate keeps its term)
+    LEADER = "LEADER"
+
+
+# ---- messages -------------------------------------------------------------------------------------
+@dataclass
+class Message:
+    term: int
+    src: str
+    dst: str
+
+
+@dataclass
+class VoteReq(Message):
+    last_index: int
+    last_term: int
+    pre: bool = False               # pre-vote: term is the candidate's term + 1, nothing is changed
+    transfer: bool = False          # a leadership transfer's election: leases do not apply
+
+
+@dataclass
+class VoteResp(Message):
+    granted: bool
+    pre: bool = False
+
+
+@dataclass
+class Append(Message):
+    prev_index: int
+    prev_term: int
+    entries: Any                    # a batch (see the module docstring), or None: nothing to append
+    commit: int
+
+    @property
+    def count(self) -> int:
+        return 0 if self.entries is None else self.entries.last_index - self.entries.first_index + 1
+
+
+@dataclass
+class AppendResp(Message):
+    success: bool
+    index: int                      # success: last index known to match the leader's log
+    reject_index: int = -1          # failure: prev_index of the rejected Append
+    hint_index: int = -1            # failure: where the leader may probe next (hint_index + 1)
+
+
+@dataclass
+class Heartbeat(Message):
+    commit: int                     # min(follower's match, leader's commit): always safe to adopt
+
+
+@dataclass
+class HeartbeatResp(Message):
+    pass
+
+
+@dataclass
+class TimeoutNow(Message):
+    """Leadership transfer: the receiver starts an election at once."""
+
+
+@dataclass
+class Ready:
+    hard_state: tuple[int, str | None] | None     # (term, vote) to persist before sending
+    messages: list[Message]
+
+
+# ---- configuration --------------------------------------------------------------------------------
+@dataclass
+class Config:
+    node_id: str
+    peers: list[str]                      # every member, this node included
+    heartbeat_ticks: int = 2              # leader -> followers
+    election_ticks_min: int = 10          # randomized election timeout: [min, max] ticks
+    election_ticks_max: int = 20
+    pre_vote: bool = True
+    check_quorum: bool = True
+    max_inflight: int = 64                # Append messages in flight per follower while replicating
+    preferred_leader: str | None = None   # the leader hands over to it when it is caught up
+    transfer_timeout_ticks: int = 0       # 0: election_ticks_max
+
+    def __post_init__(self) -> None:
+        assert self.node_id in self.peers, (self.node_id, self.peers)
+        assert len(set(self.peers)) == len(self.peers)
+        assert 0 < self.heartbeat_ticks < self.election_ticks_min <= self.election_ticks_max
+        assert self.preferred_leader is None or self.preferred_leader in self.peers
+
+
+class Progress:
+    """The leader's view of one follower (etcd's Progress, simplified)."""
+    PROBE, REPLICATE = "probe", "replicate"
+
+    def __init__(self, next_index: int):
+        self.match = -1
+        self.next = next_index
+        self.state = Progress.PROBE
+        self.probe_sent = False          # probe: one Append at a time, resent on heartbeat
+        self.inflight: list[int] = []    # replicate: last index of each Append not yet answered
+        self.inflight_since = 0          # tick the oldest unanswered Append was sent
+        self.recent_active = False       # heard from it since the last quorum check
+
+    def __repr__(self) -> str:
+        return f"Progress(match={self.match}, next={self.next}, {self.state}, inflight={len(self.inflight)})"
+
+
+# ---- the node -------------------------------------------------------------------------------------
+class RaftNode:
+    def __init__(self, config: Config, log, rng, term: int = 0, vote: str | None = None, commit: int = -1):
+        """term/vote: the persisted hard state; commit: an index known committed (e.g. from a
+        checkpoint), -1 if unknown.  rng: a random.Random (the only source of randomness)."""
+        self.cfg = config
+        self.id = config.node_id
+        self.others = [p for p in config.peers if p != self.id]
+        self.quorum = len(config.peers) // 2 + 1
+        self.log = log
+        self.rng = rng
+        self.term = term
+        self.vote = vote
+        assert commit <= log.last_index(), (commit, log.last_index())
+        self.commit = commit
+        self.role = Role.FOLLOWER
+        self.leader_id: str | None = None
+        self.pre_candidate = False
+        self.votes: dict[str, bool] = {}
+        self.progress: dict[str, Progress] = {}
+        self.noop_index = -1                     # leader: index of this term's no-op
+        self.transferee: str | None = None       # leader: a leadership transfer in progress
+        self.transfer_elapsed = 0
+        self.election_elapsed = 0
+        self.heartbeat_elapsed = 0
+        self.quorum_elapsed = 0
+        self.ticks = 0                           # logical clock: ticks since start
+        self.timeout = 0
+        self._reset_timeout()
+        self._msgs: list[Message] = []
+        self._persisted = (term, vote)
+
+    # ---- outputs ----------------------------------------------------------------------------------
+    def ready(self) -> Ready:
+        """What to do now: persist the hard state (if it changed), then send the messages."""
+        hs = (self.term, self.vote)
+        changed = hs if hs != self._persisted else None
+        self._persisted = hs
+        msgs, self._msgs = self._msgs, []
+        return Ready(changed, msgs)
+
+    @property
+    def is_ready_leader(self) -> bool:
+        """A leader whose no-op is committed: its log is committed to the end of the
+        previous terms, so it may serve writes (after the driver's own catch-up)."""
+        return self.role is Role.LEADER and self.commit >= self.noop_index >= 0 and self.transferee is None
+
+    def status(self) -> dict:
+        out = {"id": self.id, "role": self.role.value, "term": self.term, "leader": self.leader_id,
+               "commit": self.commit, "lastIndex": self.log.last_index(), "lastTerm": self.log.last_term()}
+        if self.role is Role.LEADER:
+            out["peers"] = {p: {"match": pr.match, "next": pr.next, "state": pr.state}
+                            for p, pr in self.progress.items()}
+        return out
+
+    # ---- inputs -----------------------------------------------------------------------------------
+    def tick(self) -> None:
+        self.ticks += 1
+        if self.role is Role.LEADER:
+            self._tick_leader()
+            return
+        self.election_elapsed += 1
+        if self.election_elapsed >= self.timeout:
+            self.election_elapsed = 0
+            self._campaign(pre=self.cfg.pre_vote)
+
+    def log_progress(self) -> None:
+        """The local log grew (a leader's appends) or became more durable."""
+        if self.role is Role.LEADER:
+            self._maybe_commit()
+            for p in self.others:
+                self._send_append(p)
+
+    def transfer_leadership(self, target: str) -> bool:
+        """Leader: hand leadership to `target` (caught up first).  False if not possible."""
+        if self.role is not Role.LEADER or target == self.id or target not in self.progress:
+            return False
+        self.transferee = target
+        self.transfer_elapsed = 0
+        pr = self.progress[target]
+        if pr.match == self.log.last_index():
+            self._send(TimeoutNow(self.term, self.id, target))
+        else:
+            self._send_append(target)
+        return True
+
+    def step(self, m: Message) -> None:
+        if m.dst != self.id or m.src not in self.cfg.peers or m.src == self.id:
+            return
+        if m.term > self.term:
+            if isinstance(m, VoteReq):
+                if not m.transfer and self._in_lease():
+                    return                  # a leader is alive: ignore (no term bump, no answer)
+                if m.pre:
+                    self._on_vote_req(m)    # a pre-vote never changes our term
+                    return
+                self._become_follower(m.term, None)
+            elif isinstance(m, VoteResp) and m.pre and m.granted:
+                pass                        # a pre-vote grant carries the term we would take
+            else:
+                leader = m.src if isinstance(m, (Append, Heartbeat, TimeoutNow)) else None
+                self._become_follower(m.term, leader)
+        elif m.term < self.term:
+            if isinstance(m, (Append, Heartbeat)):
+                # a stale leader: tell it our term so it steps down
+                self._send(AppendResp(self.term, self.id, m.src, False, -1, reject_index=-1, hint_index=-1))
+            elif isinstance(m, VoteReq) and m.pre:
+                self._send(VoteResp(self.term, self.id, m.src, False, pre=True))
+            return
+        handler = _HANDLERS[type(m)]
+        handler(self, m)
+
+    # ---- timers and elections ---------------------------------------------------------------------
+    def _reset_timeout(self) -> None:
+        self.timeout = self.rng.randint(self.cfg.election_ticks_min, self.cfg.election_ticks_max)
+
+    def _in_lease(self) -> bool:
+        """A leader is known to be alive: this node leads (check-quorum makes it step down
+        once it lost its majority), or it heard from its leader within the minimum
+        election timeout."""
+        if not self.cfg.check_quorum or self.leader_id is None:
+            return False
+        return self.role is Role.LEADER or (self.role is Role.FOLLOWER
+                                            and self.election_elapsed < self.cfg.election_ticks_min)
+
+    def _campaign(self, pre: bool, transfer: bool = False) -> None:
+        if len(self.cfg.peers) == 1:
+            self._become_candidate()
+            self._become_leader()
+            return
+        if pre:
+            self.role = Role.CANDIDATE
+            self.pre_candidate = True
+            self.leader_id = None
+            term = self.term + 1
+        else:
+            self._become_candidate()
+            term = self.term
+        self.votes = {self.id: True}
+        self._reset_timeout()
+        for p in self.others:
+            self._send(VoteReq(term, self.id, p, self.log.last_index(), self.log.last_term(),
+                               pre=pre, transfer=transfer))
+
+    def _become_candidate(self) -> None:
+        self.term += 1
+        self.vote = self.id
+        self.role = Role.CANDIDATE
+        self.pre_candidate = False
+        self.leader_id = None
+        self.election_elapsed = 0
+
+    def _become_follower(self, term: int, leader: str | None) -> None:
+        assert term >= self.term
+        if term > self.term:
+            self.term = term
+            self.vote = None
+        self.role = Role.FOLLOWER
+        self.pre_candidate = False
+        self.leader_id = leader
+        self.progress = {}
+        self.transferee = None
+        self.noop_index = -1
+        self.election_elapsed = 0
+        self._reset_timeout()
+
+    def _become_leader(self) -> None:
+        assert self.role is Role.CANDIDATE and not self.pre_candidate
+        self.role = Role.LEADER
+        self.leader_id = self.id
+        self.heartbeat_elapsed = 0
+        self.quorum_elapsed = 0
+        self.transferee = None
+        self.noop_index = self.log.append_noop(self.term)
+        assert self.noop_index == self.log.last_index() and self.log.last_term() == self.term
+        # the first probe carries the no-op after our last earlier entry, which most followers hold
+        self.progress = {p: Progress(self.noop_index) for p in self.others}
+        self._maybe_commit()
+        for p in self.others:
+            self._send_append(p)
+
+    def _on_vote_req(self, m: VoteReq) -> None:
+        up_to_date = (m.last_term, m.last_index) >= (self.log.last_term(), self.log.last_index())
+        if m.pre:
+            grant = up_to_date and m.term > self.term
+            self._send(VoteResp(m.term if grant else self.term, self.id, m.src, grant, pre=True))
+            return
+        grant = up_to_date and m.term == self.term and self.vote in (None, m.src)
+        if grant:
+            self.vote = m.src
+            self.election_elapsed = 0
+        self._send(VoteResp(self.term, self.id, m.src, grant))
+
+    def _on_vote_resp(self, m: VoteResp) -> None:
+        if self.role is not Role.CANDIDATE or m.pre != self.pre_candidate:
+            return
+        if m.pre and m.term != self.term + 1 and m.granted:
+            return                          # an answer to an older pre-vote round
+        if not m.pre and m.term != self.term:
+            return
+        self.votes[m.src] = m.granted
+        yes = sum(1 for v in self.votes.values() if v)
+        no = len(self.votes) - yes
+        if yes >= self.quorum:
+            if m.pre:
+                self._campaign(pre=False)
+            else:
+                self._become_leader()
+        elif no >= self.quorum:
+            self._become_follower(self.term, None)
+
+    def _on_timeout_now(self, m: TimeoutNow) -> None:
+        if self.role is Role.LEADER:
+            return
+        self._campaign(pre=False, transfer=True)
+
+    # ---- replication: follower side -----------------------------------------------------------------
+    def _on_append(self, m: Append) -> None:
+        self._follow(m.src)
+        log = self.log
+        if m.prev_index < self.commit:
+            # everything up to our commit matches any leader of this term: skip what we have
+            first = self.commit + 1
+            if m.entries is not None and m.entries.last_index >= first:
+                self._accept(m, first)
+            else:
+                self._send(AppendResp(self.term, self.id, m.src, True, self.commit))
+            return
+        prev_term = log.term_at(m.prev_index)
+        if prev_term != m.prev_term:
+            hint = min(m.prev_index - 1, log.last_index())
+            # entries of a later term than the leader's prev entry cannot match below it
+            steps = 0
+            while hint > self.commit and steps < 4096:
+                t = log.term_at(hint)
+                if t is None or t <= m.prev_term:
+                    break
+                hint -= 1
+                steps += 1
+            self._send(AppendResp(self.term, self.id, m.src, False, -1, reject_index=m.prev_index,
+                                  hint_index=max(hint, -1)))
+            return
+        self._accept(m, m.prev_index + 1)
+
+    def _accept(self, m: Append, first: int) -> None:
+        """m's prev entry matches; append what we lack from index `first` on, cutting a
+        conflicting (necessarily uncommitted) suffix first."""
+        log = self.log
+        batch = m.entries
+        last_new = m.prev_index if batch is None else batch.last_index
+        if batch is not None:
+            i = first
+            while i <= batch.last_index:
+                t = log.term_at(i)
+                if t is None:
+                    break
+                if t != batch.term_of(i):
+                    assert i > self.commit, f"{self.id}: a conflict at committed index {i} (commit {self.commit})"
+                    log.truncate_from(i)
+                    break
+                i += 1
+            if i <= batch.last_index:
+                assert log.last_index() == i - 1, (log.last_index(), i)
+                log.append(batch, i)
+        new_commit = min(m.commit, last_new)
+        if new_commit > self.commit:
+            self.commit = new_commit
+        self._send(AppendResp(self.term, self.id, m.src, True, last_new))
+
+    def _on_heartbeat(self, m: Heartbeat) -> None:
+        self._follow(m.src)
+        if m.commit > self.commit:
+            self.commit = min(m.commit, self.log.last_index())
+        self._send(HeartbeatResp(self.term, self.id, m.src))
+
+    def _follow(self, leader: str) -> None:
+        if self.role is not Role.FOLLOWER:
+            self._become_follower(self.term, leader)
+        self.leader_id = leader
+        self.election_elapsed = 0
+
+    # ---- replication: leader side -------------------------------------------------------------------
+    def _tick_leader(self) -> None:
+        self.heartbeat_elapsed += 1
+        self.quorum_elapsed += 1
+        if self.transferee is not None:
+            self.transfer_elapsed += 1
+            if self.transfer_elapsed >= (self.cfg.transfer_timeout_ticks or self.cfg.election_ticks_max):
+                self.transferee = None       # gave up: keep leading
+        if self.cfg.check_quorum and self.quorum_elapsed >= self.cfg.election_ticks_min:
+            self.quorum_elapsed = 0
+            active = 1 + sum(1 for pr in self.progress.values() if pr.recent_active)
+            for pr in self.progress.values():
+                pr.recent_active = False
+            if active < self.quorum:
+                self._become_follower(self.term, None)
+                return
+        if self.heartbeat_elapsed >= self.cfg.heartbeat_ticks:
+            self.heartbeat_elapsed = 0
+            for p, pr in self.progress.items():
+                self._send(Heartbeat(self.term, self.id, p, min(pr.match, self.commit)))
+                if (pr.state == Progress.REPLICATE and pr.inflight
+                        and self.ticks - pr.inflight_since >= self.cfg.election_ticks_min):
+                    # unanswered for an election timeout: presumed lost (a broken connection, or
+                    # the simulator's loss); probe again from what the follower acknowledged
+                    pr.state = Progress.PROBE
+                    pr.inflight = []
+                    pr.next = pr.match + 1
+                    pr.probe_sent = False
+                if pr.state == Progress.PROBE:
+                    pr.probe_sent = False        # resend the probe with the heartbeat
+                    self._send_append(p)
+            self._maybe_transfer_to_preferred()
+
+    def _maybe_transfer_to_preferred(self) -> None:
+        pref = self.cfg.preferred_leader
+        if pref is None or pref == self.id or self.transferee is not None or not self.is_ready_leader:
+            return
+        pr = self.progress.get(pref)
+        if pr is not None and pr.recent_active and pr.match == self.log.last_index():
+            self.transfer_leadership(pref)
+
+    def _send_append(self, p: str, force_commit: bool = False) -> None:
+        pr = self.progress[p]
+        last = self.log.last_index()
+        if pr.state == Progress.PROBE:
+            if pr.probe_sent:
+                return
+        elif len(pr.inflight) >= self.cfg.max_inflight:
+            return
+        has_new = pr.next <= last
+        if not has_new and not force_commit and pr.state == Progress.REPLICATE:
+            return
+        prev = pr.next - 1
+        prev_term = self.log.term_at(prev)
+        if prev_term is None:
+            return          # the follower needs entries we no longer hold: it cannot be caught up
+        batch = self.log.entries(pr.next, last) if has_new else None
+        self._send(Append(self.term, self.id, p, prev, prev_term, batch, self.commit))
+        if pr.state == Progress.PROBE:
+            pr.probe_sent = True
+        elif batch is not None:
+            if not pr.inflight:
+                pr.inflight_since = self.ticks
+            pr.inflight.append(batch.last_index)
+            pr.next = batch.last_index + 1
+
+    def _on_append_resp(self, m: AppendResp) -> None:
+        if self.role is not Role.LEADER:
+            return
+        pr = self.progress[m.src]
+        pr.recent_active = True
+        if m.success:
+            if m.index > pr.match:
+                pr.match = m.index
+            if pr.next <= pr.match:
+                pr.next = pr.match + 1
+            if pr.inflight and pr.inflight[0] <= m.index:
+                pr.inflight = [i for i in pr.inflight if i > m.index]
+                pr.inflight_since = self.ticks
+            if pr.state == Progress.PROBE:
+                pr.state = Progress.REPLICATE
+                pr.probe_sent = False
+                pr.inflight = []
+            self._maybe_commit()
+            if self.transferee == m.src and pr.match == self.log.last_index():
+                self._send(TimeoutNow(self.term, self.id, m.src))
+            while True:                      # fill the window
+                before = pr.next
+                self._send_append(m.src)
+                if pr.next == before:
+                    break
+            return
+        if m.reject_index < 0:
+            return                                   # a stale-term answer (handled by the term check)
+        if pr.state == Progress.REPLICATE:
+            if m.reject_index <= pr.match:
+                return                               # stale: that Append was overtaken
+            pr.state = Progress.PROBE
+            pr.inflight = []
+            pr.next = pr.match + 1
+        elif m.reject_index != pr.next - 1:
+            return                                   # an answer to an older probe
+        pr.next = max(min(m.reject_index, m.hint_index + 1), pr.match + 1)
+        pr.probe_sent = False
+        self._send_append(m.src)
+
+    def _on_heartbeat_resp(self, m: HeartbeatResp) -> None:
+        if self.role is not Role.LEADER:
+            return
+        pr = self.progress[m.src]
+        pr.recent_active = True
+        if pr.match < self.log.last_index() and pr.state == Progress.REPLICATE and not pr.inflight:
+            self._send_append(m.src)
+
+    def _maybe_commit(self) -> None:
+        matches = sorted([self.log.durable_index()] + [pr.match for pr in self.progress.values()], reverse=True)
+        n = matches[self.quorum - 1]
+        if n > self.commit and self.log.term_at(n) == self.term:
+            self.commit = n
+            # followers that are up to date learn the new commit at once (reads from followers,
+            # and their dispatch, would otherwise wait for the next append or heartbeat)
+            for p, pr in self.progress.items():
+                if pr.state == Progress.REPLICATE and pr.next > self.log.last_index() and not pr.inflight:
+                    self._send_append(p, force_commit=True)
+
+    def _send(self, m: Message) -> None:
+        self._msgs.append(m)
+
+
+_HANDLERS = {
+    VoteReq: RaftNode._on_vote_req,
+    VoteResp: RaftNode._on_vote_resp,
+    Append: RaftNode._on_append,
+    AppendResp: RaftNode._on_append_resp,
+    Heartbeat: RaftNode._on_heartbeat,
+    HeartbeatResp: RaftNode._on_heartbeat_resp,
+    TimeoutNow: RaftNode._on_timeout_now,
+}
+
+__all__ = ["Role", "Config", "RaftNode", "Ready", "Message", "VoteReq", "VoteResp", "Append", "AppendResp",
+           "Heartbeat", "HeartbeatResp", "TimeoutNow", "Progress"]

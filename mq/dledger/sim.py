@@ -1,0 +1,419 @@
+"""A seeded, deterministic simulation of a DLedger group: the real Raft core
+(mq.dledger.core) on a fake clock, in-memory logs and a network that drops,
+delays, duplicates and reorders messages and partitions nodes, with nodes
+crashing and restarting from their persisted state.
+
+One seed = one run: a fault phase (random partitions, heals, crashes,
+restarts, loss and delay changes, client proposals), then a calm phase (all
+healed and up) that must end with a ready leader and a fresh proposal
+committed everywhere.  Checked all along:
+  * election safety: at most one leader per term;
+  * commit safety: an index, once committed anywhere, holds the same entry
+    forever, on every node whose commit covers it; a node that becomes
+    leader holds every entry committed so far (leader completeness);
+  * acknowledged writes: a proposal the client was told is committed (the
+    leader's commit covered it while the leader was still leading in the
+    term it was appended in -- the broker's SEND_OK rule) is in the
+    committed log at its index at the end;
+  * liveness after the faults stop.
+
+A failing seed raises SimFailure with the seed and the last events; replay
+it with `python -m mq.dledger.sim --seed N --verbose`."""
+from __future__ import annotations
+
+import argparse
+import heapq
+import random
+import sys
+from collections import deque
+from dataclasses import dataclass
+
+from .core import Append, Config, RaftNode, Role
+
+NOOP = "noop"
+
+
+class SimFailure(AssertionError):
+    pass
+
+
+# ---- the in-memory log --------------------------------------------------------------------------
+class SimBatch:
+    """An immutable snapshot of entries first_index.. (what an Append carries)."""
+    __slots__ = ("first_index", "items")
+
+    def __init__(self, first_index: int, items: list):
+        self.first_index = first_index
+        self.items = items
+
+    @property
+    def last_index(self) -> int:
+        return self.first_index + len(self.items) - 1
+
+    def term_of(self, index: int) -> int:
+        return self.items[index - self.first_index][0]
+
+    def item(self, index: int):
+        return self.items[index - self.first_index]
+
+
+class SimLog:
+    """Entries are (term, payload); every append is durable at once (SYNC durability)."""
+
+    def __init__(self, batch_max: int = 8):
+        self.items: list = []
+        self.batch_max = batch_max
+
+    def last_index(self) -> int:
+        return len(self.items) - 1
+
+    def last_term(self) -> int:
+        return self.items[-1][0] if self.items else 0
+
+    def term_at(self, index: int):
+        if index == -1:
+            return 0
+        if 0 <= index < len(self.items):
+            return self.items[index][0]
+        return None
+
+    def durable_index(self) -> int:
+        return len(self.items) - 1
+
+    def entries(self, first: int, last: int) -> SimBatch:
+        last = min(last, first + self.batch_max - 1)
+        return SimBatch(first, self.items[first:last + 1])
+
+    def append(self, batch: SimBatch, from_index: int) -> None:
+        assert from_index == len(self.items), (from_index, len(self.items))
+        self.items.extend(batch.items[from_index - batch.first_index:])
+
+    def truncate_from(self, index: int) -> None:
+        del self.items[index:]
+
+    def append_noop(self, term: int) -> int:
+        self.items.append((term, NOOP))
+        return len(self.items) - 1
+
+    def propose(self, term: int, payload) -> int:
+        self.items.append((term, payload))
+        return len(self.items) - 1
+
+
+# ---- the network -----------------------------------------------------------------------------------
+class SimNetwork:
+    def __init__(self, rng: random.Random):
+        self.rng = rng
+        self.queue: list = []
+        self.seq = 0
+        self.drop = 0.0
+        self.dup = 0.0
+        self.delay_max = 1          # ticks; >1 reorders
+        self.cut: set = set()       # (src, dst) pairs that lose everything
+
+    def send(self, m, now: int) -> None:
+        if (m.src, m.dst) in self.cut or self.rng.random() < self.drop:
+            return
+        copies = 2 if self.rng.random() < self.dup else 1
+        for _ in range(copies):
+            self.seq += 1
+            heapq.heappush(self.queue, (now + self.rng.randint(1, self.delay_max), self.seq, m))
+
+    def due(self, now: int) -> list:
+        out = []
+        while self.queue and self.queue[0][0] <= now:
+            _, _, m = heapq.heappop(self.queue)
+            if (m.src, m.dst) not in self.cut:
+                out.append(m)
+        return out
+
+    def partition(self, groups: list[list[str]]) -> None:
+        self.cut = {(a, b) for g in groups for h in groups if g is not h for a in g for b in h}
+
+    def heal(self) -> None:
+        self.cut = set()
+
+
+# ---- the cluster ------------------------------------------------------------------------------------
+@dataclass
+class SimParams:
+    nodes: int = 3
+    fault_ticks: int = 400
+    calm_ticks: int = 300          # the calm phase must reach liveness within this
+    heartbeat_ticks: int = 2
+    election_ticks_min: int = 10
+    election_ticks_max: int = 20
+    pre_vote: bool = True
+    check_quorum: bool = True
+    propose_every: int = 3         # ticks between client proposals (on average)
+    batch_max: int = 8             # entries per Append
+
+
+class SimNode:
+    def __init__(self, cluster: "SimCluster", node_id: str):
+        self.cluster = cluster
+        self.id = node_id
+        self.log = SimLog(cluster.params.batch_max)
+        self.hard = (0, None)      # persisted (term, vote)
+        self.raft: RaftNode | None = None
+        self.checked_commit = -1
+
+    def start(self) -> None:
+        c = self.cluster
+        p = c.params
+        cfg = Config(self.id, c.ids, heartbeat_ticks=p.heartbeat_ticks, election_ticks_min=p.election_ticks_min,
+                     election_ticks_max=p.election_ticks_max, pre_vote=p.pre_vote, check_quorum=p.check_quorum,
+                     max_inflight=4)
+        self.raft = RaftNode(cfg, self.log, random.Random(c.rng.random()), term=self.hard[0], vote=self.hard[1])
+        self.checked_commit = -1
+
+
+class SimCluster:
+    def __init__(self, seed: int, params: SimParams | None = None, verbose: bool = False):
+        self.seed = seed
+        self.params = params or SimParams()
+        self.rng = random.Random(seed)
+        self.verbose = verbose
+        self.ids = [f"n{i}" for i in range(self.params.nodes)]
+        self.net = SimNetwork(self.rng)
+        self.nodes = {i: SimNode(self, i) for i in self.ids}
+        self.now = 0
+        self.leaders: dict[int, str] = {}          # term -> leader
+        self.committed: dict[int, tuple] = {}      # index -> (term, payload)
+        self.acked: dict = {}                      # payload -> index
+        self.pending: list = []                    # (node, term, index, payload) proposals awaiting commit
+        self.next_value = 0
+        self.events: deque = deque(maxlen=60)
+        self.note(f"{self.params}")
+        for n in self.nodes.values():
+            n.start()
+
+    # ---- bookkeeping ------------------------------------------------------------------------------
+    def note(self, text: str) -> None:
+        line = f"t={self.now} {text}"
+        self.events.append(line)
+        if self.verbose:
+            print(line)
+
+    def fail(self, why: str) -> None:
+        raise SimFailure(f"seed {self.seed}: {why}\nlast events:\n  " + "\n  ".join(self.events)
+                         + f"\nreplay: python -m mq.dledger.sim --seed {self.seed} --verbose")
+
+    def _drain(self, node: SimNode) -> None:
+        """Applies a node's Ready: persist first, then send; then check invariants."""
+        r = node.raft
+        was_leader = r.role is Role.LEADER
+        rd = r.ready()
+        if rd.hard_state is not None:
+            if rd.hard_state[0] < node.hard[0]:
+                self.fail(f"{node.id}'s term went back from {node.hard[0]} to {rd.hard_state[0]}")
+            if rd.hard_state[0] == node.hard[0] and node.hard[1] not in (None, rd.hard_state[1]):
+                self.fail(f"{node.id} voted twice in term {node.hard[0]}")
+            node.hard = rd.hard_state
+        for m in rd.messages:
+            self.net.send(m, self.now)
+        self._check_node(node, was_leader)
+
+    def _check_node(self, node: SimNode, was_leader: bool) -> None:
+        r = node.raft
+        if r.role is Role.LEADER:
+            other = self.leaders.setdefault(r.term, node.id)
+            if other != node.id:
+                self.fail(f"two leaders in term {r.term}: {other} and {node.id}")
+            if not was_leader:
+                self.note(f"{node.id} leads term {r.term} (last {node.log.last_index()})")
+                for i, e in self.committed.items():
+                    if i > node.log.last_index() or node.log.items[i] != e:
+                        self.fail(f"new leader {node.id} lacks committed entry {i} {e}")
+        for i in range(node.checked_commit + 1, r.commit + 1):
+            e = node.log.items[i]
+            prev = self.committed.setdefault(i, e)
+            if prev != e:
+                self.fail(f"index {i} committed as {prev} and as {e} (on {node.id})")
+        if r.commit < node.checked_commit:
+            self.fail(f"{node.id}'s commit went back from {node.checked_commit} to {r.commit}")
+        node.checked_commit = r.commit
+
+    # ---- driving ----------------------------------------------------------------------------------
+    def alive(self) -> list[SimNode]:
+        return [n for n in self.nodes.values() if n.raft is not None]
+
+    def tick(self) -> None:
+        self.now += 1
+        for n in self.alive():
+            n.raft.tick()
+            self._drain(n)
+        for m in self.net.due(self.now):
+            n = self.nodes[m.dst]
+            if n.raft is not None:
+                n.raft.step(m)
+                self._drain(n)
+        self._settle_proposals()
+
+    def propose(self) -> None:
+        for n in self.alive():
+            if n.raft.is_ready_leader:
+                self.next_value += 1
+                value = f"v{self.next_value}"
+                idx = n.log.propose(n.raft.term, value)
+                self.pending.append((n.id, n.raft.term, idx, value))
+                n.raft.log_progress()
+                self._drain(n)
+                return
+
+    def _settle_proposals(self) -> None:
+        """The broker's SEND_OK rule: acked once the leader's commit covers the entry while it
+        still leads in the term it appended it; a changed term means 'unknown', never acked."""
+        keep = []
+        for nid, term, idx, value in self.pending:
+            r = self.nodes[nid].raft
+            if r is None or r.term != term or r.role is not Role.LEADER:
+                continue                      # outcome unknown: the client gets an error
+            if r.commit >= idx:
+                self.acked[value] = idx
+            else:
+                keep.append((nid, term, idx, value))
+        self.pending = keep
+
+    def crash(self, node: SimNode) -> None:
+        self.note(f"crash {node.id}")
+        node.raft = None
+
+    def restart(self, node: SimNode) -> None:
+        self.note(f"restart {node.id} (term {node.hard[0]}, log {node.log.last_index()})")
+        node.start()
+
+    # ---- one run ------------------------------------------------------------------------------------
+    def random_fault(self) -> None:
+        rng = self.rng
+        k = rng.random()
+        if k < 0.25:
+            ids = self.ids[:]
+            rng.shuffle(ids)
+            cut = rng.randint(1, len(ids) - 1)
+            groups = [ids[:cut], ids[cut:]]
+            self.net.partition(groups)
+            self.note(f"partition {groups}")
+        elif k < 0.45:
+            self.net.heal()
+            self.note("heal")
+        elif k < 0.6:
+            up = self.alive()
+            if len(up) > 1:
+                self.crash(rng.choice(up))
+        elif k < 0.75:
+            down = [n for n in self.nodes.values() if n.raft is None]
+            if down:
+                self.restart(rng.choice(down))
+        elif k < 0.85:
+            self.net.drop = rng.choice([0.0, 0.05, 0.2, 0.5])
+            self.net.dup = rng.choice([0.0, 0.05, 0.2])
+            self.note(f"loss {self.net.drop} dup {self.net.dup}")
+        else:
+            self.net.delay_max = rng.choice([1, 2, 5, 15])
+            self.note(f"delay up to {self.net.delay_max}")
+
+    def run(self) -> None:
+        p = self.params
+        rng = self.rng
+        while self.now < p.fault_ticks:
+            if rng.random() < 0.03:
+                self.random_fault()
+            if rng.random() < 1 / p.propose_every:
+                self.propose()
+            self.tick()
+        # calm: everything healed and up; a ready leader and a fresh proposal committed everywhere
+        self.net.heal()
+        self.net.drop = self.net.dup = 0.0
+        self.net.delay_max = 1
+        for n in self.nodes.values():
+            if n.raft is None:
+                self.restart(n)
+        self.note("calm")
+        deadline = self.now + p.calm_ticks
+        marker = None
+        while self.now < deadline:
+            self.tick()
+            if marker is None:
+                for n in self.alive():
+                    if n.raft.is_ready_leader:
+                        self.next_value += 1
+                        marker = f"v{self.next_value}"
+                        idx = n.log.propose(n.raft.term, marker)
+                        self.pending.append((n.id, n.raft.term, idx, marker))
+                        n.raft.log_progress()
+                        self._drain(n)
+                        break
+            elif marker in self.acked:
+                if all(n.raft.commit >= self.acked[marker] for n in self.alive()):
+                    break
+            elif not any(v == marker for *_, v in self.pending):
+                marker = None        # its leader lost the lead first (outcome unknown): propose again
+        else:
+            self.fail(f"no liveness {p.calm_ticks} ticks after the faults stopped: "
+                      + ", ".join(f"{n.id}={n.raft.role.value}/t{n.raft.term}/c{n.raft.commit}/l{n.log.last_index()}"
+                                  for n in self.alive()))
+        self._final_checks()
+
+    def _final_checks(self) -> None:
+        for value, idx in self.acked.items():
+            e = self.committed.get(idx)
+            if e is None or e[1] != value:
+                self.fail(f"acknowledged {value} at {idx} is not committed there (found {e})")
+        top = max(n.raft.commit for n in self.alive())
+        for n in self.alive():
+            for i in range(n.raft.commit + 1):
+                if n.log.items[i] != self.committed[i]:
+                    self.fail(f"{n.id} disagrees at committed index {i}")
+        assert top >= 0
+
+
+def params_for(seed: int) -> SimParams:
+    """A seed's own shape, so that a sweep covers 3 and 5 nodes, narrow election windows
+    (split votes: several candidates in one term) and runs without pre-vote."""
+    rng = random.Random(seed * 7919 + 17)
+    narrow = rng.random() < 0.3
+    return SimParams(nodes=5 if rng.random() < 0.3 else 3,
+                     election_ticks_min=10, election_ticks_max=11 if narrow else 20,
+                     pre_vote=rng.random() < 0.75, check_quorum=rng.random() < 0.85,
+                     fault_ticks=rng.choice([300, 400, 600]), batch_max=rng.choice([1, 2, 8]))
+
+
+def run_seed(seed: int, params: SimParams | None = None, verbose: bool = False) -> SimCluster:
+    c = SimCluster(seed, params or params_for(seed), verbose)
+    c.run()
+    return c
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m mq.dledger.sim",
+                                 description="seeded simulation of the DLedger Raft core")
+    ap.add_argument("--seed", type=int, help="run (and print) one seed")
+    ap.add_argument("--seeds", type=int, default=200, help="run seeds 0..N-1")
+    ap.add_argument("--nodes", type=int, help="override the seed's node count")
+    ap.add_argument("--no-pre-vote", action="store_true", help="override: no pre-vote")
+    ap.add_argument("--verbose", action="store_true")
+    args = ap.parse_args(argv)
+    seeds = [args.seed] if args.seed is not None else range(args.seeds)
+    failed = 0
+    for s in seeds:
+        params = params_for(s)
+        if args.nodes:
+            params.nodes = args.nodes
+        if args.no_pre_vote:
+            params.pre_vote = False
+        try:
+            c = run_seed(s, params, args.verbose)
+            if args.seed is not None:
+                print(f"seed {s}: ok; {len(c.committed)} committed, {len(c.acked)} acknowledged, "
+                      f"{len(c.leaders)} terms with a leader")
+        except SimFailure as e:
+            failed += 1
+            print(e, file=sys.stderr)
+    if args.seed is None:
+        print(f"{len(seeds) - failed}/{len(seeds)} seeds passed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
