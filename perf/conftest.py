@@ -54,7 +54,7 @@ def need_disk():
 @pytest.fixture(scope="module")
 def namesrv(tmp_path_factory):
     """A name server (a real mqnamesrv process on 127.0.0.1) for one benchmark module."""
-    from tests.harness.cluster import NameServer
+    from mq.cluster import NameServer
     ns = NameServer(str(tmp_path_factory.mktemp("namesrv")))
     yield ns
     ns.stop()

@@ -24,7 +24,7 @@ module starts (servers, temp dirs, client processes) is stopped and removed on t
 including on Ctrl-C and on errors: every server is a context manager, and the CLI holds them
 in one ExitStack.
 
-The servers get free ports below the kernel's ephemeral range (tests/harness/cluster.py) and
+The servers get free ports below the kernel's ephemeral range (mq/cluster.py) and
 their own temporary directories (under $MQ_PERF_DIR, default /tmp).  Redis runs with automatic
 AOF rewrites off (`--auto-aof-rewrite-percentage 0`) and every stream is deleted between
 rounds, so no background rewrite fork lands inside a measured round.
@@ -53,14 +53,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-# The port helpers live in the test harness; the installed `mqpeers` (an editable install, so
-# this file is still <repo>/perf/peers.py) finds the harness from the repository root.
-_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-try:
-    from tests.harness.cluster import free_port, port_open, wait_for
-except ModuleNotFoundError:
-    sys.path.insert(0, _REPO_ROOT)
-    from tests.harness.cluster import free_port, port_open, wait_for
+from mq.cluster import Broker, NameServer, free_port, port_open, wait_for
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -600,7 +593,6 @@ class OurBrokers:
 
     def __init__(self, flush_types: tuple[str, ...] = ("ASYNC_FLUSH",), client: str = "remoting"):
         from . import test_broker_bench as bb
-        from tests.harness.cluster import Broker, NameServer
         assert client in self.CLIENTS, client
         self.bb = bb
         self.client = client

@@ -33,8 +33,8 @@ PHASES = (
 
 
 def _cluster(workdir: str, trace_dir: str):
-    # the test harness starts real processes (mqnamesrv, mqbroker) and waits until they serve
-    from tests.harness.cluster import Broker, NameServer, wait_for
+    # real processes (mqnamesrv, mqbroker) on free loopback ports, serving when these return
+    from mq.cluster import Broker, NameServer, wait_for
     ns = NameServer(workdir)
     common = dict(flushDiskType="SYNC_FLUSH", perfTraceEnable="true", mappedFileSizeCommitLog=64 * 1024 * 1024,
                   sendMessageThreadPoolNums=1)

@@ -1,6 +1,6 @@
 """Benchmarks for the broker gates of /work/shared/PERF.md (see perf/README.md).
 
-Real `mqnamesrv` and `mqbroker` processes on loopback (tests/harness/cluster.py), ASYNC_FLUSH,
+Real `mqnamesrv` and `mqbroker` processes on loopback (mq/cluster.py), ASYNC_FLUSH,
 256 MiB CommitLog files, 1 KiB message bodies; the client side is the project's asyncio
 RemotingClient, speaking the wire protocol directly (no client library on top).
 
@@ -45,7 +45,7 @@ import pytest
 
 from mq.remoting import RemotingClient, RemotingServer, make_response
 from mq.wire.batch import BatchItem, build_batch
-from tests.harness.cluster import Broker
+from mq.cluster import Broker
 
 from . import peers
 

@@ -1,6 +1,6 @@
 """Benchmarks for the HA gates of /work/shared/PERF.md (see perf/README.md, "HA benchmarks").
 
-Real `mqnamesrv` and `mqbroker` processes on loopback (tests/harness/cluster.py), ASYNC_FLUSH,
+Real `mqnamesrv` and `mqbroker` processes on loopback (mq/cluster.py), ASYNC_FLUSH,
 256 MiB CommitLog files, 1 KiB message bodies, 1 io worker per broker; the client side is the
 project's asyncio RemotingClient speaking the wire protocol directly.  Every slave is pointed at
 its master's HA port with haMasterAddress (a slave that learns it from the name server only
@@ -42,7 +42,7 @@ import pytest
 
 from . import test_broker_bench as bb
 from mq.store import control as C
-from tests.harness.cluster import Broker, free_port, wait_for
+from mq.cluster import Broker, free_port, wait_for
 
 KIB, MIB, GIB = bb.KIB, bb.MIB, bb.GIB
 

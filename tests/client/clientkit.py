@@ -1,12 +1,12 @@
 """Helpers for mq.client and mqadmin tests against real mqnamesrv/mqbroker processes
-(tests/harness/cluster.py)."""
+(mq/cluster.py)."""
 import asyncio
 import itertools
 import threading
 import time
 
 from mq.client import AdminClient, ConsumeStatus, Message
-from tests.harness.cluster import Broker, NameServer, wait_for
+from mq.cluster import Broker, NameServer, wait_for
 
 _ids = itertools.count()
 

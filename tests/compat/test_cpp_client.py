@@ -15,7 +15,7 @@ rocketmq = pytest.importorskip("rocketmq.client", reason="pip install rocketmq==
 from rocketmq.client import Message, Producer, PullConsumer, PushConsumer  # noqa: E402
 
 from mq.remoting import RemotingClient  # noqa: E402
-from tests.harness.cluster import Broker, NameServer, wait_for  # noqa: E402
+from mq.cluster import Broker, NameServer, wait_for  # noqa: E402
 
 _ids = itertools.count()
 

@@ -9,7 +9,7 @@ pytest.importorskip("rocketmq.client", reason="pip install rocketmq==0.4.4 (make
 
 from tests.compat.test_cpp_client import Collector, _wait_route, make_producer, message, push_consumer, uniq  # noqa: E402
 from tests.ha.test_broker_ha import call  # noqa: E402
-from tests.harness.cluster import Broker, NameServer, wait_for  # noqa: E402
+from mq.cluster import Broker, NameServer, wait_for  # noqa: E402
 
 
 @pytest.mark.parametrize("role", ["ASYNC_MASTER", "SYNC_MASTER"])

@@ -38,7 +38,7 @@ from mq.wire.commitlog import parse_record
 from mq.wire.properties import encode_properties
 from mq.wire.remoting import (FRAME_SIZE_MAX, RPC_ONEWAY, SERIALIZE_ROCKETMQ, RemotingCommand, encode_frame,
                               encode_json_header, decode_frame_payload, frame_payload_size)
-from tests.harness.cluster import BIN, Broker, NameServer, wait_for
+from mq.cluster import BIN, Broker, NameServer, wait_for
 
 MAX_MESSAGE_SIZE = 1024          # the test broker's maxMessageSize
 CLUSTER = "BadInputCluster"      # stored as the CLUSTER property of every message

@@ -10,7 +10,7 @@ import time
 from mq.store.commitlog import list_files
 from mq.wire import commitlog as wcl
 from mq.wire import ha as W
-from tests.harness.cluster import wait_for
+from mq.cluster import wait_for
 
 FS = 64 * 1024
 TOPICS = ("HA0", "HA1")

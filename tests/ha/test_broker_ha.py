@@ -7,7 +7,7 @@ import signal
 
 from mq.remoting import RemotingClient
 from mq.wire import commitlog as wcl
-from tests.harness.cluster import Broker, NameServer, wait_for
+from mq.cluster import Broker, NameServer, wait_for
 
 
 def call(addr: str, code: int, ext: dict | None = None, body: bytes = b""):

@@ -13,7 +13,7 @@ from mq.store import MessageStore
 from mq.store import control as C
 from mq.store.notify import PositionWaiter
 from mq.wire import ha as W
-from tests.harness.cluster import wait_for
+from mq.cluster import wait_for
 
 from hakit import (FAST, FS, SLAVE_FAST, assert_same_queues, fill, log_bytes, raw_connect,
                    read_frame, recv_exact, wait_closed, wait_same)

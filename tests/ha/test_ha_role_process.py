@@ -4,7 +4,7 @@ import os
 
 from mq.ha import MASTER_ADDR_FILE, STATUS_FILE, start_ha_process
 from mq.store.configfile import read_config, write_atomic
-from tests.harness.cluster import free_port, wait_for
+from mq.cluster import free_port, wait_for
 
 from hakit import assert_same_queues, fill, wait_same
 

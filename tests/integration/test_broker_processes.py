@@ -11,7 +11,7 @@ import time
 import pytest
 
 from mq.remoting import RemotingClient
-from tests.harness.cluster import Broker, NameServer, wait_for
+from mq.cluster import Broker, NameServer, wait_for
 
 rocketmq = pytest.importorskip("rocketmq.client")
 from rocketmq.client import Message, Producer, PullConsumer  # noqa: E402

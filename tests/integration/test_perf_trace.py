@@ -9,7 +9,7 @@ from mq.broker.tracing import REQ_ROW, RowTraceWriter
 from mq.remoting import RemotingClient
 from mq.trace import FIELDS, REQ_PHASES, TraceWriter, read_records
 from mq.wire.batch import build_batch
-from tests.harness.cluster import Broker, NameServer, wait_for
+from mq.cluster import Broker, NameServer, wait_for
 
 SEND_V2, SEND_BATCH, PULL, RUNTIME_INFO, MAX_OFFSET = 310, 320, 11, 28, 30
 PHASES = [p for p in REQ_PHASES if p != "total_us"]

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from tests.harness.cluster import BIN, Proc, free_port, port_open
+from mq.cluster import BIN, Proc, free_port, port_open
 
 STOP_TIMEOUT_S = 20
 WATCHDOG_USEC = 1_000_000

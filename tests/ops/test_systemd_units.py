@@ -17,7 +17,7 @@ import pytest
 
 from mq.broker.config import ALL_OPTIONS, parse_properties as parse_broker_properties
 from mq.namesrv.config import NAMESRV_OPTIONS, parse_properties as parse_namesrv_properties
-from tests.harness.cluster import BIN
+from mq.cluster import BIN
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONF = os.path.join(ROOT, "conf")

@@ -1,6 +1,6 @@
 """Tests for the load generator (perf/mqperf.py, installed as mq.perf.mqperf and the `mqperf` script).
 
-Runs go against a real name server and broker (tests/harness/cluster.py) on loopback, through both the
+Runs go against a real name server and broker (mq/cluster.py) on loopback, through both the
 CLI (a subprocess of the installed `mqperf`) and the Python API (run(Options) -> Summary).  What a run
 claims is checked against the broker (GET_MAX_OFFSET per queue) and against the trace records, read
 back through mq.trace.read_records and checked against mq.trace.FIELDS.  The wire fast paths are
@@ -18,6 +18,7 @@ from collections import Counter, defaultdict
 
 import pytest
 
+from mq.cluster import Broker, NameServer
 from mq.remoting import RemotingClient
 from mq.remoting.codes import RequestCode as R, ResponseCode as RC
 from mq.trace import FIELDS, read_records
@@ -27,7 +28,6 @@ from mq.wire.remoting import RemotingCommand, decode_frame_payload, encode_frame
 from perf import mqperf
 from perf.mqperf import (STAMP, STAMP_MAGIC, BatchBody, Histogram, Options, SendTemplate, make_body,
                          parse_response, scan_records, split_count)
-from tests.harness.cluster import Broker, NameServer
 
 MQPERF = os.path.join(os.path.dirname(sys.executable), "mqperf")
 TYPES = {"str": str, "int": int, "float": (int, float)}

@@ -15,8 +15,8 @@ import time
 import pytest
 from nats.js.api import StorageType
 
+from mq.cluster import port_open
 from perf import peers
-from tests.harness.cluster import port_open
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -1,6 +1,20 @@
-"""Real name servers and brokers as subprocesses on 127.0.0.1, on free ports,
-with temporary store directories; stopped (SIGTERM, then SIGKILL) afterwards.
-Waits are conditions polled with a deadline, never bare sleeps."""
+"""Real name servers and brokers as subprocesses on 127.0.0.1: for tests, benchmarks, the
+perf tools and anyone who wants a throwaway cluster from Python.
+
+    from mq.cluster import Broker, NameServer
+
+    ns = NameServer(workdir)                      # mqnamesrv on a free port, serving on return
+    broker = Broker(workdir, ns.addr)             # mqbroker, registered and serving on return
+    ...                                           # ns.addr / broker.addr are "127.0.0.1:<port>"
+    assert broker.stop() == 0 and ns.stop() == 0  # SIGTERM; exit status (SIGKILL after a timeout)
+
+Every process listens on loopback only, on a port chosen free below the kernel's ephemeral
+range, and keeps its config, log and store in a directory of its own under `workdir` (the
+caller's, e.g. a temporary directory; nothing is removed).  The programs are the installed
+console scripts `mqnamesrv` and `mqbroker` next to this interpreter (`BIN`, the directory of
+sys.executable: a venv's bin/).  Each server runs in a session of its own, so a terminal's
+Ctrl-C reaches only the caller.  Waits are conditions polled with a deadline (`wait_for`),
+never bare sleeps."""
 from __future__ import annotations
 
 import os
@@ -11,10 +25,15 @@ import subprocess
 import sys
 import time
 
+__all__ = ["BIN", "Broker", "NameServer", "Proc", "free_port", "port_open", "wait_for"]
+
+#: where the console scripts (mqnamesrv, mqbroker, mqadmin, ...) are: next to this interpreter
 BIN = os.path.dirname(sys.executable)
 
 
 def wait_for(cond, timeout_s: float = 30.0, interval_s: float = 0.05, what: str = "condition"):
+    """Calls cond() every `interval_s` until it returns something true, and returns that;
+    raises TimeoutError naming `what` once `timeout_s` have passed."""
     deadline = time.monotonic() + timeout_s
     while True:
         v = cond()
@@ -44,9 +63,10 @@ def _ephemeral_low() -> int:
 
 
 def free_port(span: tuple[int, ...] = (0,)) -> int:
-    """A port p such that p+d is free for every d in span (a broker needs -2, 0, +1).
-    Chosen below the kernel's ephemeral range: a port from that range can be taken
-    by any outgoing connection between this check and the server's bind."""
+    """A port p on 127.0.0.1 such that p+d is free for every d in span (a broker needs -2, 0
+    and +1: its fast port, its port and its HA port).  Chosen at random from 20000 up to just
+    below the kernel's ephemeral range: a port from that range can be taken by any outgoing
+    connection between this check and the server's bind."""
     hi = _ephemeral_low() - 4
     for _ in range(500):
         p = random.randrange(20000, hi)
@@ -56,12 +76,16 @@ def free_port(span: tuple[int, ...] = (0,)) -> int:
 
 
 def port_open(port: int) -> bool:
+    """Whether something accepts TCP connections on 127.0.0.1:port (0.2 s connect timeout)."""
     with socket.socket() as s:
         s.settimeout(0.2)
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 class Proc:
+    """A subprocess in a session of its own, its stdout and stderr appended to `log_path`,
+    its environment this process's plus `env`.  `p` is the subprocess.Popen."""
+
     def __init__(self, args: list[str], log_path: str, env: dict | None = None):
         self.args = args
         self.log_path = log_path
@@ -70,6 +94,9 @@ class Proc:
                                   env={**os.environ, **(env or {})}, start_new_session=True)
 
     def stop(self, timeout_s: float = 20.0) -> int:
+        """SIGTERM (the servers' clean stop), then SIGKILL to its whole session if it has not
+        exited after `timeout_s`; closes the log and returns the exit status (negative: the
+        signal that ended it)."""
         if self.p.poll() is None:
             self.p.send_signal(signal.SIGTERM)
             try:
@@ -80,6 +107,8 @@ class Proc:
         return self.p.returncode
 
     def kill(self) -> None:
+        """SIGKILL to the process and everything in its session (a crash, as far as the
+        store can tell)."""
         if self.p.poll() is None:
             try:
                 os.killpg(self.p.pid, signal.SIGKILL)
@@ -88,6 +117,7 @@ class Proc:
             self.p.wait(10)
 
     def output(self) -> str:
+        """Everything it has written so far (the whole log file)."""
         if not self.log.closed:
             self.log.flush()
         with open(self.log_path, "rb") as f:
@@ -95,6 +125,10 @@ class Proc:
 
 
 class NameServer:
+    """`mqnamesrv` on 127.0.0.1:<free port>, with its config, KV file and log in
+    `workdir/namesrv-<port>/`; serving (its port accepts connections) when the constructor
+    returns, RuntimeError with its output if it exited instead."""
+
     def __init__(self, workdir: str):
         self.port = free_port()
         self.dir = os.path.join(workdir, f"namesrv-{self.port}")
@@ -113,10 +147,19 @@ class NameServer:
         return f"127.0.0.1:{self.port}"
 
     def stop(self) -> int:
+        """SIGTERM; the exit status (0 for a clean stop)."""
         return self.proc.stop()
 
 
 class Broker:
+    """`mqbroker` of cluster TestCluster registering with `namesrv` ("host:port"), on
+    127.0.0.1 at listenPort (free: -2, 0 and +1 are checked), its store, broker.conf and log
+    in `workdir/<name>-<port>/`.  Defaults for quick starts: 16 MiB CommitLog files and every
+    delay level 1 s; any broker option passed as a keyword overrides them (listenPort and
+    storePathRootDir too).  Serving (every io worker up) when the constructor returns,
+    RuntimeError with its output if it exited instead.  restart() stops it cleanly and starts
+    it again on the same port and store."""
+
     def __init__(self, workdir: str, namesrv: str, name: str = "broker-a", **options):
         self.port = options.pop("listenPort", None) or free_port((-2, 0, 1))
         self.name = name
@@ -132,6 +175,7 @@ class Broker:
         self.start()
 
     def start(self) -> None:
+        """Writes broker.conf from `options` and starts the broker; returns once it serves."""
         with open(self.conf, "w") as f:
             f.writelines(f"{k}={v}\n" for k, v in self.options.items())
         self.proc = Proc([os.path.join(BIN, "mqbroker"), "-c", self.conf], os.path.join(self.dir, "broker.log"))
@@ -147,11 +191,14 @@ class Broker:
         return f"127.0.0.1:{self.port}"
 
     def stop(self) -> int:
+        """SIGTERM; the exit status (0 for a clean stop: store flushed, abort file removed)."""
         return self.proc.stop()
 
     def kill(self) -> None:
+        """SIGKILL to the broker and all its processes."""
         self.proc.kill()
 
     def restart(self) -> None:
+        """A clean stop (asserted: exit status 0), then start() on the same port and store."""
         assert self.stop() == 0, self.proc.output()[-3000:]
         self.start()
