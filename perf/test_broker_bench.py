@@ -1,4 +1,4 @@
-"""Benchmarks for the broker gates of /work/shared/PERF.md (see perf/README.md).
+"""Benchmarks for the broker gates of ../shared/PERF.md (see perf/README.md).
 
 Real `mqnamesrv` and `mqbroker` processes on loopback (mq/cluster.py), ASYNC_FLUSH,
 256 MiB CommitLog files, 1 KiB message bodies; the client side is the project's asyncio

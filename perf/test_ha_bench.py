@@ -1,4 +1,4 @@
-"""Benchmarks for the HA gates of /work/shared/PERF.md (see perf/README.md, "HA benchmarks").
+"""Benchmarks for the HA gates of ../shared/PERF.md (see perf/README.md, "HA benchmarks").
 
 Real `mqnamesrv` and `mqbroker` processes on loopback (mq/cluster.py), ASYNC_FLUSH,
 256 MiB CommitLog files, 1 KiB message bodies, 1 io worker per broker; the client side is the

@@ -1,4 +1,4 @@
-"""Benchmarks for the store gates of /work/shared/PERF.md (see perf/README.md).
+"""Benchmarks for the store gates of ../shared/PERF.md (see perf/README.md).
 
   1. C batch append of 1 KiB messages vs a pre-touched MAP_SHARED mmap memcpy  (>= 20%)
   2. SYNC_FLUSH group commit: 64 concurrent producers vs one producer           (expect > 5x)
