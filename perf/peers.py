@@ -15,8 +15,9 @@ What runs (1 KiB messages, 127.0.0.1, persistence on):
     256 MiB CommitLog files, the project's asyncio RemotingClient speaking the wire protocol:
     one SEND_MESSAGE_V2 at a time, 100 in flight, SEND_BATCH_MESSAGE of 100 (4 in flight),
     64 concurrent producers (2 processes x 4 connections x 8), one consumer pulling 32 at a
-    time round-robin over 4 queues.  The request helpers are those of the broker gates
-    (perf/test_broker_bench.py), so the CLI and the gates measure the same thing.
+    time round-robin over 4 queues.  The workloads are those of the broker gates
+    (perf/workloads.py, shared with perf/test_broker_bench.py), so the CLI and the gates
+    measure the same thing.
 
 Each row alternates rounds of our side and the peer's side (ROUNDS each), so load from
 elsewhere falls on both alike, and reports medians and the ratio ours / peer.  Everything this
@@ -41,29 +42,21 @@ import asyncio
 import contextlib
 import json
 import os
-import random
 import shutil
 import signal
-import statistics
-import string
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from mq.cluster import Broker, NameServer, free_port, port_open, wait_for
 
-KIB = 1024
-MIB = 1024 * KIB
-MSG_BODY_SIZE = 1 * KIB
-# Printable, so that the same bytes can be passed to redis-benchmark on its command line.
-BODY_TEXT = "".join(random.Random(1).choices(string.ascii_letters + string.digits, k=MSG_BODY_SIZE))
-BODY = BODY_TEXT.encode()
-PIPELINE_DEPTH = 100              # XADDs per redis-py pipeline; nats-py publishes in flight
-XREAD_COUNT = 1000                # entries per XREAD; messages per JetStream pull fetch
-BENCHMARK_CONNECTIONS = 50        # redis-benchmark -c
+from . import workloads as w
+from .workloads import (MSG_BODY_SIZE, PIPELINE_DEPTH, PRINTABLE_BODY, XREAD_COUNT, Result, Series, per_round_ratios,
+                        redis_benchmark_xadd, redis_fill, redis_xadd_one, redis_xadd_pipeline, redis_xread)
+
 ROUNDS = 3                        # alternating rounds per side in the CLI
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
@@ -291,166 +284,6 @@ class NatsServer(PeerServer):
 
 
 # =================================================================================================
-# results
-# =================================================================================================
-def _pct(sorted_values: list[float], q: float) -> float:
-    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
-
-
-@dataclass
-class Result:
-    """One round: `msgs` messages in `seconds`; per-request latencies in seconds (a request is
-    one message, one pipeline, one batch or one read, as the workload says), or, for a tool
-    that reports percentiles itself (redis-benchmark), its p50/p99."""
-    msgs: int
-    seconds: float
-    lat_s: list[float] = field(default_factory=list, repr=False)
-    p50_us: float | None = None
-    p99_us: float | None = None
-
-    @property
-    def msgs_per_s(self) -> float:
-        return self.msgs / self.seconds
-
-
-@dataclass
-class Series:
-    """The rounds of one side of a comparison: median rate, pooled latency percentiles."""
-    rounds: list[Result] = field(default_factory=list)
-
-    def add(self, r: Result) -> Result:
-        self.rounds.append(r)
-        return r
-
-    @property
-    def msgs_per_s(self) -> float:
-        return statistics.median(r.msgs_per_s for r in self.rounds)
-
-    def rate_range(self) -> tuple[float, float]:
-        rates = [r.msgs_per_s for r in self.rounds]
-        return min(rates), max(rates)
-
-    def percentile_us(self, q: float) -> float | None:
-        lat = sorted(x for r in self.rounds for x in r.lat_s)
-        if lat:
-            return _pct(lat, q) * 1e6
-        given = [r.p50_us if q == 0.5 else r.p99_us for r in self.rounds]
-        given = [g for g in given if g is not None]
-        return statistics.median(given) if given else None
-
-    @property
-    def p50_us(self) -> float | None:
-        return self.percentile_us(0.5)
-
-    @property
-    def p99_us(self) -> float | None:
-        return self.percentile_us(0.99)
-
-    def text(self) -> str:
-        lo, hi = self.rate_range()
-        p50, p99 = self.p50_us, self.p99_us
-        lat = f", p50 {p50:,.0f} us, p99 {p99:,.0f} us" if p50 is not None else ""
-        return f"{self.msgs_per_s:,.0f} msgs/s (rounds {lo:,.0f}-{hi:,.0f}){lat}"
-
-
-def per_round_ratios(ours: Series, peer: Series) -> tuple[float, float]:
-    """The range of ours / peer over neighbouring pairs of rounds."""
-    ratios = sorted(a.msgs_per_s / b.msgs_per_s for a, b in zip(ours.rounds, peer.rounds))
-    return ratios[0], ratios[-1]
-
-
-# =================================================================================================
-# Redis workloads (redis-py, blocking socket); each checks the stream grew or was read in full
-# =================================================================================================
-FIELDS = {"f": BODY}
-
-
-def _xlen(r, stream: str) -> int:
-    return int(r.xlen(stream))
-
-
-def redis_xadd_one(r, stream: str, n: int) -> Result:
-    """n XADDs of 1 KiB, each reply awaited before the next; latency per XADD."""
-    before = _xlen(r, stream)
-    xadd, lat = r.xadd, []
-    t0 = time.perf_counter()
-    for _ in range(n):
-        s = time.perf_counter()
-        xadd(stream, FIELDS)
-        lat.append(time.perf_counter() - s)
-    res = Result(n, time.perf_counter() - t0, lat)
-    assert _xlen(r, stream) == before + n, "XADD one at a time lost entries"
-    return res
-
-
-def redis_xadd_pipeline(r, stream: str, n: int, depth: int = PIPELINE_DEPTH) -> Result:
-    """n XADDs in pipelines of `depth` (no MULTI), one pipeline at a time; latency per pipeline
-    (queueing its commands, sending them, reading every reply)."""
-    before = _xlen(r, stream)
-    pipe, lat = r.pipeline(transaction=False), []
-    t0 = time.perf_counter()
-    for i in range(0, n, depth):
-        s = time.perf_counter()
-        for _ in range(min(depth, n - i)):
-            pipe.xadd(stream, FIELDS)
-        pipe.execute()
-        lat.append(time.perf_counter() - s)
-    res = Result(n, time.perf_counter() - t0, lat)
-    assert _xlen(r, stream) == before + n, "XADD pipeline lost entries"
-    return res
-
-
-def redis_fill(r, stream: str, n: int) -> None:
-    """A backlog of n entries (pipelines of 1000), for the XREAD workload."""
-    pipe = r.pipeline(transaction=False)
-    for i in range(0, n, 1000):
-        for _ in range(min(1000, n - i)):
-            pipe.xadd(stream, FIELDS)
-        pipe.execute()
-    assert _xlen(r, stream) >= n
-
-
-def redis_xread(r, stream: str, count: int = XREAD_COUNT) -> Result:
-    """The whole stream from its start with XREAD COUNT `count`, one request at a time, until
-    XLEN entries were read; latency per XREAD.  Checks every entry holds the 1 KiB body."""
-    total = _xlen(r, stream)
-    last, n, lat = "0-0", 0, []
-    t0 = time.perf_counter()
-    while n < total:
-        s = time.perf_counter()
-        reply = r.xread({stream: last}, count=count)
-        lat.append(time.perf_counter() - s)
-        entries = reply[0][1]
-        n += len(entries)
-        last = entries[-1][0]
-    res = Result(n, time.perf_counter() - t0, lat)
-    assert n == total and entries[-1][1][b"f"] == BODY, "XREAD did not return the stream"
-    return res
-
-
-def redis_benchmark_xadd(server: RedisServer, stream: str, n: int,
-                         connections: int = BENCHMARK_CONNECTIONS) -> Result:
-    """`redis-benchmark -c connections -n n XADD stream * f <1 KiB>`: its own rate and
-    latency percentiles (per XADD).  The seconds are n / its rate, which excludes the tool's
-    start; checks the stream grew by n."""
-    with server.client() as r:
-        before = _xlen(r, stream)
-        done = subprocess.run([server.programs["redis-benchmark"], "-h", "127.0.0.1", "-p", str(server.port),
-                               "-c", str(connections), "-n", str(n), "--csv", "XADD", stream, "*", "f", BODY_TEXT],
-                              capture_output=True, text=True, timeout=600)
-        if done.returncode != 0:
-            raise RuntimeError(f"redis-benchmark failed ({done.returncode}): {done.stderr[-500:]}")
-        grown = _xlen(r, stream) - before
-    # "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max..."
-    rows = [line for line in done.stdout.splitlines() if line.startswith('"XADD')]
-    assert len(rows) == 1, f"unexpected redis-benchmark output: {done.stdout[:300]!r}"
-    cols = [c.strip('"') for c in rows[0].rsplit('",', 7)[1:]]
-    rps, p50_ms, p99_ms = float(cols[0]), float(cols[3]), float(cols[5])
-    assert grown == n, f"redis-benchmark: the stream grew by {grown}, not {n}"
-    return Result(n, n / rps, p50_us=p50_ms * 1e3, p99_us=p99_ms * 1e3)
-
-
-# =================================================================================================
 # NATS JetStream workloads (nats-py, asyncio)
 # =================================================================================================
 class NatsClient:
@@ -518,7 +351,7 @@ class NatsClient:
         async def publisher(k: int) -> None:
             for _ in range(k, n, in_flight):
                 s = time.perf_counter()
-                await js.publish(subject, BODY)
+                await js.publish(subject, PRINTABLE_BODY)
                 lat.append(time.perf_counter() - s)
 
         async def all_publishers() -> float:
@@ -558,7 +391,7 @@ class NatsClient:
             return n, secs, last
 
         n, secs, last = self.run(read())
-        assert n == total and last == BODY, "the pull consumer did not read the stream"
+        assert n == total and last == PRINTABLE_BODY, "the pull consumer did not read the stream"
         return Result(n, secs, lat)
 
 
@@ -575,7 +408,7 @@ class OurBrokers:
     64-producer client processes.  A context manager that stops all of it and removes the dir.
 
     client="remoting": the workloads run the broker gates' loops over the project's asyncio
-    RemotingClient (perf/test_broker_bench.py), so the table and the gates agree.
+    RemotingClient (perf/workloads.py), so the table and the gates agree.
     client="mqperf": they run perf/mqperf.py (`run(Options) -> Summary`), the load generator
     with callback-driven connections and templated frames, which spends less client CPU per
     message; its consumer keeps one pull in flight per queue (RocketMQ's consumers do that)
@@ -592,9 +425,7 @@ class OurBrokers:
     BACKLOG_TOPIC = "PeersBacklog"    # the consume workload: holds the backlog and nothing else
 
     def __init__(self, flush_types: tuple[str, ...] = ("ASYNC_FLUSH",), client: str = "remoting"):
-        from . import test_broker_bench as bb
         assert client in self.CLIENTS, client
-        self.bb = bb
         self.client = client
         self.dir = tempfile.mkdtemp(prefix="mq-peer-ours-", dir=perf_dir())
         self.namesrv = None
@@ -607,10 +438,10 @@ class OurBrokers:
             self.namesrv = NameServer(self.dir)
             for flush in flush_types:
                 self.brokers[flush] = Broker(self.dir, self.namesrv.addr, name=f"peers-{flush.split('_')[0].lower()}",
-                                             mappedFileSizeCommitLog=bb.COMMITLOG_FILE_SIZE, flushDiskType=flush)
-            self.session = bb.Session()
+                                             mappedFileSizeCommitLog=w.COMMITLOG_FILE_SIZE, flushDiskType=flush)
+            self.session = w.Session()
             for flush in flush_types:
-                self.run(bb.create_topic(self.session.client, self.addr(flush), self.TOPIC))
+                self.run(w.create_topic(self.session.client, self.addr(flush), self.TOPIC))
         except BaseException:
             self.close()
             raise
@@ -666,74 +497,72 @@ class OurBrokers:
         if self.client == "library":
             return self._lib_sends(flush, n, 1)
         lat: list[float] = []
-        s = self.run(self.bb.sequential_sends(self.session.client, self.addr(flush), self.TOPIC, n, lat))
+        s = self.run(w.sequential_sends(self.session.client, self.addr(flush), self.TOPIC, n, lat))
         return Result(n, s, lat)
 
     def pipelined(self, flush: str, n: int) -> Result:
         if self.client == "mqperf":
-            return self._mqperf(flush, topic=self.TOPIC, count=n, in_flight=self.bb.PIPELINE_IN_FLIGHT)
+            return self._mqperf(flush, topic=self.TOPIC, count=n, in_flight=w.PIPELINE_IN_FLIGHT)
         if self.client == "library":
-            return self._lib_sends(flush, n, self.bb.PIPELINE_IN_FLIGHT)
+            return self._lib_sends(flush, n, w.PIPELINE_IN_FLIGHT)
         lat: list[float] = []
-        s = self.run(self.bb.pipelined_sends(self.session.client, self.addr(flush), self.TOPIC, n,
-                                             self.bb.PIPELINE_IN_FLIGHT, lat))
+        s = self.run(w.pipelined_sends(self.session.client, self.addr(flush), self.TOPIC, n,
+                                       w.PIPELINE_IN_FLIGHT, lat))
         return Result(n, s, lat)
 
     def batched(self, flush: str, n: int) -> Result:
-        batches = max(1, n // self.bb.BATCH_MSGS)
+        batches = max(1, n // w.BATCH_MSGS)
         if self.client == "mqperf":
-            return self._mqperf(flush, topic=self.TOPIC, count=batches * self.bb.BATCH_MSGS,
-                                batch=self.bb.BATCH_MSGS, in_flight=self.bb.BATCH_IN_FLIGHT)
+            return self._mqperf(flush, topic=self.TOPIC, count=batches * w.BATCH_MSGS,
+                                batch=w.BATCH_MSGS, in_flight=w.BATCH_IN_FLIGHT)
         if self.client == "library":
-            return self._lib_sends(flush, batches * self.bb.BATCH_MSGS, self.bb.BATCH_IN_FLIGHT, self.bb.BATCH_MSGS)
+            return self._lib_sends(flush, batches * w.BATCH_MSGS, w.BATCH_IN_FLIGHT, w.BATCH_MSGS)
         lat: list[float] = []
-        s = self.run(self.bb.batched_sends(self.session.client, self.addr(flush), self.TOPIC, batches,
-                                           self.bb.BATCH_IN_FLIGHT, self.bb.one_kib_batch(), lat))
-        return Result(batches * self.bb.BATCH_MSGS, s, lat)
+        s = self.run(w.batched_sends(self.session.client, self.addr(flush), self.TOPIC, batches,
+                                     w.BATCH_IN_FLIGHT, w.one_kib_batch(), lat))
+        return Result(batches * w.BATCH_MSGS, s, lat)
 
     def producers_64(self, flush: str, n: int) -> Result:
-        bb = self.bb
         if self.client == "mqperf":
-            return self._mqperf(flush, topic=self.TOPIC, count=max(1, n // bb.SYNC_FLUSH_PRODUCERS) *
-                                bb.SYNC_FLUSH_PRODUCERS, procs=OUR_PRODUCER_PROCESSES, conns=OUR_CONNS_PER_PROCESS,
-                                in_flight=bb.SYNC_FLUSH_IN_FLIGHT_PER_CONN)
+            return self._mqperf(flush, topic=self.TOPIC, count=max(1, n // w.SYNC_FLUSH_PRODUCERS) *
+                                w.SYNC_FLUSH_PRODUCERS, procs=OUR_PRODUCER_PROCESSES, conns=OUR_CONNS_PER_PROCESS,
+                                in_flight=w.SYNC_FLUSH_IN_FLIGHT_PER_CONN)
         if self.client == "library":
-            return self._lib_sends(flush, max(1, n // bb.SYNC_FLUSH_PRODUCERS) * bb.SYNC_FLUSH_PRODUCERS,
-                                   bb.SYNC_FLUSH_PRODUCERS)
+            return self._lib_sends(flush, max(1, n // w.SYNC_FLUSH_PRODUCERS) * w.SYNC_FLUSH_PRODUCERS,
+                                   w.SYNC_FLUSH_PRODUCERS)
         if self._producers is None:
-            self._producers = bb.SingleProducerProcesses(OUR_PRODUCER_PROCESSES)
+            self._producers = w.SingleProducerProcesses(OUR_PRODUCER_PROCESSES)
         if flush not in self._connected:
             self._producers.call("connect", self.addr(flush), OUR_CONNS_PER_PROCESS)
             self._connected.add(flush)
-        per_producer = max(1, n // bb.SYNC_FLUSH_PRODUCERS)
+        per_producer = max(1, n // w.SYNC_FLUSH_PRODUCERS)
         msgs, secs, lat, _ = self._producers.run(self.addr(flush), self.TOPIC, per_producer)
         return Result(msgs, secs, lat)
 
     def fill(self, flush: str, n: int) -> list[int]:
         """The backlog topic, created with one message and then about n more in batches, all
         dispatched; the queues' ends.  Call once."""
-        bb = self.bb
-        batches = max(1, n // bb.BATCH_MSGS)
+        batches = max(1, n // w.BATCH_MSGS)
         c, addr = self.session.client, self.addr(flush)
-        self.run(bb.create_topic(c, addr, self.BACKLOG_TOPIC))
-        self.run(bb.batched_sends(c, addr, self.BACKLOG_TOPIC, batches, bb.BATCH_IN_FLIGHT, bb.one_kib_batch(), []))
-        return self.run(bb.wait_dispatched(c, addr, self.BACKLOG_TOPIC, 1 + batches * bb.BATCH_MSGS))
+        self.run(w.create_topic(c, addr, self.BACKLOG_TOPIC))
+        self.run(w.batched_sends(c, addr, self.BACKLOG_TOPIC, batches, w.BATCH_IN_FLIGHT, w.one_kib_batch(), []))
+        return self.run(w.wait_dispatched(c, addr, self.BACKLOG_TOPIC, 1 + batches * w.BATCH_MSGS))
 
     def consume(self, flush: str, ends: list[int]) -> Result:
         """The whole backlog from offset 0, PULL_MESSAGE of 32: one at a time, round-robin over the
         queues (remoting), or one in flight per queue (mqperf)."""
         if self.client == "mqperf":
-            r = self._mqperf(flush, mode="consume", topic=self.BACKLOG_TOPIC, pull_batch=self.bb.PULL_MAX_MSGS)
+            r = self._mqperf(flush, mode="consume", topic=self.BACKLOG_TOPIC, pull_batch=w.PULL_MAX_MSGS)
             assert r.msgs == sum(ends), (r.msgs, ends)
             return r
         if self.client == "library":
             _, consumer = self._lib(flush)
-            r = self.run(_library_consume(consumer, self.BACKLOG_TOPIC, self.bb.PULL_MAX_MSGS))
+            r = self.run(_library_consume(consumer, self.BACKLOG_TOPIC, w.PULL_MAX_MSGS))
             assert r.msgs == sum(ends), (r.msgs, ends)
             return r
         lat: list[float] = []
-        msgs, _, s = self.run(self.bb.consume_round_robin(self.session.client, self.addr(flush), self.BACKLOG_TOPIC,
-                                                          ends, lat))
+        msgs, _, s = self.run(w.consume_round_robin(self.session.client, self.addr(flush), self.BACKLOG_TOPIC,
+                                                    ends, lat))
         assert msgs == sum(ends), (msgs, ends)
         return Result(msgs, s, lat)
 
@@ -765,9 +594,9 @@ async def _library_sends(producer, topic: str, n: int, in_flight: int, batch: in
         for _ in next_request:
             t = time.perf_counter()
             if batch == 1:
-                r = await producer.send(Message(topic, BODY))
+                r = await producer.send(Message(topic, PRINTABLE_BODY))
             else:
-                r = await producer.send_batch([Message(topic, BODY) for _ in range(batch)])
+                r = await producer.send_batch([Message(topic, PRINTABLE_BODY) for _ in range(batch)])
             lat.append(time.perf_counter() - t)
             if r.status != SendStatus.SEND_OK:
                 raise RuntimeError(f"send answered {r.status}")
@@ -859,7 +688,7 @@ def run_side_by_side(seconds: float, only: str | None, progress=print, client: s
     distinct workload with no peer at all ("ours").  `client`: see OurBrokers."""
     with_redis = only in (None, "redis")
     with_nats = only in (None, "nats")
-    ensure_installed(tuple(p for p, w in (("redis", with_redis), ("nats", with_nats)) if w))
+    ensure_installed(tuple(p for p, wanted in (("redis", with_redis), ("nats", with_nats)) if wanted))
     flushes = ("ASYNC_FLUSH",) if only == "nats" else ("ASYNC_FLUSH", "SYNC_FLUSH")
     backlog = max(10_000, int(50_000 * seconds)) // 1000 * 1000
     rows: list[Row] = []

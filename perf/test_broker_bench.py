@@ -30,28 +30,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import multiprocessing as mp
 import os
 import re
 import statistics
-import struct
 import time
-import traceback
 import warnings
 from dataclasses import dataclass
 
 import pytest
 
-from mq.remoting import RemotingClient, RemotingServer, make_response
-from mq.wire.batch import BatchItem, build_batch
 from mq.cluster import Broker
+from mq.remoting import RemotingServer, make_response
 
 from . import peers
-
-KIB = 1024
-MIB = 1024 * KIB
-GIB = 1024 * MIB
+# the workloads (request loops, client processes, Redis workloads) are shared with perf/peers.py
+from .workloads import (BATCH_IN_FLIGHT, BATCH_MSGS, BENCHMARK_CONNECTIONS, COMMITLOG_FILE_SIZE, GIB,
+                        MSG_BODY_SIZE, PIPELINE_DEPTH, PIPELINE_IN_FLIGHT, PULL_MAX_MSGS,
+                        SEND_MESSAGE_V2, SUCCESS, SYNC_FLUSH_CONNS_PER_PROCESS, SYNC_FLUSH_IN_FLIGHT_PER_CONN,
+                        SYNC_FLUSH_PROCESSES, SYNC_FLUSH_PRODUCERS, WORKERS_BATCH_IN_FLIGHT, XREAD_COUNT,
+                        ClientProcesses, Series, Session, SingleProducerProcesses, batched_sends,
+                        consume_per_queue, consume_round_robin, create_topic, one_kib_batch, pipelined_sends,
+                        redis_benchmark_xadd, redis_fill, redis_xadd_one, redis_xadd_pipeline, redis_xread,
+                        sequential_sends, wait_dispatched)
 
 # ---- PERF.md's Redis figures (a machine of this kind), printed for reference only ----------------
 PERF_MD_REDIS_XADD_ONE = 8_300               # msgs/s, AOF everysec, redis-py, one at a time
@@ -74,28 +75,6 @@ SYNC_FLUSH_TARGET = 1.5           # msgs/s ÷ Redis AOF always with redis-benchm
 SYNC_FLUSH_FLOOR = 0.05           # measured 0.14-0.40 here (Redis 7.8-55 k msgs/s)
 
 STRICT = os.environ.get("MQ_PERF_STRICT") == "1"
-
-# ---- what is sent ---------------------------------------------------------------------------------
-COMMITLOG_FILE_SIZE = 256 * MIB
-MSG_BODY_SIZE = 1 * KIB
-QUEUES = 4                        # the topic's queues (d = defaultTopicQueueNums); sends spread over them
-BATCH_MSGS = 100                  # messages per SEND_BATCH_MESSAGE
-PIPELINE_IN_FLIGHT = 100          # concurrent single sends on one connection (gate 2a)
-BATCH_IN_FLIGHT = 4               # concurrent batches on one connection (gate 2b)
-PULL_MAX_MSGS = 32                # maxMsgNums per PULL_MESSAGE (the broker's in-memory cap is 32 too)
-SEND_PROPERTIES = "TAGS\x01TagA\x02WAIT\x01true"
-BATCH_ITEM_PROPERTIES = b"TAGS\x01TagA"
-TIMEOUT_S = 10.0
-
-# request and response codes (mq.remoting.codes)
-PULL_MESSAGE = 11
-GET_BROKER_RUNTIME_INFO = 28
-GET_MAX_OFFSET = 30
-SEND_MESSAGE_V2 = 310
-SEND_BATCH_MESSAGE = 320
-SUCCESS = 0
-
-BODY = os.urandom(MSG_BODY_SIZE)
 
 
 class GateMissed(UserWarning):
@@ -237,7 +216,7 @@ class CpuMeter:
 
 
 # =================================================================================================
-# brokers and requests
+# brokers, sessions and the Redis peer (the request loops are in perf/workloads.py)
 # =================================================================================================
 @pytest.fixture
 def start_broker(namesrv, store_dir, need_disk):
@@ -260,86 +239,6 @@ def start_broker(namesrv, store_dir, need_disk):
     for b in brokers:
         if b.proc.p.poll() is None:
             b.stop()
-
-
-def send_header(topic: str, queue_id: int, batch: bool = False) -> dict:
-    h = {"a": "PerfProducer", "b": topic, "c": "TBW102", "d": QUEUES, "e": queue_id, "f": 0,
-         "g": int(time.time() * 1000), "h": 0, "i": "" if batch else SEND_PROPERTIES}
-    if batch:
-        h["m"] = "true"
-    return h
-
-
-def one_kib_batch() -> bytes:
-    return build_batch([BatchItem(0, BODY, BATCH_ITEM_PROPERTIES)] * BATCH_MSGS)
-
-
-async def send_one(c: RemotingClient, addr: str, topic: str, queue_id: int):
-    r = await c.invoke(addr, c.request(SEND_MESSAGE_V2, send_header(topic, queue_id), BODY), TIMEOUT_S)
-    if r.code != SUCCESS:
-        raise AssertionError(f"send failed: {r.code} {r.remark}")
-    return r
-
-
-async def send_batch(c: RemotingClient, addr: str, topic: str, queue_id: int, body: bytes):
-    r = await c.invoke(addr, c.request(SEND_BATCH_MESSAGE, send_header(topic, queue_id, batch=True), body),
-                       TIMEOUT_S)
-    if r.code != SUCCESS:
-        raise AssertionError(f"batch send failed: {r.code} {r.remark}")
-    return r
-
-
-async def max_offset(c: RemotingClient, addr: str, topic: str, queue_id: int) -> int | None:
-    r = await c.invoke(addr, c.request(GET_MAX_OFFSET, {"topic": topic, "queueId": queue_id}), TIMEOUT_S)
-    return int(r.ext_fields["offset"]) if r.code == SUCCESS else None
-
-
-async def create_topic(c: RemotingClient, addr: str, topic: str) -> None:
-    """One send auto-creates the topic (from TBW102, QUEUES queues); then wait until every
-    queue answers GET_MAX_OFFSET and the first message is dispatched."""
-    await send_one(c, addr, topic, 0)
-    deadline = time.monotonic() + 30
-    while True:
-        offs = [await max_offset(c, addr, topic, q) for q in range(QUEUES)]
-        if None not in offs and offs[0] >= 1:
-            return
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"topic {topic} not ready: max offsets {offs}")
-        await asyncio.sleep(0.02)
-
-
-async def wait_dispatched(c: RemotingClient, addr: str, topic: str, total: int, timeout_s: float = 60) -> list[int]:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        offs = [await max_offset(c, addr, topic, q) or 0 for q in range(QUEUES)]
-        if sum(offs) >= total:
-            return offs
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{topic}: {sum(offs)} of {total} messages dispatched after {timeout_s} s")
-        await asyncio.sleep(0.02)
-
-
-class Session:
-    """One event loop and one RemotingClient (one connection per address) for a test."""
-
-    def __init__(self):
-        self.loop = asyncio.new_event_loop()
-        self.client = RemotingClient()
-
-    def run(self, coro):
-        return self.loop.run_until_complete(coro)
-
-    def close(self) -> None:
-        # what asyncio.run does on the way out: a run cut short (Ctrl-C, SIGTERM in mqpeers)
-        # leaves its task pending; cancelled and awaited here, it cannot end later with an
-        # exception nobody retrieves (asyncio would print it with a traceback)
-        pending = [t for t in asyncio.all_tasks(self.loop) if not t.done()]
-        for t in pending:
-            t.cancel()
-        if pending:
-            self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-        self.run(self.client.close())
-        self.loop.close()
 
 
 @pytest.fixture
@@ -365,49 +264,15 @@ def redis_peer():
         yield start
 
 
-def redis_line(what: str, redis: peers.Series, perf_md: int) -> str:
+def redis_line(what: str, redis: Series, perf_md: int) -> str:
     return (f"  Redis {what}: {redis.text()}  [PERF.md measured ~{perf_md:,} msgs/s on a machine of this kind; "
             f"for reference only]")
 
 
-def pairs_text(ours_s: list[float], ours_msgs: int, redis: peers.Series) -> str:
+def pairs_text(ours_s: list[float], ours_msgs: int, redis: Series) -> str:
     """ours / Redis per neighbouring pair of rounds."""
     r = sorted((ours_msgs / s) / b.msgs_per_s for s, b in zip(ours_s, redis.rounds))
     return f"  ours / Redis per pair of neighbouring rounds: {r[0]:.2f}-{r[-1]:.2f}"
-
-
-# ---- produce rounds (each returns seconds and appends per-request latencies) --------------------
-async def sequential_sends(c, addr, topic, n: int, lat: list[float]) -> float:
-    t0 = time.perf_counter()
-    for i in range(n):
-        s = time.perf_counter()
-        await send_one(c, addr, topic, i % QUEUES)
-        lat.append(time.perf_counter() - s)
-    return time.perf_counter() - t0
-
-
-async def pipelined_sends(c, addr, topic, n: int, in_flight: int, lat: list[float]) -> float:
-    async def sender(k: int) -> None:
-        for i in range(k, n, in_flight):
-            s = time.perf_counter()
-            await send_one(c, addr, topic, i % QUEUES)
-            lat.append(time.perf_counter() - s)
-
-    t0 = time.perf_counter()
-    await asyncio.gather(*(sender(k) for k in range(in_flight)))
-    return time.perf_counter() - t0
-
-
-async def batched_sends(c, addr, topic, batches: int, in_flight: int, body: bytes, lat: list[float]) -> float:
-    async def sender(k: int) -> None:
-        for i in range(k, batches, in_flight):
-            s = time.perf_counter()
-            await send_batch(c, addr, topic, i % QUEUES, body)
-            lat.append(time.perf_counter() - s)
-
-    t0 = time.perf_counter()
-    await asyncio.gather(*(sender(k) for k in range(in_flight)))
-    return time.perf_counter() - t0
 
 
 # ---- a bare remoting server: what the broker costs on top of framing and the event loop ---------
@@ -479,7 +344,7 @@ def test_one_producer_one_at_a_time(benchmark, start_broker, session, redis_peer
     c, addr = session.client, broker.addr
     session.run(create_topic(c, addr, topic))
     session.run(sequential_sends(c, addr, topic, scale.msgs_per_round // 2, []))       # warm-up
-    peers.redis_xadd_one(rds, "s", scale.msgs_per_round // 2)
+    redis_xadd_one(rds, "s", scale.msgs_per_round // 2)
     echo = EchoServer(session) if scale.extras else None
     try:
         if echo:
@@ -489,10 +354,10 @@ def test_one_producer_one_at_a_time(benchmark, start_broker, session, redis_peer
         lat: list[float] = []
         echo_times: list[float] = []
         echo_lat: list[float] = []
-        redis = peers.Series()
+        redis = Series()
 
         def setup():
-            redis.add(peers.redis_xadd_one(rds, "s", scale.msgs_per_round))
+            redis.add(redis_xadd_one(rds, "s", scale.msgs_per_round))
             if echo:
                 echo_times.append(session.run(sequential_sends(c, echo.addr, topic, scale.msgs_per_round, echo_lat)))
 
@@ -560,7 +425,7 @@ def test_pipelined_and_batched_produce(benchmark, start_broker, session, redis_p
     session.run(pipelined_sends(c, addr, topic, scale.pipelined_msgs // 2, PIPELINE_IN_FLIGHT, []))   # warm-up
     session.run(batched_sends(c, addr, topic, scale.batches // 2, BATCH_IN_FLIGHT, body, []))
     redis_msgs = scale.batches * BATCH_MSGS
-    peers.redis_xadd_pipeline(rds, "s", redis_msgs // 2)
+    redis_xadd_pipeline(rds, "s", redis_msgs // 2)
     rds.delete("s")
     echo = EchoServer(session) if scale.extras else None
     try:
@@ -572,10 +437,10 @@ def test_pipelined_and_batched_produce(benchmark, start_broker, session, redis_p
         batch_lat: list[float] = []
         echo_s: list[float] = []
         echo_lat: list[float] = []
-        redis = peers.Series()
+        redis = Series()
 
         def setup():
-            redis.add(peers.redis_xadd_pipeline(rds, "s", redis_msgs))
+            redis.add(redis_xadd_pipeline(rds, "s", redis_msgs))
             rds.delete("s")                   # a stream per round: Redis holds it in memory
             with pipe_meter:
                 pipe_s.append(session.run(pipelined_sends(c, addr, topic, scale.pipelined_msgs, PIPELINE_IN_FLIGHT,
@@ -616,7 +481,7 @@ def test_pipelined_and_batched_produce(benchmark, start_broker, session, redis_p
         print(f"  (a) against a bare RemotingServer answering at once (same run): {echo_rate:9,.0f} msgs/s, "
               f"latency {latency_text(echo_lat)}; the broker runs at {pipe_rate / echo_rate:.0%} of it")
         info["echo_pipelined_msgs_per_s"] = echo_rate
-    print(redis_line(f"AOF everysec, redis-py, pipelines of {peers.PIPELINE_DEPTH} XADDs ({redis_msgs:,} per round, "
+    print(redis_line(f"AOF everysec, redis-py, pipelines of {PIPELINE_DEPTH} XADDs ({redis_msgs:,} per round, "
                      f"latency per pipeline)", redis, PERF_MD_REDIS_XADD_PIPELINE_100))
     print(pairs_text(batch_s, batch_msgs, redis).replace("ours", "(b)"))
     info.update({"redis_msgs_per_s": redis.msgs_per_s, "redis_p50_us": redis.p50_us})
@@ -636,145 +501,6 @@ def test_pipelined_and_batched_produce(benchmark, start_broker, session, redis_p
 # =================================================================================================
 CLIENT_PROCESSES = 2
 CONNS_PER_PROCESS = 4             # with 2 io workers: 2 on each, chosen by asking each connection
-CONNECT_TRIES = 64
-WORKERS_BATCH_IN_FLIGHT = 2       # per connection
-
-
-def _client_reply(pipe, fn, *args) -> None:
-    try:
-        pipe.send(("ok", fn(*args)))
-    except BaseException:
-        pipe.send(("error", traceback.format_exc()))
-
-
-async def _balanced_connections(addr: str, per_worker: int, workers: int, clients: dict) -> dict[int, int]:
-    """Opens connections (one RemotingClient each) until it holds `per_worker` on each of the
-    `workers` io workers, asking each connection which worker serves it; closes the extras.
-    SO_REUSEPORT spreads connections by a hash of the 4-tuple, so this takes a few tries."""
-    by_pid: dict[int, list[RemotingClient]] = {}
-    for _ in range(CONNECT_TRIES):
-        c = RemotingClient()
-        r = await c.invoke(addr, c.request(GET_BROKER_RUNTIME_INFO), TIMEOUT_S)
-        pid = int(json.loads(r.body)["table"]["ioWorkerPid"])
-        held = by_pid.setdefault(pid, [])
-        if len(held) < per_worker:
-            held.append(c)
-        else:
-            await c.close()
-        if len(by_pid) >= workers and all(len(v) >= per_worker for v in by_pid.values()):
-            break
-    else:
-        raise RuntimeError(f"could not balance connections over {workers} io workers: "
-                           f"{ {p: len(v) for p, v in by_pid.items()} }")
-    clients[addr] = [c for held in by_pid.values() for c in held]
-    return {pid: len(v) for pid, v in by_pid.items()}
-
-
-async def _timed_batches(clients: dict, addr: str, topic: str, start_at: float, batches_per_conn: int,
-                         in_flight: int, body: bytes) -> dict:
-    conns = clients[addr]
-    lat: list[float] = []
-
-    async def sender(c: RemotingClient, k: int, queue_id: int) -> None:
-        for _ in range(k, batches_per_conn, in_flight):
-            s = time.monotonic()
-            await send_batch(c, addr, topic, queue_id, body)
-            lat.append(time.monotonic() - s)
-
-    await asyncio.sleep(max(0.0, start_at - time.monotonic()))
-    t0 = time.monotonic()
-    await asyncio.gather(*(sender(c, k, (i * in_flight + k + os.getpid()) % QUEUES)
-                           for i, c in enumerate(conns) for k in range(in_flight)))
-    t1 = time.monotonic()
-    return {"start": t0, "end": t1, "msgs": len(conns) * batches_per_conn * BATCH_MSGS, "lat": lat}
-
-
-def _serve_client_commands(pipe, connect, run) -> None:
-    """The command loop of a spawned client process: ("connect", ...) -> connect(clients, ...),
-    ("run", ...) -> run(clients, ...) (both coroutines), ("disconnect",) closes every connection,
-    anything else ends it; each command is answered with ("ok", result) or ("error", traceback).
-    `clients` maps a broker address to its connections."""
-    loop = asyncio.new_event_loop()
-    clients: dict[str, list[RemotingClient]] = {}
-
-    def close_all() -> None:
-        for conns in clients.values():
-            for c in conns:
-                loop.run_until_complete(c.close())
-        clients.clear()
-
-    try:
-        while True:
-            cmd, *args = pipe.recv()
-            if cmd == "connect":
-                _client_reply(pipe, lambda: loop.run_until_complete(connect(clients, *args)))
-            elif cmd == "run":
-                _client_reply(pipe, lambda: loop.run_until_complete(run(clients, *args)))
-            elif cmd == "disconnect":
-                _client_reply(pipe, close_all)
-            else:
-                return
-    finally:
-        close_all()
-        loop.close()
-
-
-def _batch_client_main(pipe) -> None:
-    """A producer process for gate 3 (spawned): batches over connections balanced across io workers."""
-    body = one_kib_batch()
-    _serve_client_commands(pipe, lambda clients, *a: _balanced_connections(*a, clients),
-                           lambda clients, *a: _timed_batches(clients, *a, body))
-
-
-class ClientProcesses:
-    """n spawned client processes, each running `target(pipe)` and answering
-    ("ok", value) or ("error", text) to every command sent with call()."""
-
-    def __init__(self, n: int, target=None):
-        ctx = mp.get_context("spawn")
-        self.pipes, self.procs = [], []
-        for _ in range(n):
-            mine, theirs = ctx.Pipe()
-            p = ctx.Process(target=target or _batch_client_main, args=(theirs,), daemon=True)
-            p.start()
-            self.pipes.append(mine)
-            self.procs.append(p)
-
-    @property
-    def pids(self) -> list[int]:
-        return [p.pid for p in self.procs]
-
-    def call(self, *cmd) -> list:
-        for pipe in self.pipes:
-            pipe.send(cmd)
-        out = []
-        for pipe in self.pipes:
-            if not pipe.poll(120):
-                raise TimeoutError(f"client process did not answer {cmd[0]}")
-            status, value = pipe.recv()
-            if status != "ok":
-                raise RuntimeError(f"client process failed on {cmd[0]}:\n{value}")
-            out.append(value)
-        return out
-
-    def run(self, addr: str, topic: str, batches_per_conn: int) -> tuple[int, float, list[float], float]:
-        """All processes start together, 20 ms from now; (messages, seconds from the first start
-        to the last end, per-batch latencies, seconds from the call to the first start)."""
-        t0 = time.monotonic()
-        res = self.call("run", addr, topic, t0 + 0.02, batches_per_conn, WORKERS_BATCH_IN_FLIGHT)
-        start = min(r["start"] for r in res)
-        return (sum(r["msgs"] for r in res), max(r["end"] for r in res) - start,
-                [x for r in res for x in r["lat"]], start - t0)
-
-    def close(self) -> None:
-        for pipe, p in zip(self.pipes, self.procs):
-            try:
-                pipe.send(("exit",))
-            except OSError:
-                pass
-            p.join(10)
-            if p.is_alive():
-                p.kill()
 
 
 @dataclass(frozen=True)
@@ -860,67 +586,6 @@ def test_io_workers_2_vs_1(benchmark, start_broker, session, scale):
 # =================================================================================================
 # 4. one consumer reading a backlog
 # =================================================================================================
-_I32 = struct.Struct(">i")
-
-
-def count_records(body: bytes) -> int:
-    """Records in a PULL_MESSAGE body (back-to-back CommitLog records, TOTALSIZE first)."""
-    n = pos = 0
-    end = len(body)
-    while pos < end:
-        pos += _I32.unpack_from(body, pos)[0]
-        n += 1
-    assert pos == end, "a pull body ended inside a record"
-    return n
-
-
-async def pull(c, addr, topic, queue_id: int, offset: int):
-    r = await c.invoke(addr, c.request(PULL_MESSAGE, {
-        "consumerGroup": "PerfConsumer", "topic": topic, "queueId": queue_id, "queueOffset": offset,
-        "maxMsgNums": PULL_MAX_MSGS, "sysFlag": 4, "commitOffset": 0, "suspendTimeoutMillis": 0,
-        "subscription": "*", "subVersion": 0}), TIMEOUT_S)
-    if r.code != SUCCESS:
-        raise AssertionError(f"pull {topic}:{queue_id}@{offset} failed: {r.code} {r.remark} {r.ext_fields}")
-    nxt = int(r.ext_fields["nextBeginOffset"])
-    n = count_records(r.body)
-    assert n == nxt - offset, f"pull {topic}:{queue_id}@{offset}: {n} records, nextBeginOffset {nxt}"
-    return n, len(r.body), nxt
-
-
-async def consume_round_robin(c, addr, topic, ends: list[int], lat: list[float]) -> tuple[int, int, float]:
-    """One request at a time, round-robin over the queues, each from offset 0 to its end."""
-    offsets = [0] * len(ends)
-    active = [q for q, e in enumerate(ends) if e > 0]
-    msgs = nbytes = 0
-    t0 = time.perf_counter()
-    while active:
-        for q in list(active):
-            s = time.perf_counter()
-            n, size, offsets[q] = await pull(c, addr, topic, q, offsets[q])
-            lat.append(time.perf_counter() - s)
-            msgs += n
-            nbytes += size
-            if offsets[q] >= ends[q]:
-                active.remove(q)
-    return msgs, nbytes, time.perf_counter() - t0
-
-
-async def consume_per_queue(c, addr, topic, ends: list[int]) -> tuple[int, int, float]:
-    """One request in flight per queue (what RocketMQ's consumers do): len(ends) in flight."""
-    totals = [0, 0]
-
-    async def reader(q: int) -> None:
-        off = 0
-        while off < ends[q]:
-            n, size, off = await pull(c, addr, topic, q, off)
-            totals[0] += n
-            totals[1] += size
-
-    t0 = time.perf_counter()
-    await asyncio.gather(*(reader(q) for q in range(len(ends))))
-    return totals[0], totals[1], time.perf_counter() - t0
-
-
 @dataclass(frozen=True)
 class ConsumeScale:
     backlog: int                  # messages produced beforehand (in batches), spread over QUEUES
@@ -957,16 +622,16 @@ def test_consume_backlog(benchmark, start_broker, session, redis_peer, scale):
     total = sum(ends)
     print(f"\n  (backlog of {total:,} messages produced and dispatched in {time.perf_counter() - t0:.1f} s)", end="")
     session.run(consume_per_queue(c, addr, topic, ends))                                     # warm-up
-    peers.redis_fill(rds, "backlog", total)
-    peers.redis_xread(rds, "backlog")
-    redis = peers.Series()
+    redis_fill(rds, "backlog", total)
+    redis_xread(rds, "backlog")
+    redis = Series()
     meter = CpuMeter({"client": [os.getpid()], **broker_processes(broker)})
     seq: list[tuple[int, int, float]] = []
     per_queue: list[tuple[int, int, float]] = []
     lat: list[float] = []
 
     def setup():
-        redis.add(peers.redis_xread(rds, "backlog"))
+        redis.add(redis_xread(rds, "backlog"))
         per_queue.append(session.run(consume_per_queue(c, addr, topic, ends)))
 
     def measured():
@@ -988,7 +653,7 @@ def test_consume_backlog(benchmark, start_broker, session, redis_peer, scale):
     info = meter.report(total * len(seq))
     print(f"  one request in flight per queue ({len(ends)} in flight): {rate_pq:9,.0f} msgs/s  "
           f"{rate_pq * MSG_BODY_SIZE / 1e6:6.1f} MB/s of bodies ({SAME_RUN}, {rate_pq / rate:.2f}x)")
-    print(redis_line(f"AOF everysec, redis-py, XREAD COUNT {peers.XREAD_COUNT} (latency per XREAD)", redis,
+    print(redis_line(f"AOF everysec, redis-py, XREAD COUNT {XREAD_COUNT} (latency per XREAD)", redis,
                      PERF_MD_REDIS_XREAD_COUNT_1000))
     print(pairs_text([s for _, _, s in seq], total, redis))
     info.update({"msgs_per_s": rate, "MBps": rate * MSG_BODY_SIZE / 1e6, "per_queue_msgs_per_s": rate_pq,
@@ -1001,64 +666,6 @@ def test_consume_backlog(benchmark, start_broker, session, redis_peer, scale):
 # =================================================================================================
 # 5. SYNC_FLUSH, 64 concurrent producers (group commit)
 # =================================================================================================
-SYNC_FLUSH_PROCESSES = 2
-SYNC_FLUSH_CONNS_PER_PROCESS = 4
-SYNC_FLUSH_IN_FLIGHT_PER_CONN = 8     # 2 x 4 x 8 = 64 producers, each one single send at a time
-SYNC_FLUSH_PRODUCERS = SYNC_FLUSH_PROCESSES * SYNC_FLUSH_CONNS_PER_PROCESS * SYNC_FLUSH_IN_FLIGHT_PER_CONN
-
-
-async def _single_producers(conns: list[RemotingClient], addr: str, topic: str, start_at: float, per_producer: int,
-                            in_flight: int) -> dict:
-    """len(conns) x in_flight producers; each sends `per_producer` single messages, one at a time
-    (SEND_MESSAGE_V2 of 1 KiB, WAIT=true), and any answer but SUCCESS fails the round."""
-    lat: list[float] = []
-
-    async def producer(c: RemotingClient, n: int) -> None:
-        for i in range(per_producer):
-            s = time.monotonic()
-            await send_one(c, addr, topic, (n + i) % QUEUES)
-            lat.append(time.monotonic() - s)
-
-    await asyncio.sleep(max(0.0, start_at - time.monotonic()))
-    t0 = time.monotonic()
-    await asyncio.gather(*(producer(c, i * in_flight + k + os.getpid()) for i, c in enumerate(conns)
-                           for k in range(in_flight)))
-    t1 = time.monotonic()
-    return {"start": t0, "end": t1, "msgs": len(conns) * in_flight * per_producer, "lat": lat}
-
-
-def _single_producer_main(pipe) -> None:
-    """A producer process (spawned) for SingleProducerProcesses: single sends, in flight per connection."""
-    async def connect(clients: dict, addr: str, n: int) -> int:
-        clients[addr] = [RemotingClient() for _ in range(n)]
-        for c in clients[addr]:                                 # opens each connection
-            await c.invoke(addr, c.request(GET_BROKER_RUNTIME_INFO), TIMEOUT_S)
-        return n
-
-    async def run(clients: dict, addr: str, *rest):
-        return await _single_producers(clients[addr], addr, *rest)
-
-    _serve_client_commands(pipe, connect, run)
-
-
-class SingleProducerProcesses(ClientProcesses):
-    """ClientProcesses running single-send producers, `in_flight` per connection (gate 5, the
-    HA benchmark's SYNC vs ASYNC master, perf/peers.py)."""
-
-    def __init__(self, n: int, in_flight: int = SYNC_FLUSH_IN_FLIGHT_PER_CONN):
-        super().__init__(n, target=_single_producer_main)
-        self.in_flight = in_flight
-
-    def run(self, addr: str, topic: str, per_producer: int) -> tuple[int, float, list[float], float]:
-        """All processes start together, 20 ms from now; (messages, seconds from the first start
-        to the last end, per-send latencies, seconds from the call to the first start)."""
-        t0 = time.monotonic()
-        res = self.call("run", addr, topic, t0 + 0.02, per_producer, self.in_flight)
-        start = min(r["start"] for r in res)
-        return (sum(r["msgs"] for r in res), max(r["end"] for r in res) - start,
-                [x for r in res for x in r["lat"]], start - t0)
-
-
 @dataclass(frozen=True)
 class SyncFlushScale:
     per_producer: int             # single sends per producer per round (x SYNC_FLUSH_PRODUCERS messages)
@@ -1091,16 +698,16 @@ def test_sync_flush_64_producers(benchmark, start_broker, session, redis_peer, s
     try:
         producers.call("connect", broker.addr, SYNC_FLUSH_CONNS_PER_PROCESS)
         producers.run(broker.addr, topic, max(5, scale.per_producer // 4))                       # warm-up
-        peers.redis_benchmark_xadd(server, "s", scale.redis_msgs // 4)
+        redis_benchmark_xadd(server, "s", scale.redis_msgs // 4)
         meter = CpuMeter({"clients": producers.pids, **broker_processes(broker)})
         msgs: list[int] = []
         secs: list[float] = []
         lat: list[float] = []
-        redis = peers.Series()
+        redis = Series()
 
         def setup():
             rds.delete("s")
-            redis.add(peers.redis_benchmark_xadd(server, "s", scale.redis_msgs))
+            redis.add(redis_benchmark_xadd(server, "s", scale.redis_msgs))
 
         def measured():
             with meter:
@@ -1122,7 +729,7 @@ def test_sync_flush_64_producers(benchmark, start_broker, session, redis_peer, s
           f"with Redis, medians")
     print(f"  broker: {rate:9,.0f} msgs/s {spread_text(msgs[0], secs)} {rate * MSG_BODY_SIZE / 1e6:6.1f} MB/s  "
           f"latency per send {latency_text(lat)}")
-    print(redis_line(f"AOF always, redis-benchmark -c {peers.BENCHMARK_CONNECTIONS} XADD ({scale.redis_msgs:,} per "
+    print(redis_line(f"AOF always, redis-benchmark -c {BENCHMARK_CONNECTIONS} XADD ({scale.redis_msgs:,} per "
                      f"round; its own p50/p99)", redis, PERF_MD_REDIS_ALWAYS_50_CONNS))
     print(pairs_text(secs, msgs[0], redis))
     info = meter.report(msgs[0] * len(secs))

@@ -20,8 +20,8 @@ missed above the floor is printed as MISSED and raised as a GateMissed warning;
 MQ_PERF_STRICT=1 asserts the targets.  Every test prints the CPU each process group spent,
 read from /proc.  Every gate has a `quick` variant (pytest -m quick).
 
-The helpers shared with the broker benchmarks (judge, CpuMeter, the send helpers) are imported
-from test_broker_bench, next to this file."""
+The helpers shared with the broker benchmarks are imported from next to this file: judge and
+CpuMeter from test_broker_bench, the send helpers and client processes from workloads."""
 from __future__ import annotations
 
 import json
@@ -40,11 +40,13 @@ from dataclasses import dataclass
 
 import pytest
 
-from . import test_broker_bench as bb
-from mq.store import control as C
 from mq.cluster import Broker, free_port, wait_for
+from mq.store import control as C
 
-KIB, MIB, GIB = bb.KIB, bb.MIB, bb.GIB
+from . import test_broker_bench as bb
+from . import workloads as w
+
+KIB, MIB, GIB = w.KIB, w.MIB, w.GIB
 
 # ---- gate targets (PERF.md) and the floors the tests assert -------------------------------------
 SYNC_VS_ASYNC_TARGET = 0.90       # SYNC_MASTER msgs/s ÷ ASYNC_MASTER msgs/s, 64 producers, same run
@@ -53,7 +55,7 @@ CATCH_UP_TARGET = 0.50            # catch-up bytes/s ÷ loopback sendfile bytes/
 CATCH_UP_FLOOR = 0.10             # measured 0.42-0.51 full, 0.27-0.32 quick (132 MiB: start-up weighs more)
 
 # ---- setup -----------------------------------------------------------------------------------------
-COMMITLOG_FILE_SIZE = bb.COMMITLOG_FILE_SIZE      # 256 MiB: a 1 GiB catch-up crosses 4 file rolls
+COMMITLOG_FILE_SIZE = w.COMMITLOG_FILE_SIZE      # 256 MiB: a 1 GiB catch-up crosses 4 file rolls
 HEARTBEAT_MS = 500                                # haSendHeartbeatInterval (master heartbeat, slave report)
 PRODUCER_PROCESSES = 2
 CONNS_PER_PROCESS = 4
@@ -73,10 +75,10 @@ def ha_addr(master: Broker) -> str:
     return f"127.0.0.1:{master.port + 1}"          # the HA port is listenPort + 1
 
 
-def runtime_info(session: bb.Session, addr: str) -> dict:
+def runtime_info(session: w.Session, addr: str) -> dict:
     c = session.client
-    r = session.run(c.invoke(addr, c.request(bb.GET_BROKER_RUNTIME_INFO), bb.TIMEOUT_S))
-    assert r.code == bb.SUCCESS, (r.code, r.remark)
+    r = session.run(c.invoke(addr, c.request(w.GET_BROKER_RUNTIME_INFO), w.TIMEOUT_S))
+    assert r.code == w.SUCCESS, (r.code, r.remark)
     return json.loads(r.body)["table"]
 
 
@@ -133,7 +135,7 @@ def stop_all(brokers: list[Broker]) -> None:
 
 @pytest.fixture
 def session():
-    s = bb.Session()
+    s = w.Session()
     yield s
     s.close()
 
@@ -168,7 +170,7 @@ def test_sync_vs_async_master(benchmark, namesrv, store_dir, need_disk, session,
     need_disk(2 * GIB)
     topic = "PerfReplication"
     brokers: dict[str, tuple[Broker, Broker]] = {}
-    producers = bb.SingleProducerProcesses(PRODUCER_PROCESSES, IN_FLIGHT_PER_CONN)
+    producers = w.SingleProducerProcesses(PRODUCER_PROCESSES, IN_FLIGHT_PER_CONN)
     started: list[Broker] = []
     try:
         t0 = time.perf_counter()
@@ -183,7 +185,7 @@ def test_sync_vs_async_master(benchmark, namesrv, store_dir, need_disk, session,
         for master, _ in brokers.values():
             wait_for(lambda: int(runtime_info(session, master.addr).get("slaveCount", 0)) >= 1, 30, 0.05,
                      "the slave connected")
-            session.run(bb.create_topic(session.client, master.addr, topic))
+            session.run(w.create_topic(session.client, master.addr, topic))
         print(f"\n  (2 masters + 2 slaves serving, slaves connected, after {time.perf_counter() - t0:.1f} s)", end="")
         results: dict[str, dict] = {}
         for role, (master, slave) in brokers.items():
@@ -229,7 +231,7 @@ def test_sync_vs_async_master(benchmark, namesrv, store_dir, need_disk, session,
     for role, r in results.items():
         rate[role] = r["msgs"][0] / statistics.median(r["s"])
         print(f"  {role:12s}: {rate[role]:8,.0f} msgs/s {bb.spread_text(r['msgs'][0], r['s'])} "
-              f"{rate[role] * bb.MSG_BODY_SIZE / 1e6:5.1f} MB/s  latency {bb.latency_text(r['lat'])}; "
+              f"{rate[role] * w.MSG_BODY_SIZE / 1e6:5.1f} MB/s  latency {bb.latency_text(r['lat'])}; "
               f"slave behind at the round's end: {max(r['lag']):,} bytes at most")
         info.update({f"{k} [{role}]": v for k, v in r["meter"].report(r["msgs"][0] * len(r["s"])).items()})
         s = sorted(r["lat"])
@@ -410,19 +412,19 @@ def test_slave_catch_up_vs_sendfile(benchmark, namesrv, store_dir, need_disk, se
     baseline = SendfileBaseline(store_dir)
     slaves: list[Broker] = []
     try:
-        session.run(bb.create_topic(c, master.addr, topic))
-        body = bb.one_kib_batch()
+        session.run(w.create_topic(c, master.addr, topic))
+        body = w.one_kib_batch()
         batches = 0
         while int(runtime_info(session, master.addr)["commitLogMaxOffset"]) < scale.fill_bytes:
-            session.run(bb.batched_sends(c, master.addr, topic, 200, FILL_IN_FLIGHT, body, []))
+            session.run(w.batched_sends(c, master.addr, topic, 200, FILL_IN_FLIGHT, body, []))
             batches += 200
         fill_s = time.perf_counter() - t_fill
-        session.run(bb.wait_dispatched(c, master.addr, topic, batches * bb.BATCH_MSGS + 1, timeout_s=120))
+        session.run(w.wait_dispatched(c, master.addr, topic, batches * w.BATCH_MSGS + 1, timeout_s=120))
         end = int(runtime_info(session, master.addr)["commitLogMaxOffset"])
         wait_for(lambda: int(runtime_info(session, master.addr)["flushedOffset"]) >= end, 120, 0.1,
                  "the master flushed")
         spans = commitlog_spans(master.dir, end)
-        print(f"\n  (master filled with {end / MIB:,.0f} MiB = {batches * bb.BATCH_MSGS + 1:,} messages in "
+        print(f"\n  (master filled with {end / MIB:,.0f} MiB = {batches * w.BATCH_MSGS + 1:,} messages in "
               f"{len(spans)} files, in {fill_s:.1f} s; flushed and dispatched after "
               f"{time.perf_counter() - t_fill:.1f} s)", end="")
         baseline.round(spans, "buffer")                                                          # warm-up
@@ -450,7 +452,7 @@ def test_slave_catch_up_vs_sendfile(benchmark, namesrv, store_dir, need_disk, se
     base = end / statistics.median(buffer_s)
     base_files = end / statistics.median(files_s)
     print(f"\ncatch-up of an empty slave from {end / MIB:,.0f} MiB of CommitLog ({len(spans)} files of "
-          f"{COMMITLOG_FILE_SIZE // MIB} MiB, {end // (batches * bb.BATCH_MSGS + 1):,} bytes per record), haFullCopy, "
+          f"{COMMITLOG_FILE_SIZE // MIB} MiB, {end // (batches * w.BATCH_MSGS + 1):,} bytes per record), haFullCopy, "
           f"haTransferBatchSize 32 KiB: {len(catch)} rounds, each with a new slave, medians")
     print(f"  catch-up: {rate / 1e6:7.1f} MB/s ({rate * 8 / 1e9:.2f} Gbit/s) "
           f"(rounds {end / max(r['s'] for r in catch) / 1e6:.0f}-{end / min(r['s'] for r in catch) / 1e6:.0f} MB/s); "

@@ -37,12 +37,12 @@ from dataclasses import dataclass
 
 import pytest
 
+from mq.cluster import Broker, NameServer
 from mq.trace import read_records
 
-from .test_broker_bench import (BATCH_MSGS, COMMITLOG_FILE_SIZE, GIB, QUEUES, SAME_RUN, CpuMeter, Session,
-                                broker_processes, create_topic, judge, one_kib_batch, send_batch, send_one,
-                                session)  # noqa: F401 (session: a fixture)
-from mq.cluster import Broker, NameServer
+from .test_broker_bench import SAME_RUN, CpuMeter, broker_processes, judge, session  # noqa: F401 (session: a fixture)
+from .workloads import (BATCH_MSGS, COMMITLOG_FILE_SIZE, GIB, QUEUES, Session, create_topic, one_kib_batch, send_batch,
+                        send_one)
 
 TARGET = 0.95                 # traced msgs / untraced msgs (the "overhead under 5%")
 # asserted floors.  (a) measured here (busy 2-vCPU VM, medians of the windows): full 0.90-1.01,

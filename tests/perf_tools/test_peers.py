@@ -16,7 +16,7 @@ import pytest
 from nats.js.api import StorageType
 
 from mq.cluster import port_open
-from perf import peers
+from perf import peers, workloads
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -82,18 +82,18 @@ def test_redis_server_serves_persists_and_leaves_nothing(mode, own_perf_dir):
         assert r.config_get("appendfsync")["appendfsync"] == mode
         assert r.config_get("save")["save"] == ""
         assert r.config_get("bind")["bind"] == "127.0.0.1"
-        one = peers.redis_xadd_one(r, "s", 20)
-        piped = peers.redis_xadd_pipeline(r, "s", 250)          # pipelines of 100, 100, 50
+        one = workloads.redis_xadd_one(r, "s", 20)
+        piped = workloads.redis_xadd_pipeline(r, "s", 250)      # pipelines of 100, 100, 50
         assert (one.msgs, len(one.lat_s), piped.msgs, len(piped.lat_s)) == (20, 20, 250, 3)
         assert r.xlen("s") == 270
-        read = peers.redis_xread(r, "s", count=100)
+        read = workloads.redis_xread(r, "s", count=100)
         assert read.msgs == 270 and len(read.lat_s) == 3
         aof = b""
         for root, _, files in os.walk(os.path.join(d, "appendonlydir")):
             for name in files:
                 with open(os.path.join(root, name), "rb") as f:
                     aof += f.read()
-        assert aof.count(peers.BODY) == 270, "every XADD is in the AOF"
+        assert aof.count(workloads.PRINTABLE_BODY) == 270, "every XADD is in the AOF"
     assert gone(pid) and not port_open(port) and not os.path.exists(d)
     assert os.listdir(own_perf_dir) == []
 
@@ -103,11 +103,11 @@ def test_redis_benchmark_workload_counts_its_xadds():
     returns its own rate and percentiles; the stream grows by exactly -n entries of the 1 KiB
     body (checked inside, and here)."""
     with peers.RedisServer("always") as server, server.client() as r:
-        res = peers.redis_benchmark_xadd(server, "bench", 500, connections=10)
+        res = workloads.redis_benchmark_xadd(server, "bench", 500, connections=10)
         assert res.msgs == 500 and res.msgs_per_s > 0
         assert res.p50_us is not None and res.p99_us >= res.p50_us > 0
         assert r.xlen("bench") == 500
-        assert r.xrange("bench", count=1)[0][1][b"f"] == peers.BODY
+        assert r.xrange("bench", count=1)[0][1][b"f"] == workloads.PRINTABLE_BODY
 
 
 def test_nats_server_jetstream_file_storage_and_cleanup(own_perf_dir):
@@ -242,18 +242,18 @@ def test_our_side_with_every_client(own_perf_dir):
     consume workload reads the whole backlog (checked inside against the queue ends).  Afterwards the broker and name server are stopped and
     the directory removed."""
     with peers.OurBrokers(("ASYNC_FLUSH",)) as ours:
-        bb, c, addr = ours.bb, ours.session.client, ours.addr("ASYNC_FLUSH")
+        c, addr = ours.session.client, ours.addr("ASYNC_FLUSH")
         pids = [ours.namesrv.proc.p.pid, ours.brokers["ASYNC_FLUSH"].proc.p.pid]
-        before = sum(ours.run(bb.wait_dispatched(c, addr, ours.TOPIC, 0)))
+        before = sum(ours.run(workloads.wait_dispatched(c, addr, ours.TOPIC, 0)))
         sent = 0
         for client in peers.OurBrokers.CLIENTS:
             ours.client = client
             for res in (ours.one_at_a_time("ASYNC_FLUSH", 40), ours.pipelined("ASYNC_FLUSH", 300),
                         ours.batched("ASYNC_FLUSH", 500)):
-                assert res.msgs_per_s > 0 and peers.Series([res]).p50_us > 0
+                assert res.msgs_per_s > 0 and workloads.Series([res]).p50_us > 0
                 sent += res.msgs
         assert sent == len(peers.OurBrokers.CLIENTS) * (40 + 300 + 500)
-        assert sum(ours.run(bb.wait_dispatched(c, addr, ours.TOPIC, before + sent))) == before + sent
+        assert sum(ours.run(workloads.wait_dispatched(c, addr, ours.TOPIC, before + sent))) == before + sent
         ends = ours.fill("ASYNC_FLUSH", 1000)
         for client in peers.OurBrokers.CLIENTS:
             ours.client = client
