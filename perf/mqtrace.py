@@ -88,6 +88,8 @@ from dataclasses import dataclass, field
 
 from mq.trace import FIELDS, KINDS, REQ_PHASES
 
+from .extras import MissingExtra, require
+
 PCTS = (0.5, 0.9, 0.99, 0.999)
 PCT_NAMES = ("p50", "p90", "p99", "p999")
 SLOWEST_N = 20
@@ -861,6 +863,11 @@ def main(argv=None) -> int:
     ap.add_argument("--driver-memory", metavar="SIZE", help="Spark driver memory, e.g. 4g (default Spark's 1g; "
                     "exact percentiles of ~10 M latencies in one group need more)")
     a = ap.parse_args(argv)
+    try:
+        require("pyspark", "matplotlib", what="mqtrace")
+    except MissingExtra as e:
+        print(f"mqtrace: {e}", file=sys.stderr)
+        return 1
     try:
         trace_files(a.trace_dir)
     except TraceError as e:

@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from mq.cluster import Broker, NameServer, free_port, port_open, wait_for
 
 from . import workloads as w
+from .extras import MissingExtra, require
 from .workloads import (MSG_BODY_SIZE, PIPELINE_DEPTH, PRINTABLE_BODY, XREAD_COUNT, Result, Series, per_round_ratios,
                         redis_benchmark_xadd, redis_fill, redis_xadd_one, redis_xadd_pipeline, redis_xread)
 
@@ -238,6 +239,7 @@ class RedisServer(PeerServer):
         if mode not in self.MODES:
             raise ValueError(f"appendfsync mode must be one of {self.MODES}, not {mode!r}")
         self.mode = mode
+        require("redis", what="the Redis peer (client redis-py)")
         self.programs = ensure_installed(("redis",))
 
     def args(self) -> list[str]:
@@ -269,6 +271,7 @@ class NatsServer(PeerServer):
 
     def __init__(self):
         super().__init__()
+        require("nats", what="the NATS peer (client nats-py)")
         self.programs = ensure_installed(("nats",))
 
     def args(self) -> list[str]:
@@ -688,6 +691,9 @@ def run_side_by_side(seconds: float, only: str | None, progress=print, client: s
     distinct workload with no peer at all ("ours").  `client`: see OurBrokers."""
     with_redis = only in (None, "redis")
     with_nats = only in (None, "nats")
+    # the peers' Python clients first: a missing one is said before anything is installed or started
+    require(*(m for m, wanted in (("redis", with_redis), ("nats", with_nats)) if wanted),
+            what="mqpeers" + (f" --only {only}" if only else ""))
     ensure_installed(tuple(p for p, wanted in (("redis", with_redis), ("nats", with_nats)) if wanted))
     flushes = ("ASYNC_FLUSH",) if only == "nats" else ("ASYNC_FLUSH", "SYNC_FLUSH")
     backlog = max(10_000, int(50_000 * seconds)) // 1000 * 1000
@@ -817,7 +823,7 @@ def main(argv: list[str] | None = None) -> int:
     progress = lambda msg: print(msg, file=sys.stderr, flush=True)       # noqa: E731 (stdout: the results)
     try:
         rows = run_side_by_side(args.seconds, args.only, progress, args.client)
-    except PeerUnavailable as e:
+    except (PeerUnavailable, MissingExtra) as e:
         print(f"mqpeers: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

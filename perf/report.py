@@ -95,6 +95,12 @@ def main(argv=None) -> int:
     if a.scale <= 0:
         print("report: --scale must be > 0", file=sys.stderr)
         return 2
+    from .extras import MissingExtra, require
+    try:
+        require("pyspark", "matplotlib", what="the report (mqtrace mines it)")
+    except MissingExtra as e:
+        print(f"report: {e}", file=sys.stderr)
+        return 1
     t0 = time.monotonic()
     path = run(a.out_dir, a.scale, a.keep_trace)
     print(f"report: {path} ({time.monotonic() - t0:.0f} s)")
