@@ -5,19 +5,21 @@ and conf/namesrv.properties), under ./run/.  Runs in the foreground; Ctrl-C
 server), 10911/10909/10912 (broker); override with MQ_NAMESRV_PORT /
 MQ_BROKER_PORT.
 
-`python -m mq.cli.local LAYOUT` starts a name server and every broker of
-conf/LAYOUT/*.properties instead (2m-2s-async, 2m-2s-sync, 2m-noslave):
-masters first, then slaves."""
+`python -m mq.cli.local LAYOUT` starts a name server and every broker of a
+shipped layout instead (conf/LAYOUT/*.properties or *.conf: 2m-2s-async,
+2m-2s-sync, 2m-noslave, ...): masters first, then slaves.  The layouts are
+found through the installed package mq.conf, so this works the same from a
+checkout and from an installed wheel; relative paths in them (stores under
+./run/LAYOUT/) resolve against the working directory."""
 from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 
-BIN = os.path.dirname(sys.executable)
+from mq.cluster import BIN, port_open, wait_for
 
 
 def embedded_config(run_dir: str, ns_port: int, broker_port: int) -> tuple[str, str]:
@@ -32,30 +34,26 @@ def embedded_config(run_dir: str, ns_port: int, broker_port: int) -> tuple[str, 
 
 
 def _wait_port(port: int, proc: subprocess.Popen, timeout_s: float = 60) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            return False
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return True
-        time.sleep(0.1)
-    return False
+    """Whether `port` accepts connections within timeout_s (False as soon as proc exits)."""
+    try:
+        wait_for(lambda: port_open(port) or proc.poll() is not None, timeout_s, 0.1, f"port {port}")
+    except TimeoutError:
+        return False
+    return proc.poll() is None
 
 
 def _layout_brokers(layout: str) -> list[tuple[str, int]]:
-    """(properties file, listenPort) of a conf/ layout's brokers, masters first."""
+    """(broker file, listenPort) of a shipped layout's brokers (mq.conf), masters first."""
+    from mq import conf
     from mq.broker.config import BrokerConfig
     from mq.store.config import load_properties_file
-    conf_dir = os.path.join(os.path.dirname(__file__), "..", "..", "conf", layout)
-    if not os.path.isdir(conf_dir):
-        raise SystemExit(f"no layout {layout!r} under conf/ (try 2m-2s-async, 2m-2s-sync, 2m-noslave)")
+    files = conf.layout_files(layout)
+    if not files:
+        raise SystemExit(f"no layout {layout!r} in {conf.DIR} (try {', '.join(conf.layouts())})")
     out = []
-    for name in sorted(os.listdir(conf_dir)):
-        if name.endswith(".properties"):
-            path = os.path.abspath(os.path.join(conf_dir, name))
-            cfg = BrokerConfig(load_properties_file(path))
-            out.append((cfg.brokerId, path, cfg.listenPort))
+    for path in files:
+        cfg = BrokerConfig(load_properties_file(path))
+        out.append((cfg.brokerId, path, cfg.listenPort))
     return [(path, port) for _, path, port in sorted(out)]
 
 
@@ -73,11 +71,10 @@ def main(argv=None) -> int:
     brokers = _layout_brokers(argv[0]) if argv else [(paths["broker"], broker_port)]
     ports = [ns_port] + [p + d for _, p in brokers for d in (-2, 0, 1)]
     for port in ports:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                print(f"port {port} on 127.0.0.1 is in use: stop what holds it, or set MQ_NAMESRV_PORT/"
-                      "MQ_BROKER_PORT", file=sys.stderr)
-                return 2
+        if port_open(port):
+            print(f"port {port} on 127.0.0.1 is in use: stop what holds it, or set MQ_NAMESRV_PORT/"
+                  "MQ_BROKER_PORT", file=sys.stderr)
+            return 2
     procs = []
     stopping = False
 
@@ -103,12 +100,14 @@ def main(argv=None) -> int:
                 p.terminate()
             return 1
     names = ", ".join(f"{os.path.basename(c)}@{p}" for c, p in brokers)
+    # the commands as this interpreter's bin/ has them: .venv/bin under a checkout, else absolute
+    bin_dir = os.path.relpath(BIN) if BIN.startswith(os.getcwd() + os.sep) else BIN
     print(f"""
 local cluster up: name server 127.0.0.1:{ns_port}, brokers {names} (stores under {run_dir})
 try, in another terminal:
-  .venv/bin/mqadmin clusterList -n 127.0.0.1:{ns_port}
-  .venv/bin/mqadmin updateTopic -n 127.0.0.1:{ns_port} -c DefaultCluster -t DemoTopic
-  .venv/bin/python -m mq.cli.demo_client 127.0.0.1:{ns_port}
+  {bin_dir}/mqadmin clusterList -n 127.0.0.1:{ns_port}
+  {bin_dir}/mqadmin updateTopic -n 127.0.0.1:{ns_port} -c DefaultCluster -t DemoTopic
+  {bin_dir}/python -m mq.cli.demo_client 127.0.0.1:{ns_port}
 Ctrl-C stops both.
 """, flush=True)
     while not stopping and all(p.poll() is None for p in procs):
