@@ -202,3 +202,40 @@ class Broker:
         """A clean stop (asserted: exit status 0), then start() on the same port and store."""
         assert self.stop() == 0, self.proc.output()[-3000:]
         self.start()
+
+    def signal_all(self, sig: int) -> None:
+        """`sig` to every process of the broker: its process group (the supervisor leads it;
+        the launcher and every role process it forked belong to it)."""
+        os.killpg(self.proc.p.pid, sig)
+
+    def processes(self) -> dict[str, list[int]]:
+        """The broker's live processes by role name, from /proc: "broker" (the supervisor),
+        "launcher", "io-0", ..., "flush", "dispatch", "ha-master"/"ha-slave", "dledger"
+        (each role process names itself with prctl; multiprocessing's resource tracker, which
+        is in the group too, is left out)."""
+        return processes_of_group(self.proc.p.pid)
+
+
+def processes_of_group(pgid: int) -> dict[str, list[int]]:
+    """Live processes of process group `pgid` by their /proc comm name, the group leader as
+    "broker"."""
+    out: dict[str, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            if int(fields[2]) != pgid or fields[0] == "Z":
+                continue
+            with open(f"/proc/{pid}/comm") as f:
+                comm = f.read().strip()
+        except (OSError, ValueError, IndexError):
+            continue
+        if pid == pgid:
+            comm = "broker"
+        elif comm in ("python", "python3") or comm.startswith("python3."):
+            continue                      # the resource tracker (a fresh interpreter, not a role)
+        out.setdefault(comm, []).append(pid)
+    return out

@@ -132,19 +132,6 @@ def _proc_usage(pid: int) -> tuple[float, int]:
     return (int(fields[11]) + int(fields[12])) / TICK, switches
 
 
-def _children(pid: int) -> list[int]:
-    kids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
-                        kids.append(int(entry))
-            except OSError:
-                pass
-    return kids
-
-
 def _machine_busy_s() -> float:
     """CPU seconds all CPUs spent not idle, since boot."""
     with open("/proc/stat") as f:
@@ -153,23 +140,12 @@ def _machine_busy_s() -> float:
 
 
 def broker_processes(broker: Broker) -> dict[str, list[int]]:
-    """The broker's processes by role: the supervisor, the io workers (from its log) and the
-    store roles (flush and dispatch: its other children, minus multiprocessing's tracker)."""
-    sup = broker.proc.p.pid
-    workers = {int(p) for p in re.findall(r"io worker \d+ \(pid (\d+)\) is up", broker.proc.output())}
-    kids = _children(sup)
-    roles = []
-    for p in kids:
-        if p in workers:
-            continue
-        try:
-            with open(f"/proc/{p}/cmdline", "rb") as f:
-                if b"resource_tracker" in f.read():
-                    continue
-        except OSError:
-            continue
-        roles.append(p)
-    return {"io workers": sorted(workers & set(kids)), "store roles": sorted(roles), "supervisor": [sup]}
+    """The broker's processes by role: the supervisor, the io workers and the store roles (flush
+    and dispatch), by the names the role processes give themselves (mq.cluster)."""
+    procs = broker.processes()
+    return {"io workers": sorted(p for name, ps in procs.items() if name.startswith("io-") for p in ps),
+            "store roles": sorted(procs.get("flush", []) + procs.get("dispatch", [])),
+            "supervisor": procs["broker"]}
 
 
 class CpuMeter:

@@ -28,7 +28,6 @@ import json
 import mmap
 import multiprocessing as mp
 import os
-import re
 import shutil
 import socket
 import statistics
@@ -40,7 +39,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from mq.cluster import Broker, free_port, wait_for
+from mq.cluster import Broker, free_port, processes_of_group, wait_for
 from mq.store import control as C
 
 from . import test_broker_bench as bb
@@ -82,22 +81,6 @@ def runtime_info(session: w.Session, addr: str) -> dict:
     return json.loads(r.body)["table"]
 
 
-def _log(broker_dir: str) -> str:
-    try:
-        with open(os.path.join(broker_dir, "broker.log"), "rb") as f:
-            return f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
-def _start_time(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[19])
-    except OSError:
-        return 0
-
-
 def _cmdline(pid: int) -> list[bytes]:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -108,20 +91,17 @@ def _cmdline(pid: int) -> list[bytes]:
 
 def role_groups(broker_dir: str, prefix: str) -> dict[str, list[int]]:
     """A broker's processes by role, found from its store directory alone (so also while it is
-    still starting): the supervisor is the process whose command line names <dir>/broker.conf; it
-    starts the flush, dispatch and HA roles in this order, then the io workers (children ordered by
-    start time, then pid; multiprocessing's resource tracker left out).  The HA role is checked
-    against its log lines ("ha-master[pid]" / "ha-slave[pid]") when it has logged already."""
+    still starting): the supervisor is the process group leader whose command line names
+    <dir>/broker.conf (the roles it forks inherit that command line); its roles name themselves
+    (/proc/<pid>/comm: io-N, flush, dispatch, ha-master / ha-slave)."""
     conf = os.path.join(broker_dir, "broker.conf").encode()
-    sups = [int(e) for e in os.listdir("/proc") if e.isdigit() and conf in _cmdline(int(e))]
-    assert len(sups) == 1, f"broker processes for {broker_dir}: {sups}"
-    sup = sups[0]
-    kids = sorted((p for p in bb._children(sup) if not any(b"resource_tracker" in a for a in _cmdline(p))),
-                  key=lambda p: (_start_time(p), p))
-    logged_ha = set(map(int, re.findall(r" ha-(?:master|slave)\[(\d+)\]", _log(broker_dir))))
-    assert len(kids) >= 3 and (not logged_ha & set(kids) or kids[2] in logged_ha), (kids, logged_ha)
-    return {f"{prefix} io workers": kids[3:], f"{prefix} flush": kids[:1], f"{prefix} dispatch": kids[1:2],
-            f"{prefix} ha role": kids[2:3], f"{prefix} supervisor": [sup]}
+    sups = [int(e) for e in os.listdir("/proc") if e.isdigit() and conf in _cmdline(int(e)) and os.getpgid(int(e)) == int(e)]
+    assert len(sups) == 1, f"broker supervisors for {broker_dir}: {sups}"
+    procs = processes_of_group(sups[0])
+    return {f"{prefix} io workers": sorted(p for name, ps in procs.items() if name.startswith("io-") for p in ps),
+            f"{prefix} flush": procs.get("flush", []), f"{prefix} dispatch": procs.get("dispatch", []),
+            f"{prefix} ha role": procs.get("ha-master", []) + procs.get("ha-slave", []),
+            f"{prefix} supervisor": procs["broker"]}
 
 
 def stop_all(brokers: list[Broker]) -> None:

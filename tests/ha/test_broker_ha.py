@@ -121,36 +121,19 @@ def test_sync_master_replicates_before_send_ok(tmp_path):
                     "sysFlag": 4, "commitOffset": 0, "subscription": "*", "subVersion": 0, "suspendTimeoutMillis": 0}
             a, b = call(master.addr, 11, pull), call(slave.addr, 11, pull)
             assert a.code == b.code == 0 and a.body == b.body
-        os.kill(slave.proc.p.pid, signal.SIGSTOP)
-        for child in _children(slave.proc.p.pid):
-            os.kill(child, signal.SIGSTOP)
+        slave.signal_all(signal.SIGSTOP)
         try:
             r = send(master.addr, "HA1", b"stalled")
             assert r.code in (12, 11), (r.code, r.remark)
             assert r.code != 0
         finally:
-            for child in _children(slave.proc.p.pid):
-                os.kill(child, signal.SIGCONT)
-            os.kill(slave.proc.p.pid, signal.SIGCONT)
+            slave.signal_all(signal.SIGCONT)
         slave.stop()
         wait_for(lambda: send(master.addr, "HA1", b"x").code == 11, 30, 0.3, "SLAVE_NOT_AVAILABLE without slave")
     finally:
         slave.stop()
         master.stop()
         ns.stop()
-
-
-def _children(pid):
-    out = []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
-                        out.append(int(d))
-            except (OSError, ValueError, IndexError):
-                pass
-    return out
 
 
 def test_kill_9_of_a_sync_master_under_load_loses_nothing_acked(tmp_path):
