@@ -30,7 +30,7 @@
 #endif
 
 #define MQ_CTL_MAGIC   0x4D51434Cu   /* "MQCL" */
-#define MQ_CTL_VERSION 2u   /* 2: MQ_POS_MSGS */
+#define MQ_CTL_VERSION 3u   /* 2: MQ_POS_MSGS; 3: DLedger positions, SEQ_COMMIT/ROLE, journal index */
 #define MQ_PAGE        4096u
 #define MQ_SLOTS_USABLE (MQ_QUEUE_SLOTS / 4 * 3)   /* keep linear probes short */
 
@@ -263,6 +263,11 @@ struct mq_ctl {
     int64_t j_next_qoff;
     uint64_t j_write_pos;
     int64_t j_store_ts;
+    uint64_t trunc_epoch;            /* DLedger: bumped by every truncation (a flush in flight then
+                                        does not publish: its bytes may be gone) */
+    uint32_t j_dl;                   /* 1: a DLedger append: also j_next_index and j_end_term */
+    uint64_t j_next_index;
+    int64_t j_end_term;
     /* sticky error: once set, appends fail with MQ_E_FATAL */
     int32_t fatal_err;
     char fatal_msg[256];
@@ -316,6 +321,10 @@ static void ctl_repair_locked(mq_ctl *c) {
         assert(c->j_slot < MQ_QUEUE_SLOTS);
         c->slots[c->j_slot].field[MQ_Q_NEXT_OFFSET] = c->j_next_qoff;
         c->pos[MQ_POS_LAST_STORE_TS] = (uint64_t)c->j_store_ts;
+        if (c->j_dl) {
+            c->pos[MQ_POS_DL_END_TERM] = (uint64_t)c->j_end_term;
+            __atomic_store_n(&c->pos[MQ_POS_DL_NEXT_INDEX], c->j_next_index, __ATOMIC_RELEASE);
+        }
         __atomic_store_n(&c->pos[MQ_POS_WRITE], c->j_write_pos, __ATOMIC_RELEASE);
         __atomic_store_n(&c->j_valid, 0, __ATOMIC_RELEASE);
         c->stat_replays++;
@@ -530,6 +539,20 @@ int mq_queue_advance(void *mem, uint32_t slot, int field, int64_t value) {
 
 uint32_t mq_queue_count(void *mem) { return ctl_of(mem)->queue_count; }
 
+int mq_queue_reset_next_offsets(void *mem) {
+    mq_ctl *c = ctl_of(mem);
+    int rc = ctl_lock(c);
+    if (rc) return rc;
+    for (uint32_t k = 0; k < MQ_QUEUE_SLOTS; k++) {
+        mq_queue_slot *s = &c->slots[k];
+        if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != 2) continue;
+        __atomic_store_n(&s->field[MQ_Q_NEXT_OFFSET], __atomic_load_n(&s->field[MQ_Q_CQ_MAX], __ATOMIC_ACQUIRE),
+                         __ATOMIC_RELEASE);
+    }
+    ctl_unlock(c);
+    return MQ_OK;
+}
+
 int mq_queue_info(void *mem, uint32_t slot, char *topic_out, uint32_t *topic_len, int32_t *queue_id) {
     mq_ctl *c = ctl_of(mem);
     if (slot >= MQ_QUEUE_SLOTS) return MQ_E_INVAL;
@@ -546,6 +569,14 @@ int mq_queue_info(void *mem, uint32_t slot, char *topic_out, uint32_t *topic_len
 /* ========================================================================== */
 typedef struct mq_seg { uint8_t *base; int fd; } mq_seg;
 
+/* the mapped files of one directory: data files, or (DLedger mode) index files */
+typedef struct seg_table {
+    char dir[PATH_MAX - 32];
+    uint64_t file_size;
+    mq_seg *segs;                    /* indexed by file index = offset / file_size */
+    uint64_t nsegs;
+} seg_table;
+
 struct mq_commitlog {
     mq_ctl *ctl;
     char dir[PATH_MAX - 32];
@@ -553,9 +584,10 @@ struct mq_commitlog {
     uint8_t store_host[4];
     int32_t store_port;
     int last_errno;
-    pthread_mutex_t seg_lock;        /* process-local; guards segs/nsegs */
-    mq_seg *segs;                    /* indexed by file index = offset / file_size */
-    uint64_t nsegs;
+    int dledger;                     /* DLedger mode: entries around records, index files */
+    pthread_mutex_t seg_lock;        /* process-local; guards both tables */
+    seg_table data;                  /* data.segs / data.nsegs: the CommitLog (or DLedger data) files */
+    seg_table index;                 /* DLedger mode: the index files */
     uint8_t *rx_buf;                 /* HA slave: staging for received bodies (one receiving thread) */
     int rx_pipe[2];                  /* HA slave: socket -> pipe -> file splice; -1 when not made (yet) */
     int rx_no_splice;                /* HA slave: splice was refused here; receive + pwrite instead */
@@ -568,10 +600,11 @@ static int io_fail(mq_commitlog *cl, int err) {
     return (err == ENOSPC || err == EDQUOT) ? MQ_E_NOSPACE : MQ_E_IO;
 }
 
-/* Opens (and with create, sizes) the file of file index fi and maps it. */
-static int seg_open(mq_commitlog *cl, uint64_t fi, int create, uint8_t **base_out, int *fd_out) {
+/* Opens (and with create, sizes) the file of file index fi of table t and maps it. */
+static int seg_open(mq_commitlog *cl, seg_table *t, uint64_t fi, int create, uint8_t **base_out, int *fd_out) {
     char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/%020llu", cl->dir, (unsigned long long)(fi * cl->file_size));
+    const uint64_t fsz = t->file_size;
+    snprintf(path, sizeof path, "%s/%020llu", t->dir, (unsigned long long)(fi * fsz));
     int fd = open(path, O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0644);
     if (fd < 0) {
         if (!create && errno == ENOENT) return MQ_E_RANGE;
@@ -581,10 +614,10 @@ static int seg_open(mq_commitlog *cl, uint64_t fi, int create, uint8_t **base_ou
     if (flock(fd, create ? LOCK_EX : LOCK_SH) != 0) { int e = errno; close(fd); return io_fail(cl, e); }
     struct stat st;
     if (fstat(fd, &st) != 0) { int e = errno; close(fd); return io_fail(cl, e); }
-    if ((uint64_t)st.st_size != cl->file_size) {
-        if (!create || (uint64_t)st.st_size > cl->file_size) { close(fd); return MQ_E_CORRUPT; }
-        int e = posix_fallocate(fd, 0, (off_t)cl->file_size);
-        if (e == EOPNOTSUPP || e == EINVAL) e = ftruncate(fd, (off_t)cl->file_size) ? errno : 0;
+    if ((uint64_t)st.st_size != fsz) {
+        if (!create || (uint64_t)st.st_size > fsz) { close(fd); return MQ_E_CORRUPT; }
+        int e = posix_fallocate(fd, 0, (off_t)fsz);
+        if (e == EOPNOTSUPP || e == EINVAL) e = ftruncate(fd, (off_t)fsz) ? errno : 0;
         if (e) {
             (void)ftruncate(fd, 0);   /* leave no half-sized file behind */
             close(fd);
@@ -593,17 +626,17 @@ static int seg_open(mq_commitlog *cl, uint64_t fi, int create, uint8_t **base_ou
         }
     }
     flock(fd, LOCK_UN);
-    void *p = mmap(NULL, cl->file_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    void *p = mmap(NULL, fsz, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) { int e = errno; close(fd); return io_fail(cl, e); }
     *base_out = (uint8_t *)p;
     *fd_out = fd;
     return MQ_OK;
 }
 
-static int seg_get(mq_commitlog *cl, uint64_t fi, int create, uint8_t **base_out) {
+static int tseg_get(mq_commitlog *cl, seg_table *t, uint64_t fi, int create, uint8_t **base_out) {
     pthread_mutex_lock(&cl->seg_lock);
-    if (fi < cl->nsegs && cl->segs[fi].base) {
-        *base_out = cl->segs[fi].base;
+    if (fi < t->nsegs && t->segs[fi].base) {
+        *base_out = t->segs[fi].base;
         pthread_mutex_unlock(&cl->seg_lock);
         return MQ_OK;
     }
@@ -611,29 +644,42 @@ static int seg_get(mq_commitlog *cl, uint64_t fi, int create, uint8_t **base_out
 
     uint8_t *base;
     int fd;
-    int rc = seg_open(cl, fi, create, &base, &fd);
+    int rc = seg_open(cl, t, fi, create, &base, &fd);
     if (rc) return rc;
 
     pthread_mutex_lock(&cl->seg_lock);
-    if (fi >= cl->nsegs) {
-        uint64_t n = cl->nsegs ? cl->nsegs : 16;
+    if (fi >= t->nsegs) {
+        uint64_t n = t->nsegs ? t->nsegs : 16;
         while (n <= fi) n *= 2;
-        mq_seg *s = realloc(cl->segs, n * sizeof(mq_seg));
-        if (!s) { pthread_mutex_unlock(&cl->seg_lock); munmap(base, cl->file_size); close(fd); return io_fail(cl, ENOMEM); }
-        memset(s + cl->nsegs, 0, (n - cl->nsegs) * sizeof(mq_seg));
-        cl->segs = s;
-        cl->nsegs = n;
+        mq_seg *s = realloc(t->segs, n * sizeof(mq_seg));
+        if (!s) { pthread_mutex_unlock(&cl->seg_lock); munmap(base, t->file_size); close(fd); return io_fail(cl, ENOMEM); }
+        memset(s + t->nsegs, 0, (n - t->nsegs) * sizeof(mq_seg));
+        t->segs = s;
+        t->nsegs = n;
     }
-    if (cl->segs[fi].base) {              /* another thread mapped it meanwhile */
-        munmap(base, cl->file_size);
+    if (t->segs[fi].base) {               /* another thread mapped it meanwhile */
+        munmap(base, t->file_size);
         close(fd);
     } else {
-        cl->segs[fi].base = base;
-        cl->segs[fi].fd = fd;
+        t->segs[fi].base = base;
+        t->segs[fi].fd = fd;
     }
-    *base_out = cl->segs[fi].base;
+    *base_out = t->segs[fi].base;
     pthread_mutex_unlock(&cl->seg_lock);
     return MQ_OK;
+}
+
+static int seg_get(mq_commitlog *cl, uint64_t fi, int create, uint8_t **base_out) {
+    return tseg_get(cl, &cl->data, fi, create, base_out);
+}
+
+/* The fd of data file fi (mapped already).  Used after the lock is let go: segments are
+ * released only by the thread that streams (mq_commitlog_release's contract). */
+static int seg_fd(mq_commitlog *cl, uint64_t fi) {
+    pthread_mutex_lock(&cl->seg_lock);
+    int fd = cl->data.segs[fi].fd;
+    pthread_mutex_unlock(&cl->seg_lock);
+    return fd;
 }
 
 int mq_commitlog_open(const char *dir, void *ctl_mem, size_t ctl_len, const mq_commitlog_opts *opts, mq_commitlog **out) {
@@ -642,10 +688,21 @@ int mq_commitlog_open(const char *dir, void *ctl_mem, size_t ctl_len, const mq_c
     if (rc) return rc;
     mq_ctl *c = (mq_ctl *)ctl_mem;
     if (opts->file_size != c->file_size) return MQ_E_BAD_CTL;
+    if (opts->dledger && (!opts->index_dir || strlen(opts->index_dir) >= sizeof(((seg_table *)0)->dir) ||
+                          opts->index_file_size < 4096 || opts->index_file_size % 4096 ||
+                          opts->index_file_size % MQ_DL_INDEX_UNIT))
+        return MQ_E_INVAL;
     mq_commitlog *cl = calloc(1, sizeof *cl);
     if (!cl) return MQ_E_IO;
     cl->ctl = c;
     snprintf(cl->dir, sizeof cl->dir, "%s", dir);
+    snprintf(cl->data.dir, sizeof cl->data.dir, "%s", dir);
+    cl->data.file_size = opts->file_size;
+    cl->dledger = opts->dledger ? 1 : 0;
+    if (cl->dledger) {
+        snprintf(cl->index.dir, sizeof cl->index.dir, "%s", opts->index_dir);
+        cl->index.file_size = opts->index_file_size;
+    }
     cl->file_size = opts->file_size;
     memcpy(cl->store_host, opts->store_host, 4);
     cl->store_port = opts->store_port;
@@ -655,11 +712,18 @@ int mq_commitlog_open(const char *dir, void *ctl_mem, size_t ctl_len, const mq_c
     return MQ_OK;
 }
 
+static void table_close(seg_table *t) {
+    for (uint64_t i = 0; i < t->nsegs; i++)
+        if (t->segs[i].base) { munmap(t->segs[i].base, t->file_size); close(t->segs[i].fd); }
+    free(t->segs);
+    t->segs = NULL;
+    t->nsegs = 0;
+}
+
 void mq_commitlog_close(mq_commitlog *cl) {
     if (!cl) return;
-    for (uint64_t i = 0; i < cl->nsegs; i++)
-        if (cl->segs[i].base) { munmap(cl->segs[i].base, cl->file_size); close(cl->segs[i].fd); }
-    free(cl->segs);
+    table_close(&cl->data);
+    table_close(&cl->index);
     free(cl->rx_buf);
     if (cl->rx_pipe[0] >= 0) { close(cl->rx_pipe[0]); close(cl->rx_pipe[1]); }
     pthread_mutex_destroy(&cl->seg_lock);
@@ -682,12 +746,13 @@ int mq_commitlog_prepare_file(mq_commitlog *cl, uint64_t file_index) {
 int mq_commitlog_release(mq_commitlog *cl, uint64_t below, uint64_t from_index) {
     pthread_mutex_lock(&cl->seg_lock);
     uint64_t below_index = below / cl->file_size;
-    for (uint64_t i = 0; i < cl->nsegs; i++) {
-        if ((i < below_index || i >= from_index) && cl->segs[i].base) {
-            munmap(cl->segs[i].base, cl->file_size);
-            close(cl->segs[i].fd);
-            cl->segs[i].base = NULL;
-            cl->segs[i].fd = -1;
+    seg_table *t = &cl->data;
+    for (uint64_t i = 0; i < t->nsegs; i++) {
+        if ((i < below_index || i >= from_index) && t->segs[i].base) {
+            munmap(t->segs[i].base, cl->file_size);
+            close(t->segs[i].fd);
+            t->segs[i].base = NULL;
+            t->segs[i].fd = -1;
         }
     }
     pthread_mutex_unlock(&cl->seg_lock);
@@ -771,22 +836,64 @@ static void encode_record(mq_commitlog *cl, const mq_append_req *r, const msg_pl
     assert((uint32_t)(p - start) == m->size);
 }
 
+/* DLedger: the 48-byte entry header at p, and the 32-byte index unit of that entry. */
+static void dl_encode_header(uint8_t *p, uint32_t entry_size, uint64_t index, int64_t term, uint64_t pos) {
+    be32w(p, MQ_DL_MAGIC);
+    be32w(p + 4, entry_size);
+    be64w(p + 8, index);
+    be64w(p + 16, (uint64_t)term);
+    be64w(p + 24, pos);
+    memset(p + 32, 0, 12);                   /* channel, chainCrc, bodyCrc: reserved, 0 as in DLedger */
+    be32w(p + 44, entry_size - MQ_DL_HEADER_SIZE);
+}
+
+/* Writes entry `index`'s unit into its index file (created on demand). */
+static int dl_write_unit(mq_commitlog *cl, uint64_t index, uint64_t pos, uint32_t size, int64_t term) {
+    const uint64_t at = index * MQ_DL_INDEX_UNIT, ifs = cl->index.file_size;
+    uint8_t *base;
+    int rc = tseg_get(cl, &cl->index, at / ifs, 1, &base);
+    if (rc) return rc;
+    uint8_t *u = base + at % ifs;
+    be32w(u, MQ_DL_MAGIC);
+    be64w(u + 4, pos);
+    be32w(u + 12, size);
+    be64w(u + 16, index);
+    be64w(u + 24, (uint64_t)term);
+    return MQ_OK;
+}
+
+static void dl_write_blank(uint8_t *p, uint64_t room) {
+    be32w(p, 0xFFFFFFFFu);                   /* MmapFileList.BLANK_MAGIC_CODE = -1 */
+    be32w(p + 4, (uint32_t)room);
+}
+
 /* Appends planned messages to one topic-queue.  Outcomes: MQ_OK and every
  * message published (write_pos moved, queue offsets assigned densely);
  * or an error and nothing published (bytes possibly written beyond write_pos
- * are invisible and will be overwritten). */
+ * are invisible and will be overwritten).  DLedger mode: each message becomes
+ * one entry, in `forced_term` when > 0 (the leader's no-op), else in
+ * DL_APPEND_TERM (MQ_E_NOT_LEADER when 0). */
 static int append_planned(mq_commitlog *cl, const mq_append_req *r, const msg_plan *msgs, uint32_t n,
-                          mq_append_out *out) {
+                          mq_append_out *out, int64_t forced_term) {
     mq_ctl *c = cl->ctl;
     uint32_t slot;
     int rc = mq_queue_lookup(c, r->topic, r->topic_len, r->queue_id, 1, &slot);
     if (rc) return rc;
     int tx_type = r->sys_flag & 0xC;
     int no_queue_offset = (tx_type == 0x4 || tx_type == 0xC);   /* prepared / rollback */
+    const uint32_t hdr = cl->dledger ? MQ_DL_HEADER_SIZE : 0;
 
     rc = ctl_lock(c);
     if (rc) return rc;
     if (__atomic_load_n(&c->fatal_err, __ATOMIC_ACQUIRE)) { ctl_unlock(c); return MQ_E_FATAL; }
+    int64_t term = 0;
+    uint64_t index = 0;
+    if (cl->dledger) {
+        term = forced_term > 0 ? forced_term : (int64_t)c->pos[MQ_POS_DL_APPEND_TERM];
+        if (term <= 0) { ctl_unlock(c); return MQ_E_NOT_LEADER; }
+        if (term < (int64_t)c->pos[MQ_POS_DL_END_TERM]) { ctl_unlock(c); return MQ_E_INVAL; }
+        index = c->pos[MQ_POS_DL_NEXT_INDEX];
+    }
 
     const uint64_t fs = cl->file_size;
     int64_t qoff = c->slots[slot].field[MQ_Q_NEXT_OFFSET];
@@ -798,17 +905,22 @@ static int append_planned(mq_commitlog *cl, const mq_append_req *r, const msg_pl
 
     for (uint32_t i = 0; i < n; i++) {
         const msg_plan *m = &msgs[i];
+        const uint32_t esize = m->size + hdr;
         uint64_t room = fs - pos % fs;
         assert(room >= MQ_BLANK_LEN_MIN);
-        if ((uint64_t)m->size + MQ_BLANK_LEN_MIN > room) {
+        if ((uint64_t)esize + MQ_BLANK_LEN_MIN > room) {
             if (cur_fi != pos / fs) {
                 rc = seg_get(cl, pos / fs, 1, &base);
                 if (rc) goto fail;
                 cur_fi = pos / fs;
             }
             uint8_t *p = base + pos % fs;
-            be32w(p, (uint32_t)room);
-            be32w(p + 4, MQ_BLANK_MAGIC);
+            if (cl->dledger) {
+                dl_write_blank(p, room);
+            } else {
+                be32w(p, (uint32_t)room);
+                be32w(p + 4, MQ_BLANK_MAGIC);
+            }
             pos += room;
             assert(pos % fs == 0);
         }
@@ -818,13 +930,22 @@ static int append_planned(mq_commitlog *cl, const mq_append_req *r, const msg_pl
             cur_fi = pos / fs;
         }
         int64_t this_qoff = no_queue_offset ? 0 : qoff;
-        encode_record(cl, r, m, base + pos % fs, this_qoff, pos, ts);
-        out[i].phy_offset = pos;
+        const uint64_t phy = pos + hdr;
+        if (cl->dledger) {
+            dl_encode_header(base + pos % fs, esize, index, term, pos);
+            rc = dl_write_unit(cl, index, pos, esize, term);
+            if (rc) goto fail;
+        }
+        encode_record(cl, r, m, base + phy % fs, this_qoff, phy, ts);
+        out[i].phy_offset = phy;
         out[i].queue_offset = this_qoff;
         out[i].store_ts_ms = ts;
         out[i].size = m->size;
-        mq_msg_id(cl->store_host, 4, cl->store_port, pos, out[i].msg_id);
-        pos += m->size;
+        out[i].dl_index = cl->dledger ? (int64_t)index : 0;
+        out[i].dl_term = term;
+        mq_msg_id(cl->store_host, 4, cl->store_port, phy, out[i].msg_id);
+        pos += esize;
+        if (cl->dledger) index++;
         if (!no_queue_offset) qoff++;
     }
 
@@ -833,10 +954,17 @@ static int append_planned(mq_commitlog *cl, const mq_append_req *r, const msg_pl
     c->j_next_qoff = qoff;
     c->j_write_pos = pos;
     c->j_store_ts = ts;
+    c->j_dl = (uint32_t)cl->dledger;
+    c->j_next_index = index;
+    c->j_end_term = term;
     __atomic_store_n(&c->j_valid, 1, __ATOMIC_RELEASE);
     __atomic_store_n(&c->slots[slot].field[MQ_Q_NEXT_OFFSET], qoff, __ATOMIC_RELEASE);
     __atomic_store_n(&c->pos[MQ_POS_LAST_STORE_TS], (uint64_t)ts, __ATOMIC_RELEASE);
     __atomic_add_fetch(&c->pos[MQ_POS_MSGS], n, __ATOMIC_RELEASE);   /* before WRITE: a reader of both never sees bytes without their count */
+    if (cl->dledger) {
+        __atomic_store_n(&c->pos[MQ_POS_DL_END_TERM], (uint64_t)term, __ATOMIC_RELEASE);
+        __atomic_store_n(&c->pos[MQ_POS_DL_NEXT_INDEX], index, __ATOMIC_RELEASE);
+    }
     __atomic_store_n(&c->pos[MQ_POS_WRITE], pos, __ATOMIC_RELEASE);
     __atomic_store_n(&c->j_valid, 0, __ATOMIC_RELEASE);
     ctl_unlock(c);
@@ -857,8 +985,9 @@ int mq_commitlog_append_one(mq_commitlog *cl, const mq_append_req *r, int32_t fl
     rc = plan_msg(r, &m);
     if (rc) return rc;
     if ((uint64_t)m.size + MQ_BLANK_LEN_MIN > cl->file_size) return MQ_E_TOO_BIG;
+    if (cl->dledger && (uint64_t)m.size + MQ_DL_HEADER_SIZE + MQ_BLANK_LEN_MIN > cl->file_size) return MQ_E_TOO_BIG;
     m.crc = mq_crc32(0, body, body_len) & 0x7FFFFFFFu;
-    return append_planned(cl, r, &m, 1, out);
+    return append_planned(cl, r, &m, 1, out, 0);
 }
 
 /* Batch body: per message  totalSize 4 | magic 4 | bodyCRC 4 | flag 4 |
@@ -900,12 +1029,15 @@ int mq_commitlog_append_batch(mq_commitlog *cl, const mq_append_req *r, const ui
         m->props_len = (uint32_t)props_len;
         rc = plan_msg(r, m);
         if (rc) goto out;
-        if ((uint64_t)m->size + MQ_BLANK_LEN_MIN > cl->file_size) { rc = MQ_E_TOO_BIG; goto out; }
+        if ((uint64_t)m->size + (cl->dledger ? MQ_DL_HEADER_SIZE : 0) + MQ_BLANK_LEN_MIN > cl->file_size) {
+            rc = MQ_E_TOO_BIG;
+            goto out;
+        }
         m->crc = mq_crc32(0, m->body, body_len) & 0x7FFFFFFFu;
         n++;
         at += total;
     }
-    rc = append_planned(cl, r, plans, n, out);
+    rc = append_planned(cl, r, plans, n, out, 0);
     if (rc == MQ_OK) *n_out = n;
 out:
     if (plans != stack_plans) free(plans);
@@ -972,6 +1104,8 @@ int mq_record_check(const uint8_t *p, size_t avail, int check_crc, mq_scan_rec *
     rec->props_offset = props_at;
     rec->props_len = (uint32_t)props_len;
     rec->tags_code = mq_tags_code(p + props_at, (uint32_t)props_len);
+    rec->dl_index = rec->dl_term = 0;
+    rec->dl_pos = 0;
     return MQ_OK;
 }
 
@@ -979,8 +1113,92 @@ int mq_record_check(const uint8_t *p, size_t avail, int check_crc, mq_scan_rec *
  * LIMIT, FULL (out is full), END (clean end), or the first bad record's kind;
  * *next_out is where the walk stopped (the first byte not returned).
  * resolve_slots: 0 none, 1 look up, 2 look up or create the topic-queue slot. */
+static int resolve_slot(mq_commitlog *cl, const uint8_t *rec_start, mq_scan_rec *r, int resolve_slots) {
+    uint32_t slot;
+    int lr = mq_queue_lookup(cl->ctl, (const char *)rec_start + r->topic_offset, r->topic_len, r->queue_id,
+                             resolve_slots == 2, &slot);
+    if (lr == MQ_OK) r->slot = slot;
+    else if (lr != MQ_E_RANGE && lr != MQ_E_TOPIC_ILLEGAL) return lr;
+    return MQ_OK;
+}
+
+/* Checks the DLedger entry at p (pos `pos`, `room` bytes to its file's end, `avail` readable):
+ * header, sizes, pos, the record inside (PHYSICALOFFSET = pos + 48, TOTALSIZE = bodySize).
+ * MQ_OK with rec filled (dl_* too), or MQ_E_CORRUPT with *stop the kind.  Index continuity
+ * is the caller's (it knows the previous entry). */
+static int dl_entry_check(const uint8_t *p, uint64_t pos, uint64_t room, uint64_t avail, int check_crc,
+                          mq_scan_rec *rec, int *stop) {
+    uint32_t magic = be32r(p), size = be32r(p + 4);
+    if (magic != MQ_DL_MAGIC) { *stop = MQ_SCAN_BAD_MAGIC; return MQ_E_CORRUPT; }
+    if (size < MQ_DL_HEADER_SIZE + fixed_len(4, 4) || (uint64_t)size + MQ_BLANK_LEN_MIN > room) {
+        *stop = MQ_SCAN_BAD_SIZE;
+        return MQ_E_CORRUPT;
+    }
+    if (size > avail) { *stop = MQ_SCAN_TORN; return MQ_E_CORRUPT; }
+    if (be32r(p + 44) + MQ_DL_HEADER_SIZE != size) { *stop = MQ_SCAN_BAD_SIZE; return MQ_E_CORRUPT; }
+    if (be64r(p + 24) != pos) { *stop = MQ_SCAN_BAD_OFFSET; return MQ_E_CORRUPT; }
+    const uint32_t body = size - MQ_DL_HEADER_SIZE;
+    if (mq_record_check(p + MQ_DL_HEADER_SIZE, body, check_crc, rec, stop) != MQ_OK) {
+        if (*stop == MQ_SCAN_TORN) *stop = MQ_SCAN_BAD_SIZE;      /* the record overruns its entry */
+        return MQ_E_CORRUPT;
+    }
+    if (rec->size != body) { *stop = MQ_SCAN_BAD_SIZE; return MQ_E_CORRUPT; }
+    if (rec->phy_offset != pos + MQ_DL_HEADER_SIZE) { *stop = MQ_SCAN_BAD_OFFSET; return MQ_E_CORRUPT; }
+    rec->dl_index = (int64_t)be64r(p + 8);
+    rec->dl_term = (int64_t)be64r(p + 16);
+    rec->dl_pos = pos;
+    return MQ_OK;
+}
+
+static int dl_scan(mq_commitlog *cl, uint64_t from, uint64_t limit, int check_crc, int resolve_slots,
+                   mq_scan_rec *out, uint32_t cap, uint32_t *n_out, uint64_t *next_out, int *stop_out) {
+    const uint64_t fs = cl->file_size;
+    uint64_t pos = from;
+    uint32_t n = 0;
+    int stop = MQ_SCAN_LIMIT, rc = MQ_OK, have_prev = 0;
+    int64_t prev_index = 0, prev_term = 0;
+    uint64_t cur_fi = UINT64_MAX;
+    uint8_t *base = NULL;
+    for (;;) {
+        if (pos >= limit) { stop = MQ_SCAN_LIMIT; break; }
+        if (n == cap) { stop = MQ_SCAN_FULL; break; }
+        uint64_t fi = pos / fs, off = pos % fs;
+        if (fi != cur_fi) {
+            rc = seg_get(cl, fi, 0, &base);
+            if (rc == MQ_E_RANGE) { rc = MQ_OK; stop = MQ_SCAN_END; break; }
+            if (rc) break;
+            cur_fi = fi;
+        }
+        uint64_t room = fs - off;
+        uint64_t avail = limit - pos < room ? limit - pos : room;
+        const uint8_t *p = base + off;
+        if (room < MQ_BLANK_LEN_MIN) { stop = MQ_SCAN_TORN; break; }
+        uint32_t magic = be32r(p), size = be32r(p + 4);
+        if (magic == 0xFFFFFFFFu) {
+            if (size != room) { stop = MQ_SCAN_BAD_SIZE; break; }
+            pos += room;
+            continue;
+        }
+        if (magic == 0 && size == 0) { stop = MQ_SCAN_END; break; }
+        mq_scan_rec *r = &out[n];
+        if (dl_entry_check(p, pos, room, avail, check_crc, r, &stop) != MQ_OK) break;
+        if (have_prev && (r->dl_index != prev_index + 1 || r->dl_term < prev_term)) { stop = MQ_SCAN_BAD_INDEX; break; }
+        if (resolve_slots && (rc = resolve_slot(cl, p + MQ_DL_HEADER_SIZE, r, resolve_slots)) != MQ_OK) break;
+        have_prev = 1;
+        prev_index = r->dl_index;
+        prev_term = r->dl_term;
+        n++;
+        pos += size;
+    }
+    *n_out = n;
+    *next_out = pos;
+    *stop_out = stop;
+    return rc;
+}
+
 int mq_commitlog_scan(mq_commitlog *cl, uint64_t from, uint64_t limit, int check_crc, int resolve_slots,
                       mq_scan_rec *out, uint32_t cap, uint32_t *n_out, uint64_t *next_out, int *stop_out) {
+    if (cl->dledger) return dl_scan(cl, from, limit, check_crc, resolve_slots, out, cap, n_out, next_out, stop_out);
     const uint64_t fs = cl->file_size;
     uint64_t pos = from;
     uint32_t n = 0;
@@ -1011,13 +1229,7 @@ int mq_commitlog_scan(mq_commitlog *cl, uint64_t from, uint64_t limit, int check
         mq_scan_rec *r = &out[n];
         if (mq_record_check(p, avail, check_crc, r, &stop) != MQ_OK) break;
         if (r->phy_offset != pos) { stop = MQ_SCAN_BAD_OFFSET; break; }
-        if (resolve_slots) {
-            uint32_t slot;
-            int lr = mq_queue_lookup(cl->ctl, (const char *)p + r->topic_offset, r->topic_len, r->queue_id,
-                                     resolve_slots == 2, &slot);
-            if (lr == MQ_OK) r->slot = slot;
-            else if (lr != MQ_E_RANGE && lr != MQ_E_TOPIC_ILLEGAL) { rc = lr; break; }
-        }
+        if (resolve_slots && (rc = resolve_slot(cl, p, r, resolve_slots)) != MQ_OK) break;
         n++;
         pos += total;
     }
@@ -1069,6 +1281,8 @@ int mq_commitlog_flush(mq_commitlog *cl, uint32_t least_pages, uint64_t *flushed
     if (rc) return rc;
     uint64_t upto = c->pos[MQ_POS_WRITE];
     uint64_t ts = c->pos[MQ_POS_LAST_STORE_TS];
+    uint64_t next_index = c->pos[MQ_POS_DL_NEXT_INDEX];      /* the entries ending at `upto` */
+    uint64_t epoch = c->trunc_epoch;
     ctl_unlock(c);
     uint64_t from = mq_ctl_get(c, MQ_POS_FLUSHED);
     if (__atomic_load_n(&c->fatal_err, __ATOMIC_ACQUIRE)) { *flushed_out = from; return MQ_E_FATAL; }
@@ -1099,8 +1313,23 @@ int mq_commitlog_flush(mq_commitlog *cl, uint32_t least_pages, uint64_t *flushed
         }
         pos = end;
     }
-    mq_ctl_advance(c, MQ_POS_FLUSHED_STORE_TS, ts);
-    mq_ctl_advance(c, MQ_POS_FLUSHED, upto);
+    if (cl->dledger) {
+        /* publish only if no truncation happened meanwhile (it may have replaced bytes we did not sync) */
+        rc = ctl_lock(c);
+        if (rc) return rc;
+        if (c->trunc_epoch != epoch) {
+            ctl_unlock(c);
+            *flushed_out = mq_ctl_get(c, MQ_POS_FLUSHED);
+            return MQ_OK;
+        }
+        mq_ctl_advance(c, MQ_POS_DL_FLUSHED_INDEX, next_index);
+        mq_ctl_advance(c, MQ_POS_FLUSHED_STORE_TS, ts);
+        mq_ctl_advance(c, MQ_POS_FLUSHED, upto);
+        ctl_unlock(c);
+    } else {
+        mq_ctl_advance(c, MQ_POS_FLUSHED_STORE_TS, ts);
+        mq_ctl_advance(c, MQ_POS_FLUSHED, upto);
+    }
     mq_ctl_wake(c, MQ_SEQ_FLUSH);
     *flushed_out = upto;
     return MQ_OK;
@@ -1165,9 +1394,7 @@ static int send_one_frame(mq_commitlog *cl, int sock_fd, uint64_t offset, uint32
         uint8_t *base;
         int rc = seg_get(cl, offset / fs, 0, &base);
         if (rc) return rc;
-        pthread_mutex_lock(&cl->seg_lock);
-        fd = cl->segs[offset / fs].fd;
-        pthread_mutex_unlock(&cl->seg_lock);
+        fd = seg_fd(cl, offset / fs);
     }
     if (send_all(sock_fd, hdr, sizeof hdr, body ? MSG_MORE : 0) != 0) return io_fail(cl, errno);
     off_t file_off = (off_t)(offset % fs);
@@ -1323,11 +1550,7 @@ int mq_ha_recv_body(mq_commitlog *cl, int sock_fd, uint64_t offset, uint32_t siz
     uint8_t *base;
     int rc = seg_get(cl, offset / fs, 1, &base);
     if (rc) return rc;
-    /* the fd is used after the lock is let go: segments are released only by the thread that
-     * streams (mq_commitlog_release's contract), so it cannot be closed under us */
-    pthread_mutex_lock(&cl->seg_lock);
-    int fd = cl->segs[offset / fs].fd;
-    pthread_mutex_unlock(&cl->seg_lock);
+    int fd = seg_fd(cl, offset / fs);
     off_t file_off = (off_t)(offset % fs);
     size_t done = 0;
     if (!cl->rx_no_splice) {
@@ -1454,4 +1677,336 @@ int mq_ha_recv_run(mq_commitlog *cl, int sock_fd, uint64_t *expected, uint64_t b
     *published_out = published;
     if (prc == MQ_E_CORRUPT) return prc;
     return rc ? rc : prc;
+}
+
+/* ========================================================================== */
+/* DLedger mode (see mqstore.h)                                                */
+/* ========================================================================== */
+static const char DL_NOOP_TOPIC[] = "RMQ_SYS_DLEDGER_NOOP";
+
+int mq_dledger_append_noop(mq_commitlog *cl, int64_t term, mq_append_out *out) {
+    if (!cl->dledger || term <= 0 || !out) return MQ_E_INVAL;
+    uint8_t body[8];
+    be64w(body, (uint64_t)term);
+    mq_append_req r;
+    memset(&r, 0, sizeof r);
+    r.topic = DL_NOOP_TOPIC;
+    r.topic_len = (uint32_t)strlen(DL_NOOP_TOPIC);
+    r.queue_id = 0;
+    r.sys_flag = 0xC;                        /* TRANSACTION_ROLLBACK_TYPE: no ConsumeQueue entry anywhere */
+    memcpy(r.born_host, cl->store_host, 4);
+    r.born_host_len = 4;
+    r.born_port = cl->store_port;
+    r.born_ts_ms = now_ms();
+    r.max_message_size = sizeof body;
+    msg_plan m = {.body = body, .body_len = sizeof body};
+    int rc = plan_msg(&r, &m);
+    if (rc) return rc;
+    m.crc = mq_crc32(0, body, sizeof body) & 0x7FFFFFFFu;
+    return append_planned(cl, &r, &m, 1, out, term);
+}
+
+/* Reads entry `index`'s unit (no range check against the control block). */
+static int dl_read_unit(mq_commitlog *cl, uint64_t index, uint64_t *pos, uint32_t *size, int64_t *term) {
+    const uint64_t at = index * MQ_DL_INDEX_UNIT, ifs = cl->index.file_size;
+    uint8_t *base;
+    int rc = tseg_get(cl, &cl->index, at / ifs, 0, &base);
+    if (rc == MQ_E_RANGE) return MQ_E_CORRUPT;          /* a published entry without its index file */
+    if (rc) return rc;
+    const uint8_t *u = base + at % ifs;
+    if (be32r(u) != MQ_DL_MAGIC || be64r(u + 16) != index) return MQ_E_CORRUPT;
+    *pos = be64r(u + 4);
+    *size = be32r(u + 12);
+    *term = (int64_t)be64r(u + 24);
+    return MQ_OK;
+}
+
+int mq_dledger_entry(mq_commitlog *cl, uint64_t index, uint64_t *pos_out, uint32_t *size_out, int64_t *term_out) {
+    if (!cl->dledger) return MQ_E_INVAL;
+    mq_ctl *c = cl->ctl;
+    if (index < mq_ctl_get(c, MQ_POS_DL_BEGIN_INDEX) || index >= mq_ctl_get(c, MQ_POS_DL_NEXT_INDEX))
+        return MQ_E_RANGE;
+    return dl_read_unit(cl, index, pos_out, size_out, term_out);
+}
+
+int mq_dledger_append_raw(mq_commitlog *cl, const uint8_t *buf, size_t len, uint64_t first_index,
+                          uint64_t first_pos, int64_t max_term, uint32_t *n_out) {
+    mq_ctl *c = cl->ctl;
+    const uint64_t fs = cl->file_size;
+    *n_out = 0;
+    if (!cl->dledger || (!buf && len)) return MQ_E_INVAL;
+    int rc = ctl_lock(c);
+    if (rc) return rc;
+    if (c->pos[MQ_POS_DL_APPEND_TERM]) { ctl_unlock(c); return MQ_E_INVAL; }   /* io workers may append */
+    if (c->pos[MQ_POS_WRITE] != first_pos || c->pos[MQ_POS_DL_NEXT_INDEX] != first_index) {
+        ctl_unlock(c);
+        return MQ_E_RANGE;
+    }
+    int64_t prev_term = (int64_t)c->pos[MQ_POS_DL_END_TERM];
+    uint64_t epoch = c->trunc_epoch;
+    ctl_unlock(c);
+    if (len == 0) return MQ_OK;
+
+    /* 1. validate everything before writing anything */
+    size_t at = 0;
+    uint64_t pos = first_pos, index = first_index;
+    uint32_t n = 0;
+    int64_t last_ts = 0, term = prev_term;
+    while (at < len) {
+        const uint8_t *p = buf + at;
+        const uint64_t room = fs - pos % fs;
+        if (len - at < 8) return MQ_E_CORRUPT;
+        if (be32r(p) == 0xFFFFFFFFu) {                    /* a filler: it reaches its file's end */
+            if (be32r(p + 4) != room || len - at < room) return MQ_E_CORRUPT;
+            at += room;
+            pos += room;
+            continue;
+        }
+        mq_scan_rec rec;
+        int stop;
+        if (dl_entry_check(p, pos, room, len - at, 1, &rec, &stop) != MQ_OK) return MQ_E_CORRUPT;
+        if ((uint64_t)rec.dl_index != index || rec.dl_term < term || rec.dl_term > max_term) return MQ_E_CORRUPT;
+        term = rec.dl_term;
+        last_ts = rec.store_ts_ms;
+        const uint32_t size = be32r(p + 4);
+        at += size;
+        pos += size;
+        index++;
+        n++;
+    }
+    const uint64_t end = pos;
+
+    /* 2. copy the bytes (beyond WRITE: invisible until published) and write the index units */
+    at = 0;
+    pos = first_pos;
+    while (at < len) {
+        uint8_t *base;
+        rc = seg_get(cl, pos / fs, 1, &base);
+        if (rc) return rc;
+        size_t chunk = fs - pos % fs;
+        if (chunk > len - at) chunk = len - at;
+        memcpy(base + pos % fs, buf + at, chunk);
+        at += chunk;
+        pos += chunk;
+    }
+    at = 0;
+    pos = first_pos;
+    while (at < len) {
+        const uint8_t *p = buf + at;
+        if (be32r(p) == 0xFFFFFFFFu) {
+            uint64_t room = fs - pos % fs;
+            at += room;
+            pos += room;
+            continue;
+        }
+        const uint32_t size = be32r(p + 4);
+        rc = dl_write_unit(cl, be64r(p + 8), pos, size, (int64_t)be64r(p + 16));
+        if (rc) return rc;
+        at += size;
+        pos += size;
+    }
+
+    /* 3. publish, if nothing moved meanwhile (only this thread appends here: a change is a bug or a race
+     *    with a truncation of this same log, which must not happen) */
+    rc = ctl_lock(c);
+    if (rc) return rc;
+    if (c->pos[MQ_POS_WRITE] != first_pos || c->pos[MQ_POS_DL_NEXT_INDEX] != first_index ||
+        c->trunc_epoch != epoch || c->pos[MQ_POS_DL_APPEND_TERM]) {
+        ctl_unlock(c);
+        return MQ_E_RANGE;
+    }
+    if (n) {
+        __atomic_store_n(&c->pos[MQ_POS_LAST_STORE_TS], (uint64_t)last_ts, __ATOMIC_RELEASE);
+        __atomic_store_n(&c->pos[MQ_POS_DL_END_TERM], (uint64_t)term, __ATOMIC_RELEASE);
+    }
+    __atomic_add_fetch(&c->pos[MQ_POS_MSGS], n, __ATOMIC_RELEASE);
+    __atomic_store_n(&c->pos[MQ_POS_DL_NEXT_INDEX], index, __ATOMIC_RELEASE);
+    __atomic_store_n(&c->pos[MQ_POS_WRITE], end, __ATOMIC_RELEASE);
+    ctl_unlock(c);
+    mq_ctl_wake(c, MQ_SEQ_WRITE);
+    *n_out = n;
+    return MQ_OK;
+}
+
+/* Zeroes [from, to) of the data files (only pages that hold non-zero bytes are written)
+ * and makes it durable. */
+static int dl_zero_range(mq_commitlog *cl, uint64_t from, uint64_t to) {
+    const uint64_t fs = cl->file_size;
+    while (from < to) {
+        uint8_t *base;
+        uint64_t fend = from - from % fs + fs;
+        uint64_t end = to < fend ? to : fend;
+        int rc = seg_get(cl, from / fs, 0, &base);
+        if (rc == MQ_E_RANGE) { from = end; continue; }
+        if (rc) return rc;
+        uint64_t a = from % fs, b = end - (from - from % fs);
+        int dirty = 0;
+        for (uint64_t i = a; i < b; i++) if (base[i]) { dirty = 1; break; }
+        if (dirty) {
+            memset(base + a, 0, b - a);
+            uint64_t pa = a & ~(uint64_t)(MQ_PAGE - 1);
+            if (msync(base + pa, b - pa, MS_SYNC) != 0) return io_fail(cl, errno);
+        }
+        from = end;
+    }
+    return MQ_OK;
+}
+
+/* Zeroes the index units of entries [from, to). */
+static int dl_zero_units(mq_commitlog *cl, uint64_t from, uint64_t to) {
+    const uint64_t ifs = cl->index.file_size;
+    for (uint64_t i = from; i < to;) {
+        uint64_t at = i * MQ_DL_INDEX_UNIT;
+        uint64_t file_end_index = (at / ifs + 1) * ifs / MQ_DL_INDEX_UNIT;
+        uint64_t stop = to < file_end_index ? to : file_end_index;
+        uint8_t *base;
+        int rc = tseg_get(cl, &cl->index, at / ifs, 0, &base);
+        if (rc == MQ_E_RANGE) { i = stop; continue; }
+        if (rc) return rc;
+        memset(base + at % ifs, 0, (stop - i) * MQ_DL_INDEX_UNIT);
+        i = stop;
+    }
+    return MQ_OK;
+}
+
+int mq_dledger_truncate(mq_commitlog *cl, uint64_t next_index) {
+    mq_ctl *c = cl->ctl;
+    if (!cl->dledger) return MQ_E_INVAL;
+    int rc = ctl_lock(c);
+    if (rc) return rc;
+    const uint64_t cur_next = c->pos[MQ_POS_DL_NEXT_INDEX];
+    if (next_index == cur_next) { ctl_unlock(c); return MQ_OK; }
+    if (next_index > cur_next || next_index < c->pos[MQ_POS_DL_COMMIT_INDEX] ||
+        next_index < c->pos[MQ_POS_DL_BEGIN_INDEX] || c->pos[MQ_POS_DL_APPEND_TERM]) {
+        ctl_unlock(c);
+        return MQ_E_INVAL;
+    }
+    uint64_t new_write;
+    uint32_t size;
+    int64_t term;
+    rc = dl_read_unit(cl, next_index, &new_write, &size, &term);
+    int64_t end_term = 0;
+    if (rc == MQ_OK && next_index > c->pos[MQ_POS_DL_BEGIN_INDEX]) {
+        uint64_t ppos;
+        uint32_t psize;
+        rc = dl_read_unit(cl, next_index - 1, &ppos, &psize, &end_term);
+    }
+    const uint64_t old_write = c->pos[MQ_POS_WRITE];
+    if (rc == MQ_OK && (new_write > old_write || new_write < c->pos[MQ_POS_COMMITTED])) rc = MQ_E_CORRUPT;
+    if (rc == MQ_OK) rc = dl_zero_range(cl, new_write, old_write);
+    if (rc == MQ_OK) rc = dl_zero_units(cl, next_index, cur_next);
+    if (rc) { ctl_unlock(c); return rc; }
+    c->trunc_epoch++;
+    __atomic_store_n(&c->pos[MQ_POS_DL_NEXT_INDEX], next_index, __ATOMIC_RELEASE);
+    __atomic_store_n(&c->pos[MQ_POS_DL_END_TERM], (uint64_t)end_term, __ATOMIC_RELEASE);
+    __atomic_store_n(&c->pos[MQ_POS_WRITE], new_write, __ATOMIC_RELEASE);
+    /* the one place positions move back: nothing past the end stays "flushed" */
+    if (c->pos[MQ_POS_FLUSHED] > new_write) __atomic_store_n(&c->pos[MQ_POS_FLUSHED], new_write, __ATOMIC_RELEASE);
+    if (c->pos[MQ_POS_DL_FLUSHED_INDEX] > next_index)
+        __atomic_store_n(&c->pos[MQ_POS_DL_FLUSHED_INDEX], next_index, __ATOMIC_RELEASE);
+    ctl_unlock(c);
+    return MQ_OK;
+}
+
+int mq_dledger_set_commit(mq_commitlog *cl, uint64_t commit_next_index) {
+    mq_ctl *c = cl->ctl;
+    if (!cl->dledger) return MQ_E_INVAL;
+    int rc = ctl_lock(c);
+    if (rc) return rc;
+    if (commit_next_index > c->pos[MQ_POS_DL_NEXT_INDEX]) { ctl_unlock(c); return MQ_E_RANGE; }
+    if (commit_next_index <= c->pos[MQ_POS_DL_COMMIT_INDEX] || commit_next_index <= c->pos[MQ_POS_DL_BEGIN_INDEX]) {
+        ctl_unlock(c);
+        return MQ_OK;
+    }
+    uint64_t pos;
+    uint32_t size;
+    int64_t term;
+    rc = dl_read_unit(cl, commit_next_index - 1, &pos, &size, &term);
+    if (rc == MQ_OK) {
+        __atomic_store_n(&c->pos[MQ_POS_DL_COMMIT_INDEX], commit_next_index, __ATOMIC_RELEASE);
+        if (pos + size > c->pos[MQ_POS_COMMITTED])
+            __atomic_store_n(&c->pos[MQ_POS_COMMITTED], pos + size, __ATOMIC_RELEASE);
+    }
+    ctl_unlock(c);
+    if (rc == MQ_OK) mq_ctl_wake(c, MQ_SEQ_COMMIT);
+    return rc;
+}
+
+int mq_dledger_set_append_term(mq_commitlog *cl, int64_t term) {
+    mq_ctl *c = cl->ctl;
+    if (!cl->dledger || term < 0) return MQ_E_INVAL;
+    int rc = ctl_lock(c);
+    if (rc) return rc;
+    __atomic_store_n(&c->pos[MQ_POS_DL_APPEND_TERM], (uint64_t)term, __ATOMIC_RELEASE);
+    ctl_unlock(c);
+    mq_ctl_wake(c, MQ_SEQ_COMMIT);
+    return MQ_OK;
+}
+
+int mq_dledger_recover_index(mq_commitlog *cl, uint64_t from_pos, uint64_t end_pos,
+                             uint64_t *next_index_out, int64_t *end_term_out) {
+    const uint64_t fs = cl->file_size;
+    if (!cl->dledger) return MQ_E_INVAL;
+    uint64_t pos = from_pos, next = 0;
+    int64_t term = 0;
+    int any = 0;
+    while (pos < end_pos) {
+        uint8_t *base;
+        int rc = seg_get(cl, pos / fs, 0, &base);
+        if (rc) return rc;
+        const uint8_t *p = base + pos % fs;
+        uint32_t magic = be32r(p), size = be32r(p + 4);
+        if (magic == 0xFFFFFFFFu) { pos += fs - pos % fs; continue; }
+        if (magic != MQ_DL_MAGIC || size < MQ_DL_HEADER_SIZE || pos + size > end_pos) return MQ_E_CORRUPT;
+        uint64_t index = be64r(p + 8);
+        term = (int64_t)be64r(p + 16);
+        rc = dl_write_unit(cl, index, pos, size, term);
+        if (rc) return rc;
+        next = index + 1;
+        any = 1;
+        pos += size;
+    }
+    if (any) {
+        /* units past the last entry, to the end of its index file, are zero (a later start finds no stale one) */
+        const uint64_t ifs = cl->index.file_size;
+        uint64_t file_end_index = (next * MQ_DL_INDEX_UNIT / ifs + 1) * ifs / MQ_DL_INDEX_UNIT;
+        int rc = dl_zero_units(cl, next, file_end_index);
+        if (rc) return rc;
+    }
+    *next_index_out = next;
+    *end_term_out = term;
+    return MQ_OK;
+}
+
+int mq_dledger_send(mq_commitlog *cl, int sock_fd, const uint8_t *head, uint32_t head_len,
+                    uint64_t from_pos, uint32_t body_len, uint64_t *done_io) {
+    const uint64_t fs = cl->file_size;
+    if (body_len && (from_pos % fs + body_len > fs || from_pos + body_len > mq_ctl_get(cl->ctl, MQ_POS_WRITE) ||
+                     from_pos < mq_ctl_get(cl->ctl, MQ_POS_MIN)))
+        return MQ_E_RANGE;
+    const uint64_t total = (uint64_t)head_len + body_len;
+    int fd = -1;
+    if (body_len) {
+        uint8_t *base;
+        int rc = seg_get(cl, from_pos / fs, 0, &base);
+        if (rc) return rc;
+        fd = seg_fd(cl, from_pos / fs);
+    }
+    while (*done_io < total) {
+        ssize_t w;
+        if (*done_io < head_len) {
+            w = send(sock_fd, head + *done_io, head_len - *done_io, MSG_NOSIGNAL | (body_len ? MSG_MORE : 0));
+        } else {
+            off_t file_off = (off_t)(from_pos % fs + (*done_io - head_len));
+            w = sendfile(sock_fd, fd, &file_off, total - *done_io);
+            if (w == 0) return io_fail(cl, EPIPE);
+        }
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) return MQ_E_AGAIN;
+            return io_fail(cl, errno);
+        }
+        *done_io += (uint64_t)w;
+    }
+    return MQ_OK;
 }

@@ -24,6 +24,10 @@
  *   acked_pos <= write_pos on a master,
  *   every byte in [min_pos, write_pos) is a complete, valid record or filler,
  *   per queue: next_queue_offset only grows, by exactly one per record.
+ * DLedger mode adds (positions below): DL_BEGIN_INDEX <= DL_COMMIT_INDEX <=
+ * DL_NEXT_INDEX, COMMITTED <= WRITE, dispatched_pos <= COMMITTED; the index unit
+ * of every entry in [DL_BEGIN_INDEX, DL_NEXT_INDEX) describes it; positions move
+ * back only in mq_dledger_truncate (never below DL_COMMIT_INDEX).
  * Appends are serialised by a robust process-shared mutex.  An append writes
  * its records beyond write_pos (invisible), then publishes them through a
  * one-entry redo journal: {queue slot, next queue offset, new write_pos}.  If
@@ -52,6 +56,8 @@
 #define MQ_E_NOSPACE        -11   /* the file system is full (not sticky: retry once space is freed) */
 #define MQ_E_BAD_CTL        -12   /* the control block has a wrong magic, version or size */
 #define MQ_E_TOO_BIG        -13   /* a record does not fit in an empty CommitLog file */
+#define MQ_E_NOT_LEADER     -14   /* DLedger mode: appends are refused (DL_APPEND_TERM is 0) */
+#define MQ_E_AGAIN          -15   /* a non-blocking socket would block: call again when writable */
 
 /* ---- named limits -------------------------------------------------------- */
 #define MQ_TOPIC_LEN_MAX       127       /* 1-byte signed TOPICLEN */
@@ -74,6 +80,14 @@ enum mq_pos {                 /* uint64 positions in the control block */
     MQ_POS_CONFIRM,           /* highest offset known to be on the master (slave side) */
     MQ_POS_MSGS,              /* messages appended (or received by a slave) since the block was made;
                                  a statistic: flush group sizes and put counts are differences of it */
+    /* DLedger mode (see "DLedger mode" below); unused otherwise */
+    MQ_POS_COMMITTED,         /* end of the last committed entry: dispatch and readers stop here */
+    MQ_POS_DL_NEXT_INDEX,     /* ledgerEndIndex + 1 */
+    MQ_POS_DL_END_TERM,       /* term of the last entry (0 when empty) */
+    MQ_POS_DL_APPEND_TERM,    /* the term io workers append in; 0 = appends refused (not a ready leader) */
+    MQ_POS_DL_COMMIT_INDEX,   /* committed index + 1 (0: nothing known committed) */
+    MQ_POS_DL_FLUSHED_INDEX,  /* entries below this index are durable (flush role) */
+    MQ_POS_DL_BEGIN_INDEX,    /* index of the first retained entry */
     MQ_POS_COUNT_
 };
 enum mq_seq {                 /* futex words: bumped after the matching event */
@@ -81,6 +95,8 @@ enum mq_seq {                 /* futex words: bumped after the matching event */
     MQ_SEQ_FLUSH,             /* flushed_pos moved (or the store became fatal) */
     MQ_SEQ_DISPATCH,          /* ConsumeQueues grew */
     MQ_SEQ_ACK,               /* a slave acknowledged more */
+    MQ_SEQ_COMMIT,            /* DLedger: COMMITTED moved, or DL_APPEND_TERM changed */
+    MQ_SEQ_ROLE,              /* DLedger: the Raft role changed (the role process announces it) */
     MQ_SEQ_COUNT_
 };
 enum mq_qfield {              /* int64 fields of a topic-queue slot */
@@ -108,10 +124,12 @@ typedef struct mq_append_req {
 } mq_append_req;
 
 typedef struct mq_append_out {
-    uint64_t phy_offset;
+    uint64_t phy_offset;           /* the record's (DLedger mode: entry pos + 48) */
     int64_t queue_offset;
     int64_t store_ts_ms;
-    uint32_t size;
+    int64_t dl_index;              /* DLedger mode: the entry's index and term; 0 otherwise */
+    int64_t dl_term;
+    uint32_t size;                 /* the record's */
     char msg_id[33];               /* offset msgId, uppercase hex, NUL-terminated (IPv4 store host) */
 } mq_append_out;
 
@@ -124,7 +142,8 @@ enum mq_scan_stop {
     MQ_SCAN_BAD_SIZE,    /* TOTALSIZE does not match the recomputed length, or out of bounds */
     MQ_SCAN_BAD_CRC,
     MQ_SCAN_TORN,        /* the record runs past its file's end or the scan limit */
-    MQ_SCAN_BAD_OFFSET   /* PHYSICALOFFSET is not where the record sits (a stale record) */
+    MQ_SCAN_BAD_OFFSET,  /* PHYSICALOFFSET is not where the record sits (a stale record); DLedger: or pos */
+    MQ_SCAN_BAD_INDEX    /* DLedger: an index that does not follow the previous one, or a term going back */
 };
 
 typedef struct mq_scan_rec {
@@ -140,6 +159,8 @@ typedef struct mq_scan_rec {
     uint32_t body_offset, body_len;     /* relative to phy_offset */
     uint32_t topic_offset, topic_len;
     uint32_t props_offset, props_len;
+    int64_t dl_index, dl_term;     /* DLedger mode: the entry around the record; 0 otherwise */
+    uint64_t dl_pos;               /* DLedger mode: the entry's start (phy_offset - 48) */
 } mq_scan_rec;
 
 /* ---- opaque handles ------------------------------------------------------ */
@@ -150,6 +171,9 @@ typedef struct mq_commitlog_opts {
     uint64_t file_size;            /* mappedFileSizeCommitLog */
     uint8_t store_host[4];         /* brokerIP1 */
     int32_t store_port;            /* listenPort */
+    int32_t dledger;               /* 1: DLedger mode (entries around records, index files) */
+    const char *index_dir;         /* DLedger mode: the index files' directory */
+    uint64_t index_file_size;      /* DLedger mode: bytes per index file (multiple of 32 and 4096) */
 } mq_commitlog_opts;
 
 /* control block */
@@ -182,6 +206,9 @@ int      mq_queue_set(void *mem, uint32_t slot, int field, int64_t value);   /* 
 int      mq_queue_advance(void *mem, uint32_t slot, int field, int64_t value); /* monotonic max */
 uint32_t mq_queue_count(void *mem);
 int      mq_queue_info(void *mem, uint32_t slot, char *topic_out, uint32_t *topic_len, int32_t *queue_id);
+/* Every queue's next offset back to its ConsumeQueue's end (a new DLedger leader, whose log may
+ * have lost entries it once appended): NEXT_OFFSET = CQ_MAX for each slot, under the lock. */
+int      mq_queue_reset_next_offsets(void *mem);
 
 /* commitlog handle (one per process) */
 int      mq_commitlog_open(const char *dir, void *ctl_mem, size_t ctl_len,
@@ -272,6 +299,73 @@ int      mq_ha_send_run(mq_commitlog *cl, int sock_fd, uint64_t from, uint64_t t
                         uint64_t *in_flight_end, uint64_t *sent_end_out);
 int      mq_ha_recv_run(mq_commitlog *cl, int sock_fd, uint64_t *expected, uint64_t budget, uint32_t body_max,
                         int *why_out, uint64_t *other_offset, uint32_t *other_size, uint64_t *published_out);
+
+/* ---- DLedger mode ----------------------------------------------------------
+ * A CommitLog opened with opts->dledger holds DLedger's data files: each record
+ * is the body of one entry (DLedger 0.3, big-endian):
+ *   magic 4 (=1) | size 4 (48 + bodySize) | index 8 | term 8 | pos 8 (entry start) |
+ *   channel 4 (0) | chainCrc 4 (0) | bodyCrc 4 (0) | bodySize 4 | body = one record
+ * The record's PHYSICALOFFSET is pos + 48 (what msgIds, ConsumeQueues and reads
+ * use); its TOTALSIZE is bodySize.  Whenever entry size + 8 > room left, the
+ * filler  int32 -1 | int32 room  is written and the entry opens the next file.
+ * Index files (opts->index_dir, files of index_file_size bytes named by their
+ * 20-digit start offset): entry i's unit at byte i * 32:
+ *   magic 4 (=1) | pos 8 | size 4 (entry size) | index 8 | term 8
+ * Indexes start at 0 and are dense.  mq_commitlog_append_* add one entry per
+ * message with index DL_NEXT_INDEX++ and term DL_APPEND_TERM (MQ_E_NOT_LEADER
+ * when it is 0); mq_commitlog_scan walks entries and reports the records
+ * (dl_index, dl_term, dl_pos set); mq_commitlog_flush advances DL_FLUSHED_INDEX.
+ *
+ * mq_dledger_append_noop: a new leader's first entry, in `term` (>= DL_END_TERM;
+ *   DL_APPEND_TERM is not consulted): a record of topic RMQ_SYS_DLEDGER_NOOP,
+ *   queue 0, sysFlag TRANSACTION_ROLLBACK (no ConsumeQueue entry, here or in a
+ *   Java broker), body = the term (8 bytes).
+ * mq_dledger_entry: pos, size and term of entry `index` from its index unit;
+ *   MQ_E_RANGE outside [DL_BEGIN_INDEX, DL_NEXT_INDEX), MQ_E_CORRUPT if the unit
+ *   is not that entry's.
+ * mq_dledger_append_raw: a follower appends the leader's bytes: `buf` holds
+ *   whole entries exactly as in the leader's files from first_pos (fillers, each
+ *   reaching its file's end, may sit between or after them).  first_pos must be
+ *   WRITE and first_index DL_NEXT_INDEX (MQ_E_RANGE), DL_APPEND_TERM 0
+ *   (MQ_E_INVAL).  Every entry is checked before anything is written: magic,
+ *   sizes, index continuity, term nondecreasing from DL_END_TERM and <= max_term,
+ *   pos, the room rule, the record inside (CRC, PHYSICALOFFSET = pos + 48,
+ *   TOTALSIZE = bodySize); any fault -> MQ_E_CORRUPT, nothing published.  Then
+ *   the bytes are copied, the index units written, and WRITE, DL_NEXT_INDEX,
+ *   DL_END_TERM, LAST_STORE_TS, MSGS published under the lock (SEQ_WRITE wakes).
+ * mq_dledger_truncate: DL_NEXT_INDEX becomes next_index (<= it; never below
+ *   DL_COMMIT_INDEX or DL_BEGIN_INDEX: MQ_E_INVAL): WRITE moves back to that
+ *   entry's pos, the data bytes and index units past the new end are zeroed and
+ *   made durable, DL_END_TERM follows, FLUSHED is clamped.  Files are never
+ *   deleted or shrunk (other processes keep them mapped).
+ * mq_dledger_set_commit: DL_COMMIT_INDEX to commit_next_index (monotonic,
+ *   MQ_E_RANGE past DL_NEXT_INDEX) and COMMITTED to the end of entry
+ *   commit_next_index - 1; wakes SEQ_COMMIT.
+ * mq_dledger_set_append_term: DL_APPEND_TERM under the lock (no append of the old
+ *   term is in progress once it returns); wakes SEQ_COMMIT.
+ * mq_dledger_recover_index: rewrites the index unit of each entry in
+ *   [from_pos, end_pos) (already validated by a scan), zeroes the units after
+ *   the last one to the end of its index file; the next index and last term
+ *   (0 and 0 when the range holds no entry).
+ * mq_dledger_send: writes `head`, then body_len bytes of the data files at
+ *   from_pos with sendfile(2) (one file, below WRITE, else MQ_E_RANGE), to a
+ *   socket that may be non-blocking: *done_io is the progress over head + body
+ *   (in: where to resume).  MQ_OK when all is sent, MQ_E_AGAIN when the socket
+ *   would block, MQ_E_IO on a socket error (errno in the handle). */
+#define MQ_DL_HEADER_SIZE   48
+#define MQ_DL_MAGIC         1
+#define MQ_DL_INDEX_UNIT    32
+int      mq_dledger_append_noop(mq_commitlog *cl, int64_t term, mq_append_out *out);
+int      mq_dledger_entry(mq_commitlog *cl, uint64_t index, uint64_t *pos_out, uint32_t *size_out, int64_t *term_out);
+int      mq_dledger_append_raw(mq_commitlog *cl, const uint8_t *buf, size_t len, uint64_t first_index,
+                               uint64_t first_pos, int64_t max_term, uint32_t *n_out);
+int      mq_dledger_truncate(mq_commitlog *cl, uint64_t next_index);
+int      mq_dledger_set_commit(mq_commitlog *cl, uint64_t commit_next_index);
+int      mq_dledger_set_append_term(mq_commitlog *cl, int64_t term);
+int      mq_dledger_recover_index(mq_commitlog *cl, uint64_t from_pos, uint64_t end_pos,
+                                  uint64_t *next_index_out, int64_t *end_term_out);
+int      mq_dledger_send(mq_commitlog *cl, int sock_fd, const uint8_t *head, uint32_t head_len,
+                         uint64_t from_pos, uint32_t body_len, uint64_t *done_io);
 
 /* scanning a plain buffer (tools, HA receive checks) */
 int      mq_record_check(const uint8_t *buf, size_t avail, int check_crc, mq_scan_rec *rec, int *stop_out);

@@ -17,20 +17,25 @@ import ipaddress
 import logging
 import os
 import socket
+import struct
 import threading
 from dataclasses import dataclass
 
 from . import control as C
-from .native import ffi, lib, check, OutOfRange, StoreFatal
+from .native import ffi, lib, check, CorruptRecord, OutOfRange, StoreFatal
 
 log = logging.getLogger("mq.store.commitlog")
+_DL_HEAD = struct.Struct(">iiqq")            # magic, size, index, term (mq.wire.dledger declares the entry)
 
 BATCH_MSGS_MAX = lib.MQ_BATCH_MSGS_MAX
+DL_HEADER_SIZE = lib.MQ_DL_HEADER_SIZE
+DL_INDEX_FILE_SIZE = 32 * 5 * 1024 * 1024           # DLedger's mappedFileSizeForEntryIndex
 PREPARE_CHECK_S = 0.05
 SCAN_STOP_NAMES = {
     lib.MQ_SCAN_LIMIT: "limit", lib.MQ_SCAN_FULL: "full", lib.MQ_SCAN_END: "end",
     lib.MQ_SCAN_BAD_MAGIC: "bad magic", lib.MQ_SCAN_BAD_SIZE: "bad size",
     lib.MQ_SCAN_BAD_CRC: "bad crc", lib.MQ_SCAN_TORN: "torn", lib.MQ_SCAN_BAD_OFFSET: "bad offset",
+    lib.MQ_SCAN_BAD_INDEX: "bad index",
 }
 SCAN_CLEAN_STOPS = (lib.MQ_SCAN_LIMIT, lib.MQ_SCAN_FULL, lib.MQ_SCAN_END)
 
@@ -95,6 +100,14 @@ class AppendResult:
     def msg_ids(self) -> list[str]:
         return [ffi.string(self._out[i].msg_id).decode() for i in range(self.count)]
 
+    def dl_index(self, i: int = 0) -> int:
+        """DLedger mode: the entry's index (0 otherwise)."""
+        return self._out[i].dl_index
+
+    def dl_term(self, i: int = 0) -> int:
+        """DLedger mode: the entry's term (0 otherwise)."""
+        return self._out[i].dl_term
+
     @property
     def end_offset(self) -> int:
         last = self._out[self.count - 1]
@@ -109,8 +122,12 @@ class CommitLog:
 
     def __init__(self, directory: str, ctl: C.ControlBlock, file_size: int,
                  store_host: str = "127.0.0.1", store_port: int = 10911,
-                 max_message_size: int = 4 * 1024 * 1024):
+                 max_message_size: int = 4 * 1024 * 1024, *, dledger: bool = False,
+                 index_dir: str | None = None, index_file_size: int = DL_INDEX_FILE_SIZE):
+        """dledger: the files are DLedger data files (entries around records) with index files
+        in index_dir (see mqstore.h, "DLedger mode")."""
         os.makedirs(directory, exist_ok=True)
+        self.dledger = dledger
         self.directory = directory
         self.ctl = ctl
         self.file_size = file_size
@@ -124,6 +141,14 @@ class CommitLog:
             raise ValueError("the store host (brokerIP1) must be an IPv4 address")
         ffi.memmove(opts.store_host, packed, 4)
         opts.store_port = store_port
+        keep = None
+        if dledger:
+            assert index_dir, "DLedger mode needs index_dir"
+            os.makedirs(index_dir, exist_ok=True)
+            keep = ffi.new("char[]", index_dir.encode())
+            opts.dledger = 1
+            opts.index_dir = keep
+            opts.index_file_size = index_file_size
         hp = ffi.new("mq_commitlog **")
         check(lib.mq_commitlog_open(directory.encode(), ctl.ptr, ctl.size, opts, hp), "mq_commitlog_open")
         self._h = hp[0]
@@ -313,6 +338,77 @@ class CommitLog:
         if rc not in (0, lib.MQ_E_CORRUPT):
             check(rc, "HA publish")
         return out[0], rc == lib.MQ_E_CORRUPT
+
+    # ---- DLedger mode (see mqstore.h) --------------------------------------------------
+    def dledger_append_noop(self, term: int) -> int:
+        """A new leader's no-op entry in `term`; its index."""
+        out = ffi.new("mq_append_out[1]")
+        check(lib.mq_dledger_append_noop(self._h, term, out), f"no-op entry in term {term}")
+        return out[0].dl_index
+
+    def dledger_entry(self, index: int) -> tuple[int, int, int]:
+        """(pos, entry size, term) of entry `index` from its index unit."""
+        pos, size, term = ffi.new("uint64_t *"), ffi.new("uint32_t *"), ffi.new("int64_t *")
+        check(lib.mq_dledger_entry(self._h, index, pos, size, term), f"DLedger entry {index}")
+        return pos[0], size[0], term[0]
+
+    def dledger_entry_at(self, pos: int) -> tuple[int, int, int]:
+        """(index, term, entry size) of the entry whose header sits at `pos` (read from the data file)."""
+        head = self.view_raw(pos, DL_HEADER_SIZE)
+        magic, size, index, term = _DL_HEAD.unpack_from(head, 0)
+        if magic != 1:
+            raise CorruptRecord(f"no DLedger entry at {pos} (magic {magic})")
+        return index, term, size
+
+    def dledger_index_ending_at(self, end: int) -> int:
+        """The index of the entry that ends exactly at position `end` (binary search of the index)."""
+        lo, hi = self.ctl.get(C.POS_DL_BEGIN_INDEX), self.ctl.get(C.POS_DL_NEXT_INDEX) - 1
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            pos, size, _ = self.dledger_entry(mid)
+            if pos + size == end:
+                return mid
+            if pos + size < end:
+                lo = mid + 1
+            else:
+                hi = mid - 1
+        raise CorruptRecord(f"no DLedger entry ends at {end}")
+
+    def dledger_append_raw(self, buf, first_index: int, first_pos: int, max_term: int) -> int:
+        """A follower's append of the leader's bytes (validated first); entries appended."""
+        n = ffi.new("uint32_t *")
+        src = ffi.from_buffer(buf)
+        rc = lib.mq_dledger_append_raw(self._h, src, len(buf), first_index, first_pos, max_term, n)
+        check(rc, f"DLedger append of {len(buf)} bytes at index {first_index}, pos {first_pos}")
+        return n[0]
+
+    def dledger_truncate(self, next_index: int) -> None:
+        check(lib.mq_dledger_truncate(self._h, next_index), f"DLedger truncate to index {next_index}")
+
+    def dledger_set_commit(self, commit_next_index: int) -> None:
+        check(lib.mq_dledger_set_commit(self._h, commit_next_index), f"DLedger commit to {commit_next_index}")
+
+    def dledger_set_append_term(self, term: int) -> None:
+        check(lib.mq_dledger_set_append_term(self._h, term), f"DLedger append term {term}")
+
+    def dledger_recover_index(self, from_pos: int, end_pos: int) -> tuple[int, int]:
+        """Rewrites the index units of [from_pos, end_pos); (next index, last term)."""
+        nxt, term = ffi.new("uint64_t *"), ffi.new("int64_t *")
+        check(lib.mq_dledger_recover_index(self._h, from_pos, end_pos, nxt, term),
+              f"DLedger index recovery of [{from_pos}, {end_pos})")
+        return nxt[0], term[0]
+
+    def dledger_send(self, sock_fd: int, head: bytes, pos: int, nbytes: int, done: int) -> tuple[bool, int]:
+        """head + nbytes of the data files at pos to a (non-blocking) socket, resuming at `done`;
+        (finished, progress).  Raises StoreError on a socket error."""
+        prog = ffi.new("uint64_t *", done)
+        rc = lib.mq_dledger_send(self._h, sock_fd, head, len(head), pos, nbytes, prog)
+        if rc == lib.MQ_E_AGAIN:
+            return False, prog[0]
+        if rc == lib.MQ_E_IO:
+            raise OSError(self.errno(), f"DLedger send: {os.strerror(self.errno())}")
+        check(rc, f"DLedger send of [{pos}, +{nbytes})")
+        return True, prog[0]
 
     # ---- the next file, prepared ahead -----------------------------------------
     def prepare_file(self, file_index: int) -> None:

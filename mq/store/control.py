@@ -43,11 +43,21 @@ POS_LAST_STORE_TS = lib.MQ_POS_LAST_STORE_TS
 POS_FLUSHED_STORE_TS = lib.MQ_POS_FLUSHED_STORE_TS
 POS_CONFIRM = lib.MQ_POS_CONFIRM
 POS_MSGS = lib.MQ_POS_MSGS            # messages appended since the block was made (a statistic)
+# DLedger mode (csrc/mqstore.h, "DLedger mode")
+POS_COMMITTED = lib.MQ_POS_COMMITTED
+POS_DL_NEXT_INDEX = lib.MQ_POS_DL_NEXT_INDEX
+POS_DL_END_TERM = lib.MQ_POS_DL_END_TERM
+POS_DL_APPEND_TERM = lib.MQ_POS_DL_APPEND_TERM
+POS_DL_COMMIT_INDEX = lib.MQ_POS_DL_COMMIT_INDEX
+POS_DL_FLUSHED_INDEX = lib.MQ_POS_DL_FLUSHED_INDEX
+POS_DL_BEGIN_INDEX = lib.MQ_POS_DL_BEGIN_INDEX
 
 SEQ_WRITE = lib.MQ_SEQ_WRITE
 SEQ_FLUSH = lib.MQ_SEQ_FLUSH
 SEQ_DISPATCH = lib.MQ_SEQ_DISPATCH
 SEQ_ACK = lib.MQ_SEQ_ACK
+SEQ_COMMIT = lib.MQ_SEQ_COMMIT
+SEQ_ROLE = lib.MQ_SEQ_ROLE
 
 Q_NEXT_OFFSET = lib.MQ_Q_NEXT_OFFSET
 Q_CQ_MAX = lib.MQ_Q_CQ_MAX
@@ -192,6 +202,10 @@ class ControlBlock:
 
     def queue_advance(self, slot: int, field: int, value: int) -> None:
         lib.mq_queue_advance(self.ptr, slot, field, value)
+
+    def reset_next_offsets(self) -> None:
+        """Every queue's next offset back to its ConsumeQueue's end (a new DLedger leader)."""
+        check(lib.mq_queue_reset_next_offsets(self.ptr), "reset next offsets")
 
     def queue_info(self, slot: int) -> tuple[str, int]:
         buf = ffi.new("char[128]")

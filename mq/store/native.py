@@ -8,7 +8,7 @@ from mq._mqstore import ffi, lib
 __all__ = ["ffi", "lib", "check", "StoreError", "MessageIllegal", "TopicIllegal",
            "PropertiesTooLong", "StoreFatal", "OutOfRange", "CorruptRecord",
            "QueueTableFull", "WaitTimeout", "NoSpace", "BadControlBlock", "MessageTooBig",
-           "StoreIOError"]
+           "StoreIOError", "NotLeader"]
 
 
 class StoreError(Exception):
@@ -70,9 +70,15 @@ class MessageTooBig(StoreError):
     code = lib.MQ_E_TOO_BIG
 
 
+class NotLeader(StoreError):
+    """DLedger mode: appends are refused -- this member is not the group's ready leader
+    (SERVICE_NOT_AVAILABLE, 14)."""
+    code = lib.MQ_E_NOT_LEADER
+
+
 _BY_CODE = {cls.code: cls for cls in (
     StoreIOError, StoreFatal, MessageIllegal, TopicIllegal, PropertiesTooLong, OutOfRange,
-    CorruptRecord, QueueTableFull, WaitTimeout, NoSpace, BadControlBlock, MessageTooBig)}
+    CorruptRecord, QueueTableFull, WaitTimeout, NoSpace, BadControlBlock, MessageTooBig, NotLeader)}
 
 
 def check(rc: int, what: str = "") -> int:

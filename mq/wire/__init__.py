@@ -13,6 +13,8 @@ to the declaration. Imports point one way: mq.wire depends on nothing else in mq
     msgid        offsetMsgId
     remoting     remoting frame, JSON and ROCKETMQ headers, RemotingCommand
     ha           master/slave HA report and frame header
+    dledger      DLedger data-file entries, fillers, index units, checkpoint and currterm files
+    dledger_rpc  the DLedger peer protocol (remoting frames with DLedger's request codes)
 """
 
 from .batch import BATCH_RECORD_SIZE_MIN, Batch, BatchItem, BatchRecord, build_batch, parse_batch

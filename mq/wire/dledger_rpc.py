@@ -1,0 +1,162 @@
+"""The DLedger peer protocol: RocketMQ remoting frames (mq.wire.remoting) between the members of a
+DLedger group, with DLedger's request codes (spec §7).  Every field travels in the JSON header's
+extFields (strings, like every RocketMQ header); only PUSH has a body: the leader's data-file bytes
+for the entries it carries, exactly as they sit on disk (mq.wire.dledger's entry layout), sent with
+sendfile(2) and validated entry by entry by the follower before it appends them.
+
+    request                           extFields (besides group, localId = sender, remoteId = receiver, term)
+    VOTE (51001)                      ledgerEndIndex, ledgerEndTerm, preVote, transfer
+      response                        term, voteResult (ACCEPT | REJECT), preVote
+    HEART_BEAT (51002)                leaderId, commitIndex
+      response                        term, code
+    PUSH (51004)                      leaderId, prevIndex, prevTerm, commitIndex, firstIndex, count,
+                                      firstPos, bodySize;  body = `bodySize` bytes of entries (count 0 = none)
+      response                        term, code, index, rejectIndex, hintIndex
+    LEADERSHIP_TRANSFER (51005)       from the leader: leaderId, transfereeId (the receiver starts an
+                                      election at once); from an operator (no localId, no term):
+                                      transfereeId -- answered by the leader with code SUCCESS (started)
+                                      or NOT_LEADER and leaderId
+    METADATA (50000)                  (nothing) -- response body: the member's status as JSON
+
+`code` values are DLedger's DLedgerResponseCode numbers (SUCCESS 200, NOT_LEADER 404, ...).  A
+response echoes the request's opaque (remoting rules).  Differences from openmessaging/dledger,
+whose bodies are fastjson objects with the entries inside: one group of ours talks only to itself,
+so PUSH carries raw entry bytes (zero-copy on the leader, one validation pass on the follower),
+and VOTE adds preVote/transfer (pre-vote and leadership transfer, which DLedger lacks).
+
+Each message is declared once below as a table of typed fields; encode() and decode() are the only
+ways in and out, and decode() rejects a missing or malformed field with a FieldError (a WireError)
+naming the code and the field."""
+from __future__ import annotations
+
+from .errors import EncodeError, MalformedError
+
+__all__ = ["METADATA", "APPEND", "GET", "VOTE", "HEART_BEAT", "PULL", "PUSH", "LEADERSHIP_TRANSFER",
+           "SUCCESS", "UNKNOWN_GROUP", "NOT_LEADER", "UNKNOWN_MEMBER", "INCONSISTENT_STATE", "DISK_FULL",
+           "WAIT_QUORUM_ACK_TIMEOUT", "TERM_CHANGED", "LEADER_NOT_READY", "LEADER_TRANSFERRING",
+           "ACCEPT", "REJECT", "FieldError", "MESSAGES", "encode", "decode", "PUSH_BYTES_MAX", "CODE_NAMES"]
+
+# request codes (DLedgerRequestCode)
+METADATA = 50000
+APPEND = 50001
+GET = 50002
+VOTE = 51001
+HEART_BEAT = 51002
+PULL = 51003
+PUSH = 51004
+LEADERSHIP_TRANSFER = 51005
+CODE_NAMES = {METADATA: "METADATA", APPEND: "APPEND", GET: "GET", VOTE: "VOTE", HEART_BEAT: "HEART_BEAT",
+              PULL: "PULL", PUSH: "PUSH", LEADERSHIP_TRANSFER: "LEADERSHIP_TRANSFER"}
+
+# response codes (DLedgerResponseCode)
+SUCCESS = 200
+UNKNOWN_GROUP = 403
+NOT_LEADER = 404
+UNKNOWN_MEMBER = 405
+INCONSISTENT_STATE = 409
+DISK_FULL = 415
+WAIT_QUORUM_ACK_TIMEOUT = 502
+TERM_CHANGED = 501
+LEADER_NOT_READY = 505
+LEADER_TRANSFERRING = 507
+
+ACCEPT = "ACCEPT"
+REJECT = "REJECT"
+
+# the most bytes of entries one PUSH carries (a follower refuses a larger body before reading it)
+PUSH_BYTES_MAX = 4 * 1024 * 1024
+
+
+class FieldError(MalformedError):
+    """An extFields entry of a DLedger message is missing or not of its declared type."""
+
+
+_COMMON = (("group", str, True), ("localId", str, True), ("remoteId", str, True), ("term", int, True))
+
+# (code, is_response) -> fields: (name, type, required)
+MESSAGES: dict[tuple[int, bool], tuple] = {
+    (VOTE, False): _COMMON + (("ledgerEndIndex", int, True), ("ledgerEndTerm", int, True),
+                              ("preVote", bool, False), ("transfer", bool, False)),
+    (VOTE, True): (("term", int, True), ("voteResult", str, True), ("preVote", bool, False)),
+    (HEART_BEAT, False): _COMMON + (("leaderId", str, True), ("commitIndex", int, True)),
+    (HEART_BEAT, True): (("term", int, True), ("code", int, True)),
+    (PUSH, False): _COMMON + (("leaderId", str, True), ("prevIndex", int, True), ("prevTerm", int, True),
+                              ("commitIndex", int, True), ("firstIndex", int, True), ("count", int, True),
+                              ("firstPos", int, True), ("bodySize", int, True)),
+    (PUSH, True): (("term", int, True), ("code", int, True), ("index", int, True), ("rejectIndex", int, True),
+                   ("hintIndex", int, True)),
+    (LEADERSHIP_TRANSFER, False): (("group", str, True), ("transfereeId", str, True), ("localId", str, False),
+                                   ("remoteId", str, False), ("term", int, False), ("leaderId", str, False)),
+    (LEADERSHIP_TRANSFER, True): (("code", int, True), ("leaderId", str, False), ("term", int, False)),
+    (METADATA, False): (("group", str, True),),
+    (METADATA, True): (("code", int, True),),
+}
+
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def _fields(code: int, response: bool) -> tuple:
+    try:
+        return MESSAGES[(code, response)]
+    except KeyError:
+        raise FieldError(f"DLedger code {code} ({'response' if response else 'request'}) is not declared") from None
+
+
+def encode(code: int, response: bool, values: dict) -> dict[str, str]:
+    """extFields for a message: every declared field present in `values`, as strings.
+    Raises EncodeError for a missing required field, a wrong type or an undeclared name."""
+    fields = _fields(code, response)
+    out: dict[str, str] = {}
+    names = set()
+    for name, kind, required in fields:
+        names.add(name)
+        if name not in values or values[name] is None:
+            if required:
+                raise EncodeError(f"DLedger {CODE_NAMES.get(code, code)}: field {name} is required")
+            continue
+        v = values[name]
+        if kind is bool:
+            if not isinstance(v, bool):
+                raise EncodeError(f"DLedger {CODE_NAMES.get(code, code)}: {name}={v!r} is not a bool")
+            out[name] = "true" if v else "false"
+        elif kind is int:
+            if isinstance(v, bool) or not isinstance(v, int) or not _INT64_MIN <= v <= _INT64_MAX:
+                raise EncodeError(f"DLedger {CODE_NAMES.get(code, code)}: {name}={v!r} is not an int64")
+            out[name] = str(v)
+        else:
+            out[name] = str(v)
+    extra = set(values) - names
+    if extra:
+        raise EncodeError(f"DLedger {CODE_NAMES.get(code, code)}: undeclared fields {sorted(extra)}")
+    return out
+
+
+def decode(code: int, response: bool, ext: dict | None) -> dict:
+    """Typed values of a message's declared fields (absent optional ones are None).
+    Raises FieldError for a missing required field or a value that does not parse."""
+    fields = _fields(code, response)
+    ext = ext or {}
+    out: dict = {}
+    for name, kind, required in fields:
+        raw = ext.get(name)
+        if raw is None:
+            if required:
+                raise FieldError(f"DLedger {CODE_NAMES.get(code, code)}: field {name} is missing")
+            out[name] = None
+            continue
+        if kind is int:
+            try:
+                v = int(raw)
+            except (TypeError, ValueError):
+                raise FieldError(f"DLedger {CODE_NAMES.get(code, code)}: {name}={raw!r} is not an integer") from None
+            if not _INT64_MIN <= v <= _INT64_MAX:
+                raise FieldError(f"DLedger {CODE_NAMES.get(code, code)}: {name}={raw!r} is outside int64")
+            out[name] = v
+        elif kind is bool:
+            s = str(raw).strip().lower()
+            if s not in ("true", "false"):
+                raise FieldError(f"DLedger {CODE_NAMES.get(code, code)}: {name}={raw!r} is not true/false")
+            out[name] = s == "true"
+        else:
+            out[name] = str(raw)
+    return out

@@ -1,0 +1,378 @@
+"""The CommitLog in DLedger mode (csrc/mqstore.c, "DLedger mode"): entries around records, index
+files, the follower's validated append, truncation, commit, flush and recovery of the index, the
+sendfile path.  Real files under tmp_path, small files so fillers and rolls happen, the control
+block of a real store root; every layout is checked through mq.wire (dledger, commitlog)."""
+from __future__ import annotations
+
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from mq.store import control as C
+from mq.store.commitlog import CommitLog, SCAN_STOP_NAMES
+from mq.store.native import CorruptRecord, NotLeader, OutOfRange, lib
+from mq.wire import commitlog as wcl
+from mq.wire import dledger as W
+from mq.wire.msgid import decode_offset_msg_id
+
+FS = 64 * 1024
+IFS = 4096 * 8                  # 1024 units per index file
+
+
+class Log:
+    """A control block + a DLedger-mode CommitLog handle under `root`."""
+
+    def __init__(self, root: str, create: bool = True):
+        os.makedirs(root, exist_ok=True)
+        self.root = root
+        self.ctl = C.ControlBlock(root, FS, create=create)
+        self.cl = CommitLog(os.path.join(root, "data"), self.ctl, FS, dledger=True,
+                            index_dir=os.path.join(root, "index"), index_file_size=IFS)
+
+    def close(self):
+        self.cl.close()
+        self.ctl.close()
+
+    def append(self, n: int, size: int = 100, topic: str = "T", seed: int = 0):
+        rnd = random.Random(seed)
+        out = []
+        for i in range(n):
+            out.append(self.cl.append(topic, i % 3, rnd.randbytes(rnd.randint(1, size)), b"TAGS\x01A"))
+        return out
+
+    def data(self, start: int, end: int) -> bytes:
+        out = bytearray()
+        pos = start
+        while pos < end:
+            n = min(end, pos - pos % FS + FS) - pos
+            out += bytes(self.cl.view_raw(pos, n))
+            pos += n
+        return bytes(out)
+
+    def index_bytes(self, next_index: int) -> bytes:
+        out = bytearray()
+        for i in range(next_index):
+            at = i * 32
+            with open(os.path.join(self.root, "index", "%020d" % (at - at % IFS)), "rb") as f:
+                f.seek(at % IFS)
+                out += f.read(32)
+        return bytes(out)
+
+    @property
+    def next_index(self) -> int:
+        return self.ctl.get(C.POS_DL_NEXT_INDEX)
+
+
+@pytest.fixture
+def leader(tmp_path):
+    lg = Log(str(tmp_path / "leader"))
+    yield lg
+    lg.close()
+
+
+@pytest.fixture
+def follower(tmp_path):
+    lg = Log(str(tmp_path / "follower"))
+    yield lg
+    lg.close()
+
+
+def test_appends_are_refused_until_a_term_is_set(leader):
+    """DL_APPEND_TERM 0 (not a ready leader): an append raises NotLeader and publishes nothing."""
+    with pytest.raises(NotLeader):
+        leader.cl.append("T", 0, b"x")
+    assert leader.cl.write_pos == 0 and leader.next_index == 0
+
+
+def test_entries_wrap_records_and_index_units_describe_them(leader):
+    """In term 3 each message becomes an entry: index dense from 0, term 3, pos its start, the
+    record inside with PHYSICALOFFSET = pos + 48 (also in the msgId), and a matching index unit;
+    a roll writes DLedger's filler (-1, room) and the entry opens the next file."""
+    leader.cl.dledger_set_append_term(3)
+    results = leader.append(900, size=300)
+    end = leader.cl.write_pos
+    assert end > 2 * FS, "the test needs file rolls"
+    buf = leader.data(0, end)
+    items = list(W.iter_entries(buf, 0, FS))
+    entries = [e for e in items if isinstance(e, W.Entry)]
+    assert len(entries) == 900 and any(isinstance(e, W.Blank) for e in items)
+    for i, (e, r) in enumerate(zip(entries, results)):
+        assert (e.index, e.term) == (i, 3) and (r.dl_index(), r.dl_term()) == (i, 3)
+        rec = wcl.parse_record(buf, e.body_pos)
+        assert rec.physical_offset == e.body_pos == r.phy_offset() and rec.total_size == e.body_size == r.size()
+        assert decode_offset_msg_id(r.msg_id())[2] == e.body_pos
+        assert leader.cl.dledger_entry(i) == (e.pos, e.size, 3)
+    units = leader.index_bytes(900)
+    for i, e in enumerate(entries):
+        assert W.parse_index_unit(units, i * 32) == W.Unit(e.pos, e.size, i, 3)
+    assert leader.next_index == 900 and leader.ctl.get(C.POS_DL_END_TERM) == 3
+    assert W.parse_entry_header(buf, entries[-1].pos) == entries[-1]
+
+
+def test_batch_appends_and_the_noop(leader):
+    """A batch becomes one entry per message; the no-op of a new term is a rollback-type record
+    of topic RMQ_SYS_DLEDGER_NOOP with the term as body; a term below the log's last is refused."""
+    from mq.wire import batch as wb
+    leader.cl.dledger_set_append_term(1)
+    r = leader.cl.append_batch("B", 0, wb.build_batch([wb.BatchItem(0, b"m%d" % i, b"") for i in range(20)]))
+    assert [r.dl_index(i) for i in range(20)] == list(range(20))
+    leader.cl.dledger_set_append_term(0)
+    idx = leader.cl.dledger_append_noop(2)
+    assert idx == 20 and leader.ctl.get(C.POS_DL_END_TERM) == 2
+    pos, size, term = leader.cl.dledger_entry(20)
+    rec = wcl.parse_record(leader.data(pos + 48, pos + size))
+    assert rec.topic == "RMQ_SYS_DLEDGER_NOOP" and rec.sys_flag & 0xC == 0xC and rec.body == (2).to_bytes(8, "big")
+    with pytest.raises(ValueError):
+        leader.cl.dledger_append_noop(1)
+
+
+@pytest.mark.parametrize("damage,stop", [
+    ("magic", "bad magic"), ("size", "bad size"), ("index", "bad index"), ("term", "bad index"),
+    ("pos", "bad offset"), ("crc", "bad crc"), ("torn", "torn")])
+def test_the_scan_reports_each_kind_of_damage(leader, damage, stop):
+    """The DLedger scan returns the records (dl_index/dl_term/dl_pos set) and stops at the first
+    damaged entry with the kind of damage."""
+    leader.cl.dledger_set_append_term(2)
+    leader.append(40)
+    sc = leader.cl.scanner(64)
+    n, nxt, st = sc.scan(0, leader.cl.write_pos, check_crc=True, resolve_slots=0)
+    assert n == 40 and SCAN_STOP_NAMES[st] == "limit"
+    assert [sc.recs[i].dl_index for i in range(n)] == list(range(40))
+    assert all(sc.recs[i].phy_offset == sc.recs[i].dl_pos + 48 and sc.recs[i].dl_term == 2 for i in range(n))
+    victim = sc.recs[20].dl_pos
+    mv = leader.cl.view_raw(victim, 64)
+    if damage == "magic":
+        mv[0:4] = (7).to_bytes(4, "big")
+    elif damage == "size":
+        mv[44:48] = (int.from_bytes(mv[44:48], "big") + 1).to_bytes(4, "big")
+    elif damage == "index":
+        mv[8:16] = (99).to_bytes(8, "big")
+    elif damage == "term":
+        mv[16:24] = (1).to_bytes(8, "big")
+    elif damage == "pos":
+        mv[24:32] = (victim + 8).to_bytes(8, "big")
+    elif damage == "crc":
+        body = leader.cl.view_raw(sc.recs[20].phy_offset + sc.recs[20].body_offset, 1)
+        body[0] ^= 0xFF
+    n, nxt, st = sc.scan(0, victim + 60 if damage == "torn" else leader.cl.write_pos, check_crc=True,
+                         resolve_slots=0)
+    assert n == 20 and nxt == victim and SCAN_STOP_NAMES[st] == stop
+
+
+def _leader_bytes(lg: Log, first: int, last: int) -> tuple[bytes, int]:
+    pos, _, _ = lg.cl.dledger_entry(first)
+    p2, s2, _ = lg.cl.dledger_entry(last)
+    return lg.data(pos, p2 + s2), pos
+
+
+def test_a_follower_appends_the_leaders_bytes_and_ends_identical(leader, follower):
+    """The leader's bytes, pushed in batches that end on fillers, are validated and appended by
+    the follower: data and index files identical, positions published, SEQ_WRITE bumped."""
+    leader.cl.dledger_set_append_term(4)
+    leader.append(700, size=400)
+    end = leader.cl.write_pos
+    buf = leader.data(0, end)
+    seq = follower.ctl.seq(C.SEQ_WRITE)
+    assert follower.cl.dledger_append_raw(buf[:0], 0, 0, 4) == 0
+    # in three pieces, cut at entry boundaries (a piece may end with a filler)
+    cuts = [0, leader.cl.dledger_entry(250)[0], leader.cl.dledger_entry(251)[0], end]
+    for a, b in zip(cuts, cuts[1:]):
+        first = follower.next_index
+        n = follower.cl.dledger_append_raw(buf[a:b], first, a, 4)
+        assert n > 0
+    assert follower.next_index == 700 and follower.cl.write_pos == end
+    assert follower.data(0, end) == buf
+    assert follower.index_bytes(700) == leader.index_bytes(700)
+    assert follower.ctl.get(C.POS_DL_END_TERM) == 4 and follower.ctl.seq(C.SEQ_WRITE) != seq
+
+
+@pytest.mark.parametrize("fault", ["first index", "first pos", "index gap", "term too high", "term back",
+                                   "record crc", "bad filler", "cut entry", "appends allowed"])
+def test_a_follower_refuses_bad_input_and_publishes_nothing(leader, follower, fault):
+    """Each kind of bad input is refused before anything is published."""
+    leader.cl.dledger_set_append_term(5)
+    leader.append(30)
+    buf = bytearray(leader.data(0, leader.cl.write_pos))
+    first, pos, max_term = 0, 0, 5
+    e3 = leader.cl.dledger_entry(3)
+    expect = CorruptRecord
+    if fault == "first index":
+        first, expect = 1, OutOfRange
+    elif fault == "first pos":
+        pos, expect = 8, OutOfRange
+    elif fault == "index gap":
+        buf[e3[0] + 8:e3[0] + 16] = (9).to_bytes(8, "big")
+    elif fault == "term too high":
+        max_term = 4
+    elif fault == "term back":
+        follower.cl.dledger_set_append_term(0)
+        buf[e3[0] + 16:e3[0] + 24] = (4).to_bytes(8, "big")
+    elif fault == "record crc":
+        buf[e3[0] + 48 + 90] ^= 1
+    elif fault == "bad filler":
+        buf += (0xFFFFFFFF).to_bytes(4, "big") + (7).to_bytes(4, "big")
+    elif fault == "cut entry":
+        del buf[-5:]
+    elif fault == "appends allowed":
+        follower.cl.dledger_set_append_term(5)
+        expect = ValueError
+    with pytest.raises(expect):
+        follower.cl.dledger_append_raw(bytes(buf), first, pos, max_term)
+    assert follower.next_index == 0 and follower.cl.write_pos == 0
+
+
+def test_truncate_then_append_again(leader):
+    """Truncation cuts to an index: WRITE, NEXT_INDEX and END_TERM follow, the bytes and units
+    past the cut are zero; it never cuts committed entries; appending resumes at the cut."""
+    leader.cl.dledger_set_append_term(1)
+    leader.append(50)
+    leader.cl.dledger_set_append_term(2)
+    leader.append(30)
+    leader.cl.dledger_set_commit(40)
+    pos45, _, _ = leader.cl.dledger_entry(45)
+    old_end = leader.cl.write_pos
+    with pytest.raises(ValueError):
+        leader.cl.dledger_truncate(39)                     # below the commit
+    with pytest.raises(ValueError):
+        leader.cl.dledger_truncate(45)                     # appends still allowed
+    leader.cl.dledger_set_append_term(0)
+    leader.cl.dledger_truncate(45)
+    assert leader.next_index == 45 and leader.cl.write_pos == pos45 and leader.ctl.get(C.POS_DL_END_TERM) == 1
+    assert leader.data(pos45, old_end) == bytes(old_end - pos45)
+    assert W.parse_index_unit(leader.index_bytes(60), 45 * 32) is None
+    leader.cl.dledger_set_append_term(3)
+    r = leader.append(3)
+    assert [x.dl_index() for x in r] == [45, 46, 47] and r[0].phy_offset() == pos45 + 48
+    assert leader.cl.dledger_entry(46)[2] == 3
+
+
+def test_commit_and_flush_positions(leader):
+    """set_commit moves COMMITTED to the end of the committed entry (never back, never past the
+    log); a flush advances DL_FLUSHED_INDEX to what it made durable."""
+    leader.cl.dledger_set_append_term(1)
+    leader.append(10)
+    pos, size, _ = leader.cl.dledger_entry(6)
+    seq = leader.ctl.seq(C.SEQ_COMMIT)
+    leader.cl.dledger_set_commit(7)
+    assert leader.ctl.get(C.POS_COMMITTED) == pos + size and leader.ctl.get(C.POS_DL_COMMIT_INDEX) == 7
+    assert leader.ctl.seq(C.SEQ_COMMIT) != seq
+    leader.cl.dledger_set_commit(3)
+    assert leader.ctl.get(C.POS_DL_COMMIT_INDEX) == 7
+    with pytest.raises(OutOfRange):
+        leader.cl.dledger_set_commit(11)
+    assert leader.ctl.get(C.POS_DL_FLUSHED_INDEX) == 0
+    leader.cl.flush(0)
+    assert leader.ctl.get(C.POS_DL_FLUSHED_INDEX) == 10 and leader.cl.flushed_pos == leader.cl.write_pos
+
+
+def test_recover_index_rebuilds_the_units(leader):
+    """Zeroed (or stale) index files are rebuilt from the data files' entries."""
+    leader.cl.dledger_set_append_term(1)
+    leader.append(60)
+    good = leader.index_bytes(60)
+    for name in os.listdir(os.path.join(leader.root, "index")):
+        with open(os.path.join(leader.root, "index", name), "r+b") as f:
+            f.write(bytes(IFS))
+    nxt, term = leader.cl.dledger_recover_index(0, leader.cl.write_pos)
+    assert (nxt, term) == (60, 1) and leader.index_bytes(60) == good
+    assert leader.cl.dledger_recover_index(leader.cl.write_pos, leader.cl.write_pos) == (0, 0)
+
+
+@pytest.mark.parametrize("blocking", [True, False])
+def test_send_streams_head_and_file_bytes(leader, blocking):
+    """mq_dledger_send writes the head then the data-file bytes; on a non-blocking socket with a
+    small send buffer it returns 'not finished' and resumes where it stopped."""
+    leader.cl.dledger_set_append_term(1)
+    leader.append(200, size=900)
+    pos, _, _ = leader.cl.dledger_entry(0)
+    nbytes = min(FS, leader.cl.write_pos) - pos - 8
+    a, b = _tcp_pair(small=not blocking)
+    try:
+        if not blocking:
+            a.setblocking(False)
+        head = b"HEAD" * 10
+        done, got, again = 0, bytearray(), 0
+        while True:
+            finished, done = leader.cl.dledger_send(a.fileno(), head, pos, nbytes, done)
+            if finished:
+                break
+            again += 1
+            got += b.recv(1 << 20)
+        b.settimeout(2)
+        while len(got) < len(head) + nbytes:
+            got += b.recv(1 << 20)
+        assert bytes(got) == head + leader.data(pos, pos + nbytes)
+        assert blocking or again > 0
+    finally:
+        a.close()
+        b.close()
+
+
+def _tcp_pair(small: bool):
+    """A connected loopback TCP pair; small: tiny buffers, so a 64 KiB send must wait."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    a = socket.socket()
+    if small:
+        a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    a.connect(srv.getsockname())
+    b, _ = srv.accept()
+    if small:
+        b.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
+    srv.close()
+    return a, b
+
+
+def test_a_writer_killed_mid_append_leaves_indexes_dense(tmp_path):
+    """A process appending in DLedger mode is SIGKILLed at random moments, over and over; each
+    time the next locker repairs the control block, and the log stays a dense, valid sequence
+    of entries whose index units agree with them."""
+    root = str(tmp_path / "s")
+    lg = Log(root)
+    lg.cl.dledger_set_append_term(1)
+    code = textwrap.dedent(f"""
+        import os, sys
+        from mq.store import control as C
+        from mq.store.commitlog import CommitLog
+        ctl = C.ControlBlock({root!r})
+        cl = CommitLog(os.path.join({root!r}, "data"), ctl, {FS}, dledger=True,
+                       index_dir=os.path.join({root!r}, "index"), index_file_size={IFS})
+        print("go", flush=True)
+        i = 0
+        while True:
+            cl.append("K", i % 2, b"x" * (1 + i % 700))
+            i += 1
+        """)
+    rnd = random.Random(7)
+    try:
+        for _ in range(6):
+            p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+            assert p.stdout.readline().strip() == "go"
+            import time
+            time.sleep(rnd.uniform(0.02, 0.2))
+            os.kill(p.pid, signal.SIGKILL)
+            p.wait(10)
+            lg.cl.append("K", 0, b"after")        # takes the lock: repairs if the dead one held it
+        end, nxt = lg.cl.write_pos, lg.next_index
+        items = [e for e in W.iter_entries(lg.data(0, end), 0, FS) if isinstance(e, W.Entry)]
+        assert [e.index for e in items] == list(range(nxt))
+        units = lg.index_bytes(nxt)
+        for e in items:
+            assert W.parse_index_unit(units, e.index * 32) == W.Unit(e.pos, e.size, e.index, 1)
+        sc = lg.cl.scanner(4096)
+        total, pos = 0, 0
+        while True:
+            n, pos, st = sc.scan(pos, end, check_crc=True, resolve_slots=0)
+            total += n
+            if st != lib.MQ_SCAN_FULL:
+                break
+        assert total == nxt and pos == end
+    finally:
+        lg.close()

@@ -1,0 +1,97 @@
+"""mq.wire.dledger and mq.wire.dledger_rpc: the struct fast paths equal the construct
+declarations; bad input maps to WireErrors; the properties files round-trip; every peer message
+encodes and decodes, and a missing or mistyped field is refused."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from mq.wire import dledger as W
+from mq.wire import dledger_rpc as RPC
+from mq.wire.errors import BadMagicError, EncodeError, SizeMismatchError, TruncatedError, WireError
+
+
+def test_entry_header_fast_path_equals_the_declaration():
+    rnd = random.Random(3)
+    for _ in range(200):
+        index, term, pos = rnd.randrange(1 << 40), rnd.randrange(1 << 20), rnd.randrange(1 << 50)
+        body = rnd.randbytes(rnd.randint(0, 300))
+        raw = W.build_entry(index, term, pos, body)
+        c = W.EntryHeader.parse(raw)
+        assert (c.size, c.index, c.term, c.pos, c.body_size) == (48 + len(body), index, term, pos, len(body))
+        assert W.EntryHeader.build(c) == raw[:48]
+        assert W.parse_entry_header(raw) == W.Entry(index, term, pos, 48 + len(body), len(body))
+
+
+def test_index_unit_and_filler_fast_paths_equal_the_declarations():
+    raw = W.build_index_unit(4096, 200, 77, 5)
+    c = W.IndexUnit.parse(raw)
+    assert (c.pos, c.size, c.index, c.term) == (4096, 200, 77, 5) and W.IndexUnit.build(c) == raw
+    assert W.parse_index_unit(raw) == W.Unit(4096, 200, 77, 5)
+    assert W.parse_index_unit(bytes(32)) is None
+    assert W.Filler.build({"size": 100}) == (0xFFFFFFFF).to_bytes(4, "big") + (100).to_bytes(4, "big")
+
+
+@pytest.mark.parametrize("mangle,error", [
+    (lambda b: b[:40], TruncatedError),
+    (lambda b: (2).to_bytes(4, "big") + b[4:], BadMagicError),
+    (lambda b: b[:44] + (999).to_bytes(4, "big") + b[48:], SizeMismatchError)])
+def test_a_bad_entry_header_is_a_wire_error(mangle, error):
+    raw = W.build_entry(1, 1, 0, b"abc")
+    with pytest.raises(error):
+        W.parse_entry_header(mangle(raw))
+
+
+def test_iter_entries_walks_entries_and_fillers_and_names_damage():
+    fs = 256
+    e1 = W.build_entry(0, 1, 0, b"x" * 100)
+    filler = (0xFFFFFFFF).to_bytes(4, "big") + (fs - len(e1)).to_bytes(4, "big")
+    filler += bytes(fs - len(e1) - 8)
+    e2 = W.build_entry(1, 1, fs, b"y" * 10)
+    items = list(W.iter_entries(e1 + filler + e2 + bytes(16), 0, fs))
+    assert [type(i).__name__ for i in items] == ["Entry", "Blank", "Entry"]
+    assert items[2].body_pos == fs + 48
+    with pytest.raises(WireError):
+        list(W.iter_entries(W.build_entry(0, 1, 8, b"z"), 0, fs))      # pos says 8, sits at 0
+
+
+def test_the_properties_files_round_trip():
+    assert W.parse_checkpoint(W.build_checkpoint(41, 40)) == (41, 40)
+    assert W.parse_checkpoint("") == (-1, -1)
+    assert W.parse_currterm(W.build_currterm(7, "n2")) == (7, "n2")
+    assert W.parse_currterm(W.build_currterm(8, None)) == (8, None)
+    with pytest.raises(EncodeError):
+        W.build_currterm(1, "a\nb")
+    with pytest.raises(WireError):
+        W.parse_currterm("currTerm=x")
+
+
+@pytest.mark.parametrize("key", sorted(RPC.MESSAGES, key=str))
+def test_every_peer_message_round_trips(key):
+    """Each declared message: sample values encode to string extFields and decode back."""
+    code, response = key
+    values = {}
+    for name, kind, _ in RPC.MESSAGES[key]:
+        values[name] = {int: 12345, bool: True, str: "n1"}[kind]
+    ext = RPC.encode(code, response, values)
+    assert all(isinstance(v, str) for v in ext.values())
+    assert RPC.decode(code, response, ext) == values
+
+
+def test_peer_messages_refuse_missing_and_mistyped_fields():
+    good = RPC.encode(RPC.VOTE, False, {"group": "g", "localId": "n0", "remoteId": "n1", "term": 3,
+                                        "ledgerEndIndex": 9, "ledgerEndTerm": 2})
+    for drop in ("group", "term", "ledgerEndIndex"):
+        bad = dict(good)
+        del bad[drop]
+        with pytest.raises(RPC.FieldError, match=drop):
+            RPC.decode(RPC.VOTE, False, bad)
+    with pytest.raises(RPC.FieldError):
+        RPC.decode(RPC.VOTE, False, {**good, "term": "three"})
+    with pytest.raises(RPC.FieldError):
+        RPC.decode(RPC.VOTE, False, {**good, "preVote": "maybe"})
+    with pytest.raises(EncodeError):
+        RPC.encode(RPC.VOTE, False, {"group": "g"})
+    with pytest.raises(EncodeError):
+        RPC.encode(RPC.HEART_BEAT, True, {"term": 1, "code": 200, "surprise": 1})
