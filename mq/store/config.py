@@ -85,7 +85,59 @@ STORE_OPTIONS: list[Option] = [
     Option("messageDelayLevel", str, "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h",
            "delay of each level, space-separated (s, m, h, d units)",
            lambda v: _delay_levels_ok(v), "must be space-separated durations like 1s 5m 2h"),
+    # ---- DLedger mode (spec §7): RocketMQ's MessageStoreConfig keys ----------------------------
+    Option("enableDLegerCommitLog", bool, False, "DLedger mode: the CommitLog is Raft-replicated in a group"),
+    Option("dLegerGroup", str, "", "DLedger group name (empty: brokerName)"),
+    Option("dLegerPeers", str, "", "the group's members: n0-host:port;n1-host:port;... (DLedger peer ports)",
+           lambda v: v == "" or _peers_ok(v), "must be id-host:port entries separated by ';'"),
+    Option("dLegerSelfId", str, "", "this member's id in dLegerPeers"),
+    Option("preferredLeaderId", str, "", "a member that takes the lead whenever it is caught up (empty: none)"),
+    Option("enableBatchPush", bool, False, "accepted: pushes always carry batches here"),
+    Option("storePathDLedgerCommitLog", str, "", "DLedger data files; empty means <storePathRootDir>/dledger-<selfId>/data"),
+    # DLedgerConfig's timer keys (RocketMQ passes none of them; here they are broker.conf keys).  The
+    # defaults are ours, chosen for failover in well under 3 s; DLedger's own are given in each doc.
+    Option("heartBeatTimeIntervalMs", int, 200, "ms between the leader's heartbeats (DLedger: 2000)", _positive,
+           "must be > 0"),
+    Option("maxHeartBeatLeak", int, 3, "heartbeats a follower may miss before it campaigns (DLedger: 3)", _positive,
+           "must be > 0"),
+    Option("minVoteIntervalMs", int, 300, "least random wait added to the missed heartbeats before a campaign "
+           "(DLedger: 300)", _non_negative, "must be >= 0"),
+    Option("maxVoteIntervalMs", int, 800, "most random wait added before a campaign (DLedger: 1000)", _positive,
+           "must be > 0"),
+    Option("maxWaitAckTimeMs", int, 2500, "ms a send waits for its quorum commit before SYSTEM_ERROR (DLedger: 2500)",
+           _positive, "must be > 0"),
+    Option("checkPointInterval", int, 3000, "ms between writes of dledger-<selfId>/checkpoint (DLedger: 3000)",
+           _positive, "must be > 0"),
+    Option("mappedFileSizeForEntryIndex", int, 32 * 5 * 1024 * 1024, "bytes per DLedger index file (32-byte units)",
+           lambda v: v >= 4096 and v % 4096 == 0, "must be a multiple of 4096"),
 ]
+
+
+def _peers_ok(text: str) -> bool:
+    try:
+        parse_dledger_peers(text)
+        return True
+    except ValueError:
+        return False
+
+
+def parse_dledger_peers(text: str) -> dict[str, tuple[str, int]]:
+    """'n0-127.0.0.1:40911;n1-127.0.0.1:40912' -> {"n0": ("127.0.0.1", 40911), ...} (in order)."""
+    out: dict[str, tuple[str, int]] = {}
+    for item in text.split(";"):
+        item = item.strip()
+        if not item:
+            continue
+        peer_id, sep, addr = item.partition("-")
+        host, colon, port = addr.rpartition(":")
+        if not sep or not peer_id or not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"bad DLedger peer {item!r}: expected id-host:port")
+        if peer_id in out:
+            raise ValueError(f"DLedger peer id {peer_id!r} appears twice")
+        out[peer_id] = (host, int(port))
+    if not out:
+        raise ValueError("no DLedger peers")
+    return out
 
 _UNIT_MS = {"s": 1000, "m": 60000, "h": 3600000, "d": 86400000}
 
@@ -126,7 +178,37 @@ class StoreConfig:
 
     @property
     def commitlog_dir(self) -> str:
+        """Where the CommitLog files are: DLedger's data files in DLedger mode."""
+        if self.enableDLegerCommitLog:
+            return self.storePathDLedgerCommitLog or os.path.join(self.dledger_dir, "data")
         return self.storePathCommitLog or os.path.join(self.storePathRootDir, "commitlog")
+
+    @property
+    def dledger_dir(self) -> str:
+        """<storePathRootDir>/dledger-<selfId>: index/, checkpoint, currterm (and data/ by default)."""
+        return os.path.join(self.storePathRootDir, f"dledger-{self.dLegerSelfId}")
+
+    @property
+    def dledger_index_dir(self) -> str:
+        return os.path.join(self.dledger_dir, "index")
+
+    @property
+    def dledger_peers(self) -> dict[str, tuple[str, int]]:
+        return parse_dledger_peers(self.dLegerPeers)
+
+    def check_dledger(self) -> None:
+        """DLedger mode's keys are consistent, else ValueError saying which."""
+        if not self.enableDLegerCommitLog:
+            return
+        peers = self.dledger_peers if self.dLegerPeers else {}
+        if not peers:
+            raise ValueError("enableDLegerCommitLog=true needs dLegerPeers")
+        if self.dLegerSelfId not in peers:
+            raise ValueError(f"dLegerSelfId={self.dLegerSelfId!r} is not one of dLegerPeers ({', '.join(peers)})")
+        if self.preferredLeaderId and self.preferredLeaderId not in peers:
+            raise ValueError(f"preferredLeaderId={self.preferredLeaderId!r} is not one of dLegerPeers")
+        if self.maxVoteIntervalMs < self.minVoteIntervalMs:
+            raise ValueError("maxVoteIntervalMs must be >= minVoteIntervalMs")
 
     @property
     def cq_file_size(self) -> int:

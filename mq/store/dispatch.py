@@ -6,7 +6,13 @@ crash rewrites the same bytes: idempotent), then advances each queue's CQ_MAX
 and dispatched_pos and wakes SEQ_DISPATCH (long-polling pulls wait on it).
 Prepared and rolled-back transaction messages get no entry.  For
 SCHEDULE_TOPIC_XXXX the tags code is the delivery time (store time + delay
-of the level, queue L-1 = level L), as in RocketMQ."""
+of the level, queue L-1 = level L), as in RocketMQ.
+
+DLedger mode (committed_only): the walk stops at COMMITTED instead of
+write_pos and wakes on SEQ_COMMIT, so a ConsumeQueue -- and so a pull --
+never holds an entry the group has not committed; the C scanner steps over
+each entry's 48-byte header and reports the record inside (its physical
+offset is the entry's pos + 48)."""
 from __future__ import annotations
 
 import logging
@@ -28,8 +34,11 @@ SCAN_BATCH_RECORDS = 16384
 class Dispatcher:
     def __init__(self, cl: CommitLog, cqs: ConsumeQueueSet, delay_levels_ms: list[int],
                  checkpoint: Checkpoint | None = None, cq_flush_interval_ms: int = 1000,
-                 cq_thorough_interval_ms: int = 60000):
+                 cq_thorough_interval_ms: int = 60000, committed_only: bool = False):
         self.cl = cl
+        # what is visible to consumers ends at END_POS; SEQ_END moves when it does
+        self.end_pos = C.POS_COMMITTED if committed_only else C.POS_WRITE
+        self.end_seq = C.SEQ_COMMIT if committed_only else C.SEQ_WRITE
         self.ctl = cl.ctl
         self.cqs = cqs
         self.delay_levels_ms = delay_levels_ms
@@ -61,7 +70,7 @@ class Dispatcher:
         The per-record work (entry encoding, CQ_MAX) is one C call per scan batch;
         Python only maps a CQ file when C reaches one it has not seen."""
         start = self.ctl.get(C.POS_DISPATCHED)
-        end = self.ctl.get(C.POS_WRITE) if limit is None else limit
+        end = self.ctl.get(self.end_pos) if limit is None else limit
         total = 0
         recs = self.scanner.recs
         while start < end:
@@ -104,13 +113,13 @@ class Dispatcher:
         """The role's loop: dispatch whenever records are published."""
         last_flush = time.monotonic()
         while not stop.is_set():
-            seen = self.ctl.seq(C.SEQ_WRITE)
+            seen = self.ctl.seq(self.end_seq)
             self.dispatch_once()
             now = time.monotonic()
             if (now - last_flush) * 1000 >= self.cq_flush_interval_ms:
                 self.flush_queues()
                 last_flush = now
-            if self.ctl.get(C.POS_DISPATCHED) >= self.ctl.get(C.POS_WRITE):
-                self.ctl.wait(C.SEQ_WRITE, seen, 100)
+            if self.ctl.get(C.POS_DISPATCHED) >= self.ctl.get(self.end_pos):
+                self.ctl.wait(self.end_seq, seen, 100)
         self.dispatch_once()
         self.flush_queues()

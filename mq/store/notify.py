@@ -14,8 +14,10 @@ import heapq
 import itertools
 import threading
 
-from .control import ControlBlock
+from .control import POS_COMMITTED, POS_DL_APPEND_TERM, SEQ_COMMIT, ControlBlock
 from .native import lib
+
+_POS_COMMITTED, _POS_APPEND_TERM, _SEQ_COMMIT = POS_COMMITTED, POS_DL_APPEND_TERM, SEQ_COMMIT
 
 
 class PositionWaiter:
@@ -89,3 +91,78 @@ def _resolve_all(futs: list) -> None:
     for fut, ok in futs:
         if not fut.done():
             fut.set_result(ok)
+
+
+class CommitWaiter:
+    """DLedger mode: waits until an entry appended in term T is committed -- COMMITTED covers
+    its end while DL_APPEND_TERM is still T.  COMMITTED is read before the term: the Raft role
+    fences (DL_APPEND_TERM 0) before it ever moves COMMITTED as a follower, so a commit seen
+    with the term unchanged was made by this leader, over this entry.  A changed term means the
+    outcome is unknown (the entry may be cut, or committed by the next leader): never success.
+
+    wait_async(end, term, timeout_s) -> "ok" | "term" (term changed) | "timeout"."""
+
+    def __init__(self, ctl: ControlBlock):
+        self.ctl = ctl
+        self._waiting: list = []                   # heap of (end, n, term, future, loop)
+        self._lock = threading.Lock()
+        self._counter = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._stop = False
+
+    def _outcome(self, end: int, term: int) -> str | None:
+        committed = self.ctl.get(_POS_COMMITTED)
+        if self.ctl.get(_POS_APPEND_TERM) != term:
+            return "term"
+        return "ok" if committed >= end else None
+
+    async def wait_async(self, end: int, term: int, timeout_s: float) -> str:
+        now = self._outcome(end, term)
+        if now is not None:
+            return now
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        with self._lock:
+            heapq.heappush(self._waiting, (end, next(self._counter), term, fut, loop))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="commit-waiter", daemon=True)
+                self._thread.start()
+        self.ctl.wake(_SEQ_COMMIT)                 # the thread re-checks what may have moved meanwhile
+        timer = loop.call_later(timeout_s, _resolve, fut, "timeout")
+        try:
+            return await fut
+        finally:
+            timer.cancel()
+
+    def _run(self) -> None:
+        term_seen = None
+        while not self._stop:
+            seen = self.ctl.seq(_SEQ_COMMIT)
+            committed = self.ctl.get(_POS_COMMITTED)      # before the term: see the class docstring
+            term_now = self.ctl.get(_POS_APPEND_TERM)
+            ready: dict = {}
+            with self._lock:
+                if term_now != term_seen and self._waiting:
+                    # the term changed: every waiter of another term fails (rare: a step-down)
+                    keep = []
+                    for w in self._waiting:
+                        if w[2] != term_now:
+                            ready.setdefault(w[4], []).append((w[3], "term"))
+                        else:
+                            keep.append(w)
+                    heapq.heapify(keep)
+                    self._waiting = keep
+                term_seen = term_now
+                while self._waiting and self._waiting[0][0] <= committed:
+                    _, _, term, fut, loop = heapq.heappop(self._waiting)
+                    ready.setdefault(loop, []).append((fut, "ok" if term == term_now else "term"))
+            for loop, futs in ready.items():
+                loop.call_soon_threadsafe(_resolve_all, futs)
+            self.ctl.wait(_SEQ_COMMIT, seen, 200)
+
+    def close(self) -> None:
+        self._stop = True
+        if self._thread is not None:
+            self.ctl.wake(_SEQ_COMMIT)
+            self._thread.join(timeout=2)
+            self._thread = None

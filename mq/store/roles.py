@@ -43,7 +43,8 @@ def role_main(role: str, config_values: dict, store_host: str, store_port: int, 
                          msgs_base=(trace or {}).get("msgs_base")).run(stop)
         elif role == "dispatch":
             Dispatcher(store.cl, store.cqs, cfg.delay_levels_ms, store.checkpoint,
-                       cfg.flushIntervalConsumeQueue, cfg.flushConsumeQueueThoroughInterval).run(stop)
+                       cfg.flushIntervalConsumeQueue, cfg.flushConsumeQueueThoroughInterval,
+                       committed_only=cfg.enableDLegerCommitLog).run(stop)
         else:
             raise ValueError(f"unknown store role {role!r}")
     finally:

@@ -43,7 +43,7 @@ from .consumequeue import ConsumeQueueSet, ENTRY_SIZE
 from .dispatch import Dispatcher
 from .flush import FlushService
 from .native import (StoreError, MessageIllegal, TopicIllegal, PropertiesTooLong, StoreFatal,
-                     NoSpace, MessageTooBig, lib)
+                     NoSpace, MessageTooBig, NotLeader, lib)
 from .notify import PositionWaiter
 
 log = logging.getLogger("mq.store")
@@ -63,6 +63,7 @@ class PutStatus(enum.Enum):
     MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
     PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
+    OS_PAGECACHE_BUSY = "OS_PAGECACHE_BUSY"      # DLedger: no quorum in time (RocketMQ's mapping)
 
 
 @dataclass
@@ -95,7 +96,7 @@ def _put_error(e: StoreError) -> PutResult:
         return PutResult(PutStatus.MESSAGE_ILLEGAL, reason=str(e))
     if isinstance(e, PropertiesTooLong):
         return PutResult(PutStatus.PROPERTIES_SIZE_EXCEEDED, reason=str(e))
-    if isinstance(e, (StoreFatal, NoSpace)):
+    if isinstance(e, (StoreFatal, NoSpace, NotLeader)):
         return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, reason=str(e))
     return PutResult(PutStatus.UNKNOWN_ERROR, reason=str(e))
 
@@ -158,10 +159,21 @@ class MessageStore:
             s.cl.start_preparer()
         return s
 
+    @property
+    def dledger(self) -> bool:
+        return self.config.enableDLegerCommitLog
+
+    @property
+    def visible_end_pos(self) -> int:
+        """Which position ends what consumers may see: COMMITTED in DLedger mode, else WRITE."""
+        return C.POS_COMMITTED if self.dledger else C.POS_WRITE
+
     def _open_handles(self, cq_writable: bool) -> None:
         cfg = self.config
+        dl = {"dledger": True, "index_dir": cfg.dledger_index_dir,
+              "index_file_size": cfg.mappedFileSizeForEntryIndex} if cfg.enableDLegerCommitLog else {}
         self.cl = CommitLog(cfg.commitlog_dir, self.ctl, cfg.mappedFileSizeCommitLog,
-                            self.store_host, self.store_port, cfg.maxMessageSize)
+                            self.store_host, self.store_port, cfg.maxMessageSize, **dl)
         self.cqs = ConsumeQueueSet(self.cq_root, cfg.cq_file_size, self.ctl, writable=cq_writable)
         self.checkpoint = Checkpoint(os.path.join(self.root, "checkpoint"))
         self.flush_waiter = PositionWaiter(self.ctl, C.SEQ_FLUSH, C.POS_FLUSHED)
@@ -169,7 +181,11 @@ class MessageStore:
 
     def _open_owner(self, prepare_files: bool = True) -> None:
         cfg = self.config
-        for d in (self.root, cfg.commitlog_dir, self.cq_root, self.config_dir):
+        cfg.check_dledger()
+        dirs = [self.root, cfg.commitlog_dir, self.cq_root, self.config_dir]
+        if self.dledger:
+            dirs.append(cfg.dledger_index_dir)
+        for d in dirs:
             os.makedirs(d, exist_ok=True)
         self._lock_fd = os.open(os.path.join(self.root, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -183,7 +199,8 @@ class MessageStore:
             self.ctl = C.ControlBlock(self.root, cfg.mappedFileSizeCommitLog, create=True)
             self._open_handles(cq_writable=True)
             self.dispatcher = Dispatcher(self.cl, self.cqs, cfg.delay_levels_ms, self.checkpoint,
-                                         cfg.flushIntervalConsumeQueue, cfg.flushConsumeQueueThoroughInterval)
+                                         cfg.flushIntervalConsumeQueue, cfg.flushConsumeQueueThoroughInterval,
+                                         committed_only=self.dledger)
             self.recovery = self._recover()
         except BaseException:
             self._release_handles()
@@ -213,13 +230,17 @@ class MessageStore:
                 os.makedirs(self.cq_root)
             rep.mode = "new"
             self._set_positions(0, 0, 0)
+            if self.dledger:
+                self._set_dledger_positions(0, 0, 0, 0)
             rep.seconds = time.monotonic() - t0
             return rep
         min_pos = files[0]
         self.ctl.set(C.POS_MIN, min_pos)
         clean_end = self.checkpoint.clean_end()
 
-        if not abort and clean_end is not None and self._clean_end_ok(clean_end, files):
+        # DLedger mode has no clean-stop shortcut: the index files and the entry count are rebuilt
+        # from the data files on every start (normal recovery scans the last three files)
+        if not abort and clean_end is not None and not self.dledger and self._clean_end_ok(clean_end, files):
             rep.mode = "clean"
             rep.start_offset = rep.end_offset = clean_end
             end, last_ts = clean_end, self.checkpoint.physic_ts_ms
@@ -236,6 +257,11 @@ class MessageStore:
                 start = data[max(0, len(data) - 3)]
             rep.start_offset = start
             end, stop, last_ts = self._validate(start, rep)
+            while self.dledger and end == start and start > min_pos:
+                # nothing valid in the start file: the entry count must come from the file before
+                start -= fs
+                rep.start_offset = start
+                end, stop, last_ts = self._validate(start, rep)
             rep.stop = SCAN_STOP_NAMES.get(stop, str(stop))
             if stop != lib.MQ_SCAN_END and stop != lib.MQ_SCAN_LIMIT:
                 rep.dropped_bytes = fs - end % fs
@@ -250,6 +276,8 @@ class MessageStore:
 
         self._set_positions(end, min_pos, last_ts)
         redispatch_from = self._recover_queues(end, min_pos, rep)
+        if self.dledger:
+            self._recover_dledger(rep.start_offset, end, min_pos, redispatch_from)
         if rep.mode == "abnormal":
             redispatch_from = min(redispatch_from, rep.start_offset)
         self.ctl.set(C.POS_DISPATCHED, max(min_pos, min(redispatch_from, end)))
@@ -342,6 +370,34 @@ class MessageStore:
                      (C.POS_LAST_STORE_TS, last_ts), (C.POS_FLUSHED_STORE_TS, last_ts),
                      (C.POS_DISPATCHED, end)):
             self.ctl.set(p, v)
+
+    def _set_dledger_positions(self, next_index: int, end_term: int, begin_index: int, commit_next: int) -> None:
+        for p, v in ((C.POS_DL_NEXT_INDEX, next_index), (C.POS_DL_END_TERM, end_term),
+                     (C.POS_DL_BEGIN_INDEX, begin_index), (C.POS_DL_FLUSHED_INDEX, next_index),
+                     (C.POS_DL_APPEND_TERM, 0), (C.POS_DL_COMMIT_INDEX, 0), (C.POS_COMMITTED, 0)):
+            self.ctl.set(p, v)
+        if commit_next:
+            self.cl.dledger_set_commit(commit_next)
+
+    def _recover_dledger(self, start: int, end: int, min_pos: int, dispatched_end: int) -> None:
+        """DLedger mode after the data files were validated to `end`: the index files are
+        rewritten from the validated entries, and what is known committed is restored -- the
+        checkpoint's committedIndex, or what dispatch had reached (it never passes a commit),
+        whichever is further, but never past the recovered end (an unflushed tail may be gone)."""
+        from .dledgerfiles import load_checkpoint
+        next_index, end_term = self.cl.dledger_recover_index(start, end)
+        begin = self.cl.dledger_entry_at(min_pos)[0] if end > min_pos else next_index
+        self._set_dledger_positions(next_index, end_term, begin, 0)
+        _, ckpt_committed = load_checkpoint(self.config.dledger_dir)
+        commit_next = ckpt_committed + 1
+        if min_pos < dispatched_end <= end:
+            # the entry that ends at dispatched_end: dispatch stopped on an entry boundary
+            commit_next = max(commit_next, self.cl.dledger_index_ending_at(dispatched_end) + 1)
+        commit_next = max(begin, min(commit_next, next_index))
+        if commit_next > begin:
+            self.cl.dledger_set_commit(commit_next)
+        log.info("DLedger log recovered: entries %d..%d (last term %d), committed up to %d",
+                 begin, next_index - 1, end_term, commit_next - 1)
 
     def _recover_queues(self, end: int, min_pos: int, rep: RecoveryReport) -> int:
         """Loads every ConsumeQueue's bounds into the control block, cutting
@@ -469,7 +525,7 @@ class MessageStore:
 
     def wait_dispatched(self, timeout_s: float = 10.0) -> bool:
         """Blocks until everything written so far is in the ConsumeQueues."""
-        return self.dispatch_waiter.wait(self.ctl.get(C.POS_WRITE), timeout_s)
+        return self.dispatch_waiter.wait(self.ctl.get(self.visible_end_pos), timeout_s)
 
     def search_offset_by_time(self, topic: str, queue_id: int, ts_ms: int) -> int:
         """RocketMQ's getOffsetInQueueByTime: the first message stored exactly at
@@ -536,7 +592,7 @@ class MessageStore:
             self.dispatcher.dispatch_once()
             self.dispatcher.flush_queues()
             self.checkpoint.physic_ts_ms = self.ctl.get(C.POS_FLUSHED_STORE_TS)
-            if healthy and self.ctl.get(C.POS_DISPATCHED) >= self.ctl.get(C.POS_WRITE):
+            if healthy and self.ctl.get(C.POS_DISPATCHED) >= self.ctl.get(self.visible_end_pos):
                 self.checkpoint.mark_clean(self.ctl.get(C.POS_WRITE))
                 try:
                     os.unlink(self.abort_path)
