@@ -35,6 +35,7 @@ calls made so far; see SimLog in mq.dledger.sim and DLedgerLog in
 mq.dledger.log):
     last_index() -> int              -1 when empty
     last_term() -> int               0 when empty
+    first_index() -> int             index of the first entry still held
     term_at(index) -> int | None     term of entry `index`; 0 for -1; None when
                                      absent (beyond the end, or before the
                                      first retained entry)
@@ -54,7 +55,7 @@ the term never moves back."""
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -237,6 +238,16 @@ class RaftNode:
             self._maybe_commit()
             for p in self.others:
                 self._send_append(p)
+
+    def peer_down(self, peer: str) -> None:
+        """The connection to `peer` broke: what was in flight to it is lost; probe again
+        from what it acknowledged (instead of waiting an election timeout to notice)."""
+        pr = self.progress.get(peer)
+        if self.role is Role.LEADER and pr is not None:
+            pr.state = Progress.PROBE
+            pr.inflight = []
+            pr.next = pr.match + 1 if pr.match >= 0 else max(0, self.log.last_index())
+            pr.probe_sent = False
 
     def transfer_leadership(self, target: str) -> bool:
         """Leader: hand leadership to `target` (caught up first).  False if not possible."""
@@ -500,7 +511,7 @@ class RaftNode:
             return
         prev = pr.next - 1
         prev_term = self.log.term_at(prev)
-        if prev_term is None:
+        if prev_term is None or pr.next < self.log.first_index():
             return          # the follower needs entries we no longer hold: it cannot be caught up
         batch = self.log.entries(pr.next, last) if has_new else None
         self._send(Append(self.term, self.id, p, prev, prev_term, batch, self.commit))

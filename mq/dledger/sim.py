@@ -28,7 +28,7 @@ import sys
 from collections import deque
 from dataclasses import dataclass
 
-from .core import Append, Config, RaftNode, Role
+from .core import Config, RaftNode, Role
 
 NOOP = "noop"
 
@@ -69,6 +69,9 @@ class SimLog:
 
     def last_term(self) -> int:
         return self.items[-1][0] if self.items else 0
+
+    def first_index(self) -> int:
+        return 0
 
     def term_at(self, index: int):
         if index == -1:

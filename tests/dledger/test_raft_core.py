@@ -11,7 +11,7 @@ import pytest
 
 from mq.dledger import core
 from mq.dledger.core import Append, AppendResp, Config, RaftNode, Role, TimeoutNow
-from mq.dledger.sim import NOOP, SimCluster, SimFailure, SimLog, SimParams, params_for, run_seed
+from mq.dledger.sim import NOOP, SimCluster, SimFailure, SimLog, SimParams, run_seed
 
 SEEDS = int(os.environ.get("MQ_RAFT_SEEDS", "2000"))
 

@@ -1,0 +1,171 @@
+"""The Raft core's log (mq.dledger.core's interface) over the CommitLog in DLedger mode.
+
+The entries are the CommitLog's own: the leader's io workers append them (one C call per
+batch, index and term assigned under the control block's lock), the Raft role reads their
+positions from the index files and streams their bytes; a follower appends the leader's bytes
+with mq_dledger_append_raw, which validates every entry before anything is published.
+
+Batches:
+  OutBatch   what a leader's Append carries: entries first..last as one byte range of one data
+             file (pos, nbytes), with the end-of-file filler when the next entry starts in the
+             next file (the follower must write it too, so its positions stay the leader's).
+  InBatch    what a follower received: the same bytes in memory, with the first entry's index
+             and position; term_of(i) parses entry headers only when the core compares terms.
+
+A fence: a follower's append and truncate first make sure io workers cannot append any more
+(DL_APPEND_TERM 0) -- the step that makes a leader a follower and the step that then cuts its
+log can be the same one."""
+from __future__ import annotations
+
+import struct
+
+from mq.store import control as C
+from mq.wire import dledger_rpc as RPC
+
+ENTRY_HEADER = struct.Struct(">iiqqqiiii")      # magic, size, index, term, pos, channel, chainCrc, bodyCrc, bodySize
+BLANK_MAGIC = -1
+
+
+class OutBatch:
+    __slots__ = ("first_index", "last_index", "pos", "nbytes", "_log")
+
+    def __init__(self, log: "DLedgerLog", first_index: int, last_index: int, pos: int, nbytes: int):
+        self._log = log
+        self.first_index = first_index
+        self.last_index = last_index
+        self.pos = pos
+        self.nbytes = nbytes
+
+    def term_of(self, index: int) -> int:
+        return self._log.term_at(index)
+
+
+class InBatch:
+    """Entries first_index..last_index received in `buf` (bytes as in the leader's files from first_pos)."""
+    __slots__ = ("first_index", "last_index", "first_pos", "buf", "_offsets")
+
+    def __init__(self, buf, first_index: int, count: int, first_pos: int):
+        assert count > 0
+        self.buf = buf
+        self.first_index = first_index
+        self.last_index = first_index + count - 1
+        self.first_pos = first_pos
+        self._offsets: list[tuple[int, int]] | None = None     # (offset in buf, term) per entry
+
+    def _walk(self) -> list[tuple[int, int]]:
+        if self._offsets is None:
+            out, at, buf = [], 0, self.buf
+            while at + 8 <= len(buf) and len(out) < self.last_index - self.first_index + 1:
+                magic, size = struct.unpack_from(">ii", buf, at)
+                if magic == BLANK_MAGIC:
+                    at += size if size > 0 else len(buf)
+                    continue
+                if size < ENTRY_HEADER.size or at + size > len(buf):
+                    break                       # damaged: append_raw will refuse the batch
+                out.append((at, struct.unpack_from(">q", buf, at + 16)[0]))
+                at += size
+            self._offsets = out
+        return self._offsets
+
+    def term_of(self, index: int) -> int:
+        offs = self._walk()
+        i = index - self.first_index
+        return offs[i][1] if 0 <= i < len(offs) else -1
+
+    def tail(self, from_index: int):
+        """(bytes from entry from_index on, its position)."""
+        if from_index == self.first_index:
+            return self.buf, self.first_pos
+        offs = self._walk()
+        i = from_index - self.first_index
+        at = offs[i][0]
+        return self.buf[at:], self.first_pos + at
+
+
+class DLedgerLog:
+    """mq.dledger.core's log interface.  durable: 'sync' counts only flushed entries as the
+    leader's own match (flushDiskType=SYNC_FLUSH), 'async' counts what is written."""
+
+    def __init__(self, cl, sync_durable: bool, push_bytes_max: int = RPC.PUSH_BYTES_MAX):
+        self.cl = cl
+        self.ctl = cl.ctl
+        self.sync_durable = sync_durable
+        self.push_bytes_max = push_bytes_max
+        self.file_size = cl.file_size
+        self.appended = 0              # follower appends since start (entries), for stats
+
+    # ---- reading ------------------------------------------------------------------------------------
+    def last_index(self) -> int:
+        return self.ctl.get(C.POS_DL_NEXT_INDEX) - 1
+
+    def last_term(self) -> int:
+        return self.ctl.get(C.POS_DL_END_TERM)
+
+    def first_index(self) -> int:
+        return self.ctl.get(C.POS_DL_BEGIN_INDEX)
+
+    def term_at(self, index: int):
+        if index == -1:
+            return 0
+        if index < self.first_index() or index > self.last_index():
+            return None
+        return self.cl.dledger_entry(index)[2]
+
+    def durable_index(self) -> int:
+        if self.sync_durable:
+            return self.ctl.get(C.POS_DL_FLUSHED_INDEX) - 1
+        return self.last_index()
+
+    def entries(self, first: int, last: int) -> OutBatch:
+        """Entries first.. as one byte range: at most push_bytes_max bytes (at least one entry),
+        within first's data file."""
+        cl, fs = self.cl, self.file_size
+        pos, size, _ = cl.dledger_entry(first)
+        file_end = pos - pos % fs + fs
+        limit = min(pos + self.push_bytes_max, file_end)
+
+        def end_of(i: int) -> int:
+            p, s, _ = cl.dledger_entry(i)
+            return p + s if p // fs == pos // fs else file_end + 1     # another file: too far
+
+        hi = last
+        if end_of(hi) > limit:
+            lo = first                      # end_of(lo) fits (one entry always goes)
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if end_of(mid) <= limit:
+                    lo = mid
+                else:
+                    hi = mid - 1
+        end = end_of(hi)
+        if hi < self.last_index():
+            nxt = cl.dledger_entry(hi + 1)[0]
+            if nxt >= file_end:            # the next entry opens the next file: send the filler too
+                end = file_end
+        return OutBatch(self, first, hi, pos, end - pos)
+
+    # ---- writing (followers) ------------------------------------------------------------------------
+    def _fence(self) -> None:
+        if self.ctl.get(C.POS_DL_APPEND_TERM):
+            self.cl.dledger_set_append_term(0)
+
+    def append(self, batch: InBatch, from_index: int) -> None:
+        self._fence()
+        buf, pos = batch.tail(from_index)
+        n = self.cl.dledger_append_raw(buf, from_index, pos, max_term=self._max_term)
+        assert n == batch.last_index - from_index + 1, (n, batch.last_index, from_index)
+        self.appended += n
+
+    def truncate_from(self, index: int) -> None:
+        self._fence()
+        self.cl.dledger_truncate(index)
+
+    def append_noop(self, term: int) -> int:
+        return self.cl.dledger_append_noop(term)
+
+    # the highest term a follower accepts in received entries: the current term of the node
+    # (set by the role before each step)
+    _max_term = 0
+
+    def set_term_bound(self, term: int) -> None:
+        self._max_term = term

@@ -1,0 +1,327 @@
+"""The DLedger role's peer connections: remoting frames (mq.wire.remoting) over non-blocking TCP
+sockets driven by the event loop's add_reader/add_writer -- not asyncio transports, because a PUSH
+body leaves with sendfile(2) straight from the data files (mq_dledger_send in C), which needs the
+socket itself.  One event-loop thread does everything; nothing here blocks.
+
+    Conn      one connection (accepted, or dialled by a Link): frames in, frames out.  Output is a
+              queue of byte strings and file ranges (head + sendfile body); it is written as far
+              as the socket takes it and resumed when the socket is writable again.
+    Link      the outgoing connection to one peer: dials, redials with a backoff after a failure,
+              and drops what was queued when the connection goes (the Raft core resends).
+    Listener  accepts the peers' connections.
+
+Limits: an incoming frame larger than FRAME_IN_MAX closes its connection (a PUSH carries at most
+mq.wire.dledger_rpc.PUSH_BYTES_MAX of entries); a connection with more than OUT_QUEUE_MAX items
+unsent is closed (a peer that stopped reading).  A dial gives up after DIAL_TIMEOUT_S."""
+from __future__ import annotations
+
+import errno
+import logging
+import socket
+import struct
+import time
+from collections import deque
+
+from mq.wire import dledger_rpc as RPC
+from mq.wire.errors import WireError
+from mq.wire.remoting import (FRAME_PREFIX_SIZE, HEADER_LENGTH_MAX, RPC_RESPONSE, SERIALIZE_JSON, RemotingCommand,
+                              decode_json_header, encode_json_header)
+
+log = logging.getLogger("mq.dledger.net")
+
+FRAME_IN_MAX = RPC.PUSH_BYTES_MAX + 65536
+OUT_QUEUE_MAX = 4096
+RECV_SIZE = 256 * 1024
+DIAL_TIMEOUT_S = 1.0
+REDIAL_MIN_S = 0.05
+REDIAL_MAX_S = 1.0
+
+_PREFIX = struct.Struct(">II")
+
+
+def frame_head(cmd: RemotingCommand, body_len: int) -> bytes:
+    """Length prefix, type/length word and JSON header of a frame whose body (body_len
+    bytes) is sent separately."""
+    header = encode_json_header(cmd)
+    assert len(header) <= HEADER_LENGTH_MAX
+    return _PREFIX.pack(4 + len(header) + body_len, (SERIALIZE_JSON << 24) | len(header)) + header
+
+
+class Conn:
+    """A framed connection.  on_frame(conn, cmd, body) is called for each whole frame (body: a
+    memoryview valid only during the call); on_close(conn, why) once."""
+
+    def __init__(self, loop, sock: socket.socket, on_frame, on_close, name: str, sender=None, on_batch_end=None):
+        self.loop = loop
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.on_frame = on_frame
+        self.on_close = on_close
+        self.on_batch_end = on_batch_end     # after the frames of one read were handled
+        self.replies: list[bytes] = []       # what the owner queues to send after the batch
+        self.name = name
+        self.sender = sender            # callable(fd, head, pos, n, progress) -> done?  (C sendfile)
+        self.rbuf = bytearray()
+        self.out: deque = deque()
+        self.out_done = 0               # bytes of out[0] already written
+        self.closed = False
+        self.writing = False
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        loop.add_reader(self.fd, self._on_readable)
+
+    # ---- output -------------------------------------------------------------------------------------
+    def send(self, data: bytes) -> None:
+        self._queue(data)
+
+    def send_range(self, head: bytes, pos: int, nbytes: int) -> None:
+        """head, then nbytes of the data files at pos (sendfile)."""
+        assert self.sender is not None
+        self._queue((head, pos, nbytes))
+
+    def _queue(self, item) -> None:
+        if self.closed:
+            return
+        if len(self.out) >= OUT_QUEUE_MAX:
+            self.close(f"{OUT_QUEUE_MAX} frames unsent: the peer does not read")
+            return
+        self.out.append(item)
+        if not self.writing:
+            self._pump()
+
+    def _pump(self) -> None:
+        while self.out and not self.closed:
+            item = self.out[0]
+            try:
+                if isinstance(item, (bytes, bytearray)):
+                    n = self.sock.send(memoryview(item)[self.out_done:])
+                    self.out_done += n
+                    done = self.out_done >= len(item)
+                else:
+                    head, pos, nbytes = item
+                    done, self.out_done = self.sender(self.fd, head, pos, nbytes, self.out_done)
+            except (BlockingIOError, InterruptedError):
+                done = False
+            except OSError as e:
+                self.close(f"send failed: {e}")
+                return
+            if not done:
+                if not self.writing:
+                    self.writing = True
+                    self.loop.add_writer(self.fd, self._pump)
+                return
+            self.out.popleft()
+            self.out_done = 0
+        if self.writing:
+            self.writing = False
+            self.loop.remove_writer(self.fd)
+
+    # ---- input --------------------------------------------------------------------------------------
+    def _on_readable(self) -> None:
+        try:
+            data = self.sock.recv(RECV_SIZE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            self.close(f"receive failed: {e}")
+            return
+        if not data:
+            self.close("closed by the peer")
+            return
+        self.rbuf += data
+        self._frames()
+
+    def _frames(self) -> None:
+        buf = self.rbuf
+        at = 0
+        while not self.closed and len(buf) - at >= FRAME_PREFIX_SIZE + 4:
+            total, word = _PREFIX.unpack_from(buf, at)
+            if total > FRAME_IN_MAX or total < 4:
+                self.close(f"frame of {total} bytes (limit {FRAME_IN_MAX})")
+                return
+            if len(buf) - at < FRAME_PREFIX_SIZE + total:
+                break
+            hlen = word & HEADER_LENGTH_MAX
+            if (word >> 24) != SERIALIZE_JSON or hlen > total - 4:
+                self.close("not a JSON remoting frame")
+                return
+            h0 = at + FRAME_PREFIX_SIZE + 4
+            try:
+                cmd = decode_json_header(bytes(buf[h0:h0 + hlen]))
+            except WireError as e:
+                self.close(f"bad frame header: {e}")
+                return
+            body_at, body_end = h0 + hlen, at + FRAME_PREFIX_SIZE + total
+            with memoryview(buf) as mv, mv[body_at:body_end] as body:
+                try:
+                    self.on_frame(self, cmd, body)
+                except WireError as e:
+                    self.close(f"bad {RPC.CODE_NAMES.get(cmd.code, cmd.code)} frame: {e}")
+                    return
+            at = body_end
+        if at:
+            del buf[:at]
+            if self.on_batch_end is not None and not self.closed:
+                self.on_batch_end(self)
+
+    # ---- closing ------------------------------------------------------------------------------------
+    def close(self, why: str) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self.loop.remove_reader(self.fd)
+            if self.writing:
+                self.loop.remove_writer(self.fd)
+        except (ValueError, OSError):
+            pass
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        self.out.clear()
+        self.on_close(self, why)
+
+
+class Link:
+    """The outgoing connection to one peer (requests out, responses in)."""
+
+    def __init__(self, loop, peer_id: str, addr: tuple[str, int], on_frame, sender, on_state=None):
+        self.loop = loop
+        self.peer_id = peer_id
+        self.addr = addr
+        self.on_frame = on_frame
+        self.sender = sender
+        self.on_state = on_state        # callable(peer_id, up: bool)
+        self.conn: Conn | None = None
+        self.dialing: socket.socket | None = None
+        self.backoff_s = REDIAL_MIN_S
+        self.next_dial = 0.0
+        self.stopped = False
+        self.failures = 0
+
+    @property
+    def up(self) -> bool:
+        return self.conn is not None and not self.conn.closed
+
+    def send(self, data: bytes) -> bool:
+        if not self.up:
+            self.dial()
+            return False
+        self.conn.send(data)
+        return True
+
+    def send_range(self, head: bytes, pos: int, nbytes: int) -> bool:
+        if not self.up:
+            self.dial()
+            return False
+        self.conn.send_range(head, pos, nbytes)
+        return True
+
+    def dial(self) -> None:
+        if self.stopped or self.up or self.dialing is not None or time.monotonic() < self.next_dial:
+            return
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setblocking(False)
+        try:
+            rc = s.connect_ex(self.addr)
+        except OSError as e:
+            s.close()
+            self._failed(str(e))
+            return
+        if rc not in (0, errno.EINPROGRESS):
+            s.close()
+            self._failed(errno.errorcode.get(rc, str(rc)))
+            return
+        self.dialing = s
+        self.loop.add_writer(s.fileno(), self._dialled)
+        self._dial_timer = self.loop.call_later(DIAL_TIMEOUT_S, self._dial_timeout)
+
+    def _dial_timeout(self) -> None:
+        if self.dialing is not None:
+            s, self.dialing = self.dialing, None
+            self.loop.remove_writer(s.fileno())
+            s.close()
+            self._failed("timed out")
+
+    def _dialled(self) -> None:
+        s, self.dialing = self.dialing, None
+        if s is None:
+            return
+        self._dial_timer.cancel()
+        self.loop.remove_writer(s.fileno())
+        err = s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if err:
+            s.close()
+            self._failed(errno.errorcode.get(err, str(err)))
+            return
+        self.backoff_s = REDIAL_MIN_S
+        if self.failures:
+            log.info("connected to peer %s at %s:%d", self.peer_id, *self.addr)
+        self.failures = 0
+        self.conn = Conn(self.loop, s, self.on_frame, self._closed, f"to {self.peer_id}", sender=self.sender)
+        if self.on_state:
+            self.on_state(self.peer_id, True)
+
+    def _failed(self, why: str) -> None:
+        self.failures += 1
+        if self.failures == 1:
+            log.info("peer %s at %s:%d unreachable (%s); retrying", self.peer_id, *self.addr, why)
+        self.next_dial = time.monotonic() + self.backoff_s
+        self.backoff_s = min(REDIAL_MAX_S, self.backoff_s * 2)
+
+    def _closed(self, conn: Conn, why: str) -> None:
+        if conn is self.conn:
+            self.conn = None
+            log.info("connection to peer %s closed: %s", self.peer_id, why)
+            self.next_dial = time.monotonic() + REDIAL_MIN_S
+            if self.on_state:
+                self.on_state(self.peer_id, False)
+
+    def close(self) -> None:
+        self.stopped = True
+        if self.dialing is not None:
+            self._dial_timeout()
+        if self.conn is not None:
+            self.conn.close("stopping")
+
+
+class Listener:
+    def __init__(self, loop, host: str, port: int, on_conn):
+        self.loop = loop
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((host, port))
+        self.sock.listen(64)
+        self.sock.setblocking(False)
+        self.on_conn = on_conn
+        loop.add_reader(self.sock.fileno(), self._accept)
+
+    def _accept(self) -> None:
+        for _ in range(16):
+            try:
+                s, addr = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                log.error("accept failed: %s", e)
+                return
+            self.on_conn(s, addr)
+
+    def close(self) -> None:
+        try:
+            self.loop.remove_reader(self.sock.fileno())
+        except (ValueError, OSError):
+            pass
+        self.sock.close()
+
+
+def response_frame(opaque: int, ext: dict[str, str], body: bytes = b"") -> bytes:
+    """A whole response frame (remoting code 0; DLedger's own code travels in ext)."""
+    cmd = RemotingCommand(code=0, opaque=opaque, flag=RPC_RESPONSE, ext_fields=ext)
+    return frame_head(cmd, len(body)) + body
+
+
+def request_frame(code: int, opaque: int, ext: dict[str, str], body_len: int = 0) -> bytes:
+    """The head of a request frame (the whole frame when body_len is 0)."""
+    return frame_head(RemotingCommand(code=code, opaque=opaque, ext_fields=ext), body_len)

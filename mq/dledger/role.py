@@ -1,0 +1,496 @@
+"""The DLedger role: in DLedger mode, the process that makes this broker a member of its Raft group
+(it replaces the HA role).  It runs the Raft core (mq.dledger.core) on one event-loop thread,
+against the CommitLog in DLedger mode (mq.dledger.log), with real time, real sockets and files:
+
+    timer (TICK_S)            core.tick(): elections, heartbeats, check-quorum, transfers
+    peer sockets (net)        requests in -> core.step(), replies back; core messages out
+    SEQ_WRITE watcher thread  the leader's io workers appended: replicate (core.log_progress)
+    SEQ_FLUSH watcher thread  SYNC_FLUSH: the leader's own entries became durable (they count
+                              toward the quorum only then)
+
+After every step (Ready): the hard state (term, vote) is written and fsynced to
+dledger-<selfId>/currterm BEFORE any message leaves; the commit index goes to the control block
+(mq_dledger_set_commit: COMMITTED moves, SEQ_COMMIT wakes the io workers waiting to answer
+SEND_OK, and the dispatch role builds ConsumeQueues up to it); and the role is published.
+
+Serving writes (DL_APPEND_TERM, the term io workers append in; 0 refuses):
+  * on becoming leader the core appends a no-op; once it is committed, every entry of earlier
+    terms is too; the role then waits until dispatch reached the end, sets every queue's next
+    offset from its ConsumeQueue (entries appended by this node in an older term may have been
+    cut), and only then sets DL_APPEND_TERM to its term: the "ready" leader;
+  * on any change away from that (step-down, a higher term, a leadership transfer) DL_APPEND_TERM
+    goes back to 0 at once; an io worker waiting for a commit in the old term answers an error,
+    never SEND_OK (mq.store.notify.CommitWaiter);
+  * a follower's append or truncate fences first (DLedgerLog).
+
+SYNC_FLUSH: a follower answers a PUSH only after the entries of that read are flushed (one msync
+for all the PUSH frames of one read), and a leader counts itself only up to its flushed index, so
+an acknowledged message survives the power loss of any one node.  ASYNC_FLUSH acknowledges what
+is in the page cache of a majority, as DLedger does (its flush runs every 10 ms).
+
+Files (dledger-<selfId>/): currterm (currTerm, voteLeader), checkpoint (endIndex, committedIndex;
+every checkPointInterval and at stop), and <store root>/dledger-status.json (role, term, leader,
+commit, the leader's view of its peers; rewritten on every change and every second) for the
+supervisor, which follows role changes (SEQ_ROLE wakes it), and for mqadmin.
+
+A clean stop of a ready leader first hands leadership to the most caught-up follower
+(TimeoutNow), so a planned restart costs a heartbeat, not an election timeout."""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import os
+import random
+import threading
+import time
+
+from mq.store import control as C
+from mq.store.config import StoreConfig
+from mq.store.dledgerfiles import load_hard_state, save_checkpoint, save_hard_state
+from mq.store.native import CorruptRecord, StoreError
+from mq.wire import dledger_rpc as RPC
+from mq.wire.errors import WireError
+
+from .core import Append, AppendResp, Config, Heartbeat, HeartbeatResp, RaftNode, Role, TimeoutNow, VoteReq, VoteResp
+from .log import DLedgerLog, InBatch
+from .net import Conn, Link, Listener, request_frame, response_frame
+
+log = logging.getLogger("mq.dledger")
+
+TICK_S = 0.01
+STATUS_FILE = "dledger-status.json"
+STATUS_INTERVAL_S = 1.0
+CATCHUP_TICKS_MAX = 200           # ticks replayed at once after the loop was held up (SIGSTOP, load)
+OPAQUES_PER_LINK_MAX = 65536      # requests remembered per link until their response (votes may go unanswered)
+STOP_TRANSFER_S = 1.0
+
+
+def ticks(ms: int) -> int:
+    return max(1, round(ms / (TICK_S * 1000)))
+
+
+def raft_config(cfg: StoreConfig) -> Config:
+    peers = list(cfg.dledger_peers)
+    base = cfg.heartBeatTimeIntervalMs * cfg.maxHeartBeatLeak
+    return Config(cfg.dLegerSelfId, peers, heartbeat_ticks=ticks(cfg.heartBeatTimeIntervalMs),
+                  election_ticks_min=ticks(base + cfg.minVoteIntervalMs),
+                  election_ticks_max=ticks(base + cfg.maxVoteIntervalMs),
+                  preferred_leader=cfg.preferredLeaderId or None)
+
+
+def read_status(store_root: str) -> dict | None:
+    try:
+        with open(os.path.join(store_root, STATUS_FILE), encoding="utf-8") as f:
+            return json.load(f)
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+# ---- the role -------------------------------------------------------------------------------------
+class DLedgerRole:
+    def __init__(self, store, cfg: StoreConfig, rng: random.Random | None = None):
+        cfg.check_dledger()
+        self.store = store
+        self.cfg = cfg
+        self.cl = store.cl
+        self.ctl = store.ctl
+        self.group = cfg.dLegerGroup or "DefaultGroup"
+        self.self_id = cfg.dLegerSelfId
+        self.peers = cfg.dledger_peers
+        self.dir = cfg.dledger_dir
+        self.sync_durable = cfg.flushDiskType == "SYNC_FLUSH"
+        self.log = DLedgerLog(self.cl, self.sync_durable)
+        term, vote = load_hard_state(self.dir)
+        commit = self.ctl.get(C.POS_DL_COMMIT_INDEX) - 1
+        self.node = RaftNode(raft_config(cfg), self.log, rng or random.Random(), term=term, vote=vote,
+                             commit=min(commit, self.log.last_index()))
+        self.opaques = itertools.count(1)
+        self.links: dict[str, Link] = {}
+        self.waiting: dict[str, dict[int, int]] = {p: {} for p in self.peers}   # peer -> opaque -> request code
+        self.conns: set[Conn] = set()
+        self.enabled_term = 0                   # the term io workers append in (0: refused)
+        self.published: tuple | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._grew_pending = False
+        self._threads: list[threading.Thread] = []
+        self._stopping = False
+        self._next_tick = 0.0
+        self._last_status = 0.0
+        self._last_checkpoint = 0.0
+        self.stats = {"pushes_in": 0, "pushes_out": 0, "elections": 0}
+
+    # ---- lifecycle --------------------------------------------------------------------------------
+    async def run(self, stop) -> None:
+        """Serves until `stop` (an Event-like with is_set) is set."""
+        self.loop = asyncio.get_running_loop()
+        host, port = self.peers[self.self_id]
+        self.listener = Listener(self.loop, host, port, self._accepted)
+        for p, addr in self.peers.items():
+            if p != self.self_id:
+                self.links[p] = Link(self.loop, p, addr, self._on_response, self._send_file, self._link_state)
+                self.links[p].dial()
+        self._watch(C.SEQ_WRITE, "dledger-write-watch")
+        if self.sync_durable:
+            self._watch(C.SEQ_FLUSH, "dledger-flush-watch")
+        log.info("DLedger member %s of group %s on %s:%d; peers %s; term %d, log ends at %d (commit %d)",
+                 self.self_id, self.group, host, port, ", ".join(p for p in self.peers if p != self.self_id),
+                 self.node.term, self.log.last_index(), self.node.commit)
+        self._publish(force=True)
+        self._next_tick = time.monotonic() + TICK_S
+        self._tick_handle = self.loop.call_at(self.loop.time() + TICK_S, self._on_tick)
+        while not stop.is_set():
+            await asyncio.sleep(0.05)
+        await self._stop()
+
+    async def _stop(self) -> None:
+        if self.node.role is Role.LEADER and self.enabled_term:
+            best = max((pr.match, p) for p, pr in self.node.progress.items())
+            if best[0] >= 0 and self.node.transfer_leadership(best[1]):
+                log.info("stopping: handing leadership to %s", best[1])
+                self._after_step()
+                deadline = time.monotonic() + STOP_TRANSFER_S
+                while self.node.role is Role.LEADER and time.monotonic() < deadline:
+                    await asyncio.sleep(0.02)
+        self._stopping = True
+        self._tick_handle.cancel()
+        self._fence()
+        self.listener.close()
+        for link in self.links.values():
+            link.close()
+        for c in list(self.conns):
+            c.close("stopping")
+        self._write_checkpoint()
+        self._write_status()
+
+    def _watch(self, seq: int, name: str) -> None:
+        def run():
+            while not self._stopping:
+                seen = self.ctl.seq(seq)
+                if self.node.role is Role.LEADER and not self._grew_pending:
+                    self._grew_pending = True
+                    self.loop.call_soon_threadsafe(self._log_grew)
+                self.ctl.wait(seq, seen, 200)
+        t = threading.Thread(target=run, name=name, daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    # ---- time -------------------------------------------------------------------------------------
+    def _on_tick(self) -> None:
+        if self._stopping:
+            return
+        now = time.monotonic()
+        n = 0
+        while self._next_tick <= now and n < CATCHUP_TICKS_MAX:
+            self.node.tick()
+            self._next_tick += TICK_S
+            n += 1
+        if self._next_tick <= now:             # held up for long: do not replay all of it
+            self._next_tick = now + TICK_S
+        if n:
+            self._after_step()
+        self._maybe_enable()
+        if now - self._last_status >= STATUS_INTERVAL_S:
+            self._write_status()
+        if now - self._last_checkpoint >= self.cfg.checkPointInterval / 1000:
+            self._write_checkpoint()
+        for link in self.links.values():
+            if not link.up:
+                link.dial()
+        self._tick_handle = self.loop.call_at(self.loop.time() + max(0.0, self._next_tick - time.monotonic()),
+                                              self._on_tick)
+
+    def _log_grew(self) -> None:
+        self._grew_pending = False
+        if not self._stopping and self.node.role is Role.LEADER:
+            self.node.log_progress()
+            self._after_step()
+
+    # ---- after every step ---------------------------------------------------------------------------
+    def _after_step(self, reply_to: tuple | None = None) -> list:
+        """Persist, publish, send.  reply_to = (request source, expected reply type): the reply the
+        step produced is returned (for the caller to send on the request's connection)."""
+        rd = self.node.ready()
+        if rd.hard_state is not None:
+            save_hard_state(self.dir, *rd.hard_state)
+        self._publish()
+        replies = []
+        for m in rd.messages:
+            if reply_to is not None and m.dst == reply_to[0] and isinstance(m, reply_to[1]):
+                replies.append(m)
+            else:
+                self._send(m)
+        return replies
+
+    def _publish(self, force: bool = False) -> None:
+        node = self.node
+        commit_next = node.commit + 1
+        if commit_next > self.ctl.get(C.POS_DL_COMMIT_INDEX):
+            self.cl.dledger_set_commit(commit_next)
+        if self.enabled_term and not (node.is_ready_leader and node.term == self.enabled_term):
+            self._fence()
+        state = (node.role, node.term, node.leader_id, self.enabled_term)
+        if force or state != self.published:
+            if self.published is None or state[:3] != self.published[:3]:
+                log.info("DLedger %s: %s in term %d%s", self.self_id, node.role.value, node.term,
+                         f", leader {node.leader_id}" if node.leader_id and node.leader_id != self.self_id else "")
+            self.published = state
+            self._write_status()
+            self.ctl.wake(C.SEQ_ROLE)
+
+    def _fence(self) -> None:
+        if self.enabled_term or self.ctl.get(C.POS_DL_APPEND_TERM):
+            self.cl.dledger_set_append_term(0)
+            if self.enabled_term:
+                log.info("DLedger %s: no longer serving writes (term %d)", self.self_id, self.enabled_term)
+            self.enabled_term = 0
+
+    def _maybe_enable(self) -> None:
+        """A ready leader serves writes once dispatch reached the end and queue offsets are reset."""
+        node = self.node
+        if not node.is_ready_leader or self.enabled_term == node.term:
+            return
+        write = self.ctl.get(C.POS_WRITE)
+        if self.ctl.get(C.POS_COMMITTED) < write or self.ctl.get(C.POS_DISPATCHED) < write:
+            return                           # the next tick looks again
+        self.ctl.reset_next_offsets()
+        self.cl.dledger_set_append_term(node.term)
+        self.enabled_term = node.term
+        log.info("DLedger %s: leader of term %d serves writes (log ends at index %d)", self.self_id, node.term,
+                 self.log.last_index())
+        self._publish()
+
+    # ---- outgoing ---------------------------------------------------------------------------------
+    def _common(self, m) -> dict:
+        return {"group": self.group, "localId": self.self_id, "remoteId": m.dst, "term": m.term}
+
+    def _send(self, m) -> None:
+        link = self.links.get(m.dst)
+        if link is None:
+            return
+        opaque = next(self.opaques)
+        if isinstance(m, Append):
+            b = m.entries
+            ext = RPC.encode(RPC.PUSH, False, {
+                **self._common(m), "leaderId": m.src, "prevIndex": m.prev_index, "prevTerm": m.prev_term,
+                "commitIndex": m.commit, "firstIndex": b.first_index if b else m.prev_index + 1,
+                "count": m.count, "firstPos": b.pos if b else -1, "bodySize": b.nbytes if b else 0})
+            code = RPC.PUSH
+            if b is not None:
+                self._remember(m.dst, opaque, code)
+                if link.send_range(request_frame(code, opaque, ext, b.nbytes), b.pos, b.nbytes):
+                    self.stats["pushes_out"] += 1
+                return
+            frame = request_frame(code, opaque, ext)
+        elif isinstance(m, Heartbeat):
+            code = RPC.HEART_BEAT
+            frame = request_frame(code, opaque, RPC.encode(code, False, {
+                **self._common(m), "leaderId": m.src, "commitIndex": m.commit}))
+        elif isinstance(m, VoteReq):
+            code = RPC.VOTE
+            if not m.pre:
+                self.stats["elections"] += 1
+            frame = request_frame(code, opaque, RPC.encode(code, False, {
+                **self._common(m), "ledgerEndIndex": m.last_index, "ledgerEndTerm": m.last_term,
+                "preVote": m.pre, "transfer": m.transfer}))
+        elif isinstance(m, TimeoutNow):
+            code = RPC.LEADERSHIP_TRANSFER
+            frame = request_frame(code, opaque, RPC.encode(code, False, {
+                **self._common(m), "leaderId": m.src, "transfereeId": m.dst}))
+        else:
+            raise AssertionError(f"not a request: {m!r}")
+        self._remember(m.dst, opaque, code)
+        link.send(frame)
+
+    def _remember(self, peer: str, opaque: int, code: int) -> None:
+        w = self.waiting[peer]
+        if len(w) >= OPAQUES_PER_LINK_MAX:
+            del w[next(iter(w))]
+        w[opaque] = code
+
+    def _send_file(self, fd: int, head: bytes, pos: int, nbytes: int, done: int):
+        return self.cl.dledger_send(fd, head, pos, nbytes, done)
+
+    def _link_state(self, peer: str, up: bool) -> None:
+        if not up:
+            self.waiting[peer].clear()
+            self.node.peer_down(peer)
+
+    # ---- incoming responses (on our links) ----------------------------------------------------------
+    def _on_response(self, conn: Conn, cmd, body) -> None:
+        peer = next((p for p, link in self.links.items() if link.conn is conn), None)
+        if peer is None or not cmd.is_response:
+            conn.close("a request on an outgoing link")
+            return
+        code = self.waiting[peer].pop(cmd.opaque, None)
+        if code is None:
+            return                              # an answer we no longer wait for
+        f = RPC.decode(code, True, cmd.ext_fields)
+        me = self.self_id
+        if code == RPC.PUSH:
+            m = AppendResp(f["term"], peer, me, f["code"] == RPC.SUCCESS, f["index"], reject_index=f["rejectIndex"],
+                           hint_index=f["hintIndex"])
+        elif code == RPC.VOTE:
+            m = VoteResp(f["term"], peer, me, f["voteResult"] == RPC.ACCEPT, pre=bool(f["preVote"]))
+        elif code == RPC.HEART_BEAT:
+            m = HeartbeatResp(f["term"], peer, me)
+        else:
+            return                              # LEADERSHIP_TRANSFER: nothing to learn
+        self.node.step(m)
+        self._after_step()
+
+    # ---- incoming requests (on accepted connections) ------------------------------------------------
+    def _accepted(self, sock, addr) -> None:
+        conn = Conn(self.loop, sock, self._on_request, self._conn_closed, f"from {addr[0]}:{addr[1]}",
+                    on_batch_end=self._end_of_batch)
+        self.conns.add(conn)
+
+    def _conn_closed(self, conn: Conn, why: str) -> None:
+        self.conns.discard(conn)
+
+    def _on_request(self, conn: Conn, cmd, body) -> None:
+        if cmd.is_response:
+            conn.close("a response on an incoming connection")
+            return
+        code = cmd.code
+        if code == RPC.METADATA:
+            status = json.dumps(self.status()).encode()
+            conn.replies.append(response_frame(cmd.opaque, RPC.encode(code, True, {"code": RPC.SUCCESS}), status))
+            return
+        if code == RPC.LEADERSHIP_TRANSFER and not (cmd.ext_fields or {}).get("localId"):
+            self._admin_transfer(conn, cmd)
+            return
+        if code not in (RPC.PUSH, RPC.HEART_BEAT, RPC.VOTE, RPC.LEADERSHIP_TRANSFER):
+            conn.close(f"request code {code} is not served on the DLedger port")
+            return
+        f = RPC.decode(code, False, cmd.ext_fields)
+        src = f["localId"]
+        if f["group"] != self.group or f["remoteId"] != self.self_id or src not in self.peers or src == self.self_id:
+            log.warning("DLedger %s: a %s from %s for group %s member %s refused", self.self_id,
+                        RPC.CODE_NAMES[code], src, f["group"], f["remoteId"])
+            conn.close("not a member of this group")
+            return
+        me = self.self_id
+        if code == RPC.PUSH:
+            count, size = f["count"], f["bodySize"]
+            if size != len(body) or (count == 0) != (size == 0) or count < 0 \
+                    or (count and f["firstIndex"] != f["prevIndex"] + 1):
+                raise WireError(f"PUSH of {count} entries says {size} bytes, carries {len(body)}")
+            batch = InBatch(body, f["firstIndex"], count, f["firstPos"]) if count else None
+            m = Append(f["term"], src, me, f["prevIndex"], f["prevTerm"], batch, f["commitIndex"])
+            self.log.set_term_bound(f["term"])
+            self.stats["pushes_in"] += 1
+            want = AppendResp
+        elif code == RPC.HEART_BEAT:
+            m = Heartbeat(f["term"], src, me, f["commitIndex"])
+            want = HeartbeatResp
+        elif code == RPC.VOTE:
+            m = VoteReq(f["term"], src, me, f["ledgerEndIndex"], f["ledgerEndTerm"], pre=bool(f["preVote"]),
+                        transfer=bool(f["transfer"]))
+            want = VoteResp
+        else:
+            m = TimeoutNow(f["term"], src, me)
+            want = type(None)
+        try:
+            self.node.step(m)
+        except CorruptRecord as e:
+            log.error("DLedger %s: entries from %s refused (%s); dropping the connection", me, src, e)
+            conn.close("corrupt entries")
+            self._after_step()
+            return
+        for r in self._after_step((src, want)):
+            conn.replies.append(self._reply_frame(cmd.opaque, r))
+
+    def _reply_frame(self, opaque: int, r) -> bytes:
+        if isinstance(r, AppendResp):
+            ext = RPC.encode(RPC.PUSH, True, {"term": r.term, "code": RPC.SUCCESS if r.success else RPC.INCONSISTENT_STATE,
+                                              "index": r.index, "rejectIndex": r.reject_index,
+                                              "hintIndex": r.hint_index})
+        elif isinstance(r, VoteResp):
+            ext = RPC.encode(RPC.VOTE, True, {"term": r.term, "voteResult": RPC.ACCEPT if r.granted else RPC.REJECT,
+                                              "preVote": r.pre})
+        else:
+            ext = RPC.encode(RPC.HEART_BEAT, True, {"term": r.term, "code": RPC.SUCCESS})
+        return response_frame(opaque, ext)
+
+    def _end_of_batch(self, conn: Conn) -> None:
+        """The replies to one read's requests leave together -- under SYNC_FLUSH after one flush
+        made every entry they acknowledge durable."""
+        if not conn.replies:
+            return
+        if self.sync_durable and self.ctl.get(C.POS_FLUSHED) < self.ctl.get(C.POS_WRITE):
+            try:
+                self.cl.flush(0)
+            except StoreError as e:
+                log.error("DLedger %s: flushing received entries failed (%s): not acknowledging them",
+                          self.self_id, e)
+                conn.replies.clear()
+                conn.close("flush failed")
+                return
+        data, conn.replies = b"".join(conn.replies), []
+        conn.send(data)
+
+    def _admin_transfer(self, conn: Conn, cmd) -> None:
+        f = RPC.decode(RPC.LEADERSHIP_TRANSFER, False, cmd.ext_fields)
+        target = f["transfereeId"]
+        if self.node.role is not Role.LEADER:
+            ext = {"code": RPC.NOT_LEADER, "leaderId": self.node.leader_id, "term": self.node.term}
+        elif target == self.self_id:
+            ext = {"code": RPC.SUCCESS, "leaderId": self.self_id, "term": self.node.term}
+        elif self.node.transfer_leadership(target):
+            log.info("DLedger %s: leadership transfer to %s requested by an operator", self.self_id, target)
+            ext = {"code": RPC.SUCCESS, "leaderId": self.self_id, "term": self.node.term}
+            self._after_step()
+        else:
+            ext = {"code": RPC.UNKNOWN_MEMBER, "leaderId": self.self_id, "term": self.node.term}
+        conn.replies.append(response_frame(cmd.opaque, RPC.encode(RPC.LEADERSHIP_TRANSFER, True, ext)))
+
+    # ---- status ---------------------------------------------------------------------------------------
+    def status(self) -> dict:
+        st = self.node.status()
+        host, port = self.peers[self.self_id]
+        leader = self.node.leader_id
+        st.update({"group": self.group, "selfId": self.self_id, "addr": f"{host}:{port}",
+                   "leaderAddr": "%s:%d" % self.peers[leader] if leader in self.peers else None,
+                   "ready": bool(self.enabled_term), "peersAddr": {p: "%s:%d" % a for p, a in self.peers.items()},
+                   "committedPos": self.ctl.get(C.POS_COMMITTED), "writePos": self.ctl.get(C.POS_WRITE),
+                   "updated": int(time.time() * 1000), "stats": dict(self.stats)})
+        return st
+
+    def _write_status(self) -> None:
+        self._last_status = time.monotonic()
+        try:
+            path = os.path.join(self.cfg.storePathRootDir, STATUS_FILE)
+            tmp = path + ".tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(self.status(), f)
+            os.replace(tmp, path)
+        except OSError as e:
+            log.error("DLedger status file: %s", e)
+
+    def _write_checkpoint(self) -> None:
+        self._last_checkpoint = time.monotonic()
+        try:
+            save_checkpoint(self.dir, self.log.last_index(), self.node.commit)
+        except OSError as e:
+            log.error("DLedger checkpoint: %s", e)
+
+
+def dledger_role_main(store_config_values: dict, store_host: str, store_port: int, stop) -> None:
+    """Entry point of the DLedger role process (forked by the broker's launcher)."""
+    import signal
+    from mq.logs import ensure_logging
+    from mq.store import MessageStore
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)     # stopped through `stop` by the supervisor
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    ensure_logging("dledger")
+    cfg = StoreConfig(**store_config_values)
+    store = MessageStore.attach(cfg, store_host, store_port, cq_writable=False, prepare_files=False)
+    try:
+        asyncio.run(DLedgerRole(store, cfg).run(stop))
+    finally:
+        store.close()
+
+
+__all__ = ["DLedgerRole", "dledger_role_main", "raft_config", "read_status", "STATUS_FILE", "TICK_S"]
