@@ -201,7 +201,9 @@ class AdminProcessor:
         table = {
             "brokerVersionDesc": "V4_9_8", "brokerVersion": "409",
             "brokerRole": self.config.brokerRole, "brokerId": str(self.config.brokerId),
-            "commitLogMaxOffset": str(ctl.get(C.POS_WRITE)), "commitLogMinOffset": str(ctl.get(C.POS_MIN)),
+            # DLedger mode: the committed end, what consumers can see (RocketMQ's getMaxPhyOffset)
+            "commitLogMaxOffset": str(ctl.get(self.store.visible_end_pos)),
+            "commitLogMinOffset": str(ctl.get(C.POS_MIN)),
             "flushedOffset": str(ctl.get(C.POS_FLUSHED)), "dispatchedOffset": str(ctl.get(C.POS_DISPATCHED)),
             "putTps": "0.0 0.0 0.0", "getTransferedTps": "0.0 0.0 0.0",
             "sendThreadPoolQueueSize": "0", "pullThreadPoolQueueSize": "0",

@@ -87,7 +87,7 @@ ALL_OPTIONS = {o.name: o for o in STORE_OPTIONS + BROKER_OPTIONS}
 # keys RocketMQ knows that we accept and ignore (they change nothing here)
 IGNORED_KEYS = {"messageIndexEnable", "messageIndexSafe", "transientStorePoolEnable", "transferMsgByHeap",
                 "cleanFileForciblyEnable", "offsetCheckInSlave", "serverWorkerThreads", "serverSelectorThreads",
-                "forceRegister", "compressedRegister", "enableDLegerCommitLog", "haListenPort",
+                "forceRegister", "compressedRegister", "haListenPort",
                 "brokerFastFailureEnable", "waitTimeMillsInSendQueue", "useReentrantLockWhenPutMessage"}
 
 
@@ -139,6 +139,16 @@ class BrokerConfig:
 
     def as_properties(self) -> str:
         return "".join(f"{k}={_fmt(v)}\n" for k, v in sorted(self.as_dict().items()))
+
+
+def dledger_follower_id(store_config) -> int:
+    """A DLedger follower's brokerId: the numeric part of its selfId + 1 (n0 -> 1, n2 -> 3;
+    RocketMQ's DLedgerRoleChangeHandler), or its place in dLegerPeers + 1 without digits."""
+    self_id = store_config.dLegerSelfId
+    digits = "".join(ch for ch in self_id if ch.isdigit())
+    if digits:
+        return int(digits) + 1
+    return list(store_config.dledger_peers).index(self_id) + 1
 
 
 def _fmt(v: Any) -> str:

@@ -6,7 +6,8 @@ whose JSON body is {"m": method, "a": [args]} and whose response body is the
 JSON result; the supervisor pushes LINK_PUSH oneway requests to workers:
   {"kind": "notify", "group": g, "conns": [connection ids]} -> the worker sends
       NOTIFY_CONSUMER_IDS_CHANGED (40) to those connections;
-  {"kind": "topics"} / {"kind": "groups"} -> the worker drops its caches.
+  {"kind": "topics"} / {"kind": "groups"} -> the worker drops its caches;
+  {"kind": "role", "brokerRole": r, "brokerId": n} -> DLedger mode: the role changed.
 
 Hot-path reads are cached in the worker: topic and group configs until the
 supervisor says they changed, heartbeat subscriptions for SUBSCRIPTION_CACHE_S.
@@ -45,12 +46,13 @@ class RemoteMeta:
     """The worker's face of the supervisor's Metadata: the same awaitable
     methods as LocalMeta, over the link."""
 
-    def __init__(self, address: str, worker_id: int, on_notify):
+    def __init__(self, address: str, worker_id: int, on_notify, on_role=None):
         self.address = address
         self.worker_id = worker_id
         self.client = RemotingClient(connect_timeout_s=5)
         self.client.push_handlers[LINK_PUSH] = self._on_push
         self.on_notify = on_notify
+        self.on_role = on_role
         self._topics: dict[str, dict] = {}
         self._groups: dict[str, dict] = {}
         self._subs: dict[tuple[str, str], tuple[float, dict | None]] = {}
@@ -74,6 +76,8 @@ class RemoteMeta:
             self._topics.clear()
         elif kind == "groups":
             self._groups.clear()
+        elif kind == "role" and self.on_role is not None:
+            self.on_role(msg["brokerRole"], int(msg["brokerId"]))
 
     async def hello(self) -> None:
         await self._call("hello", self.worker_id, os.getpid())

@@ -202,6 +202,19 @@ class Metadata:
         self.topics_version = DataVersion.from_json(wrapper.get("dataVersion"))
         self.persist_topics()
 
+    def merge_topics(self, wrapper: dict) -> list[str]:
+        """A new DLedger leader taking topics another member knows and it does not (created
+        on an earlier leader while this one was away).  Its own configs win.  Returns the
+        names added."""
+        added = [name for name in wrapper.get("topicConfigTable", {}) if name not in self.topics]
+        for name in added:
+            self.topics[name] = wrapper["topicConfigTable"][name]
+        if added:
+            self.topics_version.bump()
+            self.persist_topics()
+            self.on_topics_changed()
+        return added
+
     # ---- subscription groups --------------------------------------------------------
     def group(self, name: str, create: bool = True) -> dict | None:
         g = self.groups.get(name)
@@ -221,6 +234,16 @@ class Metadata:
         self.groups = dict(wrapper.get("subscriptionGroupTable", {}))
         self.groups_version = DataVersion.from_json(wrapper.get("dataVersion"))
         self.persist_groups()
+
+    def merge_groups(self, wrapper: dict) -> list[str]:
+        """Like merge_topics, for subscription groups."""
+        added = [name for name in wrapper.get("subscriptionGroupTable", {}) if name not in self.groups]
+        for name in added:
+            self.groups[name] = wrapper["subscriptionGroupTable"][name]
+        if added:
+            self.groups_version.bump()
+            self.persist_groups()
+        return added
 
     def groups_wrapper(self) -> dict:
         return {"dataVersion": self.groups_version.as_json(), "subscriptionGroupTable": self.groups}

@@ -172,9 +172,11 @@ class PullProcessor:
         if not g.get("consumeEnable", True):
             return make_response(cmd, RC.NO_PERMISSION, f"subscription group no permission, {group}")
         tc = await self.meta.topic(topic)
-        if tc is None and self.config.brokerRole == "SLAVE" and self.store.max_offset(topic, qid) > 0:
-            # the replicated data is here but the master died before the first metadata
-            # sync: serve the queue read-only rather than refuse data we hold
+        if tc is None and (self.config.brokerRole == "SLAVE" or self.config.enableDLegerCommitLog) \
+                and self.store.max_offset(topic, qid) > 0:
+            # the replicated data is here but its topic's config is not (the master died before
+            # the first metadata sync; a DLedger member leads before it learned the topic):
+            # serve the queue read-only rather than refuse data we hold
             tc = {"perm": PERM_READ, "readQueueNums": qid + 1, "writeQueueNums": 0}
         if tc is None:
             return make_response(cmd, RC.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")

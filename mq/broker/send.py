@@ -40,8 +40,21 @@ STATUS_CODES = {
     PutStatus.MESSAGE_ILLEGAL: RC.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED: RC.MESSAGE_ILLEGAL,
     PutStatus.SERVICE_NOT_AVAILABLE: RC.SERVICE_NOT_AVAILABLE,
     PutStatus.CREATE_MAPPED_FILE_FAILED: RC.SYSTEM_ERROR, PutStatus.UNKNOWN_ERROR: RC.SYSTEM_ERROR,
+    PutStatus.OS_PAGECACHE_BUSY: RC.SYSTEM_ERROR,
+}
+# RocketMQ's remarks for the statuses a DLedger commit wait can end in (SendMessageProcessor)
+STATUS_REMARKS = {
+    PutStatus.OS_PAGECACHE_BUSY: "[PC_SYNCHRONIZED]broker busy, start flow control for a while",
+    PutStatus.UNKNOWN_ERROR: "UNKNOWN_ERROR",
 }
 STORED_CODES = (RC.SUCCESS, RC.FLUSH_DISK_TIMEOUT, RC.FLUSH_SLAVE_TIMEOUT, RC.SLAVE_NOT_AVAILABLE)
+
+
+def _remark(result) -> str | None:
+    remark = STATUS_REMARKS.get(result.status)
+    if remark is not None:
+        return f"{remark}: {result.reason}" if result.reason else remark
+    return result.reason or None
 
 
 def header_fields(cmd) -> dict[str, str]:
@@ -107,7 +120,7 @@ class SendProcessor:
         return tc
 
     def _common_checks(self, topic: str) -> None:
-        if self.config.brokerRole == "SLAVE":
+        if not self.broker.writable():
             raise BadRequest(RC.SERVICE_NOT_AVAILABLE, "the broker is a slave: it does not accept writes")
         if not self.config.brokerPermission & PERM_WRITE:
             raise BadRequest(RC.NO_PERMISSION, f"the broker[{self.config.brokerIP1}] sending message is forbidden")
@@ -183,7 +196,7 @@ class SendProcessor:
         code = STATUS_CODES[result.status]
         if code not in STORED_CODES:
             log.info("send refused (%s): header=%s body=%d bytes", result.reason, h, len(cmd.body))
-        return self._response(cmd, code, result.result, qid, result.reason or None)
+        return self._response(cmd, code, result.result, qid, _remark(result))
 
     async def _send_batch(self, cmd, topic, qid, props, sys_flag, born_ts, born_host, born_port):
         if props.get("DELAY") or (sys_flag & 0xC):
@@ -205,7 +218,7 @@ class SendProcessor:
         if code not in STORED_CODES:
             log.info("batch send refused (%s): sysFlag=%d body=%d bytes, head %s", result.reason, sys_flag,
                      len(cmd.body), cmd.body[:32].hex())
-        return self._response(cmd, code, result.result, qid, result.reason or None, batch=True)
+        return self._response(cmd, code, result.result, qid, _remark(result), batch=True)
 
     def _inflate_batch(self, body: bytes) -> bytes:
         limit = self.store.config.maxMessageSize

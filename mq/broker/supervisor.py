@@ -30,10 +30,12 @@ from mq.store.configfile import loads_lenient, write_atomic
 from mq.store.retention import Retention
 from mq.store.roles import role_main
 from mq.ha.role import ha_role_main
+from mq.dledger.role import dledger_role_main
+from mq.store.notify import CommitWaiter
 from mq.wire import commitlog as wcl
 from mq.wire.properties import decode_properties, encode_properties
 
-from .config import BrokerConfig
+from .config import BrokerConfig, dledger_follower_id
 from .launcher import STOP_PIPE, Launcher, RoleProcess
 from .link import LINK_CALL, LinkService, link_address
 from .metadata import SCHEDULE_TOPIC, Metadata, dumps
@@ -75,7 +77,11 @@ class Supervisor:
         scfg = cfg.store_config()
         self.launcher.attach(asyncio.get_running_loop())
         self.store = MessageStore.open(scfg, cfg.brokerIP1, cfg.listenPort, start_roles=False, prepare_files=False)
-        for role in ("flush", "dispatch", "ha"):
+        if self.dledger:
+            # a DLedger member starts as a follower; the Raft role tells when it leads
+            cfg.brokerRole, cfg.brokerId = "SLAVE", dledger_follower_id(scfg)
+            self.commit_waiter = CommitWaiter(self.store.ctl)
+        for role in ("flush", "dispatch", "dledger" if self.dledger else "ha"):
             self._start_role(role)
         self.metadata = Metadata(cfg, self.store.config_dir)
         self.metadata.on_topics_changed = self._topics_changed
@@ -93,8 +99,10 @@ class Supervisor:
         await asyncio.wait_for(asyncio.gather(*(e.wait() for e in self._ready.values())), WORKER_START_TIMEOUT_S)
         loops = [self._register_loop, self._persist_loop, self._schedule_loop, self._expire_loop,
                  self._watch_children, self._retention_loop]
-        if cfg.brokerRole == "SLAVE":
-            self.slave_sync = SlaveSync(self)
+        self.slave_sync = SlaveSync(self)
+        if self.dledger:
+            loops.append(self._follow_dledger_role)
+        elif cfg.brokerRole == "SLAVE":
             loops.append(self.slave_sync.run)
         self._tasks = [asyncio.create_task(t()) for t in loops]
         log.info("broker %s (%s, id %d) serving on %s:%d and :%d with %d io workers; name servers: %s",
@@ -143,8 +151,22 @@ class Supervisor:
         if ev is not None:
             ev.set()
 
+    @property
+    def dledger(self) -> bool:
+        return self.config.enableDLegerCommitLog
+
+    def writable(self) -> bool:
+        """Does this broker take writes now (master; in DLedger mode the ready leader)?"""
+        if self.dledger:
+            return self.store.ctl.get(C.POS_DL_APPEND_TERM) != 0
+        return self.config.brokerRole != "SLAVE"
+
     def _start_role(self, role: str) -> None:
         cfg = self.config
+        if role == "dledger":
+            self.roles[role] = self.launcher.start("dledger", dledger_role_main, (
+                cfg.store_config().as_dict(), cfg.brokerIP1, cfg.listenPort, STOP_PIPE))
+            return
         # perfTraceEnable: the flush role writes flush records, a master's HA role lag samples
         trace = {"dir": trace_dir(cfg), "broker": broker_label(cfg),
                  "msgs_base": self.store.ctl.get(C.POS_MSGS)} if cfg.perfTraceEnable else None
@@ -181,6 +203,52 @@ class Supervisor:
                     self._start_role(role)
             if killed:     # a process killed by a signal may have died holding the log stream's lock
                 await asyncio.to_thread(release_stuck_log_lock)
+
+    # ---- DLedger mode: following the Raft role ----------------------------------------------------------
+    async def _follow_dledger_role(self) -> None:
+        """The Raft role announces every change (SEQ_ROLE); this applies it to the broker:
+        the ready leader becomes brokerId 0 (SYNC_MASTER), a follower becomes brokerId
+        selfId+1 (SLAVE, syncing metadata from the leader); each change is pushed to the io
+        workers and registered with every name server at once (RocketMQ's
+        DLedgerRoleChangeHandler)."""
+        loop = asyncio.get_running_loop()
+        woken = asyncio.Event()
+        ctl = self.store.ctl
+        stop = False
+
+        def watch():
+            while not stop:
+                seen = ctl.seq(C.SEQ_ROLE)
+                loop.call_soon_threadsafe(woken.set)
+                ctl.wait(C.SEQ_ROLE, seen, 1000)
+
+        import threading
+        threading.Thread(target=watch, name="dledger-role-watch", daemon=True).start()
+        sync_task: asyncio.Task | None = None
+        follower_id = dledger_follower_id(self.store.config)
+        try:
+            while True:
+                await woken.wait()
+                woken.clear()
+                leader = self.writable()
+                role, bid = ("SYNC_MASTER", 0) if leader else ("SLAVE", follower_id)
+                if (role, bid) != (self.config.brokerRole, self.config.brokerId):
+                    log.info("DLedger role change: now %s (brokerId %d)", role, bid)
+                    self.config.brokerRole, self.config.brokerId = role, bid
+                    self.link.push_all({"kind": "role", "brokerRole": role, "brokerId": bid})
+                    if sync_task is not None:
+                        sync_task.cancel()
+                        sync_task = None
+                    if not leader:
+                        self.master_addr = None          # learned again from the next registration
+                        sync_task = asyncio.create_task(self.slave_sync.run())
+                    self._register_now.set()
+                    if leader:
+                        asyncio.create_task(self._reclaim_offsets_from_slaves())
+        finally:
+            stop = True
+            if sync_task is not None:
+                sync_task.cancel()
 
     # ---- metadata events ---------------------------------------------------------------------------------
     def _topics_changed(self) -> None:
@@ -225,9 +293,11 @@ class Supervisor:
                 log.warning("registration with name server %s failed: %s", addr, e)
 
     async def _reclaim_offsets_from_slaves(self) -> None:
-        """A master coming back: while it was down, consumers read from its slaves
-        and committed offsets there.  Take them (max per queue) before clients ask
-        this master, so no consumer offset goes backwards."""
+        """A master coming back (or a new DLedger leader): while it was down, consumers read
+        from its slaves and committed offsets there.  Take them (max per queue) before clients
+        ask this master, so no consumer offset goes backwards.  A DLedger leader also takes the
+        topics and subscription groups it lacks (created on an earlier leader while it was
+        away: RocketMQ's metadata is not in the replicated log)."""
         slaves = set()
         for ns in self.config.namesrv_list:
             try:
@@ -237,7 +307,7 @@ class Supervisor:
                 log.warning("cluster info from %s failed: %s", ns, e)
                 continue
             addrs = info.get("brokerAddrTable", {}).get(self.config.brokerName, {}).get("brokerAddrs", {})
-            slaves.update(a for bid, a in addrs.items() if int(bid) > 0)
+            slaves.update(a for bid, a in addrs.items() if int(bid) > 0 and a != self.config.broker_addr)
         for addr in sorted(slaves):
             try:
                 r = await self.client.invoke(addr, self.client.request(R.GET_ALL_CONSUMER_OFFSET), 3)
@@ -249,6 +319,22 @@ class Supervisor:
                 self.metadata.merge_offsets(loads_lenient(r.body.decode()))
                 if json.dumps(self.metadata.offsets_wrapper(), sort_keys=True) != before:
                     log.info("took newer consumer offsets from slave %s", addr)
+            if self.dledger:
+                await self._take_configs_from(addr)
+
+    async def _take_configs_from(self, addr: str) -> None:
+        for code, merge, what in ((R.GET_ALL_TOPIC_CONFIG, self.metadata.merge_topics, "topics"),
+                                  (R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, self.metadata.merge_groups, "groups")):
+            try:
+                r = await self.client.invoke(addr, self.client.request(code), 3)
+            except RemotingError as e:
+                log.warning("%s from %s failed: %s", what, addr, e)
+                continue
+            if r.code == RC.SUCCESS and r.body:
+                added = merge(loads_lenient(r.body.decode()))
+                if added:
+                    log.info("took %d %s from %s: %s", len(added), what, addr, ", ".join(sorted(added)[:20]))
+                    self.link.push_all({"kind": what})
 
     def _publish_master_ha_addr(self) -> None:
         """The slave's HA role reads the master's HA address from this file on each
@@ -271,7 +357,7 @@ class Supervisor:
         while True:
             self._register_now.clear()
             await self.register_all()
-            if first and self.config.brokerRole != "SLAVE":
+            if first and self.config.brokerRole != "SLAVE" and not self.dledger:
                 first = False
                 await self._reclaim_offsets_from_slaves()
             try:
@@ -312,10 +398,12 @@ class Supervisor:
         """Delivers delayed messages: SCHEDULE_TOPIC_XXXX queue L-1 holds level L;
         an entry's tags code is its delivery time.  Each due message is stored
         again under REAL_TOPIC/REAL_QID, then the level's offset moves."""
-        if self.config.brokerRole == "SLAVE":
+        if self.config.brokerRole == "SLAVE" and not self.dledger:
             return
         while True:
             await asyncio.sleep(SCHEDULE_TICK_S)
+            if not self.writable():
+                continue                 # a DLedger follower: the leader delivers
             try:
                 await self._deliver_due()
             except Exception:
@@ -342,6 +430,15 @@ class Supervisor:
                                                    flag=rec.flag, sys_flag=rec.sys_flag,
                                                    born_ts_ms=rec.born_timestamp_ms, born_host=rec.born_host,
                                                    born_port=rec.born_port, reconsume_times=rec.reconsume_times)
+                    if r.status is PutStatus.PUT_OK and self.dledger:
+                        # the level's offset moves only past a committed copy: a copy lost with a
+                        # leader change is delivered again by the next leader
+                        res = r.result
+                        outcome = await self.commit_waiter.wait_async(res.end_offset, res.dl_term(0),
+                                                                      self.config.maxWaitAckTimeMs / 1000)
+                        if outcome != "ok":
+                            log.warning("delayed message at %d: copy not committed (%s); retrying", phy, outcome)
+                            return
                     if r.status is not PutStatus.PUT_OK:
                         log.error("delayed message at %d not delivered: %s", phy, r.reason)
                         return

@@ -18,10 +18,11 @@ from time import perf_counter_ns
 from mq.remoting import RemotingServer, RequestCode as R, make_response
 from mq.store import MessageStore, PutResult, PutStatus
 from mq.store import control as C
-from mq.store.notify import PositionWaiter
+from mq.store.notify import CommitWaiter, PositionWaiter
 
 from .admin import AdminProcessor
 from .config import BrokerConfig
+from .dledgerinfo import dledger_runtime_info
 from .link import RemoteMeta
 from .hastatus import HAStatus
 from .launcher import die_with_parent
@@ -49,12 +50,14 @@ class IoWorker:
     async def start(self) -> None:
         cfg = self.config
         # a slave never appends: its HA role writes whole pages, which need no pre-touch
-        # (pre-touching would make the kernel zero every page first: half of catch-up's CPU)
+        # (pre-touching would make the kernel zero every page first: half of catch-up's CPU);
+        # a DLedger member may become the leader at any time
         self.store = MessageStore.attach(cfg.store_config(), cfg.brokerIP1, cfg.listenPort,
-                                         prepare_files=cfg.brokerRole != "SLAVE")
+                                         prepare_files=cfg.brokerRole != "SLAVE" or cfg.enableDLegerCommitLog)
         self.ack_waiter = PositionWaiter(self.store.ctl, C.SEQ_ACK, C.POS_ACKED)
+        self.commit_waiter = CommitWaiter(self.store.ctl) if cfg.enableDLegerCommitLog else None
         self.ha_status = HAStatus(cfg.storePathRootDir)
-        self.meta = RemoteMeta(self.link_address, self.worker_id, self._notify)
+        self.meta = RemoteMeta(self.link_address, self.worker_id, self._notify, self._role_changed)
         self.send = SendProcessor(self)
         self.pull = PullProcessor(self)
         self.admin = AdminProcessor(self)
@@ -108,6 +111,30 @@ class IoWorker:
         r = await self.store.put_batch_async(topic, queue_id, batch_body, trace=times, **kw)
         return await self._replicated(r, True, times)
 
+    def writable(self) -> bool:
+        """May this broker accept writes now?  DLedger mode: only a ready leader (the C append
+        checks the same term under the lock; this is the early, cheap answer)."""
+        if self.commit_waiter is not None:
+            return self.store.ctl.get(C.POS_DL_APPEND_TERM) != 0
+        return self.config.brokerRole != "SLAVE"
+
+    async def _committed(self, r, times=None):
+        """DLedger mode: SEND_OK only once the group committed the entries, in the term they
+        were appended in.  No quorum within maxWaitAckTimeMs -> SYSTEM_ERROR
+        '[PC_SYNCHRONIZED]broker busy' (OS_PAGECACHE_BUSY, as RocketMQ maps
+        WAIT_QUORUM_ACK_TIMEOUT); the term changed meanwhile -> SYSTEM_ERROR 'UNKNOWN_ERROR'
+        (the entry may be cut, or committed by the next leader: the outcome is unknown)."""
+        res = r.result
+        outcome = await self.commit_waiter.wait_async(res.end_offset, res.dl_term(res.count - 1),
+                                                      self.config.maxWaitAckTimeMs / 1000)
+        if times is not None:
+            times.acked_ns = perf_counter_ns()
+        if outcome == "ok":
+            return r
+        if outcome == "timeout":
+            return PutResult(PutStatus.OS_PAGECACHE_BUSY, None, "wait quorum ack timeout")
+        return PutResult(PutStatus.UNKNOWN_ERROR, None, "the leader's term changed before the commit")
+
     async def _replicated(self, r, wait: bool, times=None):
         """SYNC_MASTER: SEND_OK only once a slave acknowledged the message's end
         offset.  No slave, or one more than haSlaveFallbehindMax behind ->
@@ -118,6 +145,8 @@ class IoWorker:
         store call (= of any flush wait) and, when there was one, of the ack wait."""
         if times is not None:
             times.flushed_ns = perf_counter_ns()
+        if self.commit_waiter is not None and r.result is not None:
+            return await self._committed(r, times)       # WAIT=false too: SEND_OK means committed
         if self.config.brokerRole != "SYNC_MASTER" or not wait or r.result is None:
             return r
         end = r.result.end_offset
@@ -136,6 +165,9 @@ class IoWorker:
 
     def extra_runtime_info(self) -> dict:
         info = {"ioWorker": str(self.worker_id), "ioWorkerPid": str(os.getpid())}
+        if self.commit_waiter is not None:
+            info.update(dledger_runtime_info(self.config.storePathRootDir, self.store.ctl))
+            return info
         slaves = self.ha_status.slaves()
         if self.config.brokerRole != "SLAVE":
             info["slaveCount"] = str(len(slaves))
@@ -148,6 +180,11 @@ class IoWorker:
     def _conn_closed(self, conn) -> None:
         if self.conns.pop(conn.id, None) is not None:
             asyncio.ensure_future(self.meta.connection_closed((self.worker_id, conn.id)))
+
+    def _role_changed(self, broker_role: str, broker_id: int) -> None:
+        """DLedger mode: the supervisor followed a role change of the Raft role."""
+        self.config.brokerRole = broker_role
+        self.config.brokerId = broker_id
 
     def _notify(self, group: str, conn_ids: list[int]) -> None:
         for cid in conn_ids:

@@ -10,6 +10,7 @@
     mqadmin brokerStatus     -n NS (-b BROKER_ADDR | -c CLUSTER)
     mqadmin getBrokerConfig  -n NS (-b BROKER_ADDR | -c CLUSTER)
     mqadmin queryMsgByOffset -n NS -t TOPIC -b BROKER_NAME -i QUEUE_ID -o QUEUE_OFFSET
+    mqadmin leadershipTransfer -n NS -b BROKER_NAME -t TRANSFEREE_ID   (DLedger mode)
 
 Flags and output tables follow RocketMQ 4.9.8's tools (T/command/...); -n may be left out when
 $NAMESRV_ADDR is set, and several name servers are separated by ';'.  Long flag names (--namesrvAddr,
@@ -44,7 +45,8 @@ class UsageError(Exception):
 async def cluster_list(admin: AdminClient, args) -> int:
     info = await admin.cluster_info()
     # RocketMQ's columns, then ours: role, CommitLog max offset, and on a master each
-    # slave's acknowledged offset and lag in bytes
+    # slave's acknowledged offset and lag in bytes; in DLedger mode each member's Raft role,
+    # term, committed and last index, and on the leader each follower's lag in entries
     fmt = "%-22s  %-22s  %-4s  %-22s %-16s %19s %19s %10s %5s %6s  %-12s %14s  %s"
     print(fmt % ("#Cluster Name", "#Broker Name", "#BID", "#Addr", "#Version", "#InTPS(LOAD)", "#OutTPS(LOAD)",
                  "#PCWait(ms)", "#Hour", "#SPACE", "#Role", "#MaxOffset", "#SlaveAck(lag)"))
@@ -72,8 +74,30 @@ async def cluster_list(admin: AdminClient, args) -> int:
                                                  t.get("pullThreadPoolQueueHeadWaitTimeMills", "0")),
                              t.get("pageCacheLockTimeMills", "0"), "%2.2f" % hours,
                              "%.4f" % _float(t.get("commitLogDiskRatio")), t.get("brokerRole", "?"),
-                             t.get("commitLogMaxOffset", "?"), _slave_acks(t)))
+                             t.get("commitLogMaxOffset", "?"), _replication(t)))
     return 0
+
+
+def _replication(table: dict) -> str:
+    if "dLegerRole" in table:
+        return _dledger_state(table)
+    return _slave_acks(table)
+
+
+def _dledger_state(t: dict) -> str:
+    """'dledger n0 LEADER term=3 commit=120 last=120 (n1 lag 0, n2 lag 2)'."""
+    out = (f"dledger {t.get('dLegerSelfId', '?')} {t.get('dLegerRole', '?')} term={t.get('dLegerTerm', '?')} "
+           f"commit={t.get('dLegerCommitIndex', '?')} last={t.get('dLegerLastIndex', '?')}")
+    followers = []
+    for item in filter(None, t.get("dLegerFollowers", "").split(";")):
+        parts = item.split(":")
+        fields = dict(p.split("=", 1) for p in parts[1:] if "=" in p)
+        followers.append(f"{parts[0]} lag {fields.get('lag', '?')}")
+    if followers:
+        out += " (" + ", ".join(followers) + ")"
+    elif t.get("dLegerLeaderId") and t.get("dLegerRole") != "LEADER":
+        out += f" leader={t['dLegerLeaderId']}"
+    return out
 
 
 def _slave_acks(table: dict) -> str:
@@ -189,6 +213,26 @@ async def query_msg_by_offset(admin: AdminClient, args) -> int:
     return 0
 
 
+async def leadership_transfer(admin: AdminClient, args) -> int:
+    g = await admin.dledger_group(args.brokerName)
+    if args.transfereeId not in g["peers"]:
+        raise MQClientError(f"{args.transfereeId!r} is not a member of [{args.brokerName}] "
+                            f"(members: {', '.join(sorted(g['peers']))})")
+    leader = g["leader"]
+    if leader is None:
+        raise MQClientError(f"[{args.brokerName}] has no leader right now; try again in a moment")
+    if leader == args.transfereeId:
+        print(f"{args.transfereeId} already leads [{args.brokerName}]")
+        return 0
+    answer = await admin.dledger_transfer(g["peers"][leader], g["group"], args.transfereeId)
+    if answer.get("code") != 200:
+        raise MQClientError(f"the leader {leader} refused the transfer (code {answer.get('code')}, "
+                            f"leader now {answer.get('leaderId')})")
+    print(f"leadership transfer of [{args.brokerName}] from {leader} to {args.transfereeId} started "
+          f"(term {answer.get('term')}); the new leader serves once caught up")
+    return 0
+
+
 async def _broker_addrs(admin: AdminClient, args) -> list[str]:
     if args.brokerAddr:
         return [args.brokerAddr]
@@ -279,6 +323,9 @@ COMMANDS = {
                           (("-b", "--brokerName"), dict(required=True, help="broker name")),
                           (("-i", "--queueId"), dict(type=_nonneg, required=True, help="queue id")),
                           (("-o", "--offset"), dict(type=_nonneg, required=True, help="queue offset"))], []),
+    "leadershipTransfer": (leadership_transfer, "DLedger mode: hand the leadership of a group to a member",
+                           [(("-b", "--brokerName"), dict(required=True, help="broker name (the DLedger group's brokers)")),
+                            (("-t", "--transfereeId"), dict(required=True, help="the member to lead, e.g. n1"))], []),
 }
 
 

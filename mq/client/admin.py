@@ -11,6 +11,7 @@
                  28 GET_BROKER_RUNTIME_INFO -> {"table":{..}}      26 GET_BROKER_CONFIG -> properties text
                  33 VIEW_MESSAGE_BY_ID (header offset = commit-log offset) -> one stored record
                  11 PULL_MESSAGE of one message (queryMsgByOffset), group TOOLS_CONSUMER, no offset commit
+    DLedger      51005 LEADERSHIP_TRANSFER to the leader's DLedger peer port (mq.wire.dledger_rpc)
 
 Every method raises MQBrokerError for a failure answer, RemotingError when a server cannot be reached,
 MQClientError for anything else (unknown cluster, no route, no message there).
@@ -184,6 +185,42 @@ class AdminClient:
     async def broker_runtime_info(self, addr: str) -> dict[str, str]:
         r = await self.instance.invoke_ok(addr, R.GET_BROKER_RUNTIME_INFO, timeout_s=self.timeout_s)
         return {str(k): str(v) for k, v in (json.loads(r.body).get("table") or {}).items()}
+
+    # ---- DLedger groups (requests to a member's DLedger peer port, mq.wire.dledger_rpc) --------------
+    async def dledger_group(self, broker_name: str) -> dict:
+        """What a DLedger group's members say of themselves: {"group", "peers" {id: peer addr},
+        "leader" id or None, "members" {id: runtime info of the member's broker}}, from the
+        brokers of `broker_name` the name server knows."""
+        info = await self.cluster_info()
+        b = info.broker_addr_table.get(broker_name)
+        if b is None:
+            raise MQClientError(f"broker [{broker_name}] is not registered with the name server")
+        out: dict = {"group": None, "peers": {}, "leader": None, "members": {}}
+        for addr in b.broker_addrs.values():
+            try:
+                t = await self.broker_runtime_info(addr)
+            except (RemotingError, MQBrokerError):
+                continue
+            if "dLegerSelfId" not in t:
+                raise MQClientError(f"broker [{broker_name}] at {addr} is not in DLedger mode")
+            out["group"] = t.get("dLegerGroup") or out["group"]
+            out["members"][t["dLegerSelfId"]] = t
+            for item in filter(None, t.get("dLegerPeers", "").split(";")):
+                pid, _, paddr = item.partition("-")
+                out["peers"][pid] = paddr
+            if t.get("dLegerRole") == "LEADER":
+                out["leader"] = t["dLegerSelfId"]
+        if not out["members"]:
+            raise MQClientError(f"no broker of [{broker_name}] answered")
+        return out
+
+    async def dledger_transfer(self, peer_addr: str, group: str, transferee: str) -> dict:
+        """LEADERSHIP_TRANSFER (51005) to the leader's DLedger port: hand leadership to `transferee`
+        (it takes over once caught up).  Returns the answer's fields (code 200: started)."""
+        from mq.wire import dledger_rpc as RPC
+        ext = RPC.encode(RPC.LEADERSHIP_TRANSFER, False, {"group": group, "transfereeId": transferee})
+        r = await self.instance.invoke(peer_addr, RPC.LEADERSHIP_TRANSFER, ext, timeout_s=self.timeout_s)
+        return RPC.decode(RPC.LEADERSHIP_TRANSFER, True, r.ext_fields)
 
     async def broker_config(self, addr: str) -> dict[str, str]:
         r = await self.instance.invoke_ok(addr, R.GET_BROKER_CONFIG, timeout_s=self.timeout_s)

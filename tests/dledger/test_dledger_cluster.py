@@ -1,0 +1,317 @@
+"""DLedger mode with real processes on loopback: three mqbroker processes of one group and a
+name server.  What is proved: election and registration, the official C++ client producing
+and consuming, no acknowledged message lost across a leader kill under load, a frozen leader
+and a partitioned leader never acknowledging, a restarted member ending byte-identical, a
+whole-group restart keeping committed data, the preferred leader and leadership transfer."""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+
+import pytest
+
+from mq.cluster import NameServer, wait_for
+from mq.wire import commitlog as wcl
+
+from tests.dledger.dlkit import DLedgerGroup, call
+
+TOPIC = "DLT"
+SEND, PULL, RUNTIME = 310, 11, 28
+
+
+def send(addr: str, body: bytes, qid: int = 0, topic: str = TOPIC, timeout_s: float = 5.0):
+    return call(addr, SEND, {"a": "PG", "b": topic, "c": "TBW102", "d": 4, "e": qid, "f": 0, "g": 0, "h": 0,
+                             "i": "TAGS\x01TagA"}, body, timeout_s)
+
+
+def pull_all(addr: str, topic: str = TOPIC, queues: int = 4) -> list[bytes]:
+    """Every message body of the topic's queues at `addr`, in queue order."""
+    out = []
+    for q in range(queues):
+        offset = 0
+        while True:
+            r = call(addr, PULL, {"consumerGroup": "G", "topic": topic, "queueId": q, "queueOffset": offset,
+                                  "maxMsgNums": 32, "sysFlag": 4, "commitOffset": 0, "subscription": "*",
+                                  "subVersion": 0, "suspendTimeoutMillis": 0})
+            if r.code != 0:
+                break
+            pos = 0
+            while pos < len(r.body):
+                rec = wcl.parse_record(r.body, pos)
+                out.append(rec.body)
+                pos += rec.total_size
+            offset = int(r.ext_fields["nextBeginOffset"])
+    return out
+
+
+def runtime(addr: str) -> dict:
+    return json.loads(call(addr, RUNTIME).body)["table"]
+
+
+@pytest.fixture
+def ns(tmp_path):
+    n = NameServer(str(tmp_path))
+    yield n
+    n.stop()
+
+
+@pytest.fixture
+def group(tmp_path, ns):
+    groups = []
+
+    def make(**kw):
+        g = DLedgerGroup(str(tmp_path), ns.addr, **kw)
+        groups.append(g)
+        return g
+    yield make
+    for g in groups:
+        g.close()
+
+
+def _route_master(ns_addr: str, topic: str):
+    r = call(ns_addr, 105, {"topic": topic})
+    if r.code != 0:
+        return None
+    datas = json.loads(r.body.decode())["brokerDatas"]
+    return {str(k): v for k, v in datas[0]["brokerAddrs"].items()} if datas else None
+
+
+def test_election_registration_and_followers_refusing_writes(group, ns):
+    """A leader is elected and serves writes; the name server routes brokerId 0 to it and the
+    followers as brokerId selfId+1; followers answer sends with SERVICE_NOT_AVAILABLE (14) and
+    store nothing; an acknowledged message is committed on every member (logs equal up to the
+    commit position) and readable from the followers too."""
+    g = group()
+    leader = g.wait_leader()
+    assert send(g.addr(leader), b"first").code == 0
+    addrs = wait_for(lambda: (_route_master(ns.addr, TOPIC) or {}).get("0") == g.addr(leader) and
+                     len(_route_master(ns.addr, TOPIC)) == 3 and _route_master(ns.addr, TOPIC), 40, 0.2,
+                     "leader as brokerId 0 and both followers in the route")
+    for i in g.ids:
+        if i != leader:
+            assert addrs[str(int(i[1:]) + 1)] == g.addr(i)
+            r = send(g.addr(i), b"refused")
+            assert r.code == 14, (r.code, r.remark)
+    for i in g.ids:
+        wait_for(lambda: g.committed_pos(i) >= g.committed_pos(leader) > 0, 10, 0.05, f"{i} committed")
+    end = g.committed_pos(leader)
+    logs = {i: g.data_bytes(i, end) for i in g.ids}
+    assert len(set(logs.values())) == 1
+    for i in g.ids:
+        wait_for(lambda: b"first" in pull_all(g.addr(i)), 20, 0.1, f"the message readable on {i}")
+    assert all(b"refused" not in pull_all(g.addr(i)) for i in g.ids)
+    t = runtime(g.addr(leader))
+    assert t["dLegerRole"] == "LEADER" and t["brokerId"] == "0" and t["brokerRole"] == "SYNC_MASTER"
+
+
+def test_the_official_cpp_client_produces_and_consumes(group, ns):
+    """The unmodified C++ client (rocketmq==0.4.4) sends to the group's leader through the name
+    server with SEND_OK and a push consumer receives every message."""
+    rocketmq = pytest.importorskip("rocketmq.client", reason="pip install rocketmq==0.4.4 (make test does)")
+    from tests.compat.test_cpp_client import Collector, make_producer, message, push_consumer, uniq
+    g = group()
+    g.wait_leader()
+    wait_for(lambda: (_route_master(ns.addr, "TBW102") or {}).get("0"), 40, 0.2, "TBW102 routed to the leader")
+    topic, grp = uniq("T_dl"), uniq("CG_dl")
+    prod = make_producer(ns.addr)
+    try:
+        for i in range(100):
+            assert prod.send_sync(message(topic, i, "TagA")).status == 0
+    finally:
+        prod.shutdown()
+    col = Collector()
+    cons = push_consumer(ns.addr, grp, topic, col)
+    try:
+        wait_for(lambda: len({m[3] for m in col.got}) >= 100, 60, 0.2, "all 100 consumed")
+    finally:
+        cons.shutdown()
+    assert {int(m[3]) for m in col.got} == set(range(100))
+    del rocketmq
+
+
+def _load(g: DLedgerGroup, acked: list, stop: threading.Event, worker: int) -> None:
+    """Sends to whichever member takes writes (trying each in turn on a refusal)."""
+    i, target = 0, 0
+    while not stop.is_set():
+        body = b"w%d-%d" % (worker, i)
+        addr = g.addr(g.ids[target % len(g.ids)])
+        try:
+            r = send(addr, body, qid=i % 4, timeout_s=4.0)
+            ok = r.code == 0
+        except Exception:       # noqa: BLE001 - a dead or frozen member
+            ok = False
+        if ok:
+            acked.append(body)
+            i += 1
+        else:
+            target += 1
+            time.sleep(0.01)
+
+
+def test_leader_kill_under_load_loses_no_acknowledged_message(group):
+    """SIGKILL of the leader's whole process group while four producers send: a new leader
+    serves writes within 3 s of the kill, and every message that got SEND_OK is consumable
+    from it afterwards (duplicates allowed, holes not)."""
+    g = group()
+    old = g.wait_leader()
+    acked: list = []
+    stop = threading.Event()
+    threads = [threading.Thread(target=_load, args=(g, acked, stop, w)) for w in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        wait_for(lambda: len(acked) >= 300, 60, 0.05, "load under way")
+        before = len(acked)
+        t0 = time.monotonic()
+        g.kill(old)
+        new = g.wait_leader(10, among=[i for i in g.ids if i != old])
+        wait_for(lambda: len(acked) > before + 50, 20, 0.02, "writes acknowledged again")
+        failover_s = time.monotonic() - t0
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+    assert failover_s < 6, f"writes resumed {failover_s:.2f}s after the kill"
+    wait_for(lambda: g.committed_pos(new) > 0, 10)
+    got = set(pull_all(g.addr(new)))
+    missing = set(acked) - got
+    assert not missing, f"{len(missing)} of {len(acked)} acknowledged messages missing after the failover"
+
+
+def test_a_frozen_leader_never_acknowledges_and_steps_down_when_thawed(group):
+    """SIGSTOP of the leader for longer than the election timeout: sends it accepted before or
+    during the freeze never answer SEND_OK; the others elect a leader that serves; when the old
+    leader is resumed it steps down and follows."""
+    g = group()
+    old = g.wait_leader()
+    assert send(g.addr(old), b"before").code == 0
+    results: list = []
+
+    def pending(k: int):
+        try:
+            results.append(send(g.addr(old), b"frozen-%d" % k, timeout_s=30).code)
+        except Exception as e:  # noqa: BLE001
+            results.append(repr(e))
+
+    g.freeze(old)
+    threads = [threading.Thread(target=pending, args=(k,)) for k in range(3)]
+    try:
+        for t in threads:
+            t.start()
+        new = g.wait_leader(15, among=[i for i in g.ids if i != old])
+        assert send(g.addr(new), b"after").code == 0
+    finally:
+        g.thaw(old)
+    for t in threads:
+        t.join(40)
+    assert len(results) == 3 and 0 not in results, results
+    wait_for(lambda: g.status(old).get("role") == "FOLLOWER" and g.status(old).get("leader") == new, 15, 0.05,
+             "the old leader following the new one")
+    got = pull_all(g.addr(new))
+    assert b"before" in got and b"after" in got
+
+
+def test_a_leader_cut_off_from_both_followers_commits_nothing(group):
+    """A fault-injecting proxy black-holes every link of the leader: what it accepts is never
+    acknowledged (the minority commits nothing); the majority elects a leader that serves;
+    after healing, the old leader's uncommitted entries are replaced and all logs agree."""
+    g = group(proxied=True)
+    old = g.wait_leader()
+    assert send(g.addr(old), b"before").code == 0
+    g.isolate(old)
+    results = []
+    for k in range(3):
+        try:
+            results.append(send(g.addr(old), b"minority-%d" % k, timeout_s=8).code)
+        except Exception as e:  # noqa: BLE001
+            results.append(repr(e))
+    assert 0 not in results, results
+    new = g.wait_leader(15, among=[i for i in g.ids if i != old])
+    assert send(g.addr(new), b"majority").code == 0
+    g.heal()
+    wait_for(lambda: g.status(old).get("leader") == new and g.committed_pos(old) >= g.committed_pos(new), 20, 0.05,
+             "the old leader caught up with the new one")
+    end = g.committed_pos(new)
+    assert g.data_bytes(old, end) == g.data_bytes(new, end)
+    got = pull_all(g.addr(new))
+    assert b"majority" in got and not any(b.startswith(b"minority") for b in got)
+
+
+def test_a_killed_member_restarts_and_ends_byte_identical(group):
+    """A member killed with SIGKILL misses writes, restarts (recovery validates its files and
+    rejoins as a follower), catches up, and its data files equal the others' byte for byte up
+    to the commit position."""
+    g = group()
+    leader = g.wait_leader()
+    victim = next(i for i in g.ids if i != leader)
+    for k in range(50):
+        assert send(g.addr(leader), b"a%d" % k, qid=k % 4).code == 0
+    g.kill(victim)
+    for k in range(200):
+        assert send(g.addr(leader), b"b%d" % k + b"x" * (k * 37 % 3000), qid=k % 4).code == 0
+    g.restart(victim)
+    wait_for(lambda: g.committed_pos(victim) >= g.committed_pos(leader), 30, 0.05, "the restarted member caught up")
+    end = g.committed_pos(leader)
+    ref = g.data_bytes(leader, end)
+    for i in g.ids:
+        assert g.data_bytes(i, end) == ref, f"{i} differs from the leader"
+
+
+def test_all_members_killed_and_restarted_keep_every_committed_message(group):
+    """SIGKILL of all three members at once, then all restart: a leader is elected and every
+    acknowledged message is there."""
+    g = group()
+    leader = g.wait_leader()
+    acked = []
+    for k in range(120):
+        body = b"c%d" % k
+        assert send(g.addr(leader), body, qid=k % 4).code == 0
+        acked.append(body)
+    for i in g.ids:
+        g.kill(i)
+    for i in g.ids:
+        g.brokers[i].start()
+    leader = g.wait_leader(30)
+    assert send(g.addr(leader), b"after-restart").code == 0
+    got = set(pull_all(g.addr(leader)))
+    assert set(acked) <= got and b"after-restart" in got
+
+
+def test_the_preferred_leader_takes_over_again_when_it_returns(group, ns):
+    """preferredLeaderId=n1: n1 ends up leading; after n1 is killed another member leads and
+    serves; when n1 returns and has caught up, leadership moves back to it by itself (a
+    leadership transfer, TimeoutNow) and the name server routes brokerId 0 to it."""
+    g = group(preferredLeaderId="n1")
+    wait_for(lambda: g.leader() == "n1", 30, 0.05, "n1 leading")
+    g.kill("n1")
+    other = g.wait_leader(15, among=["n0", "n2"])
+    assert send(g.addr(other), b"while-n1-away").code == 0
+    g.brokers["n1"].start()
+    wait_for(lambda: g.leader() == "n1", 30, 0.05, "n1 leading again")
+    assert g.status("n1")["term"] > g.status(other)["term"] - 1
+    wait_for(lambda: (_route_master(ns.addr, TOPIC) or {}).get("0") == g.addr("n1"), 40, 0.2, "n1 routed as master")
+    assert b"while-n1-away" in pull_all(g.addr("n1"))
+
+
+def test_mqadmin_leadership_transfer(group, ns, capsys):
+    """`mqadmin leadershipTransfer -b RaftNode00 -t X` makes follower X the leader (in the next
+    term, without waiting for an election timeout); asking for the current leader is a no-op;
+    an unknown member is refused with exit code 1."""
+    from mq.cli import admin
+    g = group()
+    old = g.wait_leader()
+    wait_for(lambda: (_route_master(ns.addr, "TBW102") or {}).get("0") == g.addr(old), 40, 0.2, "the leader routed")
+    target = next(i for i in g.ids if i != old)
+    term = g.status(old)["term"]
+    t0 = time.monotonic()
+    assert admin.main(["leadershipTransfer", "-n", ns.addr, "-b", "RaftNode00", "-t", target]) == 0
+    wait_for(lambda: g.leader() == target, 10, 0.02, f"{target} leading")
+    assert time.monotonic() - t0 < 3.0 and g.status(target)["term"] == term + 1
+    assert "started" in capsys.readouterr().out
+    wait_for(lambda: runtime(g.addr(target)).get("dLegerRole") == "LEADER", 10, 0.05)
+    assert admin.main(["leadershipTransfer", "-n", ns.addr, "-b", "RaftNode00", "-t", target]) == 0
+    assert admin.main(["leadershipTransfer", "-n", ns.addr, "-b", "RaftNode00", "-t", "n9"]) == 1
+    assert send(g.addr(target), b"after-transfer").code == 0
+    assert os.path.exists(os.path.join(g.brokers[target].dir, f"dledger-{target}", "currterm"))
