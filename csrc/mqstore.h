@@ -340,7 +340,8 @@ int      mq_ha_recv_run(mq_commitlog *cl, int sock_fd, uint64_t *expected, uint6
  *   deleted or shrunk (other processes keep them mapped).
  * mq_dledger_set_commit: DL_COMMIT_INDEX to commit_next_index (monotonic,
  *   MQ_E_RANGE past DL_NEXT_INDEX) and COMMITTED to the end of entry
- *   commit_next_index - 1; wakes SEQ_COMMIT.
+ *   commit_next_index - 1; wakes SEQ_COMMIT.  Lock-free; contract: called only
+ *   by the thread that also truncates (the Raft role's).
  * mq_dledger_set_append_term: DL_APPEND_TERM under the lock (no append of the old
  *   term is in progress once it returns); wakes SEQ_COMMIT.
  * mq_dledger_recover_index: rewrites the index unit of each entry in

@@ -161,6 +161,7 @@ class Progress:
         self.inflight: list[int] = []    # replicate: last index of each Append not yet answered
         self.inflight_since = 0          # tick the oldest unanswered Append was sent
         self.recent_active = False       # heard from it since the last quorum check
+        self.sent_commit = -1            # the commit index the last Append to it carried
 
     def __repr__(self) -> str:
         return f"Progress(match={self.match}, next={self.next}, {self.state}, inflight={len(self.inflight)})"
@@ -473,6 +474,7 @@ class RaftNode:
             if active < self.quorum:
                 self._become_follower(self.term, None)
                 return
+        self._notify_commit()
         if self.heartbeat_elapsed >= self.cfg.heartbeat_ticks:
             self.heartbeat_elapsed = 0
             for p, pr in self.progress.items():
@@ -515,6 +517,7 @@ class RaftNode:
             return          # the follower needs entries we no longer hold: it cannot be caught up
         batch = self.log.entries(pr.next, last) if has_new else None
         self._send(Append(self.term, self.id, p, prev, prev_term, batch, self.commit))
+        pr.sent_commit = self.commit
         if pr.state == Progress.PROBE:
             pr.probe_sent = True
         elif batch is not None:
@@ -576,11 +579,15 @@ class RaftNode:
         n = matches[self.quorum - 1]
         if n > self.commit and self.log.term_at(n) == self.term:
             self.commit = n
-            # followers that are up to date learn the new commit at once (reads from followers,
-            # and their dispatch, would otherwise wait for the next append or heartbeat)
-            for p, pr in self.progress.items():
-                if pr.state == Progress.REPLICATE and pr.next > self.log.last_index() and not pr.inflight:
-                    self._send_append(p, force_commit=True)
+
+    def _notify_commit(self) -> None:
+        """Followers with nothing in flight learn a newer commit (reads from followers and their
+        dispatch would otherwise wait for the next heartbeat).  Once a tick: under load the
+        next data Append carries the commit anyway, so this sends nothing then."""
+        for p, pr in self.progress.items():
+            if pr.state == Progress.REPLICATE and pr.sent_commit < self.commit and not pr.inflight \
+                    and pr.next > self.log.last_index():
+                self._send_append(p, force_commit=True)
 
     def _send(self, m: Message) -> None:
         self._msgs.append(m)

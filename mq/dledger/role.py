@@ -65,6 +65,10 @@ STATUS_INTERVAL_S = 1.0
 CATCHUP_TICKS_MAX = 200           # ticks replayed at once after the loop was held up (SIGSTOP, load)
 OPAQUES_PER_LINK_MAX = 65536      # requests remembered per link until their response (votes may go unanswered)
 STOP_TRANSFER_S = 1.0
+# PUSH frames in flight per follower: while they are, new entries gather into the next push, so
+# under load a push carries many entries (per-push work dominates: two syscalls and a few Python
+# steps on each side) while one push of a lone entry still leaves at once
+PUSHES_IN_FLIGHT_MAX = 2
 
 
 def ticks(ms: int) -> int:
@@ -77,7 +81,7 @@ def raft_config(cfg: StoreConfig) -> Config:
     return Config(cfg.dLegerSelfId, peers, heartbeat_ticks=ticks(cfg.heartBeatTimeIntervalMs),
                   election_ticks_min=ticks(base + cfg.minVoteIntervalMs),
                   election_ticks_max=ticks(base + cfg.maxVoteIntervalMs),
-                  preferred_leader=cfg.preferredLeaderId or None)
+                  preferred_leader=cfg.preferredLeaderId or None, max_inflight=PUSHES_IN_FLIGHT_MAX)
 
 
 def read_status(store_root: str) -> dict | None:
@@ -190,6 +194,7 @@ class DLedgerRole:
             self._next_tick = now + TICK_S
         if n:
             self._after_step()
+        self._publish(tick=True)
         self._maybe_enable()
         if now - self._last_status >= STATUS_INTERVAL_S:
             self._write_status()
@@ -223,11 +228,14 @@ class DLedgerRole:
                 self._send(m)
         return replies
 
-    def _publish(self, force: bool = False) -> None:
+    def _publish(self, force: bool = False, tick: bool = False) -> None:
         node = self.node
-        commit_next = node.commit + 1
-        if commit_next > self.ctl.get(C.POS_DL_COMMIT_INDEX):
-            self.cl.dledger_set_commit(commit_next)
+        # a leader publishes every commit at once (senders wait for it); a follower's commit only
+        # serves reads from it and its dispatch, so it goes out once a tick (fewer wakeups)
+        if node.role is Role.LEADER or tick or force:
+            commit_next = node.commit + 1
+            if commit_next > self.ctl.get(C.POS_DL_COMMIT_INDEX):
+                self.cl.dledger_set_commit(commit_next)
         if self.enabled_term and not (node.is_ready_leader and node.term == self.enabled_term):
             self._fence()
         state = (node.role, node.term, node.leader_id, self.enabled_term)
@@ -272,10 +280,9 @@ class DLedgerRole:
         opaque = next(self.opaques)
         if isinstance(m, Append):
             b = m.entries
-            ext = RPC.encode(RPC.PUSH, False, {
-                **self._common(m), "leaderId": m.src, "prevIndex": m.prev_index, "prevTerm": m.prev_term,
-                "commitIndex": m.commit, "firstIndex": b.first_index if b else m.prev_index + 1,
-                "count": m.count, "firstPos": b.pos if b else -1, "bodySize": b.nbytes if b else 0})
+            ext = RPC.push_ext(self.group, m.src, m.dst, m.term, m.prev_index, m.prev_term, m.commit,
+                               b.first_index if b else m.prev_index + 1, m.count, b.pos if b else -1,
+                               b.nbytes if b else 0)
             code = RPC.PUSH
             if b is not None:
                 self._remember(m.dst, opaque, code)
@@ -326,11 +333,11 @@ class DLedgerRole:
         code = self.waiting[peer].pop(cmd.opaque, None)
         if code is None:
             return                              # an answer we no longer wait for
-        f = RPC.decode(code, True, cmd.ext_fields)
         me = self.self_id
+        f = RPC.decode(code, True, cmd.ext_fields) if code != RPC.PUSH else None
         if code == RPC.PUSH:
-            m = AppendResp(f["term"], peer, me, f["code"] == RPC.SUCCESS, f["index"], reject_index=f["rejectIndex"],
-                           hint_index=f["hintIndex"])
+            term, ok, index, reject, hint = RPC.push_resp_values(cmd.ext_fields)
+            m = AppendResp(term, peer, me, ok, index, reject_index=reject, hint_index=hint)
         elif code == RPC.VOTE:
             m = VoteResp(f["term"], peer, me, f["voteResult"] == RPC.ACCEPT, pre=bool(f["preVote"]))
         elif code == RPC.HEART_BEAT:
@@ -404,9 +411,7 @@ class DLedgerRole:
 
     def _reply_frame(self, opaque: int, r) -> bytes:
         if isinstance(r, AppendResp):
-            ext = RPC.encode(RPC.PUSH, True, {"term": r.term, "code": RPC.SUCCESS if r.success else RPC.INCONSISTENT_STATE,
-                                              "index": r.index, "rejectIndex": r.reject_index,
-                                              "hintIndex": r.hint_index})
+            ext = RPC.push_resp_ext(r.term, r.success, r.index, r.reject_index, r.hint_index)
         elif isinstance(r, VoteResp):
             ext = RPC.encode(RPC.VOTE, True, {"term": r.term, "voteResult": RPC.ACCEPT if r.granted else RPC.REJECT,
                                               "preVote": r.pre})

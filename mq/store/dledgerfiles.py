@@ -40,4 +40,10 @@ def load_checkpoint(dledger_dir: str) -> tuple[int, int]:
 
 
 def save_checkpoint(dledger_dir: str, end_index: int, committed_index: int) -> None:
-    write_atomic(os.path.join(dledger_dir, CHECKPOINT), W.build_checkpoint(end_index, committed_index))
+    """Replaced atomically (rename) but not fsynced: it is a hint, written every few seconds by
+    the Raft role's event loop, which must not stall on a disk flush."""
+    path = os.path.join(dledger_dir, CHECKPOINT)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(W.build_checkpoint(end_index, committed_index))
+    os.replace(tmp, path)

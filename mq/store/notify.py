@@ -127,7 +127,8 @@ class CommitWaiter:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="commit-waiter", daemon=True)
                 self._thread.start()
-        self.ctl.wake(_SEQ_COMMIT)                 # the thread re-checks what may have moved meanwhile
+        if self._outcome(end, term) is not None:   # settled between the check and the push: the
+            self.ctl.wake(_SEQ_COMMIT)             # thread may have looked just before; look again
         timer = loop.call_later(timeout_s, _resolve, fut, "timeout")
         try:
             return await fut

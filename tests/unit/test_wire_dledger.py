@@ -95,3 +95,38 @@ def test_peer_messages_refuse_missing_and_mistyped_fields():
         RPC.encode(RPC.VOTE, False, {"group": "g"})
     with pytest.raises(EncodeError):
         RPC.encode(RPC.HEART_BEAT, True, {"term": 1, "code": 200, "surprise": 1})
+
+
+def test_the_push_fast_paths_equal_the_declared_codec():
+    """push_ext / push_resp_ext / push_resp_values (the hot PUSH messages) give exactly what
+    encode()/decode() give; a malformed answer still raises the FieldError decode() would."""
+    ext = RPC.push_ext("g", "n0", "n1", 5, 99, 4, 90, 100, 3, 4096, 777)
+    assert ext == RPC.encode(RPC.PUSH, False, {
+        "group": "g", "localId": "n0", "remoteId": "n1", "term": 5, "leaderId": "n0", "prevIndex": 99,
+        "prevTerm": 4, "commitIndex": 90, "firstIndex": 100, "count": 3, "firstPos": 4096, "bodySize": 777})
+    for ok in (True, False):
+        resp = RPC.push_resp_ext(5, ok, 102, -1 if ok else 99, -1 if ok else 97)
+        assert resp == RPC.encode(RPC.PUSH, True, {"term": 5, "code": 200 if ok else RPC.INCONSISTENT_STATE,
+                                                    "index": 102, "rejectIndex": -1 if ok else 99,
+                                                    "hintIndex": -1 if ok else 97})
+        f = RPC.decode(RPC.PUSH, True, resp)
+        assert RPC.push_resp_values(resp) == (f["term"], f["code"] == 200, f["index"], f["rejectIndex"],
+                                              f["hintIndex"])
+    with pytest.raises(RPC.FieldError, match="hintIndex"):
+        RPC.push_resp_values({"term": "1", "code": "200", "index": "3", "rejectIndex": "-1"})
+
+
+def test_peer_frames_are_remoting_frames():
+    """The DLedger role's frame heads (orjson) decode with mq.wire.remoting's declared decoder to
+    the same command, and its fast decoder agrees on them."""
+    from mq.dledger.net import decode_header, request_frame, response_frame
+    from mq.wire.remoting import RPC_RESPONSE, decode_frame
+    ext = RPC.push_ext("g", "n0", "n1", 5, 99, 4, 90, 100, 3, 4096, 3)
+    frame = request_frame(RPC.PUSH, 77, ext, 3) + b"abc"
+    cmd = decode_frame(frame)
+    assert (cmd.code, cmd.opaque, cmd.flag, cmd.ext_fields, cmd.body) == (RPC.PUSH, 77, 0, ext, b"abc")
+    hlen = int.from_bytes(frame[5:8], "big")
+    fast = decode_header(frame[8:8 + hlen])
+    assert (fast.code, fast.opaque, fast.flag, fast.ext_fields) == (RPC.PUSH, 77, 0, ext)
+    resp = decode_frame(response_frame(78, {"code": "200"}, b"{}"))
+    assert resp.is_response and resp.flag == RPC_RESPONSE and resp.opaque == 78 and resp.body == b"{}"

@@ -1,0 +1,207 @@
+"""Benchmarks for the DLedger gates of ../shared/PERF.md (see perf/README.md, "DLedger benchmarks").
+
+Real `mqnamesrv` and `mqbroker` processes on loopback (mq/cluster.py), DLedger mode, ASYNC_FLUSH,
+1 io worker per broker, 1 KiB bodies, the default DLedger timers (heartBeatTimeIntervalMs 200,
+maxHeartBeatLeak 3, minVoteIntervalMs 300, maxVoteIntervalMs 800: an election timeout of
+0.9-1.4 s).
+
+  1. failover: kill -9 of the leader's whole process group, then the time until a surviving
+     member answers a SEND_MESSAGE_V2 with SEND_OK; over >= 10 kills (3 in the quick variant),
+     the killed member restarted and caught up between kills               max <= 3 s
+  2. throughput with 64 concurrent producers, DLedger (3 members) against SYNC_MASTER + SLAVE,
+     rounds interleaved in one run                                          dledger / sync >= 0.8
+
+The prober of gate 1 sends to every surviving member in turn (a send to a follower is answered
+SERVICE_NOT_AVAILABLE at once; a dead address fails at once), so it measures the cluster, not a
+client's route refresh (which RocketMQ clients do every 30 s).  Like the other perf files: the
+numbers are printed with the target; a generous floor is asserted; a missed target is a
+GateMissed warning (MQ_PERF_STRICT=1 makes it fail)."""
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import time
+from dataclasses import dataclass
+
+import pytest
+
+from mq.cluster import Broker, free_port, wait_for
+from mq.dledger.role import read_status
+from mq.remoting import RemotingClient
+
+from . import test_broker_bench as bb
+from . import workloads as w
+
+FAILOVER_TARGET_S = 3.0          # max over the kills
+FAILOVER_FLOOR_S = 8.0           # a CI failure below this means a regression, not noise
+DLEDGER_VS_SYNC_TARGET = 0.8
+DLEDGER_VS_SYNC_FLOOR = 0.25
+PROBE_TIMEOUT_S = 0.5
+PRODUCER_PROCESSES = 2
+CONNS_PER_PROCESS = 4
+IN_FLIGHT_PER_CONN = 8            # 64 producers
+FILE_SIZE = 64 * w.MIB
+
+
+def dledger_options(**extra) -> dict:
+    return {"brokerClusterName": "PerfRaft", "enableDLegerCommitLog": "true", "sendMessageThreadPoolNums": 1,
+            "flushDiskType": "ASYNC_FLUSH", "mappedFileSizeCommitLog": FILE_SIZE,
+            "mappedFileSizeForEntryIndex": 4 * w.MIB, **extra}
+
+
+class Group:
+    """Three DLedger members named `name` under `workdir`."""
+
+    def __init__(self, workdir: str, namesrv: str, name: str):
+        self.ids = ["n0", "n1", "n2"]
+        peers = ";".join(f"{i}-127.0.0.1:{free_port()}" for i in self.ids)
+        self.brokers = {i: Broker(workdir, namesrv, name=name, dLegerGroup=name, dLegerPeers=peers, dLegerSelfId=i,
+                                  storePathRootDir=os.path.join(workdir, f"{name}-{i}"), **dledger_options())
+                        for i in self.ids}
+
+    def leader(self, among=None) -> str | None:
+        found = []
+        for i in among or self.ids:
+            if self.brokers[i].proc.p.poll() is None:
+                st = read_status(self.brokers[i].dir) or {}
+                if st.get("role") == "LEADER" and st.get("ready"):
+                    found.append(i)
+        return found[0] if len(found) == 1 else None
+
+    def caught_up(self) -> bool:
+        st = [read_status(b.dir) or {} for b in self.brokers.values()]
+        return len({s.get("commit") for s in st}) == 1 and all(s.get("lastIndex") == s.get("commit") for s in st)
+
+    def stop(self) -> None:
+        for b in self.brokers.values():
+            if b.proc.p.poll() is None:
+                b.stop()
+
+
+async def _probe_until_ok(addrs: list[str], topic: str, deadline: float) -> float | None:
+    """Sends to each address in turn until one answers SEND_OK; the monotonic time of that answer."""
+    c = RemotingClient()
+    try:
+        i = 0
+        while time.monotonic() < deadline:
+            addr = addrs[i % len(addrs)]
+            i += 1
+            try:
+                r = await c.invoke(addr, c.request(w.SEND_MESSAGE_V2, w.send_header(topic, 0), w.BODY),
+                                   PROBE_TIMEOUT_S)
+                if r.code == w.SUCCESS:
+                    return time.monotonic()
+            except Exception:           # noqa: BLE001 - a dead member, or one not answering yet
+                pass
+            await asyncio.sleep(0.005)
+        return None
+    finally:
+        await c.close()
+
+
+@dataclass(frozen=True)
+class FailoverScale:
+    kills: int
+
+
+@pytest.mark.parametrize("scale", [pytest.param(FailoverScale(3), id="quick", marks=pytest.mark.quick),
+                                   pytest.param(FailoverScale(10), id="full")])
+def test_failover_time(benchmark, namesrv, store_dir, scale):
+    """Gate: from kill -9 of the leader to a surviving member answering SEND_OK, max <= 3 s."""
+    benchmark.group = "dledger gate: failover"
+    g = Group(store_dir, namesrv.addr, "PerfFailover")
+    times: list[float] = []
+    try:
+        wait_for(g.leader, 30, 0.02, "a first leader")
+
+        def one_kill():
+            leader = wait_for(g.leader, 30, 0.02, "a leader")
+            assert asyncio.run(_probe_until_ok([g.brokers[leader].addr], "PerfFailoverSend", time.monotonic() + 10))
+            wait_for(g.caught_up, 30, 0.05, "every member caught up")
+            survivors = [g.brokers[i].addr for i in g.ids if i != leader]
+            t0 = time.monotonic()
+            g.brokers[leader].kill()
+            t1 = asyncio.run(_probe_until_ok(survivors, "PerfFailoverSend", t0 + 30))
+            assert t1 is not None, "no surviving member answered SEND_OK within 30 s"
+            times.append(t1 - t0)
+            g.brokers[leader].start()
+
+        benchmark.pedantic(one_kill, rounds=scale.kills)
+    finally:
+        g.stop()
+    med, mx = statistics.median(times), max(times)
+    print(f"\nfailover over {len(times)} leader kills (kill -9 -> SEND_OK from a survivor): "
+          f"median {med:.2f} s, max {mx:.2f} s, all: {', '.join(f'{t:.2f}' for t in times)}")
+    benchmark.extra_info.update({"median_s": med, "max_s": mx, "all_s": times})
+    bb.judge("DLedger failover, max over kills (s)", FAILOVER_TARGET_S / mx, 1.0, FAILOVER_TARGET_S / FAILOVER_FLOOR_S,
+             f"max {mx:.2f} s against {FAILOVER_TARGET_S:.0f} s (printed as target/max)")
+
+
+@dataclass(frozen=True)
+class ThroughputScale:
+    per_producer: int
+    rounds: int
+
+
+@pytest.mark.parametrize("scale", [pytest.param(ThroughputScale(30, 3), id="quick", marks=pytest.mark.quick),
+                                   pytest.param(ThroughputScale(200, 5), id="full")])
+def test_dledger_vs_sync_master(benchmark, namesrv, store_dir, need_disk, scale):
+    """Gate: DLedger (3 members) / SYNC_MASTER + SLAVE throughput with 64 producers >= 0.8.
+
+    Both setups run side by side for the whole test (ASYNC_FLUSH, 1 io worker per broker); two
+    producer processes open 4 connections each to the DLedger leader and to the SYNC_MASTER and
+    run 8 single-send producers per connection; rounds alternate (SYNC_MASTER in the untimed
+    setup, DLedger measured)."""
+    from .test_ha_bench import broker_options, ha_addr, runtime_info
+    benchmark.group = "dledger gate: DLedger vs SYNC_MASTER"
+    need_disk(2 * w.GIB)
+    topic = "PerfDLedgerSend"
+    producers = w.SingleProducerProcesses(PRODUCER_PROCESSES, IN_FLIGHT_PER_CONN)
+    session = w.Session()
+    g = None
+    started: list[Broker] = []
+    try:
+        master = Broker(store_dir, namesrv.addr, name="perf-sync", **broker_options("SYNC_MASTER"))
+        started.append(master)
+        started.append(Broker(store_dir, namesrv.addr, name="perf-sync", brokerId=1, haMasterAddress=ha_addr(master),
+                              **broker_options("SLAVE")))
+        g = Group(store_dir, namesrv.addr, "PerfDLedger")
+        leader = wait_for(g.leader, 30, 0.02, "a DLedger leader")
+        wait_for(lambda: int(runtime_info(session, master.addr).get("slaveCount", 0)) >= 1, 30, 0.05, "the slave")
+        addrs = {"SYNC_MASTER": master.addr, "DLEDGER": g.brokers[leader].addr}
+        for addr in addrs.values():
+            session.run(w.create_topic(session.client, addr, topic))
+        rates: dict[str, list[float]] = {k: [] for k in addrs}
+        lats: dict[str, list[float]] = {k: [] for k in addrs}
+        for addr in addrs.values():
+            producers.call("connect", addr, CONNS_PER_PROCESS)
+            producers.run(addr, topic, max(5, scale.per_producer // 4))
+            producers.call("disconnect")
+
+        def round_on(kind: str) -> None:
+            producers.call("connect", addrs[kind], CONNS_PER_PROCESS)
+            msgs, secs, lat, _ = producers.run(addrs[kind], topic, scale.per_producer)
+            producers.call("disconnect")
+            rates[kind].append(msgs / secs)
+            lats[kind] += lat
+
+        benchmark.pedantic(round_on, setup=lambda: (round_on("SYNC_MASTER"), (("DLEDGER",), {}))[1],
+                           rounds=scale.rounds)
+    finally:
+        producers.close()
+        session.close()
+        if g is not None:
+            g.stop()
+        for b in started:
+            b.stop()
+    rate = {k: statistics.median(v) for k, v in rates.items()}
+    for k in rate:
+        print(f"\n  {k:12s}: {rate[k]:8,.0f} msgs/s (rounds {min(rates[k]):,.0f}-{max(rates[k]):,.0f}) "
+              f"latency {bb.latency_text(lats[k])}", end="")
+    ratio = rate["DLEDGER"] / rate["SYNC_MASTER"]
+    print(f"\n  DLedger / SYNC_MASTER: {ratio:.2f}")
+    benchmark.extra_info.update({"ratio": ratio, **{f"msgs_per_s[{k}]": v for k, v in rate.items()}})
+    bb.judge("DLedger (3) / SYNC_MASTER + SLAVE, 64 producers", ratio, DLEDGER_VS_SYNC_TARGET, DLEDGER_VS_SYNC_FLOOR,
+             f"{bb.SAME_RUN}, 5 brokers and 2 client processes on {os.cpu_count()} CPUs")
+
