@@ -2,6 +2,7 @@
 
     mqdump commitlog    PATH [--json] [--from PHY_OFFSET] [--limit N] [--no-crc]
     mqdump consumequeue PATH [--json] [--from QUEUE_OFFSET] [--limit N]
+    mqdump dledger      PATH [--json] [--limit N] [--no-crc]
 
 Every byte is decoded through mq.wire (parse_record, peek_record, unpack_cq_entry, decode_properties,
 offset_msg_id), never through mq.store: the tool needs neither the C core nor the store's lock or control
@@ -20,6 +21,13 @@ CommitLog walk (spec 3.2, 3.6), per file, from its first byte (or from --from):
     TOTALSIZE == MAGIC == 0      -> clean end of data in this file (the rest must be zero bytes)
     anything else / a bad record -> report a problem with its absolute offset; the rest of this file is
                                     unreadable; continue with the next file
+DLedger walk (spec 7, mq.wire.dledger), over the data files of a dledger-<selfId> directory:
+    entry  -> its index, term and pos, then the record inside as for the CommitLog (its
+              PHYSICALOFFSET must be pos + 48); indexes must follow each other and terms never go
+              down; each entry is compared with its unit in the index files
+    filler -> (-1, room) to the end of the file; then the next file
+    a bad entry -> a problem with its position (torn when nothing but zero bytes follows)
+and the checkpoint (endIndex, committedIndex) and currterm (currTerm, voteLeader) files are shown.
 ConsumeQueue walk (spec 3.4): 20-byte entries until the first all-zero entry; runs of the filler entry
 (0, 0x7FFFFFFF, 0) are reported as one line; a file whose size is not a multiple of 20 is truncated.
 
@@ -45,6 +53,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from mq.wire import dledger as dlw
 from mq.wire import (
     BLANK_MAGIC_CODE,
     BORNHOST_V6,
@@ -624,6 +633,156 @@ def dump_commitlog(args: argparse.Namespace, out: Output) -> int:
 
 
 # --------------------------------------------------------------------------------------------------
+# DLedger
+
+
+def resolve_dledger(path: str) -> tuple[str, str | None, list[ClFile]]:
+    """(dledger dir, index dir or None, data files) named by PATH: a dledger-<selfId> directory, its
+    data directory, or a store root holding exactly one dledger-* directory."""
+    _resolve_input(path)
+    if not os.path.isdir(path):
+        raise UsageError(f"{path}: not a directory (give a dledger-<selfId> directory or a store root)")
+    _check_readable_dir(path)
+    d = path
+    subs = [n for n in sorted(os.listdir(path)) if n.startswith("dledger-") and os.path.isdir(os.path.join(path, n))]
+    if subs:
+        if len(subs) > 1:
+            raise UsageError(f"{path}: several DLedger directories ({', '.join(subs)}): name one")
+        d = os.path.join(path, subs[0])
+    elif os.path.basename(os.path.abspath(path)) == "data":
+        d = os.path.dirname(os.path.abspath(path))
+    data = os.path.join(d, "data")
+    if not os.path.isdir(data):
+        raise UsageError(f"{path}: no DLedger data directory ({data})")
+    files = [ClFile(p, start) for start, p in _numbered_files(data)]
+    if not files:
+        raise UsageError(f"{path}: no DLedger data files (20-digit names) in {data}")
+    index = os.path.join(d, "index")
+    return d, index if os.path.isdir(index) else None, files
+
+
+class _IndexFiles:
+    """Reads index units (mq.wire.dledger) from the index files, read-only."""
+
+    def __init__(self, directory: str | None):
+        self.files = dict(_numbered_files(directory)) if directory else {}
+        self.size = os.path.getsize(next(iter(self.files.values()))) if self.files else 0
+        self.open: dict[int, FileBytes] = {}
+
+    def unit(self, index: int):
+        if not self.size:
+            return None
+        at = index * dlw.INDEX_UNIT_SIZE
+        start = at - at % self.size
+        if start not in self.files:
+            return None
+        fb = self.open.get(start) or self.open.setdefault(start, FileBytes(self.files[start]))
+        buf, i = fb.view(at - start, dlw.INDEX_UNIT_SIZE)
+        try:
+            return dlw.parse_index_unit(buf, i)
+        except WireError:
+            return "bad"
+
+    def close(self) -> None:
+        for fb in self.open.values():
+            fb.close()
+
+
+def dump_dledger(args: argparse.Namespace, out: Output) -> int:
+    d, index_dir, files = resolve_dledger(args.path)
+    units = _IndexFiles(index_dir)
+    for name, parse in (("checkpoint", dlw.parse_checkpoint), ("currterm", dlw.parse_currterm)):
+        try:
+            with open(os.path.join(d, name), encoding="utf-8") as f:
+                values = parse(f.read())
+        except FileNotFoundError:
+            continue
+        except WireError as exc:
+            out.problem(Problem("malformed", os.path.join(d, name), _wire_detail(exc)), {})
+            continue
+        keys = ("endIndex", "committedIndex") if name == "checkpoint" else ("currTerm", "voteLeader")
+        out.emit({"kind": name, **dict(zip(keys, values))}, f"{name}: " + " ".join(f"{k}={v}" for k, v in
+                                                                                 zip(keys, values)))
+    entries = fillers = 0
+    prev = None                                   # (index, term) of the previous entry
+    limited = False
+    try:
+        for k, f in enumerate(files):
+            out.current_file = f.path
+            with FileBytes(f.path) as fb:
+                size = f.size = fb.size
+                out.emit({"kind": "file", "file": f.path, "start_offset": f.start, "size": size},
+                         f"== {f.path} start={f.start} size={size}")
+                pos = 0
+                while pos + 8 <= size:
+                    abs_pos = f.start + pos
+                    buf, i = fb.view(pos, dlw.ENTRY_HEADER_SIZE)
+                    magic, esize = int.from_bytes(buf[i:i + 4], "big", signed=True), \
+                        int.from_bytes(buf[i + 4:i + 8], "big", signed=True)
+                    if magic == 0 and esize == 0:
+                        if fb.first_nonzero(pos) is not None:
+                            out.problem(Problem("garbage", f.path, f"@{abs_pos}: non-zero bytes after the end of "
+                                                                   "the entries"), {"pos": abs_pos})
+                        out.emit({"kind": "end", "file": f.path, "pos": abs_pos}, f"@{abs_pos} end of entries")
+                        break
+                    if magic == dlw.BLANK_MAGIC:
+                        if esize != size - pos:
+                            out.problem(Problem("bad_blank", f.path, f"@{abs_pos}: filler of {esize} bytes, "
+                                                f"{size - pos} to the file's end"), {"pos": abs_pos})
+                            break
+                        fillers += 1
+                        out.emit({"kind": "blank", "file": f.path, "pos": abs_pos, "size": esize},
+                                 f"@{abs_pos} filler {esize} bytes")
+                        break
+                    e = None
+                    try:
+                        e = dlw.parse_entry_header(buf, i)
+                        if e.pos != abs_pos:
+                            raise SizeMismatchError(f"entry at {abs_pos} says pos {e.pos}")
+                        if pos + e.size > size:
+                            raise TruncatedError(f"entry at {abs_pos} of {e.size} bytes runs past the file's end")
+                        if prev is not None and (e.index != prev[0] + 1 or e.term < prev[1]):
+                            raise SizeMismatchError(f"entry at {abs_pos}: index {e.index} term {e.term} after "
+                                                    f"index {prev[0]} term {prev[1]}")
+                        body, j = fb.view(pos + dlw.ENTRY_HEADER_SIZE, e.body_size)
+                        rec = parse_record(body, j)
+                        if rec.total_size != e.body_size or rec.physical_offset != e.body_pos:
+                            raise SizeMismatchError(f"record at {e.body_pos}: size {rec.total_size} (entry body "
+                                                    f"{e.body_size}), PHYSICALOFFSET {rec.physical_offset}")
+                        crc = "skipped" if args.no_crc else ("ok" if record_crc_ok(rec) else "bad")
+                        if crc == "bad":
+                            raise SizeMismatchError(f"record at {e.body_pos}: BODYCRC {rec.body_crc} does not match")
+                    except WireError as exc:
+                        # torn: nothing but zero bytes after what the entry claims (a write cut short)
+                        tail_from = pos + (e.size if e is not None and e.size > 8 else 8)
+                        torn = fb.first_nonzero(tail_from) is None and all(g.empty_head() for g in files[k + 1:])
+                        out.problem(Problem("torn" if torn else "bad_entry", f.path, f"@{abs_pos}: "
+                                            + _wire_detail(exc)), {"pos": abs_pos})
+                        break
+                    unit = units.unit(e.index)
+                    match = unit == dlw.Unit(e.pos, e.size, e.index, e.term)
+                    if not match:
+                        out.problem(Problem("index_mismatch", f.path, f"@{abs_pos}: entry {e.index}'s index unit "
+                                            f"is {unit}"), {"pos": abs_pos, "index": e.index})
+                    obj = {**_record_json(rec, e.body_pos, f.path, crc), "kind": "entry", "index": e.index,
+                           "term": e.term, "pos": e.pos, "entry_size": e.size, "index_unit_ok": match}
+                    out.item(obj, f"#{e.index} term={e.term} pos={e.pos} " + _record_text(obj))
+                    entries += 1
+                    prev = (e.index, e.term)
+                    pos += e.size
+    except _Limit:
+        limited = True
+    finally:
+        units.close()
+    span = f", indexes {prev[0] - entries + 1}..{prev[0]}, last term {prev[1]}" if prev else ""
+    out.emit({"kind": "summary", "entries": entries, "fillers": fillers, "files": len(files),
+              "problems": len(out.problems), "last_index": prev[0] if prev else None, "limited": limited},
+             f"summary: {entries} entries, {fillers} fillers, {len(files)} files, {len(out.problems)} problems"
+             f"{span}" + (" (stopped at --limit)" if limited else ""))
+    return out.exit_code()
+
+
+# --------------------------------------------------------------------------------------------------
 # ConsumeQueue
 
 
@@ -836,7 +995,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "broker runs).",
         epilog="exit status: 0 no problems, 1 bad/torn records or entries, 2 usage error or unreadable input",
     )
-    sub = parser.add_subparsers(dest="command", metavar="{commitlog,consumequeue}")
+    sub = parser.add_subparsers(dest="command", metavar="{commitlog,consumequeue,dledger}")
     sub.required = True
     cl = sub.add_parser(
         "commitlog", help="list CommitLog records",
@@ -859,6 +1018,16 @@ def build_parser() -> argparse.ArgumentParser:
     cq.add_argument("--from", dest="from_offset", type=_non_negative_int, metavar="N",
                     help="start at queue offset N (entry number) in every queue")
     cq.add_argument("--limit", type=_non_negative_int, metavar="N", help="print at most N entries in all")
+    dl = sub.add_parser(
+        "dledger", help="list DLedger entries (DLedger mode)",
+        description="List every entry of a DLedger member's data files (index, term, pos and the record "
+                    "inside), checking headers, index continuity, terms, the records' CRC and offsets and the "
+                    "index files; shows the checkpoint and currterm files.",
+    )
+    dl.add_argument("path", metavar="PATH", help="a dledger-<selfId> directory (or its data directory, or a store root)")
+    dl.add_argument("--json", action="store_true", help="one JSON object per line, each with a \"kind\"")
+    dl.add_argument("--limit", type=_non_negative_int, metavar="N", help="print at most N entries")
+    dl.add_argument("--no-crc", action="store_true", help="do not check the records' BODYCRC")
     return parser
 
 
@@ -873,6 +1042,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "commitlog":
             code = dump_commitlog(args, out)
+        elif args.command == "dledger":
+            code = dump_dledger(args, out)
         else:
             code = dump_consumequeue(args, out)
         sys.stdout.flush()
