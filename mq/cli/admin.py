@@ -49,7 +49,7 @@ async def cluster_list(admin: AdminClient, args) -> int:
     # term, committed and last index, and on the leader each follower's lag in entries
     fmt = "%-22s  %-22s  %-4s  %-22s %-16s %19s %19s %10s %5s %6s  %-12s %14s  %s"
     print(fmt % ("#Cluster Name", "#Broker Name", "#BID", "#Addr", "#Version", "#InTPS(LOAD)", "#OutTPS(LOAD)",
-                 "#PCWait(ms)", "#Hour", "#SPACE", "#Role", "#MaxOffset", "#SlaveAck(lag)"))
+                 "#PCWait(ms)", "#Hour", "#SPACE", "#Role", "#MaxOffset", "#Replication"))
     for cluster in sorted(info.cluster_addr_table):
         for name in info.cluster_addr_table[cluster]:
             b = info.broker_addr_table.get(name)

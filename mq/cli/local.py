@@ -7,7 +7,8 @@ MQ_BROKER_PORT.
 
 `python -m mq.cli.local LAYOUT` starts a name server and every broker of a
 shipped layout instead (conf/LAYOUT/*.properties or *.conf: 2m-2s-async,
-2m-2s-sync, 2m-noslave, ...): masters first, then slaves.  The layouts are
+2m-2s-sync, 2m-noslave, dledger): masters first, then slaves; the three
+DLedger members elect their leader by themselves.  The layouts are
 found through the installed package mq.conf, so this works the same from a
 checkout and from an installed wheel; relative paths in them (stores under
 ./run/LAYOUT/) resolve against the working directory."""
@@ -42,8 +43,18 @@ def _wait_port(port: int, proc: subprocess.Popen, timeout_s: float = 60) -> bool
     return proc.poll() is None
 
 
-def _layout_brokers(layout: str) -> list[tuple[str, int]]:
-    """(broker file, listenPort) of a shipped layout's brokers (mq.conf), masters first."""
+def _broker_ports(cfg) -> list[int]:
+    """Every port a broker listens on: the fast port and listenPort, then listenPort+1 (HA) or, in
+    DLedger mode, its own DLedger peer port."""
+    extra = [cfg.ha_port]
+    if cfg.enableDLegerCommitLog:
+        extra = [cfg.store_config().dledger_peers[cfg.dLegerSelfId][1]]
+    return [cfg.fast_port, cfg.listenPort] + extra
+
+
+def _layout_brokers(layout: str) -> list[tuple[str, int, list[int], str]]:
+    """(broker file, listenPort, every port it uses, cluster) of a shipped layout's brokers
+    (mq.conf), masters first."""
     from mq import conf
     from mq.broker.config import BrokerConfig
     from mq.store.config import load_properties_file
@@ -53,8 +64,8 @@ def _layout_brokers(layout: str) -> list[tuple[str, int]]:
     out = []
     for path in files:
         cfg = BrokerConfig(load_properties_file(path))
-        out.append((cfg.brokerId, path, cfg.listenPort))
-    return [(path, port) for _, path, port in sorted(out)]
+        out.append((cfg.brokerId, path, cfg.listenPort, _broker_ports(cfg), cfg.brokerClusterName))
+    return [entry[1:] for entry in sorted(out)]
 
 
 def main(argv=None) -> int:
@@ -68,8 +79,11 @@ def main(argv=None) -> int:
     for name, text in (("namesrv", ns_conf), ("broker", broker_conf)):
         with open(paths[name], "w") as f:
             f.write(text)
-    brokers = _layout_brokers(argv[0]) if argv else [(paths["broker"], broker_port)]
-    ports = [ns_port] + [p + d for _, p in brokers for d in (-2, 0, 1)]
+    if argv:
+        brokers = _layout_brokers(argv[0])
+    else:
+        brokers = [(paths["broker"], broker_port, [broker_port + d for d in (-2, 0, 1)], "DefaultCluster")]
+    ports = [ns_port] + [p for _, _, used, _ in brokers for p in used]
     for port in ports:
         if port_open(port):
             print(f"port {port} on 127.0.0.1 is in use: stop what holds it, or set MQ_NAMESRV_PORT/"
@@ -91,7 +105,7 @@ def main(argv=None) -> int:
         print("the name server did not start", file=sys.stderr)
         ns.terminate()
         return 1
-    for conf, port in brokers:
+    for conf, port, _, _ in brokers:
         broker = subprocess.Popen([os.path.join(BIN, "mqbroker"), "-c", conf], start_new_session=True)
         procs.append(broker)
         if not _wait_port(port, broker):
@@ -99,14 +113,15 @@ def main(argv=None) -> int:
             for p in procs:
                 p.terminate()
             return 1
-    names = ", ".join(f"{os.path.basename(c)}@{p}" for c, p in brokers)
+    names = ", ".join(f"{os.path.basename(c)}@{p}" for c, p, _, _ in brokers)
+    cluster = brokers[0][3]
     # the commands as this interpreter's bin/ has them: .venv/bin under a checkout, else absolute
     bin_dir = os.path.relpath(BIN) if BIN.startswith(os.getcwd() + os.sep) else BIN
     print(f"""
 local cluster up: name server 127.0.0.1:{ns_port}, brokers {names} (stores under {run_dir})
 try, in another terminal:
   {bin_dir}/mqadmin clusterList -n 127.0.0.1:{ns_port}
-  {bin_dir}/mqadmin updateTopic -n 127.0.0.1:{ns_port} -c DefaultCluster -t DemoTopic
+  {bin_dir}/mqadmin updateTopic -n 127.0.0.1:{ns_port} -c {cluster} -t DemoTopic
   {bin_dir}/python -m mq.cli.demo_client 127.0.0.1:{ns_port}
 Ctrl-C stops both.
 """, flush=True)

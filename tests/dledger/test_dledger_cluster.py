@@ -305,6 +305,12 @@ def test_mqadmin_leadership_transfer(group, ns, capsys):
     wait_for(lambda: (_route_master(ns.addr, "TBW102") or {}).get("0") == g.addr(old), 40, 0.2, "the leader routed")
     target = next(i for i in g.ids if i != old)
     term = g.status(old)["term"]
+    wait_for(lambda: len(_route_master(ns.addr, "TBW102") or {}) == 3, 40, 0.2, "all three routed")
+    assert admin.main(["clusterList", "-n", ns.addr]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if "RaftNode00" in line]
+    assert len(rows) == 3
+    assert any(f"dledger {old} LEADER term={term}" in r and " 0 " in r[40:60] for r in rows), rows
+    assert sum(" FOLLOWER " in r and f"leader={old}" in r for r in rows) == 2, rows
     t0 = time.monotonic()
     assert admin.main(["leadershipTransfer", "-n", ns.addr, "-b", "RaftNode00", "-t", target]) == 0
     wait_for(lambda: g.leader() == target, 10, 0.02, f"{target} leading")
