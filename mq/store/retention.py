@@ -8,7 +8,9 @@ mtime + fileReservedTime hours is past (every file, regardless of age, when
 disk use is over CLEAN_FORCIBLY_RATIO), stops at the first file still too
 young, never touches the newest file or one not yet flushed and dispatched,
 and deletes at most FILES_PER_PASS_MAX files a pass.  min_pos moves before
-the unlink, so no process starts a read into a file being deleted."""
+the unlink, so no process starts a read into a file being deleted.  In DLedger
+mode the first retained entry's index (DL_BEGIN_INDEX) moves first, and index
+files wholly below it go too."""
 from __future__ import annotations
 
 import logging
@@ -67,6 +69,9 @@ class Retention:
         if not doomed:
             return []
         new_min = doomed[-1] + fs
+        if store.dledger:
+            # entries below the first one left are gone: the Raft role must not look them up
+            ctl.advance(C.POS_DL_BEGIN_INDEX, store.cl.dledger_entry_at(new_min)[0])
         ctl.advance(C.POS_MIN, new_min)
         deleted = []
         for start in doomed:
@@ -80,8 +85,20 @@ class Retention:
                 time.sleep(cfg.deleteCommitLogFilesInterval / 1000)
         store.cl.release(below=new_min)
         self._clean_queues(new_min)
+        if store.dledger:
+            self._clean_dledger_index(ctl.get(C.POS_DL_BEGIN_INDEX))
         log.info("retention deleted %d commitlog file(s) %s; min offset now %d", len(deleted), deleted, new_min)
         return deleted
+
+    def _clean_dledger_index(self, begin_index: int) -> None:
+        """DLedger index files wholly below the first retained entry's unit."""
+        d, size = self.config.dledger_index_dir, self.config.mappedFileSizeForEntryIndex
+        for start in list_files(d):
+            if start + size <= begin_index * 32:
+                try:
+                    os.unlink(os.path.join(d, "%020d" % start))
+                except FileNotFoundError:
+                    pass
 
     def _clean_queues(self, min_phy: int) -> None:
         for topic, qid in self.store.cqs.on_disk():

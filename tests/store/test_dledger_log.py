@@ -376,3 +376,34 @@ def test_a_writer_killed_mid_append_leaves_indexes_dense(tmp_path):
         assert total == nxt and pos == end
     finally:
         lg.close()
+
+
+def test_retention_in_dledger_mode_moves_the_first_index(tmp_path):
+    """Expired data files of a DLedger store go (only committed, flushed and dispatched ones):
+    DL_BEGIN_INDEX moves to the first entry left, lookups below it are out of range, the
+    index files wholly below it are deleted, and what is left still reads."""
+    from mq.store import MessageStore, StoreConfig
+    from mq.store.retention import Retention
+    cfg = StoreConfig(storePathRootDir=str(tmp_path / "s"), mappedFileSizeCommitLog=FS, enableDLegerCommitLog=True,
+                      dLegerPeers="n0-127.0.0.1:1;n1-127.0.0.1:2;n2-127.0.0.1:3", dLegerSelfId="n0",
+                      mappedFileSizeForEntryIndex=4096, fileReservedTime=1)
+    store = MessageStore.open(cfg)
+    try:
+        store.cl.dledger_set_append_term(1)
+        for i in range(600):
+            store.cl.append("R", 0, b"r" * 400)
+        store.cl.dledger_set_commit(store.ctl.get(C.POS_DL_NEXT_INDEX))
+        store.cl.flush(0)
+        assert store.wait_dispatched(10)
+        rep = Retention(store, usage_fn=lambda _: 0.99).run_once(force=True)
+        assert rep, "files deleted"
+        begin = store.ctl.get(C.POS_DL_BEGIN_INDEX)
+        min_pos = store.ctl.get(C.POS_MIN)
+        assert begin > 0 and store.cl.dledger_entry(begin)[0] == min_pos
+        with pytest.raises(OutOfRange):
+            store.cl.dledger_entry(begin - 1)
+        idx_files = sorted(os.listdir(cfg.dledger_index_dir))
+        assert int(idx_files[0]) + 4096 > begin * 32
+        assert store.get_messages("R", 0, store.min_offset("R", 0), 1)
+    finally:
+        store.close()
