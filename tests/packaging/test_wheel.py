@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXTRA_HINT = "pip install 'mq-broker[perf]'"
-LAYOUT_BROKERS = {"2m-2s-async": 4, "2m-2s-sync": 4, "2m-noslave": 2}
+LAYOUT_BROKERS = {"2m-2s-async": 4, "2m-2s-sync": 4, "2m-noslave": 2, "dledger": 3}
 
 # what a build of the checkout must not see: VCS, venvs, build output, compiled files, caches, run state
 _SKIP_NAMES = {".git", ".venv", "venv", "build", "dist", "run", "__pycache__", ".pytest_cache", ".benchmarks",
@@ -200,7 +200,7 @@ def test_layouts_and_config_files_ship_in_the_wheel(installed):
     for layout, brokers in LAYOUT_BROKERS.items():
         got = info["layouts"].get(layout)
         assert got is not None and len(got) == brokers, (layout, info["layouts"].keys())
-        assert all(_inside(path, conf_dir) and os.path.isfile(path) for path, _ in got), got
+        assert all(_inside(path, conf_dir) and os.path.isfile(path) for path, *_ in got), got
         assert "-s." not in os.path.basename(got[0][0]), f"{layout}: a slave listed before the masters: {got}"
     done = installed.run([installed.python, "-m", "mq.cli.local", "no-such-layout"])
     assert done.returncode == 1 and "no layout 'no-such-layout'" in done.stderr, done.stderr

@@ -18,7 +18,7 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from mq.cluster import Broker, NameServer
+from mq.cluster import Broker, NameServer, wait_for
 from mq.remoting import RemotingClient
 from mq.remoting.codes import RequestCode as R, ResponseCode as RC
 from mq.trace import FIELDS, read_records
@@ -119,7 +119,9 @@ def test_produce_cli_counts_trace_and_offsets(cluster, tmp_path, batch):
             requests[(r["client"], r["send_us"], r["queue"])].append(r["queue_offset"])
         for offs in requests.values():
             assert len(offs) == batch and sorted(offs) == list(range(min(offs), min(offs) + batch))
-    assert max_offsets(broker.addr, topic, 4) == [len(by_queue[q]) for q in range(4)]
+    # the ConsumeQueues are built by the dispatch role a moment after the acknowledgements
+    want = [len(by_queue[q]) for q in range(4)]
+    wait_for(lambda: max_offsets(broker.addr, topic, 4) == want, 10, 0.05, "every send dispatched")
 
 
 def test_consume_reads_everything_once(cluster, tmp_path):
