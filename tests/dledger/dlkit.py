@@ -22,11 +22,11 @@ class DLedgerGroup:
     reaches member B through proxies[(A, B)], so a test can cut any link in any direction."""
 
     def __init__(self, workdir: str, namesrv: str, n: int = 3, name: str = "RaftNode00", proxied: bool = False,
-                 **options):
+                 ids: list[str] | None = None, **options):
         self.workdir = workdir
         self.namesrv = namesrv
         self.name = name
-        self.ids = [f"n{i}" for i in range(n)]
+        self.ids = ids or [f"n{i}" for i in range(n)]
         self.peer_port = {i: free_port() for i in self.ids}
         self.proxies: dict[tuple[str, str], FaultProxy] = {}
         if proxied:

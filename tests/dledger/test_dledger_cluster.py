@@ -321,3 +321,13 @@ def test_mqadmin_leadership_transfer(group, ns, capsys):
     assert admin.main(["leadershipTransfer", "-n", ns.addr, "-b", "RaftNode00", "-t", "n9"]) == 1
     assert send(g.addr(target), b"after-transfer").code == 0
     assert os.path.exists(os.path.join(g.brokers[target].dir, f"dledger-{target}", "currterm"))
+
+
+def test_members_may_be_named_as_users_like(group, ns):
+    """dLegerSelfId n1..n3 (a common naming) works: a leader is elected and routed as brokerId
+    0, the followers as their number + 1 (n2 -> 3, n3 -> 4), and writes go through."""
+    g = group(ids=["n1", "n2", "n3"])
+    leader = g.wait_leader()
+    assert send(g.addr(leader), b"named").code == 0
+    want = {"0": g.addr(leader), **{str(int(i[1:]) + 1): g.addr(i) for i in g.ids if i != leader}}
+    wait_for(lambda: _route_master(ns.addr, TOPIC) == want, 40, 0.2, f"the route {want}")
