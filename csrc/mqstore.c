@@ -1110,10 +1110,7 @@ int mq_record_check(const uint8_t *p, size_t avail, int check_crc, mq_scan_rec *
     return MQ_OK;
 }
 
-/* Walks records from `from` while pos < limit.  Outcomes (in *stop_out):
- * LIMIT, FULL (out is full), END (clean end), or the first bad record's kind;
- * *next_out is where the walk stopped (the first byte not returned).
- * resolve_slots: 0 none, 1 look up, 2 look up or create the topic-queue slot. */
+/* Fills r->slot for the record starting at rec_start (create: resolve_slots == 2). */
 static int resolve_slot(mq_commitlog *cl, const uint8_t *rec_start, mq_scan_rec *r, int resolve_slots) {
     uint32_t slot;
     int lr = mq_queue_lookup(cl->ctl, (const char *)rec_start + r->topic_offset, r->topic_len, r->queue_id,
@@ -1151,59 +1148,18 @@ static int dl_entry_check(const uint8_t *p, uint64_t pos, uint64_t room, uint64_
     return MQ_OK;
 }
 
-static int dl_scan(mq_commitlog *cl, uint64_t from, uint64_t limit, int check_crc, int resolve_slots,
-                   mq_scan_rec *out, uint32_t cap, uint32_t *n_out, uint64_t *next_out, int *stop_out) {
-    const uint64_t fs = cl->file_size;
-    uint64_t pos = from;
-    uint32_t n = 0;
-    int stop = MQ_SCAN_LIMIT, rc = MQ_OK, have_prev = 0;
-    int64_t prev_index = 0, prev_term = 0;
-    uint64_t cur_fi = UINT64_MAX;
-    uint8_t *base = NULL;
-    for (;;) {
-        if (pos >= limit) { stop = MQ_SCAN_LIMIT; break; }
-        if (n == cap) { stop = MQ_SCAN_FULL; break; }
-        uint64_t fi = pos / fs, off = pos % fs;
-        if (fi != cur_fi) {
-            rc = seg_get(cl, fi, 0, &base);
-            if (rc == MQ_E_RANGE) { rc = MQ_OK; stop = MQ_SCAN_END; break; }
-            if (rc) break;
-            cur_fi = fi;
-        }
-        uint64_t room = fs - off;
-        uint64_t avail = limit - pos < room ? limit - pos : room;
-        const uint8_t *p = base + off;
-        if (room < MQ_BLANK_LEN_MIN) { stop = MQ_SCAN_TORN; break; }
-        uint32_t magic = be32r(p), size = be32r(p + 4);
-        if (magic == 0xFFFFFFFFu) {
-            if (size != room) { stop = MQ_SCAN_BAD_SIZE; break; }
-            pos += room;
-            continue;
-        }
-        if (magic == 0 && size == 0) { stop = MQ_SCAN_END; break; }
-        mq_scan_rec *r = &out[n];
-        if (dl_entry_check(p, pos, room, avail, check_crc, r, &stop) != MQ_OK) break;
-        if (have_prev && (r->dl_index != prev_index + 1 || r->dl_term < prev_term)) { stop = MQ_SCAN_BAD_INDEX; break; }
-        if (resolve_slots && (rc = resolve_slot(cl, p + MQ_DL_HEADER_SIZE, r, resolve_slots)) != MQ_OK) break;
-        have_prev = 1;
-        prev_index = r->dl_index;
-        prev_term = r->dl_term;
-        n++;
-        pos += size;
-    }
-    *n_out = n;
-    *next_out = pos;
-    *stop_out = stop;
-    return rc;
-}
-
+/* Walks records from `from` while pos < limit.  Outcomes (in *stop_out):
+ * LIMIT, FULL (out is full), END (clean end), or the first bad record's kind;
+ * *next_out is where the walk stopped (the first byte not returned).
+ * resolve_slots: 0 none, 1 look up, 2 look up or create the topic-queue slot.
+ * DLedger mode walks entries and returns the records inside them. */
 int mq_commitlog_scan(mq_commitlog *cl, uint64_t from, uint64_t limit, int check_crc, int resolve_slots,
                       mq_scan_rec *out, uint32_t cap, uint32_t *n_out, uint64_t *next_out, int *stop_out) {
-    if (cl->dledger) return dl_scan(cl, from, limit, check_crc, resolve_slots, out, cap, n_out, next_out, stop_out);
     const uint64_t fs = cl->file_size;
     uint64_t pos = from;
     uint32_t n = 0;
     int stop = MQ_SCAN_LIMIT, rc = MQ_OK;
+    int64_t prev_index = -1, prev_term = 0;          /* DLedger: the previous entry of this walk */
     uint64_t cur_fi = UINT64_MAX;
     uint8_t *base = NULL;
     for (;;) {
@@ -1220,19 +1176,40 @@ int mq_commitlog_scan(mq_commitlog *cl, uint64_t from, uint64_t limit, int check
         uint64_t avail = limit - pos < room ? limit - pos : room;
         const uint8_t *p = base + off;
         if (room < MQ_BLANK_LEN_MIN) { stop = MQ_SCAN_TORN; break; }
-        uint32_t total = be32r(p), magic = be32r(p + 4);
-        if (magic == MQ_BLANK_MAGIC) {
-            if (total != room) { stop = MQ_SCAN_BAD_SIZE; break; }
-            pos += room;
-            continue;
-        }
-        if (total == 0 && magic == 0) { stop = MQ_SCAN_END; break; }
+        uint32_t w0 = be32r(p), w1 = be32r(p + 4);
         mq_scan_rec *r = &out[n];
-        if (mq_record_check(p, avail, check_crc, r, &stop) != MQ_OK) break;
-        if (r->phy_offset != pos) { stop = MQ_SCAN_BAD_OFFSET; break; }
-        if (resolve_slots && (rc = resolve_slot(cl, p, r, resolve_slots)) != MQ_OK) break;
+        const uint8_t *rec_start = p;
+        uint32_t step;
+        if (cl->dledger) {                               /* entry: magic, size, ...; filler: -1, room */
+            if (w0 == 0xFFFFFFFFu) {
+                if (w1 != room) { stop = MQ_SCAN_BAD_SIZE; break; }
+                pos += room;
+                continue;
+            }
+            if (w0 == 0 && w1 == 0) { stop = MQ_SCAN_END; break; }
+            if (dl_entry_check(p, pos, room, avail, check_crc, r, &stop) != MQ_OK) break;
+            if (prev_index >= 0 && (r->dl_index != prev_index + 1 || r->dl_term < prev_term)) {
+                stop = MQ_SCAN_BAD_INDEX;
+                break;
+            }
+            prev_index = r->dl_index;
+            prev_term = r->dl_term;
+            rec_start = p + MQ_DL_HEADER_SIZE;
+            step = w1;
+        } else {                                         /* record: totalsize, magic; filler: room, blank magic */
+            if (w1 == MQ_BLANK_MAGIC) {
+                if (w0 != room) { stop = MQ_SCAN_BAD_SIZE; break; }
+                pos += room;
+                continue;
+            }
+            if (w0 == 0 && w1 == 0) { stop = MQ_SCAN_END; break; }
+            if (mq_record_check(p, avail, check_crc, r, &stop) != MQ_OK) break;
+            if (r->phy_offset != pos) { stop = MQ_SCAN_BAD_OFFSET; break; }
+            step = w0;
+        }
+        if (resolve_slots && (rc = resolve_slot(cl, rec_start, r, resolve_slots)) != MQ_OK) break;
         n++;
-        pos += total;
+        pos += step;
     }
     *n_out = n;
     *next_out = pos;

@@ -253,7 +253,8 @@ class SimCluster:
                 self._drain(n)
         self._settle_proposals()
 
-    def propose(self) -> None:
+    def propose(self) -> str | None:
+        """A client proposal to a ready leader, if there is one; its value."""
         for n in self.alive():
             if n.raft.is_ready_leader:
                 self.next_value += 1
@@ -262,7 +263,8 @@ class SimCluster:
                 self.pending.append((n.id, n.raft.term, idx, value))
                 n.raft.log_progress()
                 self._drain(n)
-                return
+                return value
+        return None
 
     def _settle_proposals(self) -> None:
         """The broker's SEND_OK rule: acked once the leader's commit covers the entry while it
@@ -338,15 +340,7 @@ class SimCluster:
         while self.now < deadline:
             self.tick()
             if marker is None:
-                for n in self.alive():
-                    if n.raft.is_ready_leader:
-                        self.next_value += 1
-                        marker = f"v{self.next_value}"
-                        idx = n.log.propose(n.raft.term, marker)
-                        self.pending.append((n.id, n.raft.term, idx, marker))
-                        n.raft.log_progress()
-                        self._drain(n)
-                        break
+                marker = self.propose()
             elif marker in self.acked:
                 if all(n.raft.commit >= self.acked[marker] for n in self.alive()):
                     break

@@ -13,9 +13,9 @@ import time
 import pytest
 
 from mq.cluster import NameServer, wait_for
-from mq.wire import commitlog as wcl
 
 from tests.dledger.dlkit import DLedgerGroup, call
+from tests.ha.test_broker_ha import pull_bodies
 
 TOPIC = "DLT"
 SEND, PULL, RUNTIME = 310, 11, 28
@@ -27,23 +27,7 @@ def send(addr: str, body: bytes, qid: int = 0, topic: str = TOPIC, timeout_s: fl
 
 
 def pull_all(addr: str, topic: str = TOPIC, queues: int = 4) -> list[bytes]:
-    """Every message body of the topic's queues at `addr`, in queue order."""
-    out = []
-    for q in range(queues):
-        offset = 0
-        while True:
-            r = call(addr, PULL, {"consumerGroup": "G", "topic": topic, "queueId": q, "queueOffset": offset,
-                                  "maxMsgNums": 32, "sysFlag": 4, "commitOffset": 0, "subscription": "*",
-                                  "subVersion": 0, "suspendTimeoutMillis": 0})
-            if r.code != 0:
-                break
-            pos = 0
-            while pos < len(r.body):
-                rec = wcl.parse_record(r.body, pos)
-                out.append(rec.body)
-                pos += rec.total_size
-            offset = int(r.ext_fields["nextBeginOffset"])
-    return out
+    return pull_bodies(addr, topic, queues)
 
 
 def runtime(addr: str) -> dict:

@@ -20,6 +20,26 @@ def call(addr: str, code: int, ext: dict | None = None, body: bytes = b""):
     return asyncio.run(go())
 
 
+def pull_bodies(addr: str, topic: str, queues: int) -> list[bytes]:
+    """Every message body of the topic's queues at `addr` (pulls from offset 0 to the end)."""
+    out = []
+    for q in range(queues):
+        offset = 0
+        while True:
+            r = call(addr, 11, {"consumerGroup": "G", "topic": topic, "queueId": q, "queueOffset": offset,
+                                "maxMsgNums": 32, "sysFlag": 4, "commitOffset": 0, "subscription": "*",
+                                "subVersion": 0, "suspendTimeoutMillis": 0})
+            if r.code != 0:
+                break
+            pos = 0
+            while pos < len(r.body):
+                rec = wcl.parse_record(r.body, pos)
+                out.append(rec.body)
+                pos += rec.total_size
+            offset = int(r.ext_fields["nextBeginOffset"])
+    return out
+
+
 def send(addr: str, topic: str, body: bytes, qid: int = 0):
     return call(addr, 310, {"a": "PG", "b": topic, "c": "TBW102", "d": 4, "e": qid, "f": 0, "g": 0, "h": 0,
                             "i": "TAGS\x01TagA"}, body)
@@ -173,21 +193,7 @@ def test_kill_9_of_a_sync_master_under_load_loses_nothing_acked(tmp_path):
         wait_for(slave_dispatched, 30, 0.1, "the slave's queues built from what it received")
         # no wait for the metadata sync: the master may die before the slave ever learns
         # the auto-created topic, and the slave still serves the queues it holds
-        got = set()
-        for q in range(4):
-            offset = 0
-            while True:
-                r = call(slave.addr, 11, {"consumerGroup": "G", "topic": "HAK", "queueId": q, "queueOffset": offset,
-                                          "maxMsgNums": 32, "sysFlag": 4, "commitOffset": 0, "subscription": "*",
-                                          "subVersion": 0, "suspendTimeoutMillis": 0})
-                if r.code != 0:
-                    break
-                pos = 0
-                while pos < len(r.body):
-                    rec = wcl.parse_record(r.body, pos)
-                    got.add(rec.body)
-                    pos += rec.total_size
-                offset = int(r.ext_fields["nextBeginOffset"])
+        got = set(pull_bodies(slave.addr, "HAK", 4))
         missing = set(acked) - got
         assert not missing, f"{len(missing)} acknowledged messages missing on the slave"
     finally:
