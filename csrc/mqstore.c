@@ -875,7 +875,7 @@ static void dl_write_blank(uint8_t *p, uint64_t room) {
  * one entry, in `forced_term` when > 0 (the leader's no-op), else in
  * DL_APPEND_TERM (MQ_E_NOT_LEADER when 0). */
 static int append_planned(mq_commitlog *cl, const mq_append_req *r, const msg_plan *msgs, uint32_t n,
-                          mq_append_out *out, int64_t forced_term) {
+                          mq_append_out *out, int64_t forced_term, int wake) {
     mq_ctl *c = cl->ctl;
     uint32_t slot;
     int rc = mq_queue_lookup(c, r->topic, r->topic_len, r->queue_id, 1, &slot);
@@ -969,15 +969,15 @@ static int append_planned(mq_commitlog *cl, const mq_append_req *r, const msg_pl
     __atomic_store_n(&c->pos[MQ_POS_WRITE], pos, __ATOMIC_RELEASE);
     __atomic_store_n(&c->j_valid, 0, __ATOMIC_RELEASE);
     ctl_unlock(c);
-    mq_ctl_wake(c, MQ_SEQ_WRITE);
+    if (wake) mq_ctl_wake(c, MQ_SEQ_WRITE);
     return MQ_OK;
 fail:
     ctl_unlock(c);
     return rc;
 }
 
-int mq_commitlog_append_one(mq_commitlog *cl, const mq_append_req *r, int32_t flag, const uint8_t *body,
-                            uint32_t body_len, const uint8_t *props, uint32_t props_len, mq_append_out *out) {
+static int append_one(mq_commitlog *cl, const mq_append_req *r, int32_t flag, const uint8_t *body,
+                      uint32_t body_len, const uint8_t *props, uint32_t props_len, mq_append_out *out, int wake) {
     int rc = check_req(cl, r);
     if (rc) return rc;
     if (!out || (!body && body_len)) return MQ_E_INVAL;
@@ -988,7 +988,37 @@ int mq_commitlog_append_one(mq_commitlog *cl, const mq_append_req *r, int32_t fl
     if ((uint64_t)m.size + MQ_BLANK_LEN_MIN > cl->file_size) return MQ_E_TOO_BIG;
     if (cl->dledger && (uint64_t)m.size + MQ_DL_HEADER_SIZE + MQ_BLANK_LEN_MIN > cl->file_size) return MQ_E_TOO_BIG;
     m.crc = mq_crc32(0, body, body_len) & 0x7FFFFFFFu;
-    return append_planned(cl, r, &m, 1, out, 0);
+    return append_planned(cl, r, &m, 1, out, 0, wake);
+}
+
+int mq_commitlog_append_one(mq_commitlog *cl, const mq_append_req *r, int32_t flag, const uint8_t *body,
+                            uint32_t body_len, const uint8_t *props, uint32_t props_len, mq_append_out *out) {
+    return append_one(cl, r, flag, body, body_len, props, props_len, out, 1);
+}
+
+int mq_commitlog_append_group(mq_commitlog *cl, const mq_group_msg *msgs, uint32_t n,
+                              uint32_t max_message_size, mq_append_out *out, int32_t *rc_out) {
+    if (!cl || (n && (!msgs || !out || !rc_out)) || n > MQ_BATCH_MSGS_MAX) return MQ_E_INVAL;
+    int appended = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const mq_group_msg *g = &msgs[i];
+        mq_append_req r = {
+            .topic = g->topic, .topic_len = g->topic_len, .queue_id = g->queue_id, .sys_flag = g->sys_flag,
+            .reconsume_times = g->reconsume_times, .born_ts_ms = g->born_ts_ms, .born_port = g->born_port,
+            .born_host_len = g->born_host_len, .extra_props = g->extra_props,
+            .extra_props_len = g->extra_props_len, .max_message_size = max_message_size,
+        };
+        if (!g->topic || !g->born_host || (g->born_host_len != 4 && g->born_host_len != 16) ||
+            (g->extra_props_len && !g->extra_props) || (g->props_len && !g->props)) {
+            rc_out[i] = MQ_E_INVAL;
+            continue;
+        }
+        memcpy(r.born_host, g->born_host, g->born_host_len);
+        rc_out[i] = append_one(cl, &r, g->flag, g->body, g->body_len, g->props, g->props_len, &out[i], 0);
+        if (rc_out[i] == MQ_OK) appended++;
+    }
+    if (appended) mq_ctl_wake(cl->ctl, MQ_SEQ_WRITE);
+    return appended;
 }
 
 /* Batch body: per message  totalSize 4 | magic 4 | bodyCRC 4 | flag 4 |
@@ -1038,7 +1068,7 @@ int mq_commitlog_append_batch(mq_commitlog *cl, const mq_append_req *r, const ui
         n++;
         at += total;
     }
-    rc = append_planned(cl, r, plans, n, out, 0);
+    rc = append_planned(cl, r, plans, n, out, 0, 1);
     if (rc == MQ_OK) *n_out = n;
 out:
     if (plans != stack_plans) free(plans);
@@ -1684,7 +1714,7 @@ int mq_dledger_append_noop(mq_commitlog *cl, int64_t term, mq_append_out *out) {
     int rc = plan_msg(&r, &m);
     if (rc) return rc;
     m.crc = mq_crc32(0, body, sizeof body) & 0x7FFFFFFFu;
-    return append_planned(cl, &r, &m, 1, out, term);
+    return append_planned(cl, &r, &m, 1, out, term, 1);
 }
 
 /* Reads entry `index`'s unit (no range check against the control block). */

@@ -133,6 +133,28 @@ typedef struct mq_append_out {
     char msg_id[33];               /* offset msgId, uppercase hex, NUL-terminated (IPv4 store host) */
 } mq_append_out;
 
+/* One message of a group append (mq_commitlog_append_group): single messages of any
+ * topic-queues, each with the fields of an mq_append_req of its own.  The pointers are the
+ * caller's and need only live through the call. */
+typedef struct mq_group_msg {
+    const char *topic;             /* UTF-8, not NUL-terminated */
+    const uint8_t *born_host;      /* 4 (IPv4) or 16 (IPv6) bytes */
+    const uint8_t *body;
+    const uint8_t *props;          /* the message's own properties, may be NULL when props_len is 0 */
+    const uint8_t *extra_props;    /* appended after them (the broker's CLUSTER), may be NULL */
+    int64_t born_ts_ms;
+    uint32_t topic_len;
+    int32_t queue_id;
+    int32_t sys_flag;
+    int32_t flag;
+    int32_t reconsume_times;
+    int32_t born_port;
+    uint32_t born_host_len;
+    uint32_t body_len;
+    uint32_t props_len;
+    uint32_t extra_props_len;
+} mq_group_msg;
+
 /* ---- scan (dispatch, recovery, tools) ------------------------------------ */
 enum mq_scan_stop {
     MQ_SCAN_LIMIT = 0,   /* reached the requested limit position */
@@ -221,6 +243,13 @@ int      mq_commitlog_append_batch(mq_commitlog *cl, const mq_append_req *req,
 int      mq_commitlog_append_one(mq_commitlog *cl, const mq_append_req *req, int32_t flag,
                                  const uint8_t *body, uint32_t body_len,
                                  const uint8_t *props, uint32_t props_len, mq_append_out *out);
+/* Group append: n single messages, each appended as mq_commitlog_append_one would append it
+ * (its own checks, its own topic-queue, in array order), with its outcome in rc_out[i]: MQ_OK
+ * and out[i], or that message's error (the others are unaffected).  SEQ_WRITE is woken once,
+ * after the last, instead of once per message.  Returns how many were appended; n is at most
+ * MQ_BATCH_MSGS_MAX (else MQ_E_INVAL and nothing appended). */
+int      mq_commitlog_append_group(mq_commitlog *cl, const mq_group_msg *msgs, uint32_t n,
+                                   uint32_t max_message_size, mq_append_out *out, int32_t *rc_out);
 int      mq_commitlog_view(mq_commitlog *cl, uint64_t offset, uint32_t size, const uint8_t **ptr);
 int      mq_commitlog_view_raw(mq_commitlog *cl, uint64_t offset, uint32_t size, const uint8_t **ptr);
 int      mq_commitlog_prepare_file(mq_commitlog *cl, uint64_t file_index);

@@ -22,12 +22,13 @@ import threading
 from dataclasses import dataclass
 
 from . import control as C
-from .native import ffi, lib, check, CorruptRecord, OutOfRange, StoreFatal
+from .native import ffi, lib, check, CorruptRecord, OutOfRange, StoreError, StoreFatal
 
 log = logging.getLogger("mq.store.commitlog")
 _DL_HEAD = struct.Struct(">iiqq")            # magic, size, index, term (mq.wire.dledger declares the entry)
 
 BATCH_MSGS_MAX = lib.MQ_BATCH_MSGS_MAX
+GROUP_MSGS_MAX = 1024       # single sends in one group append (one io-worker loop iteration's)
 DL_HEADER_SIZE = lib.MQ_DL_HEADER_SIZE
 DL_INDEX_FILE_SIZE = 32 * 5 * 1024 * 1024           # DLedger's mappedFileSizeForEntryIndex
 PREPARE_CHECK_S = 0.05
@@ -233,6 +234,10 @@ class CommitLog:
         res = ffi.new("mq_append_out[]", n[0])
         ffi.memmove(res, out, ffi.sizeof("mq_append_out") * n[0])
         return AppendResult(res, n[0])
+
+    def group(self) -> "GroupAppend":
+        """A reusable builder of one-C-call group appends on this handle (see GroupAppend)."""
+        return GroupAppend(self)
 
     # ---- read ----------------------------------------------------------------
     def view(self, offset: int, size: int) -> memoryview:
@@ -471,3 +476,119 @@ class Scanner:
         check(lib.mq_commitlog_scan(self.cl._h, start, limit, 1 if check_crc else 0, resolve_slots,
                                     self.recs, self.capacity, self._n, self._next, self._stop), "scan")
         return self._n[0], self._next[0], self._stop[0]
+
+
+class GroupAppend:
+    """Single messages of any topic-queues appended with one C call
+    (mq_commitlog_append_group): the io worker's group of the sends of one event-loop
+    iteration.  add() the messages, run(), then read each one's outcome by its index
+    (rc, msg_id, queue_offset, end_offset, dl_term) before the next add().
+
+    The builder's arrays are reused from group to group; a group holds at most
+    GROUP_MSGS_MAX messages (add() returns False when full: run it and start over).  The
+    bytes passed to add() are kept alive until the next run()."""
+
+    __slots__ = ("cl", "n", "_msgs", "_out", "_rc", "_keep", "_topics", "_max_size")
+
+    def __init__(self, cl: CommitLog, capacity: int = 0):
+        self.cl = cl
+        self.n = 0
+        cap = capacity or GROUP_MSGS_MAX
+        assert 0 < cap <= BATCH_MSGS_MAX
+        self._msgs = ffi.new("mq_group_msg[]", cap)
+        self._out = ffi.new("mq_append_out[]", cap)
+        self._rc = ffi.new("int32_t[]", cap)
+        self._keep: list = []
+        self._topics: dict[bytes, object] = {}     # topic -> its C bytes (few topics, many messages)
+        self._max_size = cl.max_message_size
+
+    @property
+    def capacity(self) -> int:
+        return len(self._msgs)
+
+    def c_bytes(self, data: bytes):
+        """A C view of bytes that live as long as the caller keeps `data` (for born hosts and
+        extra properties a caller reuses across groups)."""
+        return ffi.from_buffer(data)
+
+    def add(self, topic: bytes, queue_id: int, body: bytes, props: bytes, extra_props, extra_len: int,
+            born_host, born_host_len: int, born_port: int, *, flag: int = 0, sys_flag: int = 0,
+            born_ts_ms: int = 0, reconsume_times: int = 0) -> bool:
+        """Queues one message; born_host and extra_props are c_bytes() views (extra may be None).
+        False when the group is full."""
+        i = self.n
+        if i >= len(self._msgs):
+            return False
+        m = self._msgs[i]
+        t = self._topics.get(topic)
+        if t is None:
+            if len(self._topics) > 4096:
+                self._topics.clear()
+            t = self._topics[topic] = ffi.from_buffer(topic)
+        m.topic = t
+        m.topic_len = len(topic)
+        m.queue_id = queue_id
+        b = ffi.from_buffer(body)
+        m.body = b
+        m.body_len = len(body)
+        keep = self._keep
+        keep.append(b)
+        if props:
+            p = ffi.from_buffer(props)
+            keep.append(p)
+            m.props = p
+        else:
+            m.props = ffi.NULL
+        m.props_len = len(props)
+        m.extra_props = extra_props if extra_props is not None else ffi.NULL
+        m.extra_props_len = extra_len
+        m.born_host = born_host
+        m.born_host_len = born_host_len
+        m.born_port = born_port
+        m.flag = flag
+        m.sys_flag = sys_flag
+        m.born_ts_ms = born_ts_ms
+        m.reconsume_times = reconsume_times
+        self.n = i + 1
+        return True
+
+    def run(self) -> int:
+        """Appends the queued messages (one C call, one wake); returns how many were stored.
+        Afterwards rc(i) says each one's outcome until the next add()."""
+        n, self.n = self.n, 0
+        if not n:
+            return 0
+        appended = lib.mq_commitlog_append_group(self.cl._h, self._msgs, n, self._max_size, self._out, self._rc)
+        self._keep.clear()
+        check(appended if appended < 0 else 0, "group append")
+        return appended
+
+    def rc(self, i: int) -> int:
+        return self._rc[i]
+
+    def error(self, i: int, topic: str, queue_id: int):
+        """The StoreError message i's rc stands for (what CommitLog.append would have raised)."""
+        try:
+            self.cl._check_append(self._rc[i], topic, queue_id)
+        except StoreError as e:
+            return e
+        return None
+
+    def msg_id(self, i: int) -> bytes:
+        return ffi.string(self._out[i].msg_id)
+
+    def queue_offset(self, i: int) -> int:
+        return self._out[i].queue_offset
+
+    def end_offset(self, i: int) -> int:
+        o = self._out[i]
+        return o.phy_offset + o.size
+
+    def dl_term(self, i: int) -> int:
+        return self._out[i].dl_term
+
+    def result(self, i: int) -> AppendResult:
+        """Message i's outcome as an AppendResult of its own (a copy: it outlives the group)."""
+        one = ffi.new("mq_append_out[1]")
+        ffi.memmove(one, self._out + i, ffi.sizeof("mq_append_out"))
+        return AppendResult(one, 1)

@@ -91,7 +91,7 @@ class RecoveryReport:
     seconds: float = 0.0
 
 
-def _put_error(e: StoreError) -> PutResult:
+def put_error(e: StoreError) -> PutResult:
     if isinstance(e, (MessageIllegal, TopicIllegal, MessageTooBig)):
         return PutResult(PutStatus.MESSAGE_ILLEGAL, reason=str(e))
     if isinstance(e, PropertiesTooLong):
@@ -451,14 +451,14 @@ class MessageStore:
         try:
             res = self.cl.append(topic, queue_id, body, properties, **kw)
         except StoreError as e:
-            return _put_error(e)
+            return put_error(e)
         return self._after_put(res, self._wait_kind(properties))
 
     def put_batch(self, topic: str, queue_id: int, batch_body: bytes, **kw) -> PutResult:
         try:
             res = self.cl.append_batch(topic, queue_id, batch_body, **kw)
         except StoreError as e:
-            return _put_error(e)
+            return put_error(e)
         return self._after_put(res, True)
 
     def _after_put(self, res: AppendResult, wait: bool) -> PutResult:
@@ -479,7 +479,7 @@ class MessageStore:
         try:
             res = self.cl.append(topic, queue_id, body, properties, **kw)
         except StoreError as e:
-            return _put_error(e)
+            return put_error(e)
         if trace is not None:
             trace.appended_ns = perf_counter_ns()
             trace.msgs = 1
@@ -493,7 +493,7 @@ class MessageStore:
         try:
             res = self.cl.append_batch(topic, queue_id, batch_body, **kw)
         except StoreError as e:
-            return _put_error(e)
+            return put_error(e)
         if trace is not None:
             trace.appended_ns = perf_counter_ns()
             trace.msgs = res.count
@@ -622,4 +622,4 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-__all__ = ["MessageStore", "PutStatus", "PutResult", "RecoveryReport", "ENTRY_SIZE"]
+__all__ = ["MessageStore", "PutStatus", "PutResult", "RecoveryReport", "ENTRY_SIZE", "put_error"]
