@@ -1047,3 +1047,29 @@ def test_package_reexports():
                  "RemotingCommand", "tags_code", "offset_msg_id", "Checkpoint", "HaFrameHeader", "WireError"):
         assert name in wire.__all__
     assert json.loads(JSON_VECTOR_HEADER)["code"] == 105
+
+
+def test_json_header_orjson_equals_json_module():
+    """The JSON header encoder (orjson) writes exactly what json.dumps(separators=(",", ":"),
+    ensure_ascii=False) writes for headers of random text (control characters, quotes,
+    backslashes, non-ASCII, astral planes), and the decoder reads it back; text orjson refuses
+    (a lone surrogate) is an EncodeError as before."""
+    rnd = random.Random(11)
+    alphabet = [chr(c) for c in range(0, 0x80)] + ["é", "键", "\u2028", "\U0001F600", "\ufffd", "\x7f"]
+    for _ in range(300):
+        text = "".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 30)))
+        cmd = wr.RemotingCommand(code=rnd.randint(-5, 400), opaque=rnd.randint(-2**31, 2**31 - 1), remark=text or None,
+                                 ext_fields={text or "k": text, "n": str(rnd.randint(0, 10**12))},
+                                 language=rnd.choice([0, 1, 3, 200]))
+        expected = {"code": cmd.code, "extFields": cmd.ext_fields, "flag": 0,
+                    "language": wr.LANGUAGE_NAMES.get(cmd.language, cmd.language), "opaque": cmd.opaque}
+        if cmd.remark is not None:
+            expected["remark"] = cmd.remark
+        expected.update({"serializeTypeCurrentRPC": "JSON", "version": 0})
+        header = wr.encode_json_header(cmd)
+        assert header == json.dumps(expected, separators=(",", ":"), ensure_ascii=False).encode()
+        assert wr.decode_json_header(header) == cmd
+    with pytest.raises(EncodeError):
+        wr.encode_json_header(wr.RemotingCommand(remark="\ud800"))
+    with pytest.raises(EncodeError):
+        wr.encode_json_header(wr.RemotingCommand(ext_fields={"k": "\udfff"}))
