@@ -113,21 +113,21 @@ class AdminProcessor:
         await self.meta.commit_offset(group, topic, qid, off)
         return make_response(cmd, RC.SUCCESS)
 
-    async def search_offset(self, conn, cmd):
+    def search_offset(self, conn, cmd):          # these four read the store only: answered inside the read
         _, topic, qid = self._gtq(cmd)
         ts = as_int((cmd.ext_fields or {}).get("timestamp"), 0)
         return make_response(cmd, RC.SUCCESS, ext={"offset": self.store.search_offset_by_time(topic, qid, ts)})
 
-    async def max_offset(self, conn, cmd):
+    def max_offset(self, conn, cmd):
         _, topic, qid = self._gtq(cmd)
         return make_response(cmd, RC.SUCCESS, ext={"offset": self.store.max_offset(topic, qid)})
 
-    async def min_offset(self, conn, cmd):
+    def min_offset(self, conn, cmd):
         _, topic, qid = self._gtq(cmd)
         cq = self.store.cqs.get(topic, qid)
         return make_response(cmd, RC.SUCCESS, ext={"offset": cq.min_offset if cq.slot is not None else -1})
 
-    async def earliest_time(self, conn, cmd):
+    def earliest_time(self, conn, cmd):
         _, topic, qid = self._gtq(cmd)
         cq = self.store.cqs.get(topic, qid)
         e = cq.entry(cq.min_offset)

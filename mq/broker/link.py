@@ -14,11 +14,14 @@ supervisor says they changed, heartbeat subscriptions for SUBSCRIPTION_CACHE_S.
 Offset commits from pulls are oneway."""
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
 import os
 import time
+
+import orjson
 
 from mq.remoting import RemotingClient, make_response, ResponseCode as RC
 
@@ -56,6 +59,7 @@ class RemoteMeta:
         self._topics: dict[str, dict] = {}
         self._groups: dict[str, dict] = {}
         self._subs: dict[tuple[str, str], tuple[float, dict | None]] = {}
+        self._tasks: set = set()
 
     async def _call(self, method: str, *args):
         cmd = self.client.request(LINK_CALL, body=json.dumps({"m": method, "a": list(args)}).encode())
@@ -107,6 +111,17 @@ class RemoteMeta:
         sub = await self._call("subscription", group, topic)
         self._subs[(group, topic)] = (now, sub)
         return sub
+
+    def commit_offset_nowait(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """commit_offset (oneway) without awaiting: written at once on the open link, or sent
+        by a Task when the link must first connect."""
+        cmd = self.client.request(LINK_CALL, body=orjson.dumps({"m": "commit_offset",
+                                                                "a": [group, topic, queue_id, offset]}))
+        nowait = getattr(self.client, "send_oneway_nowait", None)     # XXX until the client has it
+        if nowait is None or not nowait(self.address, cmd):
+            task = asyncio.ensure_future(self.client.invoke_oneway(self.address, cmd))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     # ---- everything else goes to the supervisor --------------------------------------------
     def __getattr__(self, name):

@@ -21,12 +21,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 
 from mq.remoting import ResponseCode as RC, make_response
 from mq.store import control as C
 from mq.store.store import TOTAL_PHYSICAL_MEMORY
 from mq.wire.consumequeue import java_string_hashcode
 
+from .link import SUBSCRIPTION_CACHE_S
 from .metadata import PERM_READ
 from .send import as_int
 from .tracing import CURRENT
@@ -36,6 +38,7 @@ log = logging.getLogger("mq.broker.pull")
 SYSFLAG_COMMIT_OFFSET, SYSFLAG_SUSPEND, SYSFLAG_SUBSCRIPTION = 1, 2, 4
 CQ_SCAN_BYTES_MIN = 16000
 PULLS_HELD_MAX = 100_000
+_MISSING = object()
 
 
 def parse_subscription(sub: str | None) -> frozenset | None:
@@ -142,6 +145,7 @@ class PullProcessor:
         self.store = broker.store
         self.meta = broker.meta
         self.hold_service: PullHoldService | None = None
+        self._sub_codes: dict = {}
 
     def start(self, loop) -> None:
         self.hold_service = PullHoldService(self.store, loop)
@@ -149,6 +153,77 @@ class PullProcessor:
     def stop(self) -> None:
         if self.hold_service:
             self.hold_service.stop()
+
+    def handle(self, conn, cmd):
+        """PULL_MESSAGE.  The fast path answers inside the read (no Task) when everything it
+        needs is in this worker's caches - group, topic, subscription - and the pull finds data
+        or is not to be held; otherwise the full path (process) runs as a Task: it fetches what
+        is missing and parks a long poll.  The checks are process's, in its order."""
+        h = cmd.ext_fields
+        if not h:
+            return self.process(conn, cmd)
+        meta = self.meta
+        try:
+            group = h["consumerGroup"]
+            topic = h["topic"]
+            qid = int(h["queueId"])
+            offset = int(h["queueOffset"])
+            max_nums = h.get("maxMsgNums")
+            max_nums = max(1, int(max_nums)) if max_nums else 32
+            sys_flag = h.get("sysFlag")
+            sys_flag = int(sys_flag) if sys_flag else 0
+            sub_version = h.get("subVersion")
+            sub_version = int(sub_version) if sub_version else 0
+            commit = h.get("commitOffset")
+            commit = int(commit) if commit else 0
+            suspend_ms = h.get("suspendTimeoutMillis")
+            suspend_ms = int(suspend_ms) if suspend_ms else 15000
+        except (KeyError, ValueError):          # the full path names the bad field
+            return self.process(conn, cmd)
+        cfg = self.config
+        g = meta._groups.get(group)
+        tc = meta._topics.get(topic)
+        if (g is None or tc is None or not cfg.brokerPermission & PERM_READ or not g.get("consumeEnable", True)
+                or not tc["perm"] & PERM_READ or qid < 0 or qid >= tc["readQueueNums"]):
+            return self.process(conn, cmd)
+        if sys_flag & SYSFLAG_SUBSCRIPTION:
+            expr = h.get("expressionType")
+            if expr and expr.upper() != "TAG":
+                return self.process(conn, cmd)
+            codes = self._codes(h.get("subscription"))
+        else:
+            hit = meta._subs.get((group, topic))
+            if hit is None or hit[1] is None or time.monotonic() - hit[0] >= SUBSCRIPTION_CACHE_S \
+                    or hit[1]["subVersion"] < sub_version:
+                return self.process(conn, cmd)
+            codes = self._codes(hit[1]["subString"])
+        if sys_flag & SYSFLAG_COMMIT_OFFSET and cfg.brokerRole != "SLAVE":
+            meta.commit_offset_nowait(group, topic, qid, commit)
+        code, status, next_off, lo, hi, body, last_phy = self.get_messages(topic, qid, offset, max_nums, codes)
+        if code == RC.PULL_NOT_FOUND and sys_flag & SYSFLAG_SUSPEND and self.hold_service is not None:
+            return self._held(cmd, g, topic, qid, offset, max_nums, codes, suspend_ms)
+        ext = {"suggestWhichBrokerId": self.suggest_broker(g, last_phy), "nextBeginOffset": next_off,
+               "minOffset": lo, "maxOffset": hi}
+        return make_response(cmd, code, status, ext, body)
+
+    def _codes(self, sub: str | None):
+        """parse_subscription, remembered per subscription string."""
+        cache = self._sub_codes
+        codes = cache.get(sub, _MISSING)
+        if codes is _MISSING:
+            if len(cache) > 10_000:
+                cache.clear()
+            codes = cache[sub] = parse_subscription(sub)
+        return codes
+
+    async def _held(self, cmd, g, topic, qid, offset, max_nums, codes, suspend_ms):
+        """A long poll the fast path parked: hold, then answer with whatever is there."""
+        hold_s = (suspend_ms if self.config.longPollingEnable else self.config.shortPollingTimeMills) / 1000
+        await self.hold_service.hold(topic, qid, offset, hold_s)
+        code, status, next_off, lo, hi, body, last_phy = self.get_messages(topic, qid, offset, max_nums, codes)
+        ext = {"suggestWhichBrokerId": self.suggest_broker(g, last_phy), "nextBeginOffset": next_off,
+               "minOffset": lo, "maxOffset": hi}
+        return make_response(cmd, code, status, ext, body)
 
     async def process(self, conn, cmd):
         h = cmd.ext_fields or {}

@@ -10,18 +10,28 @@ reconsume times, DELAY -> SCHEDULE_TOPIC_XXXX, CLUSTER added, WAIT removed
 queueId and queueOffset: the message was stored."""
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import logging
 import random
 import re
+import struct
 import zlib
+from time import perf_counter_ns
+
+import orjson
 
 from mq.remoting import ResponseCode as RC, make_response
-from mq.store import PutStatus
+from mq.remoting.server import DEFERRED
+from mq.store import PutStatus, PutResult
+from mq.store.commitlog import host_bytes
+from mq.store.store import put_error
 from mq.wire import commitlog as wcl
 from mq.wire.msgid import offset_msg_id
 from mq.wire.properties import decode_properties, encode_properties
+from mq.wire.remoting import LANGUAGE_NAMES, RPC_ONEWAY, SERIALIZE_JSON
 
+from .tracing import CURRENT as CURRENT_TIMES
 from .metadata import (PERM_READ, PERM_WRITE, SCHEDULE_TOPIC, SEND_PROTECTED_TOPICS, RETRY_PREFIX,
                        dlq_topic, retry_topic)
 
@@ -48,6 +58,8 @@ STATUS_REMARKS = {
     PutStatus.UNKNOWN_ERROR: "UNKNOWN_ERROR",
 }
 STORED_CODES = (RC.SUCCESS, RC.FLUSH_DISK_TIMEOUT, RC.FLUSH_SLAVE_TIMEOUT, RC.SLAVE_NOT_AVAILABLE)
+SEND_MESSAGE, SEND_MESSAGE_V2 = 10, 310
+_FRAME_HEAD = struct.Struct(">II").pack
 
 
 def _remark(result) -> str | None:
@@ -93,11 +105,12 @@ class BadRequest(Exception):
 
 
 class SendProcessor:
-    def __init__(self, broker):
+    def __init__(self, broker, group: "SendGroup | None" = None):
         self.broker = broker
         self.config = broker.config
         self.store = broker.store
         self.meta = broker.meta
+        self.group = group                 # None: every send takes the full path
 
     # ---- helpers -----------------------------------------------------------------------
     def _check_topic(self, topic: str) -> None:
@@ -147,6 +160,103 @@ class SendProcessor:
             ext = {"msgId": msg_id, "queueId": queue_id, "queueOffset": res.queue_offset(0),
                    "MSG_REGION": self.config.regionId, "TRACE_ON": self.config.traceOn}
         return make_response(cmd, code, remark, ext)
+
+    # ---- the fast path: single sends, appended in groups ---------------------------------------
+    def handle(self, conn, cmd):
+        """SEND_MESSAGE / SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE.  A single send to a topic this
+        worker knows, needing no property rewrite beyond CLUSTER and WAIT, joins the current
+        group (answered when the group is appended: DEFERRED); everything else - batches,
+        %RETRY% topics, DELAY, a topic not cached yet, a header that does not parse - takes the
+        full path (process), which gives every refusal its RocketMQ code.  The checks are the
+        full path's, in its order."""
+        group = self.group
+        if group is None or cmd.code == 320:
+            return self.process(conn, cmd)
+        ext = cmd.ext_fields
+        if ext is None:
+            return self.process(conn, cmd)
+        if "b" in ext and "topic" not in ext:          # SEND_MESSAGE_V2's short names
+            topic, qid_s, props, batch = ext.get("b"), ext.get("e"), ext.get("i"), ext.get("m")
+            sys_flag_s, born_s, flag_s, reconsume_s = ext.get("f"), ext.get("g"), ext.get("h"), ext.get("j")
+        else:
+            topic, qid_s, props, batch = ext.get("topic"), ext.get("queueId"), ext.get("properties"), ext.get("batch")
+            sys_flag_s, born_s = ext.get("sysFlag"), ext.get("bornTimestamp")
+            flag_s, reconsume_s = ext.get("flag"), ext.get("reconsumeTimes")
+        if not topic or (batch and batch.strip().lower() in ("true", "1")) or topic.startswith(RETRY_PREFIX):
+            return self.process(conn, cmd)
+        tc = self.meta._topics.get(topic)
+        if tc is None or not cmd.body:
+            return self.process(conn, cmd)
+        props = props or ""
+        wait = True
+        if "\x01" in props:
+            if "DELAY\x01" in props or "CLUSTER\x01" in props:
+                return self.process(conn, cmd)
+            at = props.find("WAIT\x01")
+            if at >= 0:
+                # WAIT is honoured, not stored: cut its entry (it must start an entry, and be the only one)
+                if at and props[at - 1] != "\x02":
+                    return self.process(conn, cmd)
+                stop = props.find("\x02", at)
+                wait = props[at + 5:stop if stop >= 0 else len(props)] != "false"
+                props = props[:at] + (props[stop + 1:] if stop >= 0 else "")
+                if "WAIT\x01" in props:
+                    return self.process(conn, cmd)
+        try:
+            self._common_checks(topic)
+            qid = int(qid_s) if qid_s else -1
+            sys_flag = int(sys_flag_s) if sys_flag_s else 0
+            born_ts = int(born_s) if born_s else 0
+            flag = int(flag_s) if flag_s else 0
+            reconsume = int(reconsume_s) if reconsume_s else 0
+            if qid < 0:
+                qid = random.randrange(max(1, tc["writeQueueNums"]))
+            if qid >= max(tc["readQueueNums"], tc["writeQueueNums"]):
+                return self.process(conn, cmd)          # its refusal comes from the full path
+            if not tc["perm"] & PERM_WRITE:
+                raise BadRequest(RC.NO_PERMISSION, f"the topic[{tc['topicName']}] sending message is forbidden")
+        except BadRequest as e:
+            return make_response(cmd, e.code, e.remark)
+        except ValueError:
+            return self.process(conn, cmd)
+        born = conn.attrs.get("born_c")
+        if born is None:
+            host = conn.attrs.get("born_host")
+            if host is None:
+                host = conn.attrs["born_host"] = normalize_host(conn.peer[0])
+            packed = host_bytes(host)
+            born = conn.attrs["born_c"] = (packed, group.appender.c_bytes(packed), len(packed))
+        group.add(conn, cmd, topic.encode(), qid, props.encode() if props else b"", flag, sys_flag, born_ts,
+                  born, conn.peer[1], reconsume, wait)
+        return DEFERRED
+
+    def respond_stored(self, conn, cmd, code: int, msg_id: bytes, qid: int, queue_offset: int, remark, times):
+        """The response to a stored single send (code in STORED_CODES), from a template when the
+        request came in a JSON header: the same bytes make_response + encode_frame would give."""
+        if cmd.serialize_type == SERIALIZE_JSON and remark is None:
+            lang = LANGUAGE_NAMES.get(cmd.language)
+            if lang is not None:
+                header = self._ok_template % (code, msg_id, qid, queue_offset, lang.encode(), cmd.opaque, cmd.version)
+                if times is not None:
+                    times.status = str(code)
+                conn.respond(cmd, _FRAME_HEAD(4 + len(header) + 0, len(header)) + header, times)
+                return
+        ext = {"msgId": msg_id.decode(), "queueId": qid, "queueOffset": queue_offset,
+               "MSG_REGION": self.config.regionId, "TRACE_ON": self.config.traceOn}
+        conn.respond(cmd, make_response(cmd, code, remark, ext), times)
+
+    @property
+    def _ok_template(self) -> bytes:
+        t = self.__dict__.get("_ok_template_bytes")
+        if t is None:
+            region = orjson.dumps(str(self.config.regionId)).replace(b"%", b"%%")
+            trace_on = self.config.traceOn
+            trace_on = orjson.dumps(str(trace_on).lower() if isinstance(trace_on, bool) else str(trace_on))
+            t = (b'{"code":%d,"extFields":{"msgId":"%b","queueId":"%d","queueOffset":"%d","MSG_REGION":' + region
+                 + b',"TRACE_ON":' + trace_on.replace(b"%", b"%%")
+                 + b'},"flag":1,"language":"%b","opaque":%d,"serializeTypeCurrentRPC":"JSON","version":%d}')
+            self.__dict__["_ok_template_bytes"] = t
+        return t
 
     # ---- SEND_MESSAGE / V2 / BATCH --------------------------------------------------------
     async def process(self, conn, cmd):
@@ -276,4 +386,146 @@ class SendProcessor:
         return make_response(cmd, RC.SYSTEM_ERROR, result.status.value)
 
 
-__all__ = ["SendProcessor", "header_fields", "as_int", "as_bool", "BadRequest", "PERM_READ"]
+def _flush_all(entries) -> None:
+    """Writes the answers queued on the entries' connections now (one write per connection),
+    not an event-loop iteration later."""
+    seen = set()
+    for entry in entries:
+        conn = entry[0]
+        if conn.id not in seen:
+            seen.add(conn.id)
+            conn.flush()
+
+
+class SendGroup:
+    """The single sends of one event-loop iteration, across every connection of this io worker:
+    appended with one C call (one wake of the dispatch and flush roles), then answered together.
+    Sends that need no wait are answered at once; under SYNC_FLUSH, SYNC_MASTER or DLedger the
+    group waits once - for its last end offset to be flushed, acknowledged by a slave or
+    committed - in one Task, and every send of it gets the outcome (a send is never answered
+    SEND_OK before its own end is covered: the group's last end covers every earlier one)."""
+
+    def __init__(self, broker, sender: SendProcessor):
+        self.broker = broker
+        self.sender = sender
+        self.appender = broker.store.cl.group()
+        self.loop = asyncio.get_running_loop()
+        self.pending: list[tuple] = []
+        self.cluster = ("CLUSTER\x01" + broker.config.brokerClusterName).encode()
+        self._cluster_c = self.appender.c_bytes(self.cluster)
+        self.waits: set[asyncio.Task] = set()
+        self.groups = 0                    # groups appended, for tests and the trace
+        self.msgs = 0
+
+    def add(self, conn, cmd, topic: bytes, qid: int, props: bytes, flag: int, sys_flag: int, born_ts: int,
+            born, born_port: int, reconsume: int, wait: bool) -> None:
+        tracer = self.broker.tracer
+        times = CURRENT_TIMES.get() if tracer is not None else None
+        if not self.pending:
+            self.loop.call_soon(self.run)
+        self.pending.append((conn, cmd, topic, qid, props, flag, sys_flag, born_ts, born, born_port, reconsume,
+                             wait, times))
+
+    def run(self) -> None:
+        """Appends and answers the pending sends (a loop callback: runs once per iteration)."""
+        pending, self.pending = self.pending, []
+        cap = self.appender.capacity
+        for start in range(0, len(pending), cap):
+            self._run(pending[start:start + cap])
+
+    def _run(self, batch: list[tuple]) -> None:
+        app = self.appender
+        cluster, cluster_len = self._cluster_c, len(self.cluster)
+        add = app.add
+        t_store = perf_counter_ns() if self.broker.tracer is not None else 0
+        for (_c, cmd, topic, qid, props, flag, sys_flag, born_ts, born, born_port, reconsume, _w, _t) in batch:
+            add(topic, qid, cmd.body, props, cluster, cluster_len, born[1], born[2], born_port, flag=flag,
+                sys_flag=sys_flag, born_ts_ms=born_ts, reconsume_times=reconsume)
+        app.run()
+        self.groups += 1
+        self.msgs += len(batch)
+        t_appended = perf_counter_ns() if t_store else 0
+        broker = self.broker
+        waiting = []                         # (entry, end offset, term) of stored sends that must wait
+        dledger = broker.commit_waiter is not None
+        sync_flush = broker.store.config.flushDiskType == "SYNC_FLUSH"
+        sync_master = broker.config.brokerRole == "SYNC_MASTER"
+        respond = self.sender.respond_stored
+        for i, entry in enumerate(batch):
+            conn, cmd, topic, qid, wait, times = entry[0], entry[1], entry[2], entry[3], entry[11], entry[12]
+            if times is not None:
+                times.store_ns, times.appended_ns, times.msgs = t_store, t_appended, 1
+            if app.rc(i) != 0:
+                result = put_error(app.error(i, topic.decode(), qid))
+                self._respond_result(conn, cmd, qid, result, times)
+                continue
+            if dledger or (wait and (sync_flush or sync_master)):
+                waiting.append((entry, app.result(i)))
+                continue
+            respond(conn, cmd, RC.SUCCESS, app.msg_id(i), qid, app.queue_offset(i), None, times)
+        _flush_all(batch)
+        if waiting:
+            task = self.loop.create_task(self._settle(waiting))
+            self.waits.add(task)
+            task.add_done_callback(self.waits.discard)
+
+    async def _settle(self, waiting: list) -> None:
+        """One wait for the whole group (its last end), then every send's answer."""
+        broker = self.broker
+        last = waiting[-1][1]
+        end = max(r.end_offset for _, r in waiting)
+        traced = broker.tracer is not None
+        t_flushed = t_acked = 0
+        try:
+            if broker.commit_waiter is not None:
+                # DLedger: the last entry committed in its term covers every earlier one
+                outcome = await broker._committed(PutResult(PutStatus.PUT_OK, last))
+                t_acked = perf_counter_ns() if traced else 0
+                statuses = [outcome if outcome.result is None else PutResult(PutStatus.PUT_OK, r)
+                            for _, r in waiting]
+            else:
+                status, reason = PutStatus.PUT_OK, ""
+                store = broker.store
+                if store.config.flushDiskType == "SYNC_FLUSH":
+                    if not await store.flush_waiter.wait_async(end, store.config.syncFlushTimeout / 1000):
+                        status, reason = PutStatus.FLUSH_DISK_TIMEOUT, store.ctl.fatal() or "flush timed out"
+                    t_flushed = perf_counter_ns() if traced else 0
+                if broker.config.brokerRole == "SYNC_MASTER":
+                    probe = await broker._replicated(PutResult(status, last, reason), True)
+                    t_acked = perf_counter_ns() if traced else 0
+                    if probe.status in (PutStatus.SLAVE_NOT_AVAILABLE, PutStatus.FLUSH_SLAVE_TIMEOUT):
+                        status, reason = probe.status, probe.reason
+                statuses = [PutResult(status, r, reason) for _, r in waiting]
+        except Exception as e:                # never leave a client waiting
+            log.exception("group wait failed")
+            statuses = [PutResult(PutStatus.UNKNOWN_ERROR, None, f"{type(e).__name__}: {e}") for _ in waiting]
+        for (entry, _), result in zip(waiting, statuses):
+            times = entry[12]
+            if times is not None:
+                times.flushed_ns = t_flushed or times.appended_ns
+                times.acked_ns = t_acked or times.flushed_ns
+            if entry[0].closed:
+                entry[0].respond(entry[1], None, times)
+                continue
+            self._respond_result(entry[0], entry[1], entry[3], result, times)
+        _flush_all(entry for entry, _ in waiting)
+
+    def _respond_result(self, conn, cmd, qid: int, result: PutResult, times) -> None:
+        code = STATUS_CODES[result.status]
+        if code in STORED_CODES and result.result is not None:
+            res = result.result
+            self.sender.respond_stored(conn, cmd, code, res.msg_id().encode(), qid, res.queue_offset(0),
+                                       _remark(result), times)
+            return
+        log.info("send refused (%s): code=%d body=%d bytes", result.reason, cmd.code, len(cmd.body))
+        conn.respond(cmd, make_response(cmd, code, _remark(result)), times)
+
+    async def drain(self, timeout_s: float = 3.0) -> None:
+        """Appends what is pending and waits for the group waits (stopping)."""
+        if self.pending:
+            self.run()
+        if self.waits:
+            await asyncio.wait(list(self.waits), timeout=timeout_s)
+
+
+__all__ = ["SendProcessor", "SendGroup", "header_fields", "as_int", "as_bool", "BadRequest", "PERM_READ"]

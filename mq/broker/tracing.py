@@ -11,7 +11,7 @@ from its slave although they share brokerName.
 A request's instants (time.perf_counter_ns), in order:
     t0        frame decode starts (mq.remoting.server; the bytes are read)
     t1        frame decoded; ts_us is the wall clock here
-    start     the request's task starts (it waited in the event loop since t1)
+    start     the request's handler starts
     store     the store call starts (sends only)           mq.store.store.put_async
     appended  the C append returned                        mq.store.store.put_async
     flushed   SYNC_FLUSH wait over (without one: the       IoWorker.put_message
@@ -64,9 +64,9 @@ log = logging.getLogger("mq.broker.tracing")
 FLUSH_EVERY = 1024          # req records buffered before they are formatted and written
 FLUSH_INTERVAL_S = 1.0      # and at least this often (IoWorker's flush task), so a quiet worker's trace is current
 
-# The current request's RequestTimes, or None: set by RequestTracer.begin inside the request's
-# own asyncio task (every task runs in a copy of the context), so concurrent requests never see
-# each other's.  Read by the send path to stamp the store and wait phases.
+# The current request's RequestTimes, or None: set by RequestTracer.begin just before the request's
+# handler runs; a request that waits runs in a Task, which copies the context, so concurrent
+# requests never see each other's.  Read by the send path to stamp the store and wait phases.
 CURRENT: contextvars.ContextVar = contextvars.ContextVar("mq_broker_request_times", default=None)
 
 # the fields of a req record, in the order of RequestTracer's rows
@@ -87,7 +87,7 @@ def broker_label(config) -> str:
 class RequestTimes:
     """One request's instants (perf_counter_ns); 0 = not reached.  See the module docstring."""
     __slots__ = ("t0_ns", "t1_ns", "ts_us", "start_ns", "store_ns", "appended_ns", "flushed_ns", "acked_ns",
-                 "resp_ns", "msgs")
+                 "resp_ns", "msgs", "status")
 
     def __init__(self, t0_ns: int, t1_ns: int):
         self.t0_ns = t0_ns
@@ -96,6 +96,7 @@ class RequestTimes:
         self.start_ns = perf_counter_ns()
         self.store_ns = self.appended_ns = self.flushed_ns = self.acked_ns = self.resp_ns = 0
         self.msgs = 0
+        self.status = ""        # set by a path that answers with an encoded frame (no RemotingCommand)
 
 
 class RowTraceWriter:
@@ -157,10 +158,10 @@ class RowTraceWriter:
 
 
 class RequestTracer:
-    """The io worker's side: RemotingServer calls begin() at the start of each
-    request's task and end() once its response is encoded (see
+    """The io worker's side: RemotingServer calls begin() just before each
+    request's handler and end() once its response is encoded (see
     mq.remoting.server); the send path stamps the phases in between through
-    CURRENT."""
+    CURRENT (or, for sends the group append answers, on the times it keeps)."""
 
     def __init__(self, directory: str, broker: str, role: str):
         self.writer = RowTraceWriter(directory, f"req-{role}", "req", {"broker": broker, "role": role}, REQ_ROW)
@@ -184,9 +185,13 @@ class RequestTracer:
             decode = times.t1_ns - t0
             append = flush_wait = repl_wait = 0
             encode = done_ns - (times.resp_ns or done_ns)
-        size = len(cmd.body) if cmd.body else (len(resp.body) if resp is not None and resp.body else 0)
+        if resp is None or resp.__class__ is bytes:     # an encoded frame: its path set times.status
+            status, resp_size = times.status, 0
+        else:
+            status, resp_size = str(resp.code), len(resp.body) if resp.body else 0
+        size = len(cmd.body) if cmd.body else resp_size
         # durations in ns: the writer writes them as microseconds (thousandths, see RowTraceWriter)
-        self.writer.add((times.ts_us, cmd.code, times.msgs, size, "" if resp is None else str(resp.code),
+        self.writer.add((times.ts_us, cmd.code, times.msgs, size, status,
                          decode, append, flush_wait, repl_wait, encode, done_ns - t0))
 
     def flush(self) -> None:

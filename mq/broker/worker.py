@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import time
+from types import CoroutineType
 from time import perf_counter_ns
 
 from mq.remoting import RemotingServer, RequestCode as R, make_response
@@ -27,7 +28,7 @@ from .link import RemoteMeta
 from .hastatus import HAStatus
 from .launcher import die_with_parent
 from .pull import PullProcessor
-from .send import BadRequest, SendProcessor
+from .send import BadRequest, SendGroup, SendProcessor
 from .tracing import CURRENT, FLUSH_INTERVAL_S, RequestTracer, broker_label, trace_dir
 
 log = logging.getLogger("mq.broker.worker")
@@ -59,11 +60,12 @@ class IoWorker:
         self.ha_status = HAStatus(cfg.storePathRootDir)
         self.meta = RemoteMeta(self.link_address, self.worker_id, self._notify, self._role_changed)
         self.send = SendProcessor(self)
+        self.send.group = self.send_group = SendGroup(self, self.send)
         self.pull = PullProcessor(self)
         self.admin = AdminProcessor(self)
-        handlers = {R.SEND_MESSAGE: self.send.process, R.SEND_MESSAGE_V2: self.send.process,
-                    R.SEND_BATCH_MESSAGE: self.send.process, R.CONSUMER_SEND_MSG_BACK: self.send.send_back,
-                    R.PULL_MESSAGE: self.pull.process, **self.admin.handlers()}
+        handlers = {R.SEND_MESSAGE: self.send.handle, R.SEND_MESSAGE_V2: self.send.handle,
+                    R.SEND_BATCH_MESSAGE: self.send.handle, R.CONSUMER_SEND_MSG_BACK: self.send.send_back,
+                    R.PULL_MESSAGE: self.pull.handle, **self.admin.handlers()}
         handlers = {code: _guarded(h) for code, h in handlers.items()}
         self.pull.start(asyncio.get_running_loop())
         idle_s = cfg.serverChannelMaxIdleTimeSeconds
@@ -86,6 +88,7 @@ class IoWorker:
         # parked pulls first: they are answered (PULL_NOT_FOUND) at once instead of
         # holding the servers' grace period, and never run against a closed store
         self.pull.stop()
+        await self.send_group.drain()
         for s in self.servers:
             await s.stop(grace_s=3.0)
         if self.tracer is not None:
@@ -194,13 +197,25 @@ class IoWorker:
 
 
 def _guarded(handler):
-    async def run(conn, cmd):
+    """The handler, with a BadRequest it raises (at once, or from the coroutine it returned)
+    answered with its code and remark."""
+    def run(conn, cmd):
         try:
-            return await handler(conn, cmd)
+            res = handler(conn, cmd)
         except BadRequest as e:
             return make_response(cmd, e.code, e.remark)
+        if res.__class__ is CoroutineType:
+            return _guarded_wait(res, cmd)
+        return res
     run.__name__ = getattr(handler, "__name__", "handler")
     return run
+
+
+async def _guarded_wait(coro, cmd):
+    try:
+        return await coro
+    except BadRequest as e:
+        return make_response(cmd, e.code, e.remark)
 
 
 def worker_main(worker_id: int, config_values: dict, link_address: str) -> None:

@@ -1,54 +1,83 @@
-"""Asyncio remoting server: frames in, handlers by request code, responses out.
+"""Remoting server: frames in, handlers by request code, responses out.
 
-Per connection a reader loop decodes frames (mq.wire.remoting) and runs each
-request as its own task, so a long-polling pull never blocks the requests
-behind it on the same connection.  Rules (spec 1.5, RELIABILITY.md):
-  * a framing error (length < 4 or over FRAME_SIZE_MAX, header past the
-    frame, unknown serialize type, bad JSON, TLS/HTTP probe) closes that
-    connection only, and is logged;
-  * a response echoes the opaque, sets the response flag and uses the
-    request's serialize type; a oneway request is never answered;
-  * unknown code -> REQUEST_CODE_NOT_SUPPORTED; a handler exception or a
-    response that cannot be encoded -> SYSTEM_ERROR with its text; all logged;
-  * a TCP connection idle for idle_timeout_s (serverChannelMaxIdleTimeSeconds,
-    120 s) is closed and logged: idle means no frame read, nothing written and
-    no request of it in flight.  Reads count per frame, so a frame whose bytes
-    take longer than that to arrive is cut too.  Connections on a unix socket
-    (links between the processes of one node) are never idle-closed: they live
-    as long as the processes at both ends.
-Bounds: IN_FLIGHT_PER_CONNECTION_MAX requests run at once per connection;
-further frames wait (TCP backpressure) rather than queueing without limit.
+Transport: an asyncio Protocol (uvloop's in the broker and the name server, mq.loop).  Each read
+is parsed in one pass: every complete frame in it is decoded and handed to its handler, and every
+response produced while handling that read goes out in one write.  A partial frame waits for the
+rest of its bytes (chunks kept as they came, joined once when complete).
 
-Tracing (optional, the broker's perfTraceEnable): with a `tracer`, each
-request's frame decode is timed, `tracer.begin(cmd, t0_ns, t1_ns)` runs first
-thing in the request's task and returns a times object, the server stamps its
-`resp_ns` when the handler returns, and `tracer.end(times, cmd, resp, done_ns)`
-runs once the response frame is encoded and queued (instants from
-time.perf_counter_ns; mq.broker.tracing is the tracer).  Without one a
-request pays three `is None` tests."""
+A handler is a plain function `handler(conn, cmd)` that returns one of:
+  * a RemotingCommand (or None): answered at once, inside data_received - no Task, no await;
+    this is the fast path (ASYNC_FLUSH sends, pulls that find data, offset queries);
+  * a coroutine: the request must wait (a flush, a replica, a long poll, a metadata call): it
+    runs as its own Task and its response is written when it returns, so a parked request never
+    blocks the ones behind it on the same connection;
+  * DEFERRED: the handler's owner took the request and will answer it with conn.respond() later
+    (the broker's group append answers all sends of one loop iteration together).
+`async def` handlers are simply handlers that always return a coroutine.
+
+Rules (spec 1.5, RELIABILITY.md):
+  * a framing error (length < 4 or over FRAME_SIZE_MAX, header past the frame, unknown
+    serialize type, bad JSON, TLS/HTTP probe) closes that connection only, and is logged; the
+    frames before it in the same read are still answered;
+  * a response echoes the opaque, sets the response flag and uses the request's serialize type;
+    a oneway request is never answered;
+  * unknown code -> REQUEST_CODE_NOT_SUPPORTED; a handler exception or a response that cannot be
+    encoded -> SYSTEM_ERROR with its text; all logged;
+  * a TCP connection idle for idle_timeout_s (serverChannelMaxIdleTimeSeconds, 120 s) is closed
+    and logged: idle means no bytes read, nothing written and no request of it in flight.
+    Connections on a unix socket (links between the processes of one node) are never
+    idle-closed: they live as long as the processes at both ends.
+Bounds: IN_FLIGHT_PER_CONNECTION_MAX requests of one connection in flight at once; at the bound
+the connection stops reading (the rest of the read waits, then TCP backpressure) until one is
+answered.  A connection whose unsent responses pass WRITE_BUFFER_HIGH_BYTES stops reading until
+they drain below WRITE_BUFFER_LOW_BYTES.
+
+Tracing (optional, the broker's perfTraceEnable): with a `tracer`, each request's frame decode is
+timed, `tracer.begin(cmd, t0_ns, t1_ns)` runs just before its handler (it sets the request's
+times as the context's current ones; a Task copies them with the context), the server stamps
+`resp_ns` when the handler's response is ready, and `tracer.end(times, cmd, code, body_size,
+done_ns)` runs once the response frame is encoded and queued (instants from
+time.perf_counter_ns; mq.broker.tracing is the tracer).  Without one a request pays a few
+`is None` tests."""
 from __future__ import annotations
 
 import asyncio
 import itertools
 import logging
 import socket
+import struct
 import time
-from dataclasses import dataclass, field
 from time import perf_counter_ns
-from typing import Awaitable, Callable
+from typing import Callable
 
 from mq.wire.errors import EncodeError, WireError
-from mq.wire.remoting import (RPC_ONEWAY, RPC_RESPONSE, RemotingCommand, decode_frame_payload,
-                              encode_frame, frame_payload_size)
+from mq.wire.remoting import (FRAME_PREFIX_SIZE, FRAME_SIZE_MAX, RPC_ONEWAY, RPC_RESPONSE, RemotingCommand,
+                              decode_frame_payload, encode_frame)
+from mq.wire.errors import FrameError
 
 from .codes import ResponseCode
 
 log = logging.getLogger("mq.remoting.server")
 
 IN_FLIGHT_PER_CONNECTION_MAX = 1024
+WRITE_BUFFER_HIGH_BYTES = 4 * 1024 * 1024   # stop reading a connection whose answers are not leaving
+WRITE_BUFFER_LOW_BYTES = 1024 * 1024
 IDLE_TIMEOUT_S_DEFAULT = 120.0   # serverChannelMaxIdleTimeSeconds
 IDLE_SWEEP_S_MAX = 5.0           # an idle connection is closed within idle_timeout_s + this
-Handler = Callable[["Connection", RemotingCommand], Awaitable[RemotingCommand | None]]
+Handler = Callable[["Connection", RemotingCommand], object]
+
+_U32 = struct.Struct(">I").unpack_from
+
+
+class _Deferred:
+    """What a handler returns when its owner will answer with Connection.respond later."""
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "DEFERRED"
+
+
+DEFERRED = _Deferred()
 
 
 def make_response(request: RemotingCommand, code: int = ResponseCode.SUCCESS, remark: str | None = None,
@@ -56,49 +85,67 @@ def make_response(request: RemotingCommand, code: int = ResponseCode.SUCCESS, re
     """A response to `request`: same opaque and serialize type, response flag set."""
     return RemotingCommand(code=code, language=request.language, version=request.version,
                            opaque=request.opaque, flag=RPC_RESPONSE, remark=remark,
-                           ext_fields={k: str(v).lower() if isinstance(v, bool) else str(v)
-                                       for k, v in (ext or {}).items() if v is not None},
+                           ext_fields={k: str(v).lower() if v.__class__ is bool else str(v)
+                                       for k, v in ext.items() if v is not None} if ext else {},
                            body=body, serialize_type=request.serialize_type)
 
 
-@dataclass(eq=False)
 class Connection:
-    """One client connection; handlers get it to learn the peer or push requests."""
-    id: int
-    peer: tuple[str, int]
-    writer: asyncio.StreamWriter
-    server: "RemotingServer"
-    closed: bool = False
-    attrs: dict = field(default_factory=dict)
-    idle_close: bool = True            # False for unix-socket links
-    last_active_s: float = field(default_factory=time.monotonic)   # last frame read or written
-    in_flight: int = 0                 # requests of this connection being handled
-    _opaque: itertools.count = field(default_factory=lambda: itertools.count(1 << 24))
-    _out: list = field(default_factory=list)   # frames encoded in this loop iteration, not yet written
+    """One client connection; handlers get it to learn the peer, push requests, or answer a
+    deferred request (respond)."""
+    __slots__ = ("id", "peer", "transport", "server", "closed", "attrs", "idle_close", "last_active_s",
+                 "in_flight", "_opaque", "_out", "_flush_scheduled", "_protocol")
+
+    def __init__(self, conn_id: int, peer: tuple[str, int], transport, server: "RemotingServer", protocol=None):
+        self.id = conn_id
+        self.peer = peer
+        self.transport = transport
+        self.server = server
+        self.closed = False
+        self.attrs: dict = {}
+        self.idle_close = True             # False for unix-socket links
+        self.last_active_s = time.monotonic()   # last bytes read or frame written
+        self.in_flight = 0                 # requests of this connection being handled
+        self._opaque = itertools.count(1 << 24)
+        self._out: list[bytes] = []        # frames queued and not yet written
+        self._flush_scheduled = False
+        self._protocol = protocol
 
     def write(self, cmd: RemotingCommand) -> None:
-        """Queues the frame; every frame queued in one event-loop iteration goes
-        out in one write (one send(2) under pipelining instead of one each)."""
+        """Queues the frame of `cmd` (raises EncodeError if it cannot be encoded)."""
+        self.write_frame(encode_frame(cmd))
+
+    def write_frame(self, frame: bytes) -> None:
+        """Queues an encoded frame.  Frames queued while a read is being handled go out at its end;
+        others at the end of this event-loop iteration, together (one send(2) for many)."""
+        if self.closed:
+            return
+        self._out.append(frame)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Writes every queued frame now, in one write."""
+        self._flush_scheduled = False
+        out = self._out
+        if not out:
+            return
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
         if self.closed:
             return
         self.last_active_s = time.monotonic()
-        frame = encode_frame(cmd)
-        if not self._out:
-            asyncio.get_running_loop().call_soon(self._flush)
-        self._out.append(frame)
-
-    def _flush(self) -> None:
-        if not self._out:
-            return
-        data = self._out[0] if len(self._out) == 1 else b"".join(self._out)
-        self._out.clear()
-        if self.closed:
-            return
         try:
-            self.writer.write(data)
+            self.transport.write(data)
         except (ConnectionError, RuntimeError) as e:
             log.debug("write to %s failed: %s", self.peer, e)
             self.closed = True
+
+    def respond(self, cmd: RemotingCommand, resp: RemotingCommand | bytes | None, times=None) -> None:
+        """Answers a request its handler DEFERRED (once): `resp` is a RemotingCommand, an encoded
+        frame, or None for no answer; `times` is the request's trace times (the tracer's, or None)."""
+        self.server._answer(self, cmd, resp, times)
 
     def push_oneway(self, code: int, ext: dict | None = None, body: bytes = b"") -> None:
         """A server-initiated oneway request (e.g. NOTIFY_CONSUMER_IDS_CHANGED)."""
@@ -106,9 +153,150 @@ class Connection:
                                    ext_fields={k: str(v) for k, v in (ext or {}).items()}, body=body))
 
     def close(self) -> None:
-        self._flush()
+        if self.closed:
+            return
+        self.flush()
         self.closed = True
-        self.writer.close()
+        self.transport.close()
+
+
+class _ServerProtocol(asyncio.Protocol):
+    """One connection's bytes: frames parsed per read, handlers run, answers written per read."""
+
+    def __init__(self, server: "RemotingServer"):
+        self.server = server
+        self.conn: Connection | None = None
+        self._chunks: list[bytes] = []     # bytes of an incomplete frame, as they came
+        self._chunks_len = 0
+        self._need = FRAME_PREFIX_SIZE     # bytes the first incomplete frame needs in all
+        self._paused_by = set()            # "inflight" / "write": why reading is paused
+
+    # ---- connection -----------------------------------------------------------------------
+    def connection_made(self, transport) -> None:
+        server = self.server
+        peer = transport.get_extra_info("peername") or ("?", 0)
+        sock = transport.get_extra_info("socket")
+        conn = Connection(next(server._ids), (peer[0], peer[1]) if isinstance(peer, tuple) else ("?", 0),
+                          transport, server, self)
+        if sock is not None:
+            if sock.family == socket.AF_UNIX:
+                conn.idle_close = False
+            else:
+                try:
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                except OSError:
+                    pass
+        transport.set_write_buffer_limits(WRITE_BUFFER_HIGH_BYTES, WRITE_BUFFER_LOW_BYTES)
+        self.conn = conn
+        server._conns.add(conn)
+
+    def connection_lost(self, exc) -> None:
+        conn = self.conn
+        conn.closed = True
+        conn._out.clear()
+        server = self.server
+        server._conns.discard(conn)
+        if server.on_close:
+            try:
+                server.on_close(conn)
+            except Exception:
+                log.exception("%s: on_close failed", server.name)
+
+    def pause_writing(self) -> None:
+        self._pause("write")
+
+    def resume_writing(self) -> None:
+        self._resume("write")
+
+    def _pause(self, why: str) -> None:
+        if not self._paused_by:
+            try:
+                self.conn.transport.pause_reading()
+            except RuntimeError:
+                pass
+        self._paused_by.add(why)
+
+    def _resume(self, why: str) -> None:
+        if why not in self._paused_by:
+            return
+        self._paused_by.discard(why)
+        if not self._paused_by and not self.conn.closed:
+            try:
+                self.conn.transport.resume_reading()
+            except RuntimeError:
+                return
+            if self._chunks_len >= self._need:     # frames held back at the in-flight bound
+                asyncio.get_running_loop().call_soon(self.data_received, b"")
+
+    # ---- frames -----------------------------------------------------------------------------
+    def data_received(self, data: bytes) -> None:
+        conn = self.conn
+        if conn.closed:
+            return
+        conn.last_active_s = time.monotonic()
+        if self._chunks_len:
+            if data:
+                self._chunks.append(data)
+                self._chunks_len += len(data)
+            if self._chunks_len < self._need or self._paused_by:
+                return
+            data = b"".join(self._chunks)
+            self._chunks.clear()
+            self._chunks_len = 0
+        elif self._paused_by and data:
+            self._chunks.append(data)
+            self._chunks_len = len(data)
+            self._need = FRAME_PREFIX_SIZE
+            return
+        server = self.server
+        size = len(data)
+        pos = 0
+        view = memoryview(data)
+        tracer = server.tracer
+        conn._flush_scheduled = True        # answers of this read go out in the flush below, together
+        try:
+            while size - pos >= 4:
+                total = _U32(data, pos)[0]
+                if total + FRAME_PREFIX_SIZE > FRAME_SIZE_MAX:
+                    raise FrameError(f"frame length {total} + 4 exceeds FRAME_SIZE_MAX {FRAME_SIZE_MAX}")
+                end = pos + 4 + total
+                if end > size:
+                    break
+                if conn.in_flight >= IN_FLIGHT_PER_CONNECTION_MAX:
+                    self._pause("inflight")
+                    break
+                if tracer is None:
+                    cmd = decode_frame_payload(view[pos + 4:end])
+                    pos = end
+                    if not cmd.flag & RPC_RESPONSE:        # we send only oneway pushes: a stray response is ignored
+                        server._dispatch(conn, cmd, None)
+                else:
+                    t0_ns = perf_counter_ns()
+                    cmd = decode_frame_payload(view[pos + 4:end])
+                    t1_ns = perf_counter_ns()
+                    pos = end
+                    if not cmd.flag & RPC_RESPONSE:
+                        server._dispatch(conn, cmd, tracer.begin(cmd, t0_ns, t1_ns))
+                if conn.closed:
+                    return
+        except WireError as e:
+            server.framing_errors += 1
+            log.warning("%s: closing connection %s after a framing error: %s", server.name, conn.peer, e)
+            conn.close()
+            return
+        finally:
+            view.release()
+            conn.flush()
+        if pos < size:
+            rest = data[pos:]
+            self._chunks.append(rest)
+            self._chunks_len = len(rest)
+            self._need = 4 + _U32(rest, 0)[0] if len(rest) >= 4 else FRAME_PREFIX_SIZE
+
+    def eof_received(self):
+        if self._chunks_len:
+            log.warning("%s: connection %s closed mid-frame", self.server.name, self.conn.peer)
+        return False
 
 
 class RemotingServer:
@@ -138,14 +326,20 @@ class RemotingServer:
     async def start(self, host: str = "127.0.0.1", port: int = 0, reuse_port: bool = False,
                     sock: socket.socket | None = None) -> int:
         """Listens (on `sock` if given); returns the bound port."""
+        loop = asyncio.get_running_loop()
+        factory = lambda: _ServerProtocol(self)     # noqa: E731
         if sock is not None:
-            self._server = await asyncio.start_server(self._serve, sock=sock, limit=2 ** 16)
+            if sock.family == socket.AF_UNIX:
+                self._server = await loop.create_unix_server(factory, sock=sock)
+            else:
+                self._server = await loop.create_server(factory, sock=sock)
         else:
-            self._server = await asyncio.start_server(self._serve, host, port, reuse_port=reuse_port,
-                                                      reuse_address=True, limit=2 ** 16)
+            self._server = await loop.create_server(factory, host, port, reuse_port=reuse_port or None,
+                                                    reuse_address=True)
         if self.idle_timeout_s is not None:
             self._idle_sweeper = asyncio.create_task(self._close_idle())
-        return self._server.sockets[0].getsockname()[1]
+        name = self._server.sockets[0].getsockname()
+        return name[1] if isinstance(name, tuple) else 0
 
     async def stop(self, grace_s: float = 5.0) -> None:
         """Stops accepting, lets in-flight requests finish (up to grace_s), closes."""
@@ -163,72 +357,65 @@ class RemotingServer:
             except asyncio.TimeoutError:
                 pass
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername") or ("?", 0)
-        sock = writer.get_extra_info("socket")
-        if sock is not None:
+    # ---- requests ----------------------------------------------------------------------------
+    def _dispatch(self, conn: Connection, cmd: RemotingCommand, times) -> None:
+        """Runs cmd's handler: answers at once, or parks a Task, or leaves it DEFERRED."""
+        handler = self.handlers.get(cmd.code)
+        if handler is None:
+            log.info("%s: request code %d not supported (from %s)", self.name, cmd.code, conn.peer)
+            resp = make_response(cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                                 f" request type {cmd.code} not supported")
+        else:
             try:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            except OSError:
-                pass
-        conn = Connection(next(self._ids), (peer[0], peer[1]), writer, self)
-        if sock is not None and sock.family == socket.AF_UNIX:
-            conn.idle_close = False
-        self._conns.add(conn)
-        slots = asyncio.Semaphore(IN_FLIGHT_PER_CONNECTION_MAX)
-        spawn = asyncio.get_running_loop().create_task      # per request: skips create_task's lookups
-        handled = self._handled
-        try:
-            while True:
-                try:
-                    prefix = await reader.readexactly(4)
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    break
-                conn.last_active_s = time.monotonic()
-                try:
-                    size = frame_payload_size(prefix)
-                    payload = await reader.readexactly(size)
-                    conn.last_active_s = time.monotonic()
-                    if self.tracer is None:
-                        cmd = decode_frame_payload(payload)
-                        t0_ns = t1_ns = 0
-                    else:
-                        t0_ns = perf_counter_ns()
-                        cmd = decode_frame_payload(payload)
-                        t1_ns = perf_counter_ns()
-                except asyncio.IncompleteReadError:
-                    log.warning("%s: connection %s closed mid-frame", self.name, conn.peer)
-                    break
-                except WireError as e:
-                    self.framing_errors += 1
-                    log.warning("%s: closing connection %s after a framing error: %s", self.name, conn.peer, e)
-                    break
-                if cmd.is_response:
-                    continue   # we send only oneway pushes; a stray response is ignored
-                await slots.acquire()
-                conn.in_flight += 1
-                task = spawn(self._handle(conn, cmd, t0_ns, t1_ns))
-                self._tasks.add(task)
-                task.add_done_callback(lambda t: handled(t, conn, slots))
-                if writer.transport.get_write_buffer_size() > 4 * 1024 * 1024:
-                    await writer.drain()
-        except ConnectionError:
-            pass
-        finally:
-            conn.closed = True
-            self._conns.discard(conn)
-            writer.close()
-            if self.on_close:
-                try:
-                    self.on_close(conn)
-                except Exception:
-                    log.exception("%s: on_close failed", self.name)
+                resp = handler(conn, cmd)
+            except Exception as e:
+                log.exception("%s: handler for code %d failed", self.name, cmd.code)
+                resp = make_response(cmd, ResponseCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
+            else:
+                if resp is DEFERRED:
+                    conn.in_flight += 1
+                    return
+                if resp is not None and resp.__class__ is not RemotingCommand and resp.__class__ is not bytes:
+                    conn.in_flight += 1     # a coroutine: the request waits in a Task of its own
+                    task = asyncio.get_running_loop().create_task(self._wait(conn, cmd, resp, times))
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
+                    return
+        self._reply(conn, cmd, resp, times)
 
-    def _handled(self, task: asyncio.Task, conn: Connection, slots: asyncio.Semaphore) -> None:
-        self._tasks.discard(task)
-        slots.release()
+    def _answer(self, conn: Connection, cmd: RemotingCommand, resp, times) -> None:
+        """A deferred or waited-for request's answer: frees its in-flight slot, then replies."""
         conn.in_flight -= 1
         conn.last_active_s = time.monotonic()
+        self._reply(conn, cmd, resp, times)
+        if conn.in_flight < IN_FLIGHT_PER_CONNECTION_MAX and conn._protocol is not None:
+            conn._protocol._resume("inflight")
+
+    async def _wait(self, conn: Connection, cmd: RemotingCommand, coro, times) -> None:
+        try:
+            resp = await coro
+        except Exception as e:
+            log.exception("%s: handler for code %d failed", self.name, cmd.code)
+            resp = make_response(cmd, ResponseCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
+        self._answer(conn, cmd, resp, times)
+
+    def _reply(self, conn: Connection, cmd: RemotingCommand, resp, times) -> None:
+        """Queues the response (a RemotingCommand or an encoded frame) unless cmd is oneway."""
+        if times is not None:
+            times.resp_ns = perf_counter_ns()
+        if resp is not None and not cmd.flag & RPC_ONEWAY:
+            if resp.__class__ is bytes:
+                conn.write_frame(resp)
+            else:
+                try:
+                    conn.write(resp)
+                except EncodeError as e:   # e.g. a body past FRAME_SIZE_MAX: say so rather than leave the client waiting
+                    log.error("%s: the response to code %d (from %s) cannot be encoded: %s", self.name, cmd.code,
+                              conn.peer, e)
+                    resp = make_response(cmd, ResponseCode.SYSTEM_ERROR, f"response cannot be encoded: {e}")
+                    conn.write(resp)
+        if times is not None:
+            self.tracer.end(times, cmd, resp, perf_counter_ns())
 
     async def _close_idle(self) -> None:
         """Closes TCP connections idle for idle_timeout_s.  Runs every quarter of it, at most every
@@ -243,31 +430,3 @@ class RemotingServer:
                     self.idle_closes += 1
                     log.info("%s: closing connection %s: idle for %.1f s", self.name, conn.peer, idle_s)
                     conn.close()
-
-    async def _handle(self, conn: Connection, cmd: RemotingCommand, t0_ns: int = 0, t1_ns: int = 0) -> None:
-        """Runs the handler and queues its response.  Traced (t0_ns, t1_ns: the frame decode's
-        start and end): the tracer's begin() and end() around it, in this request's own task."""
-        times = self.tracer.begin(cmd, t0_ns, t1_ns) if t0_ns else None
-        handler = self.handlers.get(cmd.code)
-        if handler is None:
-            log.info("%s: request code %d not supported (from %s)", self.name, cmd.code, conn.peer)
-            resp = make_response(cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                                 f" request type {cmd.code} not supported")
-        else:
-            try:
-                resp = await handler(conn, cmd)
-            except Exception as e:
-                log.exception("%s: handler for code %d failed", self.name, cmd.code)
-                resp = make_response(cmd, ResponseCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
-        if times is not None:
-            times.resp_ns = perf_counter_ns()
-        if resp is not None and not cmd.is_oneway:
-            try:
-                conn.write(resp)
-            except EncodeError as e:   # e.g. a body past FRAME_SIZE_MAX: say so rather than leave the client waiting
-                log.error("%s: the response to code %d (from %s) cannot be encoded: %s", self.name, cmd.code,
-                          conn.peer, e)
-                resp = make_response(cmd, ResponseCode.SYSTEM_ERROR, f"response cannot be encoded: {e}")
-                conn.write(resp)
-        if times is not None:
-            self.tracer.end(times, cmd, resp, perf_counter_ns())

@@ -290,6 +290,9 @@ def test_mqadmin_leadership_transfer(group, ns, capsys):
     target = next(i for i in g.ids if i != old)
     term = g.status(old)["term"]
     wait_for(lambda: len(_route_master(ns.addr, "TBW102") or {}) == 3, 40, 0.2, "all three routed")
+    # a member registers as soon as it serves, which can be before it heard from the leader
+    wait_for(lambda: all(g.status(i).get("leader") == old and g.status(i).get("lastIndex", -1) >= 0
+                         for i in g.ids), 40, 0.1, "every member following the leader")
     assert admin.main(["clusterList", "-n", ns.addr]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if "RaftNode00" in line]
     assert len(rows) == 3

@@ -1,0 +1,210 @@
+"""The io worker's request path against a real broker over raw sockets: the fast path (single
+sends answered by the group append, responses from a template) stores and answers exactly what
+the full path does, many frames in one read are answered together, and the sends of one read
+share one wake of the store roles."""
+import socket
+import struct
+
+import pytest
+
+from mq.cluster import Broker, NameServer, wait_for
+from mq.remoting import make_response
+from mq.store import control as C
+from mq.store.control import ControlBlock
+from mq.wire import commitlog as wcl
+from mq.wire import batch as wbatch
+from mq.wire.properties import decode_properties, encode_properties
+from mq.wire.remoting import (LANGUAGE_CPP, RemotingCommand, decode_frame_payload, encode_frame,
+                              frame_payload_size)
+
+TOPIC = "FastPathTopic"
+SEND_V2, SEND, PULL, UPDATE_TOPIC, SEND_BATCH = 310, 10, 11, 17, 320
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    tmp = str(tmp_path_factory.mktemp("fastpath"))
+    ns = NameServer(tmp)
+    b = Broker(tmp, ns.addr, sendMessageThreadPoolNums=1)
+    yield b
+    b.stop()
+    ns.stop()
+
+
+class Raw:
+    """A blocking socket speaking frames; returns every response with its raw bytes."""
+
+    def __init__(self, port: int):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.opaque = 0
+
+    def frame(self, code: int, ext: dict, body: bytes = b"", language: int = 0, version: int = 409) -> tuple:
+        self.opaque += 1
+        cmd = RemotingCommand(code=code, language=language, version=version, opaque=self.opaque,
+                              ext_fields=ext, body=body)
+        return cmd, encode_frame(cmd)
+
+    def read(self) -> tuple[RemotingCommand, bytes]:
+        prefix = self._exactly(4)
+        payload = self._exactly(frame_payload_size(prefix))
+        return decode_frame_payload(payload), prefix + payload
+
+    def _exactly(self, n: int) -> bytes:
+        buf = b""
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            assert chunk, "connection closed"
+            buf += chunk
+        return buf
+
+    def call(self, code: int, ext: dict, body: bytes = b"", **kw) -> tuple[RemotingCommand, bytes]:
+        _, data = self.frame(code, ext, body, **kw)
+        self.sock.sendall(data)
+        return self.read()
+
+    def close(self):
+        self.sock.close()
+
+
+def v2(topic: str, qid: int, props: str) -> dict:
+    return {"a": "FastPathGroup", "b": topic, "c": "TBW102", "d": "4", "e": str(qid), "f": "0",
+            "g": "1700000000000", "h": "0", "i": props, "j": "0", "k": "false", "m": "false"}
+
+
+def pull_one(raw: Raw, topic: str, qid: int, offset: int):
+    resp, _ = raw.call(PULL, {"consumerGroup": "FastPathGroup", "topic": topic, "queueId": str(qid),
+                              "queueOffset": str(offset), "maxMsgNums": "1", "sysFlag": "4",
+                              "commitOffset": "0", "suspendTimeoutMillis": "0", "subscription": "*",
+                              "subVersion": "0"})
+    assert resp.code == 0, (resp.code, resp.remark)
+    return wcl.parse_record(resp.body)
+
+
+def test_fast_and_full_path_store_and_answer_the_same(broker):
+    """The first send to a topic takes the full path (the worker learns the topic config);
+    the next ones take the fast path.  Both store the same properties (WAIT removed, CLUSTER
+    appended), and every response is byte-for-byte what make_response + encode_frame give for
+    its values - for a Java-language V2 send and a C++-language SEND_MESSAGE."""
+    raw = Raw(broker.port)
+    try:
+        resp, _ = raw.call(UPDATE_TOPIC, {"topic": TOPIC, "readQueueNums": "4", "writeQueueNums": "4",
+                                          "perm": "6", "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0",
+                                          "order": "false"})
+        assert resp.code == 0
+        props = "KEYS\x01k1\x02WAIT\x01true\x02TAGS\x01tg"
+        sent = []
+        for i in range(3):
+            req, data = raw.frame(SEND_V2, v2(TOPIC, 1, props), b"body-%d" % i)
+            sent.append(req)
+            raw.sock.sendall(data)
+            sent[-1] = (req, *raw.read())
+        req, data = raw.frame(SEND, {"producerGroup": "FastPathGroup", "topic": TOPIC, "defaultTopic": "TBW102",
+                                     "defaultTopicQueueNums": "4", "queueId": "1", "sysFlag": "0",
+                                     "bornTimestamp": "1700000000000", "flag": "0", "properties": props,
+                                     "reconsumeTimes": "0", "unitMode": "false", "batch": "false"},
+                              b"body-3", language=LANGUAGE_CPP, version=333)
+        raw.sock.sendall(data)
+        sent.append((req, *raw.read()))
+        for i, (req, resp, resp_bytes) in enumerate(sent):
+            assert resp.code == 0 and resp.ext_fields["queueId"] == "1"
+            assert resp.ext_fields["queueOffset"] == str(i)
+            again = make_response(req, 0, None, {k: resp.ext_fields[k] for k in
+                                                 ("msgId", "queueId", "queueOffset", "MSG_REGION", "TRACE_ON")})
+            assert encode_frame(again) == resp_bytes, i
+        wait_for(lambda: _max_offset(raw, TOPIC, 1) == 4, 10, what="dispatch")
+        expected = {"KEYS": "k1", "TAGS": "tg", "CLUSTER": "TestCluster"}
+        for i in range(4):
+            rec = pull_one(raw, TOPIC, 1, i)
+            assert rec.body == b"body-%d" % i
+            assert rec.properties == encode_properties(expected), (i, rec.properties)
+    finally:
+        raw.close()
+
+
+def _max_offset(raw: Raw, topic: str, qid: int) -> int:
+    resp, _ = raw.call(30, {"topic": topic, "queueId": str(qid)})
+    return int(resp.ext_fields["offset"])
+
+
+def test_one_read_of_many_sends_is_one_group(broker):
+    """300 single sends written in one go (plus a refused one and a batch among them) are all
+    answered; queue offsets are dense per queue; and the store roles were woken far fewer
+    times than once per message (SEQ_WRITE counts the wakes)."""
+    raw = Raw(broker.port)
+    topic = "FastPathGroupTopic"
+    try:
+        resp, _ = raw.call(UPDATE_TOPIC, {"topic": topic, "readQueueNums": "4", "writeQueueNums": "4",
+                                          "perm": "6", "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0",
+                                          "order": "false"})
+        assert resp.code == 0
+        assert raw.call(SEND_V2, v2(topic, 0, ""), b"warm-up")[0].code == 0     # the worker learns the topic
+        ctl = ControlBlock(broker.dir)
+        try:
+            seq0 = ctl.seq(C.SEQ_WRITE)
+            frames, kinds = [], []
+            for i in range(300):
+                frames.append(raw.frame(SEND_V2, v2(topic, i % 4, "UNIQ_KEY\x01u%d" % i), b"m%d" % i)[1])
+                kinds.append("single")
+                if i == 100:
+                    frames.append(raw.frame(SEND_V2, v2(topic, 9, ""), b"bad queue")[1])
+                    kinds.append("bad")
+                if i == 200:
+                    body = wbatch.build_batch([(0, b"b1", b""), (0, b"b2", b"")])
+                    frames.append(raw.frame(SEND_BATCH, {**v2(topic, 2, ""), "m": "true"}, body)[1])
+                    kinds.append("batch")
+            raw.sock.sendall(b"".join(frames))
+            resps = [raw.read()[0] for _ in frames]
+            wakes = ctl.seq(C.SEQ_WRITE) - seq0
+        finally:
+            ctl.close()
+        by_opaque = sorted(resps, key=lambda r: r.opaque)
+        codes = [(k, r.code) for k, r in zip(kinds, by_opaque)]
+        assert all(code == 0 for k, code in codes if k != "bad"), codes
+        assert [code for k, code in codes if k == "bad"] == [29]          # INVALID_PARAMETER
+        offsets = {}
+        for k, r in zip(kinds, by_opaque):
+            if k != "bad":       # the batch's two messages take two offsets of queue 2
+                first = int(r.ext_fields["queueOffset"])
+                offsets.setdefault(int(r.ext_fields["queueId"]), []).extend(
+                    [first, first + 1] if k == "batch" else [first])
+        for qid, got in offsets.items():
+            assert sorted(got) == list(range(min(got), min(got) + len(got))), qid
+        assert wakes < 60, f"{wakes} wakes of the store roles for 302 sends"
+    finally:
+        raw.close()
+
+
+def test_bad_properties_take_the_full_path(broker):
+    """A send whose properties the broker must rewrite (DELAY) or cannot pass through (a WAIT
+    that does not start an entry) is handled by the full path, with its result."""
+    raw = Raw(broker.port)
+    try:
+        props = "DELAY\x012\x02KEYS\x01d"
+        resp, _ = raw.call(SEND_V2, v2(TOPIC, 0, props), b"delayed")
+        assert resp.code == 0
+        rec_props = decode_properties(pull_one_schedule(raw, resp))
+        assert rec_props["REAL_TOPIC"] == TOPIC and rec_props["DELAY"] == "2"
+        resp, _ = raw.call(SEND_V2, v2(TOPIC, 0, "KEYS\x01aWAIT\x01false"), b"odd")
+        assert resp.code == 0
+    finally:
+        raw.close()
+
+
+def pull_one_schedule(raw: Raw, send_resp) -> bytes:
+    """The stored properties of the delayed message (read back by its offset msgId)."""
+    from mq.wire.msgid import decode_offset_msg_id
+    _, _, phy = decode_offset_msg_id(send_resp.ext_fields["msgId"])
+    resp, _ = raw.call(33, {"offset": str(phy)})
+    if resp.code == 0:
+        return wcl.parse_record(resp.body).properties
+    # no VIEW_MESSAGE_BY_ID on this broker: read the schedule queue (delay level 2 -> queue 1)
+    wait_for(lambda: _max_offset(raw, "SCHEDULE_TOPIC_XXXX", 1) >= 1, 10, what="dispatch")
+    return _pull_schedule(raw)
+
+
+def _pull_schedule(raw: Raw) -> bytes:
+    resp, _ = raw.call(PULL, {"consumerGroup": "FastPathGroup", "topic": "SCHEDULE_TOPIC_XXXX", "queueId": "1",
+                              "queueOffset": "0", "maxMsgNums": "1", "sysFlag": "4", "commitOffset": "0",
+                              "suspendTimeoutMillis": "0", "subscription": "*", "subVersion": "0"})
+    assert resp.code == 0, (resp.code, resp.remark)
+    return wcl.parse_record(resp.body).properties
