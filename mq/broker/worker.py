@@ -16,6 +16,7 @@ import time
 from types import CoroutineType
 from time import perf_counter_ns
 
+from mq import loop as mq_loop
 from mq.remoting import RemotingServer, RequestCode as R, make_response
 from mq.store import MessageStore, PutResult, PutStatus
 from mq.store import control as C
@@ -235,6 +236,6 @@ def worker_main(worker_id: int, config_values: dict, link_address: str) -> None:
         await stop.wait()
         await w.stop()
 
-    asyncio.run(run())
+    mq_loop.run(run())
     flush_logs()
     os._exit(0)

@@ -11,6 +11,7 @@ import asyncio
 import signal
 import sys
 
+from mq import loop as mq_loop
 from mq.broker.launcher import Launcher
 from mq.broker.supervisor import Supervisor
 from mq.broker.config import BrokerConfig, load_config_file
@@ -74,7 +75,7 @@ def main(argv=None) -> int:
     setup_broker_logging()
     launcher = Launcher()
     try:
-        return asyncio.run(serve(cfg, launcher))
+        return mq_loop.run(serve(cfg, launcher))
     finally:
         launcher.close()
 

@@ -24,6 +24,7 @@ import os
 import signal
 import sys
 
+from mq import loop as mq_loop
 from mq.logs import setup_logging
 from mq.namesrv import NameServer, NamesrvConfig
 from mq.namesrv.config import load_properties_file
@@ -102,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{key}={_format(value)}")
         return 0
     setup_logging("mqnamesrv")
-    return asyncio.run(serve(config))
+    return mq_loop.run(serve(config))
 
 
 if __name__ == "__main__":

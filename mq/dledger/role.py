@@ -46,6 +46,7 @@ import random
 import threading
 import time
 
+from mq import loop as mq_loop
 from mq.store import control as C
 from mq.store.config import StoreConfig
 from mq.store.dledgerfiles import load_hard_state, save_checkpoint, save_hard_state
@@ -493,7 +494,7 @@ def dledger_role_main(store_config_values: dict, store_host: str, store_port: in
     cfg = StoreConfig(**store_config_values)
     store = MessageStore.attach(cfg, store_host, store_port, cq_writable=False, prepare_files=False)
     try:
-        asyncio.run(DLedgerRole(store, cfg).run(stop))
+        mq_loop.run(DLedgerRole(store, cfg).run(stop))
     finally:
         store.close()
 

@@ -93,7 +93,15 @@ class RemotingClient:
                 return c
             try:
                 if addr.startswith(("\0", "/")):      # a unix socket (the broker's internal link)
-                    opening = asyncio.open_unix_connection(addr)
+                    # connected here: uvloop takes no abstract (NUL-led) path, any loop takes a socket
+                    usock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                    try:
+                        usock.connect(addr)
+                    except OSError:
+                        usock.close()
+                        raise
+                    usock.setblocking(False)
+                    opening = asyncio.open_unix_connection(sock=usock)
                 else:
                     host, _, port = addr.rpartition(":")
                     opening = asyncio.open_connection(host, int(port))
