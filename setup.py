@@ -2,7 +2,8 @@
 
 `tools/` is installed as the subpackage `mq.tools`, so the operator tools
 live at the top of the tree (as in LMDB) and still import as part of mq;
-`perf/` likewise becomes `mq.perf` (mqperf, mqtrace, mqpeers), while pytest
+`perf/` likewise becomes `mq.perf` (mqperf, mqtrace, mqpeers, and mqload, whose C source
+ships as package data and is compiled on first use), while pytest
 and `python -m perf.X` use it in place as the package `perf`; `conf/` becomes
 `mq.conf`, its config files, layouts and systemd units package data, so a
 wheel carries them and `python -m mq.cli.local LAYOUT` finds them installed."""
@@ -18,7 +19,8 @@ setup(
     packages=packages,
     package_dir={"mq.tools": "tools", "mq.perf": "perf", "mq.conf": "conf"},
     # every config file at any depth: a new layout directory needs no change here
-    package_data={"mq.conf": ["*.conf", "*.properties", "**/*.conf", "**/*.properties", "systemd/*.service"]},
+    package_data={"mq.conf": ["*.conf", "*.properties", "**/*.conf", "**/*.properties", "systemd/*.service"],
+                  "mq.perf": ["mqload.c"]},
     cffi_modules=["csrc/build_ffi.py:ffibuilder"],
     zip_safe=False,
 )

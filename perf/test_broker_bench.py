@@ -2,7 +2,8 @@
 
 Real `mqnamesrv` and `mqbroker` processes on loopback (mq/cluster.py), ASYNC_FLUSH,
 256 MiB CommitLog files, 1 KiB message bodies; the client side is the project's asyncio
-RemotingClient, speaking the wire protocol directly (no client library on top).
+RemotingClient, speaking the wire protocol directly (no client library on top), except for gate
+6, whose client is the native mqload (perf/mqload.c, built on demand by perf/mqload.py).
 
   1. one producer, one SEND_MESSAGE_V2 at a time                 >= 1.2x Redis XADD one at a time
   2. (a) pipelined SEND_MESSAGE_V2, 100 in flight on one connection
@@ -12,11 +13,13 @@ RemotingClient, speaking the wire protocol directly (no client library on top).
      round-robin over the queues                                 >= 1x Redis XREAD COUNT 1000
   5. SYNC_FLUSH, 64 concurrent producers (2 client processes x
      4 connections x 8 single sends in flight)                   >= 1.5x Redis AOF always, redis-benchmark -c 50
+  6. 32 connections from the native client (perf/mqload.c), one
+     SEND_MESSAGE_V2 in flight each                              >= 1x Redis AOF everysec, redis-benchmark -c 32
 
-Every gate is a ratio of two things measured in this run.  Gates 1, 2, 4 and 5 measure Redis
+Every gate is a ratio of two things measured in this run.  Gates 1, 2, 4, 5 and 6 measure Redis
 Streams here (perf/peers.py: redis-server from Debian's package, installed if missing, started
-on 127.0.0.1 with a temp dir; AOF everysec for 1, 2 and 4, AOF always for 5; redis-py, or
-redis-benchmark for 5), in rounds that alternate with ours: Redis in pytest-benchmark's
+on 127.0.0.1 with a temp dir; AOF everysec for 1, 2, 4 and 6, AOF always for 5; redis-py, or
+redis-benchmark for 5 and 6), in rounds that alternate with ours: Redis in pytest-benchmark's
 untimed setup, ours measured.  Gate 3 alternates two broker configurations the same way, with
 the same client processes, connection counts and requests.  The PERF_MD_REDIS_* figures are
 printed for reference only (is today's Redis unusual?); no gate divides by them.
@@ -44,15 +47,16 @@ from mq.cluster import Broker
 from mq.remoting import RemotingServer, make_response
 
 from . import peers
+from .mqload import build as build_mqload, run_mqload
 # the workloads (request loops, client processes, Redis workloads) are shared with perf/peers.py
 from .workloads import (BATCH_IN_FLIGHT, BATCH_MSGS, BENCHMARK_CONNECTIONS, COMMITLOG_FILE_SIZE, GIB,
-                        MSG_BODY_SIZE, PIPELINE_DEPTH, PIPELINE_IN_FLIGHT, PULL_MAX_MSGS,
+                        MSG_BODY_SIZE, PIPELINE_DEPTH, PIPELINE_IN_FLIGHT, PULL_MAX_MSGS, QUEUES,
                         SEND_MESSAGE_V2, SUCCESS, SYNC_FLUSH_CONNS_PER_PROCESS, SYNC_FLUSH_IN_FLIGHT_PER_CONN,
                         SYNC_FLUSH_PROCESSES, SYNC_FLUSH_PRODUCERS, WORKERS_BATCH_IN_FLIGHT, XREAD_COUNT,
                         ClientProcesses, Series, Session, SingleProducerProcesses, batched_sends,
-                        consume_per_queue, consume_round_robin, create_topic, one_kib_batch, pipelined_sends,
-                        redis_benchmark_xadd, redis_fill, redis_xadd_one, redis_xadd_pipeline, redis_xread,
-                        sequential_sends, wait_dispatched)
+                        consume_per_queue, consume_round_robin, create_topic, max_offset, one_kib_batch,
+                        pipelined_sends, redis_benchmark_xadd, redis_fill, redis_xadd_one, redis_xadd_pipeline,
+                        redis_xread, sequential_sends, wait_dispatched)
 
 # ---- PERF.md's Redis figures (a machine of this kind), printed for reference only ----------------
 PERF_MD_REDIS_XADD_ONE = 8_300               # msgs/s, AOF everysec, redis-py, one at a time
@@ -73,6 +77,8 @@ CONSUME_TARGET = 1.0              # msgs/s ÷ Redis XREAD COUNT 1000 (AOF everys
 CONSUME_FLOOR = 0.10              # measured 0.63-1.75 here (Redis 23-106 k msgs/s)
 SYNC_FLUSH_TARGET = 1.5           # msgs/s ÷ Redis AOF always with redis-benchmark -c 50
 SYNC_FLUSH_FLOOR = 0.05           # measured 0.14-0.40 here (Redis 7.8-55 k msgs/s)
+NATIVE_TARGET = 1.0               # mqload msgs/s ÷ redis-benchmark -c 32 XADD (AOF everysec), 32 connections each
+NATIVE_FLOOR = 0.05               # measured 0.39-0.46 here when added (Redis 29-45 k msgs/s in the same run)
 
 STRICT = os.environ.get("MQ_PERF_STRICT") == "1"
 
@@ -715,3 +721,106 @@ def test_sync_flush_64_producers(benchmark, start_broker, session, redis_peer, s
     judge("SYNC_FLUSH 64 producers / Redis AOF always, 50 connections", rate / redis.msgs_per_s, SYNC_FLUSH_TARGET,
           SYNC_FLUSH_FLOOR, f"{REDIS_SAME_RUN}; ours: {SYNC_FLUSH_PROCESSES} Python client processes on the same "
           f"{os.cpu_count()} CPUs, Redis: one redis-benchmark (C) process")
+
+
+# =================================================================================================
+# 6. 32 connections from the native client (perf/mqload.c)
+# =================================================================================================
+NATIVE_CONNECTIONS = 32
+
+
+@dataclass(frozen=True)
+class NativeScale:
+    msgs_per_round: int           # per side: mqload -n, redis-benchmark -n
+    rounds: int
+
+
+NATIVE_SCALES = [
+    pytest.param(NativeScale(20_000, 3), id="quick", marks=pytest.mark.quick),
+    pytest.param(NativeScale(100_000, 5), id="full"),
+]
+
+
+def _stored(session: Session, addr: str, topic: str) -> list[int]:
+    """The max offset of each of the topic's queues (GET_MAX_OFFSET)."""
+    offs = [session.run(max_offset(session.client, addr, topic, q)) for q in range(QUEUES)]
+    assert None not in offs, f"{topic}: a queue did not answer GET_MAX_OFFSET: {offs}"
+    return offs
+
+
+@pytest.mark.parametrize("scale", NATIVE_SCALES)
+def test_native_32_connections(benchmark, start_broker, session, redis_peer, scale):
+    """Gate 6: 32 connections to a broker with 1 io worker (ASYNC_FLUSH), each with one 1 KiB
+    SEND_MESSAGE_V2 in flight (WAIT=true, a UNIQ_KEY each, queueIds round robin over the
+    topic's 4 queues), from mqload: one C process, one thread, epoll (perf/mqload.c, built
+    before anything is timed).  Its clock starts once all 32 connections are up and stops at
+    the last response; any answer but SUCCESS fails the test.  Against: redis-server with AOF
+    everysec under `redis-benchmark -c 32 XADD s * f <1 KiB>` (one C process too, one request
+    in flight per connection: the same shape of load), the same number of messages per round.
+    The rounds alternate (Redis in the untimed setup, its stream deleted before each round; ours
+    measured).  Unlike the asyncio clients of gates 1-5, the client here costs a few
+    microseconds per message, so the broker's own cost is what the figure shows; the printout
+    gives the io worker's CPU per message next to mqload's.  Afterwards the queues' max
+    offsets must have grown by exactly the number of messages mqload saw acknowledged."""
+    benchmark.group = "broker gate 6: 32 connections, native clients"
+    build_mqload()
+    broker = start_broker(1)
+    server, rds = redis_peer("everysec")
+    topic = "PerfNative"
+    addr = broker.addr
+    session.run(create_topic(session.client, addr, topic))
+
+    def load(n: int) -> dict:
+        r = run_mqload(addr, NATIVE_CONNECTIONS, n, depth=1, size=MSG_BODY_SIZE, topic=topic, queues=QUEUES)
+        assert r["errors"] == 0 and r["acked"] == n, f"mqload: {r}"
+        return r
+
+    warm = load(scale.msgs_per_round // 4)                                                     # warm-up
+    rds.delete("s")
+    redis_benchmark_xadd(server, "s", scale.msgs_per_round // 4, connections=NATIVE_CONNECTIONS)
+    before = session.run(wait_dispatched(session.client, addr, topic, 1 + warm["acked"]))
+    meter = CpuMeter(broker_processes(broker))
+    results: list[dict] = []
+    redis = Series()
+
+    def setup():
+        rds.delete("s")
+        redis.add(redis_benchmark_xadd(server, "s", scale.msgs_per_round, connections=NATIVE_CONNECTIONS))
+
+    def measured():
+        t0 = time.monotonic()
+        with meter:
+            r = load(scale.msgs_per_round)
+        meter.exclude(max(0.0, time.monotonic() - t0 - r["seconds"]))     # mqload's start and connects
+        results.append(r)
+
+    benchmark.pedantic(measured, setup=setup, rounds=scale.rounds)
+
+    acked = sum(r["acked"] for r in results)
+    session.run(wait_dispatched(session.client, addr, topic, sum(before) + acked))
+    after = _stored(session, addr, topic)
+    n = scale.msgs_per_round
+    secs = [r["seconds"] for r in results]
+    rate = n / statistics.median(secs)
+    p50 = statistics.median(r["p50_us"] for r in results)
+    p99 = statistics.median(r["p99_us"] for r in results)
+    client_us = sum(r["cpu_s"] for r in results) / acked * 1e6
+    print(f"\n{NATIVE_CONNECTIONS} connections from mqload (C, one thread, epoll), one 1 KiB SEND_MESSAGE_V2 in "
+          f"flight on each, ASYNC_FLUSH, 1 io worker: {len(secs)} rounds of {n:,}, alternating with Redis, medians")
+    print(f"  broker: {rate:9,.0f} msgs/s {spread_text(n, secs)} {rate * MSG_BODY_SIZE / 1e6:6.1f} MB/s  "
+          f"latency per send p50 {p50:,.0f} us, p99 {p99:,.0f} us (medians of the rounds' own)")
+    print(f"  Redis AOF everysec, redis-benchmark -c {NATIVE_CONNECTIONS} XADD ({n:,} per round; its own p50/p99): "
+          f"{redis.text()}")
+    print(pairs_text(secs, n, redis))
+    info = meter.report(n * len(secs))
+    io_us = meter.cpu["io workers"] / (n * len(secs)) * 1e6
+    print(f"  io-worker CPU per message: {io_us:.1f} us; mqload's own CPU per message: {client_us:.1f} us")
+    print(f"  stored: the {QUEUES} queues' max offsets went from {sum(before):,} to {sum(after):,} "
+          f"(+{sum(after) - sum(before):,}; mqload saw {acked:,} acknowledged)")
+    assert sum(after) - sum(before) == acked, (before, after, acked)
+    info.update({"msgs_per_s": rate, "p50_us": p50, "p99_us": p99, "io_worker_cpu_us_per_msg": io_us,
+                 "mqload_cpu_us_per_msg": client_us, "redis_msgs_per_s": redis.msgs_per_s,
+                 "redis_p50_us": redis.p50_us, "redis_p99_us": redis.p99_us})
+    benchmark.extra_info.update(info)
+    judge(f"{NATIVE_CONNECTIONS} connections, native clients / redis-benchmark -c {NATIVE_CONNECTIONS}",
+          rate / redis.msgs_per_s, NATIVE_TARGET, NATIVE_FLOOR, REDIS_SAME_RUN)

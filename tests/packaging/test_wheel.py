@@ -270,3 +270,25 @@ def test_cluster_from_the_installed_package(installed):
     assert out["send_status"] == "SEND_OK"
     assert out["received"] == [["hello from the wheel", "TagW"]]
     assert (out["broker_exit"], out["namesrv_exit"]) == (0, 0), out
+
+
+def test_mqload_source_ships_and_builds(installed):
+    """perf/mqload.c ships in the wheel as mq.perf's package data: the installed
+    mq.perf.mqload finds it beside itself (under the venv), builds it into $MQ_PERF_CACHE, and
+    the binary runs (bad arguments: usage on stderr, exit 2)."""
+    if shutil.which("gcc") is None:
+        pytest.skip("no gcc on this machine")
+    cache = os.path.join(installed.root, "mqload-cache")
+    done = installed.python_code(f"""
+        import json, os, subprocess
+        os.environ["MQ_PERF_CACHE"] = {cache!r}
+        from mq.perf import mqload
+        binary = mqload.build()
+        bad = subprocess.run([binary, "-c", "0"], capture_output=True, text=True)
+        print(json.dumps({{"source": mqload.SOURCE, "binary": binary, "rc": bad.returncode, "err": bad.stderr}}))
+    """, timeout_s=120)
+    _ok(done, "mqload build")
+    info = json.loads(done.stdout)
+    assert _inside(info["source"], os.path.join(installed.venv, "lib")), info["source"]
+    assert _inside(info["binary"], cache), info["binary"]
+    assert info["rc"] == 2 and "usage: mqload" in info["err"], info
