@@ -62,6 +62,7 @@ import traceback
 from collections import Counter
 from dataclasses import dataclass, field
 
+from mq import loop as mq_loop
 from mq.client.route import ClusterInfo, TopicRouteData
 from mq.remoting import RemotingClient, RemotingError
 from mq.remoting.client import CLIENT_VERSION
@@ -937,7 +938,7 @@ def _worker_main(pipe, spec: WorkerSpec) -> None:
         return await Worker(spec, pipe).run()
 
     try:
-        result = asyncio.run(main())
+        result = mq_loop.run(main())
         pipe.send(("done", result))
     except MQPerfError as e:
         pipe.send(("error", str(e)))
@@ -1206,7 +1207,7 @@ def run(o: Options, progress=None) -> Summary:
     run_id = o.run_id or f"{o.mode}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     if o.duration_s is None and o.count is None and o.mode != "consume":
         o = dataclasses.replace(o, duration_s=DEFAULT_DURATION_S)
-    brokers = asyncio.run(plan_brokers(o))
+    brokers = mq_loop.run(plan_brokers(o))
     if not brokers:
         raise MQPerfError(f"topic {o.topic}: no broker in its route")
     specs = _worker_specs(o, brokers, run_id)

@@ -51,6 +51,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
+from mq import loop as mq_loop
 from mq.cluster import Broker, NameServer, free_port, port_open, wait_for
 
 from . import workloads as w
@@ -297,7 +298,7 @@ class NatsClient:
 
     def __init__(self, server: NatsServer):
         import nats
-        self.loop = asyncio.new_event_loop()
+        self.loop = mq_loop.new_event_loop()
         self._cut_short: list[asyncio.Task] = []
         self.nc = self.run(nats.connect(server.url, max_reconnect_attempts=0))
         self.js = self.nc.jetstream(timeout=30)

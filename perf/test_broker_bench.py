@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from mq import loop as mq_loop
 from mq.cluster import Broker
 from mq.remoting import RemotingServer, make_response
 
@@ -273,7 +274,7 @@ def _echo_server_main(pipe) -> None:
         await asyncio.get_running_loop().run_in_executor(None, pipe.recv)
         await server.stop(grace_s=1.0)
 
-    asyncio.run(serve())
+    mq_loop.run(serve())
 
 
 class EchoServer:

@@ -31,6 +31,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 
+from mq import loop as mq_loop
 from mq.remoting import RemotingClient
 from mq.wire.batch import BatchItem, build_batch
 
@@ -134,7 +135,7 @@ class Session:
     """One event loop and one RemotingClient (one connection per address) for a test."""
 
     def __init__(self):
-        self.loop = asyncio.new_event_loop()
+        self.loop = mq_loop.new_event_loop()
         self.client = RemotingClient()
 
     def run(self, coro):
@@ -248,7 +249,7 @@ def _serve_client_commands(pipe, connect, run) -> None:
     ("run", ...) -> run(clients, ...) (both coroutines), ("disconnect",) closes every connection,
     anything else ends it; each command is answered with ("ok", result) or ("error", traceback).
     `clients` maps a broker address to its connections."""
-    loop = asyncio.new_event_loop()
+    loop = mq_loop.new_event_loop()
     clients: dict[str, list[RemotingClient]] = {}
 
     def close_all() -> None:

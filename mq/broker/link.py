@@ -117,8 +117,7 @@ class RemoteMeta:
         by a Task when the link must first connect."""
         cmd = self.client.request(LINK_CALL, body=orjson.dumps({"m": "commit_offset",
                                                                 "a": [group, topic, queue_id, offset]}))
-        nowait = getattr(self.client, "send_oneway_nowait", None)     # XXX until the client has it
-        if nowait is None or not nowait(self.address, cmd):
+        if not self.client.send_oneway_nowait(self.address, cmd):
             task = asyncio.ensure_future(self.client.invoke_oneway(self.address, cmd))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)

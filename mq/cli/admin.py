@@ -29,6 +29,7 @@ import sys
 import time
 from datetime import datetime
 
+from mq import loop as mq_loop
 from mq.client import AdminClient, MQClientError, RemotingError, TopicConfig
 
 PROG = "mqadmin"
@@ -367,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=logging.WARNING, format=f"{PROG}: %(levelname)s %(name)s: %(message)s")
     try:
-        return asyncio.run(_run(args))
+        return mq_loop.run(_run(args))
     except (MQClientError, RemotingError) as e:
         print(f"{PROG} {args.command}: error: {e}", file=sys.stderr)
     except asyncio.TimeoutError:

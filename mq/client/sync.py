@@ -16,6 +16,7 @@ import concurrent.futures
 import threading
 from typing import Callable
 
+from mq import loop as mq_loop
 from .admin import AdminClient
 from .consumer import PullConsumer, PushConsumer
 from .message import Message, SendResult
@@ -24,7 +25,7 @@ from .producer import Producer
 
 class _LoopThread:
     def __init__(self, name: str):
-        self.loop = asyncio.new_event_loop()
+        self.loop = mq_loop.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
         self.thread.start()
 

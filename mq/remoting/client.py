@@ -1,21 +1,35 @@
-"""Asyncio remoting client: one connection per address, requests matched to
-responses by opaque, timeouts, and handlers for requests the server pushes
-(NOTIFY_CONSUMER_IDS_CHANGED)."""
+"""Remoting client: one connection per address, requests matched to responses by opaque,
+timeouts, and handlers for requests the server pushes (NOTIFY_CONSUMER_IDS_CHANGED).
+
+Transport: an asyncio Protocol per connection (uvloop's where the process runs it, mq.loop).
+Each read is parsed in one pass: every complete frame in it resolves its request's future (or
+runs a push handler) before the next read; a partial frame waits for the rest of its bytes.
+Requests go out with one transport write each (on loopback a write costs the sender the
+receiver's TCP work, so coalescing would only delay the first request of a burst; pipelined
+callers write many requests per loop iteration and TCP_NODELAY sends each at once).  A
+connection whose unsent bytes pass WRITE_BUFFER_HIGH_BYTES makes invoke() wait for it to
+drain below WRITE_BUFFER_LOW_BYTES, so a fast producer cannot queue without bound.  A broken
+frame closes the connection and fails every request pending on it."""
 from __future__ import annotations
 
 import asyncio
 import itertools
 import logging
 import socket
+import struct
 from typing import Awaitable, Callable
 
-from mq.wire.errors import WireError
-from mq.wire.remoting import (RPC_ONEWAY, LANGUAGE_PYTHON, RemotingCommand, decode_frame_payload,
-                              encode_frame, frame_payload_size)
+from mq.wire.errors import FrameError, WireError
+from mq.wire.remoting import (FRAME_PREFIX_SIZE, FRAME_SIZE_MAX, LANGUAGE_PYTHON, RPC_ONEWAY, RPC_RESPONSE,
+                              RemotingCommand, decode_frame_payload, encode_frame)
 
 log = logging.getLogger("mq.remoting.client")
 
 CLIENT_VERSION = 409   # V4_9_8
+WRITE_BUFFER_HIGH_BYTES = 4 * 1024 * 1024
+WRITE_BUFFER_LOW_BYTES = 1024 * 1024
+
+_U32 = struct.Struct(">I").unpack_from
 
 
 class RemotingError(Exception):
@@ -30,48 +44,119 @@ class RemotingConnectError(RemotingError):
     pass
 
 
-class _Conn:
-    def __init__(self, addr: str, reader, writer, client: "RemotingClient"):
-        self.addr = addr
-        self.reader = reader
-        self.writer = writer
-        self.client = client
-        self.pending: dict[int, asyncio.Future] = {}
-        self.task = asyncio.create_task(self._read_loop())
-        self.closed = False
+class _Conn(asyncio.Protocol):
+    """One connection: its transport, the requests waiting for an answer, and the frame parser."""
 
-    async def _read_loop(self) -> None:
+    def __init__(self, addr: str, client: "RemotingClient"):
+        self.addr = addr
+        self.client = client
+        self.transport: asyncio.Transport | None = None
+        self.pending: dict[int, asyncio.Future] = {}
+        self.closed = False
+        self._chunks: list[bytes] = []     # bytes of an incomplete frame, as they came
+        self._chunks_len = 0
+        self._need = FRAME_PREFIX_SIZE
+        self._drained: asyncio.Future | None = None   # set while writing is paused
+        self._tasks: set[asyncio.Task] = set()        # push handlers running
+
+    # ---- transport callbacks ----------------------------------------------------------------
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+        transport.set_write_buffer_limits(WRITE_BUFFER_HIGH_BYTES, WRITE_BUFFER_LOW_BYTES)
+
+    def connection_lost(self, exc) -> None:
+        log.debug("connection to %s ended: %s", self.addr, exc)
+        self.close()
+
+    def pause_writing(self) -> None:
+        if self._drained is None:
+            self._drained = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        waiter, self._drained = self._drained, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def data_received(self, data: bytes) -> None:
+        if self._chunks_len:
+            self._chunks.append(data)
+            self._chunks_len += len(data)
+            if self._chunks_len < self._need:
+                return
+            data = b"".join(self._chunks)
+            self._chunks.clear()
+            self._chunks_len = 0
+        size = len(data)
+        pos = 0
+        view = memoryview(data)
+        pending = self.pending
         try:
-            while True:
-                prefix = await self.reader.readexactly(4)
-                payload = await self.reader.readexactly(frame_payload_size(prefix))
-                cmd = decode_frame_payload(payload)
-                if cmd.is_response:
-                    fut = self.pending.pop(cmd.opaque, None)
+            while size - pos >= 4:
+                total = _U32(data, pos)[0]
+                if total + FRAME_PREFIX_SIZE > FRAME_SIZE_MAX:
+                    raise FrameError(f"frame length {total} + 4 exceeds FRAME_SIZE_MAX {FRAME_SIZE_MAX}")
+                end = pos + 4 + total
+                if end > size:
+                    break
+                cmd = decode_frame_payload(view[pos + 4:end])
+                pos = end
+                if cmd.flag & RPC_RESPONSE:
+                    fut = pending.pop(cmd.opaque, None)
                     if fut is not None and not fut.done():
                         fut.set_result(cmd)
                 else:
-                    handler = self.client.push_handlers.get(cmd.code)
-                    if handler is not None:
-                        try:
-                            await handler(self.addr, cmd)
-                        except Exception:
-                            log.exception("push handler for code %d failed", cmd.code)
-        except (asyncio.IncompleteReadError, ConnectionError, WireError, OSError) as e:
-            log.debug("connection to %s ended: %s", self.addr, e)
-        finally:
+                    self._pushed(cmd)
+        except WireError as e:
+            log.warning("closing the connection to %s after a framing error: %s", self.addr, e)
             self.close()
+            return
+        finally:
+            view.release()
+        if pos < size:
+            rest = data[pos:]
+            self._chunks.append(rest)
+            self._chunks_len = len(rest)
+            self._need = 4 + _U32(rest, 0)[0] if len(rest) >= 4 else FRAME_PREFIX_SIZE
+
+    def _pushed(self, cmd: RemotingCommand) -> None:
+        handler = self.client.push_handlers.get(cmd.code)
+        if handler is None:
+            return
+        task = asyncio.get_running_loop().create_task(self._run_push(handler, cmd))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run_push(self, handler, cmd: RemotingCommand) -> None:
+        try:
+            await handler(self.addr, cmd)
+        except Exception:
+            log.exception("push handler for code %d failed", cmd.code)
+
+    # ---- ours ---------------------------------------------------------------------------------
+    def write(self, frame: bytes) -> None:
+        if self.closed:
+            raise RemotingConnectError(f"connection to {self.addr} closed")
+        self.transport.write(frame)
 
     def close(self) -> None:
         if self.closed:
             return
         self.closed = True
-        self.writer.close()
+        if self.transport is not None:
+            self.transport.close()
         for fut in self.pending.values():
             if not fut.done():
                 fut.set_exception(RemotingConnectError(f"connection to {self.addr} closed"))
         self.pending.clear()
-        self.client._conns.pop(self.addr, None)
+        self.resume_writing()
+        if self.client._conns.get(self.addr) is self:
+            del self.client._conns[self.addr]
 
 
 class RemotingClient:
@@ -91,6 +176,8 @@ class RemotingClient:
             c = self._conns.get(addr)
             if c is not None and not c.closed:
                 return c
+            loop = asyncio.get_running_loop()
+            c = _Conn(addr, self)
             try:
                 if addr.startswith(("\0", "/")):      # a unix socket (the broker's internal link)
                     # connected here: uvloop takes no abstract (NUL-led) path, any loop takes a socket
@@ -101,44 +188,45 @@ class RemotingClient:
                         usock.close()
                         raise
                     usock.setblocking(False)
-                    opening = asyncio.open_unix_connection(sock=usock)
+                    opening = loop.create_unix_connection(lambda: c, sock=usock)
                 else:
                     host, _, port = addr.rpartition(":")
-                    opening = asyncio.open_connection(host, int(port))
-                reader, writer = await asyncio.wait_for(opening, self.connect_timeout_s)
+                    opening = loop.create_connection(lambda: c, host, int(port))
+                await asyncio.wait_for(opening, self.connect_timeout_s)
             except (OSError, asyncio.TimeoutError, ValueError) as e:
                 raise RemotingConnectError(f"cannot connect to {addr}: {e}") from None
-            sock = writer.get_extra_info("socket")
-            if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            c = _Conn(addr, reader, writer, self)
             self._conns[addr] = c
             return c
 
     def request(self, code: int, ext: dict | None = None, body: bytes = b"") -> RemotingCommand:
         return RemotingCommand(code=code, language=LANGUAGE_PYTHON, version=CLIENT_VERSION,
-                               ext_fields={k: (str(v).lower() if isinstance(v, bool) else str(v))
-                                           for k, v in (ext or {}).items() if v is not None},
+                               ext_fields={k: (str(v).lower() if v.__class__ is bool else str(v))
+                                           for k, v in ext.items() if v is not None} if ext else {},
                                body=body)
 
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout_s: float = 3.0) -> RemotingCommand:
-        c = await self._conn(addr)
-        cmd.opaque = next(self._opaque) & 0x7FFFFFFF
-        fut = asyncio.get_running_loop().create_future()
-        c.pending[cmd.opaque] = fut
+        c = self._conns.get(addr)
+        if c is None or c.closed:
+            c = await self._conn(addr)
+        if c._drained is not None:          # the connection's send buffer is full: wait for it
+            await c._drained
+        cmd.opaque = opaque = next(self._opaque) & 0x7FFFFFFF
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        c.pending[opaque] = fut
         try:
-            c.writer.write(encode_frame(cmd))
-        except (ConnectionError, RuntimeError) as e:
-            c.pending.pop(cmd.opaque, None)
+            c.write(encode_frame(cmd))
+        except (ConnectionError, RuntimeError, RemotingConnectError) as e:
+            c.pending.pop(opaque, None)
             c.close()
             raise RemotingConnectError(f"send to {addr} failed: {e}") from None
         # a timer on the future itself, not asyncio.wait_for: that adds a waiter future and two
         # event-loop iterations to every request (4 -> 2 per one-at-a-time send)
-        timer = asyncio.get_running_loop().call_later(timeout_s, _expire, fut)
+        timer = loop.call_later(timeout_s, _expire, fut)
         try:
             return await fut
         except asyncio.TimeoutError:
-            c.pending.pop(cmd.opaque, None)
+            c.pending.pop(opaque, None)
             raise RemotingTimeout(f"no response from {addr} to code {cmd.code} within {timeout_s}s") from None
         finally:
             timer.cancel()
@@ -147,7 +235,22 @@ class RemotingClient:
         c = await self._conn(addr)
         cmd.opaque = next(self._opaque) & 0x7FFFFFFF
         cmd.flag |= RPC_ONEWAY
-        c.writer.write(encode_frame(cmd))
+        c.write(encode_frame(cmd))
+
+    def send_oneway_nowait(self, addr: str, cmd: RemotingCommand) -> bool:
+        """A oneway request written at once on the open connection to addr; False (nothing sent)
+        when there is none, and the caller uses invoke_oneway."""
+        c = self._conns.get(addr)
+        if c is None or c.closed:
+            return False
+        cmd.opaque = next(self._opaque) & 0x7FFFFFFF
+        cmd.flag |= RPC_ONEWAY
+        try:
+            c.write(encode_frame(cmd))
+        except (ConnectionError, RuntimeError, RemotingConnectError):
+            c.close()
+            return False
+        return True
 
     def close_connection(self, addr: str) -> None:
         c = self._conns.get(addr)
@@ -157,7 +260,8 @@ class RemotingClient:
     async def close(self) -> None:
         for c in list(self._conns.values()):
             c.close()
-            c.task.cancel()
+            for t in list(c._tasks):
+                t.cancel()
         self._conns.clear()
 
 
