@@ -29,7 +29,7 @@ from mq.store.store import put_error
 from mq.wire import commitlog as wcl
 from mq.wire.msgid import offset_msg_id
 from mq.wire.properties import decode_properties, encode_properties
-from mq.wire.remoting import LANGUAGE_NAMES, RPC_ONEWAY, SERIALIZE_JSON
+from mq.wire.remoting import LANGUAGE_NAMES, RPC_RESPONSE, SERIALIZE_JSON, SERIALIZE_ROCKETMQ
 
 from .tracing import CURRENT as CURRENT_TIMES
 from .metadata import (PERM_READ, PERM_WRITE, SCHEDULE_TOPIC, SEND_PROTECTED_TOPICS, RETRY_PREFIX,
@@ -59,7 +59,18 @@ STATUS_REMARKS = {
 }
 STORED_CODES = (RC.SUCCESS, RC.FLUSH_DISK_TIMEOUT, RC.FLUSH_SLAVE_TIMEOUT, RC.SLAVE_NOT_AVAILABLE)
 SEND_MESSAGE, SEND_MESSAGE_V2 = 10, 310
+GOOD_TOPICS_MAX = 10_000
 _FRAME_HEAD = struct.Struct(">II").pack
+_BIN_HEAD = struct.Struct(">hBhiii").pack      # ROCKETMQ header: code, language, version, opaque, flag, remark length
+_I32 = struct.Struct(">i").pack
+
+
+def _bin_entry(key: bytes, value: bytes) -> bytes:
+    """One entry of a ROCKETMQ header's ext block (mq.wire.remoting): key length 2, key, value length 4, value."""
+    return struct.pack(">h", len(key)) + key + _I32(len(value)) + value
+
+
+_K_MSGID, _K_QUEUE_ID, _K_QUEUE_OFFSET = (struct.pack(">h", len(k)) + k for k in (b"msgId", b"queueId", b"queueOffset"))
 
 
 def _remark(result) -> str | None:
@@ -111,12 +122,23 @@ class SendProcessor:
         self.store = broker.store
         self.meta = broker.meta
         self.group = group                 # None: every send takes the full path
+        self._good_topics: set[str] = set()   # names _check_topic passed
+        region = str(self.config.regionId).encode()
+        trace_on = self.config.traceOn
+        trace_on = (str(trace_on).lower() if isinstance(trace_on, bool) else str(trace_on)).encode()
+        # the ROCKETMQ (binary) response's ext entries after msgId, queueId and queueOffset
+        self._bin_tail = _bin_entry(b"MSG_REGION", region) + _bin_entry(b"TRACE_ON", trace_on)
 
     # ---- helpers -----------------------------------------------------------------------
     def _check_topic(self, topic: str) -> None:
+        if topic in self._good_topics:
+            return
         if not topic or len(topic.encode()) > TOPIC_LEN_MAX or not TOPIC_RE.match(topic):
             raise BadRequest(RC.MESSAGE_ILLEGAL, f"topic [{topic}] is illegal: at most {TOPIC_LEN_MAX} "
                                                  "characters of [%|a-zA-Z0-9_-]")
+        if len(self._good_topics) >= GOOD_TOPICS_MAX:
+            self._good_topics.clear()
+        self._good_topics.add(topic)
 
     async def _topic_config(self, h: dict) -> dict:
         topic = h.get("topic", "")
@@ -233,13 +255,24 @@ class SendProcessor:
     def respond_stored(self, conn, cmd, code: int, msg_id: bytes, qid: int, queue_offset: int, remark, times):
         """The response to a stored single send (code in STORED_CODES), from a template when the
         request came in a JSON header: the same bytes make_response + encode_frame would give."""
-        if cmd.serialize_type == SERIALIZE_JSON and remark is None:
-            lang = LANGUAGE_NAMES.get(cmd.language)
-            if lang is not None:
-                header = self._ok_template % (code, msg_id, qid, queue_offset, lang.encode(), cmd.opaque, cmd.version)
+        if remark is None:
+            frame = None
+            if cmd.serialize_type == SERIALIZE_JSON:
+                lang = LANGUAGE_NAMES.get(cmd.language)
+                if lang is not None:
+                    header = self._ok_template % (code, msg_id, qid, queue_offset, lang.encode(), cmd.opaque,
+                                                  cmd.version)
+                    frame = _FRAME_HEAD(4 + len(header), len(header)) + header
+            elif cmd.serialize_type == SERIALIZE_ROCKETMQ:
+                qid_b, qoff_b = b"%d" % qid, b"%d" % queue_offset
+                ext = b"".join((_K_MSGID, _I32(len(msg_id)), msg_id, _K_QUEUE_ID, _I32(len(qid_b)), qid_b,
+                                _K_QUEUE_OFFSET, _I32(len(qoff_b)), qoff_b, self._bin_tail))
+                header = _BIN_HEAD(code, cmd.language, cmd.version, cmd.opaque, RPC_RESPONSE, 0) + _I32(len(ext)) + ext
+                frame = _FRAME_HEAD(4 + len(header), (SERIALIZE_ROCKETMQ << 24) | len(header)) + header
+            if frame is not None:
                 if times is not None:
                     times.status = str(code)
-                conn.respond(cmd, _FRAME_HEAD(4 + len(header) + 0, len(header)) + header, times)
+                conn.respond(cmd, frame, times)
                 return
         ext = {"msgId": msg_id.decode(), "queueId": qid, "queueOffset": queue_offset,
                "MSG_REGION": self.config.regionId, "TRACE_ON": self.config.traceOn}
@@ -438,9 +471,10 @@ class SendGroup:
         cluster, cluster_len = self._cluster_c, len(self.cluster)
         add = app.add
         t_store = perf_counter_ns() if self.broker.tracer is not None else 0
-        for (_c, cmd, topic, qid, props, flag, sys_flag, born_ts, born, born_port, reconsume, _w, _t) in batch:
+        for (conn, cmd, topic, qid, props, flag, sys_flag, born_ts, born, born_port, reconsume, _w, _t) in batch:
             add(topic, qid, cmd.body, props, cluster, cluster_len, born[1], born[2], born_port, flag=flag,
                 sys_flag=sys_flag, born_ts_ms=born_ts, reconsume_times=reconsume)
+            conn._flush_scheduled = True    # its answers go out in _flush_all below, not a callback each
         app.run()
         self.groups += 1
         self.msgs += len(batch)
@@ -507,6 +541,7 @@ class SendGroup:
             if entry[0].closed:
                 entry[0].respond(entry[1], None, times)
                 continue
+            entry[0]._flush_scheduled = True    # written by _flush_all below
             self._respond_result(entry[0], entry[1], entry[3], result, times)
         _flush_all(entry for entry, _ in waiting)
 

@@ -14,7 +14,7 @@ from mq.store.control import ControlBlock
 from mq.wire import commitlog as wcl
 from mq.wire import batch as wbatch
 from mq.wire.properties import decode_properties, encode_properties
-from mq.wire.remoting import (LANGUAGE_CPP, RemotingCommand, decode_frame_payload, encode_frame,
+from mq.wire.remoting import (LANGUAGE_CPP, LANGUAGE_PYTHON, SERIALIZE_JSON, SERIALIZE_ROCKETMQ, RemotingCommand, decode_frame_payload, encode_frame,
                               frame_payload_size)
 
 TOPIC = "FastPathTopic"
@@ -38,10 +38,11 @@ class Raw:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
         self.opaque = 0
 
-    def frame(self, code: int, ext: dict, body: bytes = b"", language: int = 0, version: int = 409) -> tuple:
+    def frame(self, code: int, ext: dict, body: bytes = b"", language: int = 0, version: int = 409,
+              serialize_type: int = SERIALIZE_JSON) -> tuple:
         self.opaque += 1
         cmd = RemotingCommand(code=code, language=language, version=version, opaque=self.opaque,
-                              ext_fields=ext, body=body)
+                              ext_fields=ext, body=body, serialize_type=serialize_type)
         return cmd, encode_frame(cmd)
 
     def read(self) -> tuple[RemotingCommand, bytes]:
@@ -84,7 +85,8 @@ def test_fast_and_full_path_store_and_answer_the_same(broker):
     """The first send to a topic takes the full path (the worker learns the topic config);
     the next ones take the fast path.  Both store the same properties (WAIT removed, CLUSTER
     appended), and every response is byte-for-byte what make_response + encode_frame give for
-    its values - for a Java-language V2 send and a C++-language SEND_MESSAGE."""
+    its values - for a Java-language V2 send, a C++-language SEND_MESSAGE, and a V2 send with a
+    ROCKETMQ (binary) header."""
     raw = Raw(broker.port)
     try:
         resp, _ = raw.call(UPDATE_TOPIC, {"topic": TOPIC, "readQueueNums": "4", "writeQueueNums": "4",
@@ -105,15 +107,20 @@ def test_fast_and_full_path_store_and_answer_the_same(broker):
                               b"body-3", language=LANGUAGE_CPP, version=333)
         raw.sock.sendall(data)
         sent.append((req, *raw.read()))
+        req, data = raw.frame(SEND_V2, v2(TOPIC, 1, props), b"body-4", language=LANGUAGE_PYTHON,
+                              serialize_type=SERIALIZE_ROCKETMQ)
+        raw.sock.sendall(data)
+        sent.append((req, *raw.read()))
+        assert sent[-1][1].serialize_type == SERIALIZE_ROCKETMQ
         for i, (req, resp, resp_bytes) in enumerate(sent):
             assert resp.code == 0 and resp.ext_fields["queueId"] == "1"
             assert resp.ext_fields["queueOffset"] == str(i)
             again = make_response(req, 0, None, {k: resp.ext_fields[k] for k in
                                                  ("msgId", "queueId", "queueOffset", "MSG_REGION", "TRACE_ON")})
             assert encode_frame(again) == resp_bytes, i
-        wait_for(lambda: _max_offset(raw, TOPIC, 1) == 4, 10, what="dispatch")
+        wait_for(lambda: _max_offset(raw, TOPIC, 1) == 5, 10, what="dispatch")
         expected = {"KEYS": "k1", "TAGS": "tg", "CLUSTER": "TestCluster"}
-        for i in range(4):
+        for i in range(5):
             rec = pull_one(raw, TOPIC, 1, i)
             assert rec.body == b"body-%d" % i
             assert rec.properties == encode_properties(expected), (i, rec.properties)
