@@ -406,4 +406,17 @@ int32_t  mq_java_hash(const uint8_t *utf8, size_t len);           /* String.hash
 int64_t  mq_tags_code(const uint8_t *props, size_t len);          /* of the TAGS property, 0 if none */
 void     mq_msg_id(const uint8_t *host, uint32_t host_len, int32_t port, uint64_t offset, char *out);
 
+/* ---- perf trace rows (mq.broker.tracing) ----------------------------------
+ * nrows rows of nfields int64 values as text lines, formatted from a template: segs holds
+ * nfields + 1 segments back to back (seg_len[i] bytes each) and a row is
+ * seg[0] v[0] seg[1] v[1] ... v[n-1] seg[n].  kinds[i]: MQ_FMT_INT writes v as a decimal;
+ * MQ_FMT_MILLI as a decimal followed by "e-3" (thousandths, which JSON reads as the float
+ * v / 1000); MQ_FMT_CODE as a quoted decimal, or "" when v is negative.  Returns the bytes
+ * written, MQ_E_RANGE when out_cap is too small (then out holds nothing useful), MQ_E_INVAL for a
+ * bad kind.  A row needs at most sum(seg_len) + nfields * MQ_FMT_VALUE_MAX bytes. */
+#define MQ_FMT_VALUE_MAX       24        /* "-9223372036854775808e-3" or a quoted code */
+enum mq_fmt_kind { MQ_FMT_INT = 0, MQ_FMT_MILLI = 1, MQ_FMT_CODE = 2 };
+int64_t  mq_format_rows(const char *segs, const uint32_t *seg_len, const uint8_t *kinds, uint32_t nfields,
+                        const int64_t *values, uint32_t nrows, char *out, size_t out_cap);
+
 #endif

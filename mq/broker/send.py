@@ -271,7 +271,7 @@ class SendProcessor:
                 frame = _FRAME_HEAD(4 + len(header), (SERIALIZE_ROCKETMQ << 24) | len(header)) + header
             if frame is not None:
                 if times is not None:
-                    times.status = str(code)
+                    times.status = code
                 conn.respond(cmd, frame, times)
                 return
         ext = {"msgId": msg_id.decode(), "queueId": qid, "queueOffset": queue_offset,

@@ -68,10 +68,10 @@ def _check_req_phases(r: dict) -> None:
 
 
 def test_row_writer_lines_read_like_trace_writer_records(tmp_path):
-    """The io worker's fast path (one %-template per row) writes lines that read back exactly as
+    """The io worker's fast path (rows formatted in C from a template) writes lines that read back exactly as
     the dicts TraceWriter.write would write (durations given in ns read as microseconds), with
     every value of FIELDS's type."""
-    fast_row = (1_700_000_000_123_456, 310, 1, 1024, "0", 12345, 5500, 0, 250, 7125, 40001)   # float fields in ns
+    fast_row = (1_700_000_000_123_456, 310, 1, 1024, 0, 12345, 5500, 0, 250, 7125, 40001)   # float fields in ns
     row = (1_700_000_000_123_456, 310, 1, 1024, "0", 12.345, 5.5, 0.0, 0.25, 7.125, 40.001)
     fast = RowTraceWriter(str(tmp_path / "fast"), "req-io-0", "req", {"broker": "127.0.0.1:1", "role": "io-0"},
                           REQ_ROW)
@@ -198,3 +198,20 @@ def test_sync_master_traces_replication_wait_and_lag(tmp_path):
     # a SEND_OK from a SYNC_MASTER waited for the slave's ack: a round trip through two processes
     assert waits[0] > 0 and waits[len(waits) // 2] > 10.0, waits
     assert not os.path.exists(os.path.join(slave.dir, "perftrace")), "the slave was not traced"
+
+
+def test_row_writer_extremes(tmp_path):
+    """The C row formatter writes int64's extremes, negative thousandths and an empty status
+    (a negative code) so that they read back as TraceWriter's dicts would."""
+    rows = [(-2**63, 2**63 - 1, 0, 0, -1, -1, 0, 999, -2**63, 2**63 - 1, 1),
+            (0, -5, 7, 2**40, 200, 1, -999, 0, 0, 0, 0)]
+    fast = RowTraceWriter(str(tmp_path), "req-io-9", "req", {"broker": "b", "role": "io-9"}, REQ_ROW)
+    for r in rows:
+        fast.add(r)
+    fast.close()
+    got = list(read_records(str(tmp_path)))
+    assert len(got) == 2
+    for rec, row in zip(got, rows):
+        want = {k: (("" if v < 0 else str(v)) if FIELDS[k] == "str" else v / 1000 if FIELDS[k] == "float" else v)
+                for k, v in zip(REQ_ROW, row)}
+        assert {k: rec[k] for k in REQ_ROW} == want
