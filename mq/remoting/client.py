@@ -16,21 +16,18 @@ import asyncio
 import itertools
 import logging
 import socket
-import struct
 from typing import Awaitable, Callable
 
-from mq.wire.errors import FrameError, WireError
-from mq.wire.remoting import (FRAME_PREFIX_SIZE, FRAME_SIZE_MAX, LANGUAGE_PYTHON, RPC_ONEWAY, RPC_RESPONSE,
-                              RemotingCommand, decode_frame_payload, encode_frame)
+from mq.wire.errors import WireError
+from mq.wire.remoting import LANGUAGE_PYTHON, RPC_ONEWAY, RPC_RESPONSE, RemotingCommand, decode_frame_payload, encode_frame
+
+from .framing import FrameBuffer, frame_end
 
 log = logging.getLogger("mq.remoting.client")
 
 CLIENT_VERSION = 409   # V4_9_8
 WRITE_BUFFER_HIGH_BYTES = 4 * 1024 * 1024
 WRITE_BUFFER_LOW_BYTES = 1024 * 1024
-
-_U32 = struct.Struct(">I").unpack_from
-
 
 class RemotingError(Exception):
     pass
@@ -53,9 +50,7 @@ class _Conn(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.pending: dict[int, asyncio.Future] = {}
         self.closed = False
-        self._chunks: list[bytes] = []     # bytes of an incomplete frame, as they came
-        self._chunks_len = 0
-        self._need = FRAME_PREFIX_SIZE
+        self._held = FrameBuffer()         # bytes of an incomplete frame
         self._drained: asyncio.Future | None = None   # set while writing is paused
         self._tasks: set[asyncio.Task] = set()        # push handlers running
 
@@ -84,25 +79,17 @@ class _Conn(asyncio.Protocol):
             waiter.set_result(None)
 
     def data_received(self, data: bytes) -> None:
-        if self._chunks_len:
-            self._chunks.append(data)
-            self._chunks_len += len(data)
-            if self._chunks_len < self._need:
-                return
-            data = b"".join(self._chunks)
-            self._chunks.clear()
-            self._chunks_len = 0
+        data = self._held.take(data)
+        if data is None:
+            return
         size = len(data)
         pos = 0
         view = memoryview(data)
         pending = self.pending
         try:
             while size - pos >= 4:
-                total = _U32(data, pos)[0]
-                if total + FRAME_PREFIX_SIZE > FRAME_SIZE_MAX:
-                    raise FrameError(f"frame length {total} + 4 exceeds FRAME_SIZE_MAX {FRAME_SIZE_MAX}")
-                end = pos + 4 + total
-                if end > size:
+                end = frame_end(data, pos, size)
+                if not end:
                     break
                 cmd = decode_frame_payload(view[pos + 4:end])
                 pos = end
@@ -119,10 +106,7 @@ class _Conn(asyncio.Protocol):
         finally:
             view.release()
         if pos < size:
-            rest = data[pos:]
-            self._chunks.append(rest)
-            self._chunks_len = len(rest)
-            self._need = 4 + _U32(rest, 0)[0] if len(rest) >= 4 else FRAME_PREFIX_SIZE
+            self._held.hold(data, pos)
 
     def _pushed(self, cmd: RemotingCommand) -> None:
         handler = self.client.push_handlers.get(cmd.code)

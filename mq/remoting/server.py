@@ -45,17 +45,15 @@ import asyncio
 import itertools
 import logging
 import socket
-import struct
 import time
 from time import perf_counter_ns
 from typing import Callable
 
 from mq.wire.errors import EncodeError, WireError
-from mq.wire.remoting import (FRAME_PREFIX_SIZE, FRAME_SIZE_MAX, RPC_ONEWAY, RPC_RESPONSE, RemotingCommand,
-                              decode_frame_payload, encode_frame)
-from mq.wire.errors import FrameError
+from mq.wire.remoting import RPC_ONEWAY, RPC_RESPONSE, RemotingCommand, decode_frame_payload, encode_frame
 
 from .codes import ResponseCode
+from .framing import FrameBuffer, frame_end
 
 log = logging.getLogger("mq.remoting.server")
 
@@ -65,9 +63,6 @@ WRITE_BUFFER_LOW_BYTES = 1024 * 1024
 IDLE_TIMEOUT_S_DEFAULT = 120.0   # serverChannelMaxIdleTimeSeconds
 IDLE_SWEEP_S_MAX = 5.0           # an idle connection is closed within idle_timeout_s + this
 Handler = Callable[["Connection", RemotingCommand], object]
-
-_U32 = struct.Struct(">I").unpack_from
-
 
 class _Deferred:
     """What a handler returns when its owner will answer with Connection.respond later."""
@@ -166,9 +161,7 @@ class _ServerProtocol(asyncio.Protocol):
     def __init__(self, server: "RemotingServer"):
         self.server = server
         self.conn: Connection | None = None
-        self._chunks: list[bytes] = []     # bytes of an incomplete frame, as they came
-        self._chunks_len = 0
-        self._need = FRAME_PREFIX_SIZE     # bytes the first incomplete frame needs in all
+        self._held = FrameBuffer()         # bytes not parsed yet: an incomplete frame, or a paused read
         self._paused_by = set()            # "inflight" / "write": why reading is paused
 
     # ---- connection -----------------------------------------------------------------------
@@ -225,7 +218,7 @@ class _ServerProtocol(asyncio.Protocol):
                 self.conn.transport.resume_reading()
             except RuntimeError:
                 return
-            if self._chunks_len >= self._need:     # frames held back at the in-flight bound
+            if self._held.ready():                 # frames held back at the in-flight bound
                 asyncio.get_running_loop().call_soon(self.data_received, b"")
 
     # ---- frames -----------------------------------------------------------------------------
@@ -234,19 +227,11 @@ class _ServerProtocol(asyncio.Protocol):
         if conn.closed:
             return
         conn.last_active_s = time.monotonic()
-        if self._chunks_len:
-            if data:
-                self._chunks.append(data)
-                self._chunks_len += len(data)
-            if self._chunks_len < self._need or self._paused_by:
-                return
-            data = b"".join(self._chunks)
-            self._chunks.clear()
-            self._chunks_len = 0
-        elif self._paused_by and data:
-            self._chunks.append(data)
-            self._chunks_len = len(data)
-            self._need = FRAME_PREFIX_SIZE
+        if self._paused_by:
+            self._held.add(data)
+            return
+        data = self._held.take(data)
+        if data is None:
             return
         server = self.server
         size = len(data)
@@ -256,11 +241,8 @@ class _ServerProtocol(asyncio.Protocol):
         conn._flush_scheduled = True        # answers of this read go out in the flush below, together
         try:
             while size - pos >= 4:
-                total = _U32(data, pos)[0]
-                if total + FRAME_PREFIX_SIZE > FRAME_SIZE_MAX:
-                    raise FrameError(f"frame length {total} + 4 exceeds FRAME_SIZE_MAX {FRAME_SIZE_MAX}")
-                end = pos + 4 + total
-                if end > size:
+                end = frame_end(data, pos, size)
+                if not end:
                     break
                 if conn.in_flight >= IN_FLIGHT_PER_CONNECTION_MAX:
                     self._pause("inflight")
@@ -288,13 +270,10 @@ class _ServerProtocol(asyncio.Protocol):
             view.release()
             conn.flush()
         if pos < size:
-            rest = data[pos:]
-            self._chunks.append(rest)
-            self._chunks_len = len(rest)
-            self._need = 4 + _U32(rest, 0)[0] if len(rest) >= 4 else FRAME_PREFIX_SIZE
+            self._held.hold(data, pos)
 
     def eof_received(self):
-        if self._chunks_len:
+        if len(self._held):
             log.warning("%s: connection %s closed mid-frame", self.server.name, self.conn.peer)
         return False
 

@@ -66,6 +66,21 @@ def answer(req: RemotingCommand, remark: str = "") -> bytes:
                                         ext_fields={"n": remark}, body=remark.encode()))
 
 
+def against(loop_kind: str, srv: Scripted, body) -> None:
+    """Runs `await body(client, addr)` with a fresh RemotingClient against srv, on the loop kind;
+    closes both whatever happens."""
+    async def main():
+        c = RemotingClient()
+        try:
+            await body(c, f"127.0.0.1:{srv.port}")
+        finally:
+            await c.close()
+    try:
+        run(loop_kind, main())
+    finally:
+        srv.close()
+
+
 @pytest.mark.parametrize("loop_kind", LOOPS)
 def test_responses_split_at_every_byte_and_packed_in_one_read(loop_kind):
     """Three requests in flight; their answers come back in reverse order as one byte string cut
@@ -74,37 +89,17 @@ def test_responses_split_at_every_byte_and_packed_in_one_read(loop_kind):
         data = b"".join(answer(r, f"r{r.opaque}") for r in reversed(reqs[:3]))
         return [data[i:i + 1] for i in range(len(data))]
 
-    srv = Scripted(3, split)
+    def packed(reqs):
+        return [b"".join(answer(r, f"r{r.opaque}") for r in reqs)]
 
-    async def main():
-        c = RemotingClient()
-        addr = f"127.0.0.1:{srv.port}"
-        try:
-            reqs = [c.request(30, {"i": i}) for i in range(3)]
-            resps = await asyncio.gather(*(c.invoke(addr, r, 10) for r in reqs))
-            assert [r.remark for r in resps] == [f"r{q.opaque}" for q in reqs]
-            assert all(r.body == r.remark.encode() for r in resps)
-        finally:
-            await c.close()
-    try:
-        run(loop_kind, main())
-    finally:
-        srv.close()
+    async def three(c, addr):
+        reqs = [c.request(30, {"i": i}) for i in range(3)]
+        resps = await asyncio.gather(*(c.invoke(addr, r, 10) for r in reqs))
+        assert [r.remark for r in resps] == [f"r{q.opaque}" for q in reqs]
+        assert all(r.body == r.remark.encode() for r in resps)
 
-    packed = Scripted(3, lambda reqs: [b"".join(answer(r, f"p{r.opaque}") for r in reqs)])
-
-    async def main2():
-        c = RemotingClient()
-        try:
-            reqs = [c.request(30) for _ in range(3)]
-            resps = await asyncio.gather(*(c.invoke(f"127.0.0.1:{packed.port}", r, 10) for r in reqs))
-            assert [r.remark for r in resps] == [f"p{q.opaque}" for q in reqs]
-        finally:
-            await c.close()
-    try:
-        run(loop_kind, main2())
-    finally:
-        packed.close()
+    against(loop_kind, Scripted(3, split), three)
+    against(loop_kind, Scripted(3, packed), three)
 
 
 @pytest.mark.parametrize("loop_kind", LOOPS)
@@ -113,47 +108,31 @@ def test_push_then_broken_frame_fails_pending(loop_kind):
     FRAME_SIZE_MAX closes the connection, and the two requests still pending fail with
     RemotingConnectError instead of waiting for their timeout."""
     push = encode_frame(RemotingCommand(code=40, opaque=1, flag=RPC_ONEWAY, ext_fields={"consumerGroup": "G"}))
-    srv = Scripted(2, lambda reqs: [push, (0x7FFFFFFF).to_bytes(4, "big") + b"junk"])
 
-    async def main():
-        c = RemotingClient()
+    async def body(c, addr):
         got = asyncio.get_running_loop().create_future()
 
         async def on_push(addr, cmd):
             got.set_result((addr, cmd.ext_fields["consumerGroup"]))
         c.push_handlers[40] = on_push
-        addr = f"127.0.0.1:{srv.port}"
-        try:
-            results = await asyncio.gather(*(c.invoke(addr, c.request(30), 20) for _ in range(2)),
-                                           return_exceptions=True)
-            assert all(isinstance(r, RemotingConnectError) for r in results), results
-            assert await got == (addr, "G")
-        finally:
-            await c.close()
-    try:
-        run(loop_kind, main())
-    finally:
-        srv.close()
+        results = await asyncio.gather(*(c.invoke(addr, c.request(30), 20) for _ in range(2)),
+                                       return_exceptions=True)
+        assert all(isinstance(r, RemotingConnectError) for r in results), results
+        assert await got == (addr, "G")
+
+    against(loop_kind, Scripted(2, lambda reqs: [push, (0x7FFFFFFF).to_bytes(4, "big") + b"junk"]), body)
 
 
 @pytest.mark.parametrize("loop_kind", LOOPS)
-def test_timeout_then_connection_still_usable(loop_kind):
+def test_timeout(loop_kind):
     """A request nobody answers times out with RemotingTimeout after about its timeout."""
-    srv = Scripted(1, lambda reqs: [])
+    async def body(c, addr):
+        t0 = asyncio.get_running_loop().time()
+        with pytest.raises(RemotingTimeout):
+            await c.invoke(addr, c.request(30), 0.2)
+        assert 0.15 <= asyncio.get_running_loop().time() - t0 < 2
 
-    async def main():
-        c = RemotingClient()
-        try:
-            t0 = asyncio.get_running_loop().time()
-            with pytest.raises(RemotingTimeout):
-                await c.invoke(f"127.0.0.1:{srv.port}", c.request(30), 0.2)
-            assert 0.15 <= asyncio.get_running_loop().time() - t0 < 2
-        finally:
-            await c.close()
-    try:
-        run(loop_kind, main())
-    finally:
-        srv.close()
+    against(loop_kind, Scripted(1, lambda reqs: []), body)
 
 
 @pytest.mark.parametrize("loop_kind", LOOPS)
