@@ -1,0 +1,207 @@
+"""Operation histories of a chaos run, and the checker that judges them (Jepsen's way: record
+what every client asked and what it was told, decide afterwards).
+
+One JSON object a line, one file per recording process, merged by time:
+
+    {"t_us": 1700000000123456, "process": "p1", "type": "invoke", "f": "send", "value": "p1-42"}
+    {"t_us": ..., "process": "p1", "type": "ok", "f": "send", "value": "p1-42", "queue": "b@2", "offset": 17}
+    {"t_us": ..., "process": "p1", "type": "fail", "f": "send", "value": "p1-43", "code": 14}
+    {"t_us": ..., "process": "p1", "type": "info", "f": "send", "value": "p1-44", "error": "timeout"}
+    {"t_us": ..., "process": "c1", "type": "ok", "f": "read", "value": "p1-42", "queue": "b@2", "offset": 17}
+    {"t_us": ..., "process": "nemesis", "type": "info", "f": "start", "value": "kill broker-a"}
+    {"t_us": ..., "process": "nemesis", "type": "info", "f": "stop", "value": "kill broker-a"}
+
+`ok` send: acknowledged (SEND_OK) at that queue and offset; `fail`: definitely not stored (a
+refusal); `info`: the outcome is unknown (timeout, connection lost), so the message may or may
+not be there - both are allowed.  A `read` is a message a consumer got (the final drain reads
+every queue to its end after the faults healed).  Values are unique per send.
+
+Verdicts (check()):
+  lost         acknowledged sends never read                                  (must be empty)
+  unexpected   reads of values never sent                                     (must be empty)
+  duplicated   values read at two or more different (queue, offset) places     (must be empty;
+               the same place read twice by a consumer that re-pulled is not a duplicate)
+  reordered    per queue, a send acknowledged before another was invoked but stored after it
+               (a later offset) - real-time order broken                        (must be empty)
+  failed_read  sends refused (`fail`) that were read anyway                    (must be empty)
+  max_unavailable_s  the longest time without an acknowledged send inside the run
+  recovery_s   per nemesis event, from its stop (heal) to the next acknowledged send
+
+A mode that does not promise survival of a fault (RELIABILITY.md) may lose acknowledged
+messages: `suffix_loss` tells whether, per queue, what was lost is the tail of what was
+acknowledged before a fault (an unflushed suffix), never a hole."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+
+TYPES = ("invoke", "ok", "fail", "info")
+
+
+class HistoryWriter:
+    """Appends one process's operations to `<dir>/<process>.jsonl` (thread-safe, line-buffered,
+    so a killed recorder loses at most the line being written)."""
+
+    def __init__(self, directory: str, process: str):
+        os.makedirs(directory, exist_ok=True)
+        self.process = process
+        self._file = open(os.path.join(directory, f"{process}.jsonl"), "a", encoding="utf-8", buffering=1)
+        self._lock = threading.Lock()
+
+    def record(self, type_: str, f: str, value: str, **extra) -> None:
+        assert type_ in TYPES, type_
+        line = json.dumps({"t_us": time.time_ns() // 1000, "process": self.process, "type": type_, "f": f,
+                           "value": value, **extra}, separators=(",", ":"))
+        with self._lock:
+            self._file.write(line + "\n")
+
+    def close(self) -> None:
+        with self._lock:
+            self._file.close()
+
+
+def load(directory: str) -> list[dict]:
+    """Every recorded operation under `directory`, ordered by time.  A torn last line (a killed
+    recorder) is skipped."""
+    ops = []
+    for path in sorted(glob.glob(os.path.join(directory, "*.jsonl"))):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    ops.append(json.loads(line))
+                except ValueError:
+                    continue
+    ops.sort(key=lambda op: op["t_us"])
+    return ops
+
+
+@dataclass
+class Verdict:
+    sends: int = 0
+    acked: int = 0
+    failed: int = 0
+    unknown: int = 0
+    read: int = 0
+    lost: list[str] = field(default_factory=list)
+    unexpected: list[str] = field(default_factory=list)
+    duplicated: list[str] = field(default_factory=list)
+    reordered: list[tuple[str, str]] = field(default_factory=list)
+    failed_read: list[str] = field(default_factory=list)
+    suffix_loss: bool = True
+    max_unavailable_s: float = 0.0
+    recovery_s: list[tuple[str, float | None]] = field(default_factory=list)
+
+    @property
+    def valid(self) -> bool:
+        """No acknowledged message lost, nothing unexpected, duplicated, reordered or resurrected."""
+        return not (self.lost or self.unexpected or self.duplicated or self.reordered or self.failed_read)
+
+    def summary(self) -> dict:
+        return {"sends": self.sends, "acked": self.acked, "failed": self.failed, "unknown": self.unknown,
+                "read": self.read, "lost": len(self.lost), "unexpected": len(self.unexpected),
+                "duplicated": len(self.duplicated), "reordered": len(self.reordered),
+                "failed_read": len(self.failed_read), "suffix_loss": self.suffix_loss,
+                "max_unavailable_s": round(self.max_unavailable_s, 3),
+                "recovery_s": [(what, None if s is None else round(s, 3)) for what, s in self.recovery_s],
+                "valid": self.valid}
+
+
+def check(ops: list[dict]) -> Verdict:
+    """Judges a history (see the module docstring)."""
+    v = Verdict()
+    invoked: dict[str, dict] = {}
+    outcome: dict[str, dict] = {}
+    reads: dict[str, set] = {}
+    ok_times: list[int] = []
+    start_us = ops[0]["t_us"] if ops else 0
+    end_us = ops[-1]["t_us"] if ops else 0
+    nemesis_stops: list[tuple[str, int]] = []
+    fault_starts: list[int] = []
+    for op in ops:
+        f, kind, value = op["f"], op["type"], op.get("value")
+        if f == "send":
+            if kind == "invoke":
+                invoked[value] = op
+            else:
+                outcome[value] = op
+                if kind == "ok":
+                    ok_times.append(op["t_us"])
+        elif f == "read" and kind == "ok":
+            reads.setdefault(value, set()).add((op["queue"], op["offset"]))
+        elif op.get("process") == "nemesis" and f == "stop":
+            nemesis_stops.append((value, op["t_us"]))
+        elif op.get("process") == "nemesis" and f == "start":
+            fault_starts.append(op["t_us"])
+    v.sends = len(invoked)
+    v.acked = sum(1 for o in outcome.values() if o["type"] == "ok")
+    v.failed = sum(1 for o in outcome.values() if o["type"] == "fail")
+    v.unknown = v.sends - v.acked - v.failed
+    v.read = len(reads)
+    v.lost = sorted(val for val, o in outcome.items() if o["type"] == "ok" and val not in reads)
+    v.unexpected = sorted(val for val in reads if val not in invoked)
+    v.duplicated = sorted(val for val, places in reads.items() if len(places) > 1)
+    v.failed_read = sorted(val for val, o in outcome.items() if o["type"] == "fail" and val in reads)
+    v.reordered = _reordered(invoked, outcome)
+    v.suffix_loss = _suffix_only(v.lost, outcome, fault_starts)
+    marks = [start_us] + ok_times + [end_us]
+    v.max_unavailable_s = max((b - a for a, b in zip(marks, marks[1:])), default=0) / 1e6
+    for what, stop_us in nemesis_stops:
+        later = [t for t in ok_times if t >= stop_us]
+        v.recovery_s.append((what, (later[0] - stop_us) / 1e6 if later else None))
+    return v
+
+
+def _reordered(invoked: dict, outcome: dict) -> list[tuple[str, str]]:
+    """Per queue: acknowledged sends a, b with ok(a) before invoke(b) but offset(a) > offset(b)."""
+    per_queue: dict[str, list[tuple[int, int, int, str]]] = {}
+    for val, o in outcome.items():
+        if o["type"] == "ok" and val in invoked:
+            per_queue.setdefault(o["queue"], []).append((invoked[val]["t_us"], o["t_us"], o["offset"], val))
+    bad = []
+    for sends in per_queue.values():
+        by_ack = sorted(sends, key=lambda s: s[1])
+        by_invoke = sorted(sends, key=lambda s: s[0])
+        # walk the invokes in time order; every send acknowledged before this invoke must hold a
+        # smaller offset than this one
+        i, best = 0, None            # best: the acknowledged-before send with the largest offset
+        for inv_us, _, offset, val in by_invoke:
+            while i < len(by_ack) and by_ack[i][1] < inv_us:
+                if best is None or by_ack[i][2] > best[2]:
+                    best = by_ack[i]
+                i += 1
+            if best is not None and best[2] > offset:
+                bad.append((best[3], val))
+    return bad
+
+
+def _suffix_only(lost: list[str], outcome: dict, fault_starts: list[int]) -> bool:
+    """Is the loss, per queue, a suffix of what was acknowledged before each fault?  Acknowledged
+    sends of a queue in ack order, cut at every fault's start: within each piece, once one is
+    lost every later one is lost too (what an unflushed tail looks like), never a hole."""
+    if not lost:
+        return True
+    lost_set = set(lost)
+    per_queue: dict[str, list[tuple[int, str]]] = {}
+    for val, o in outcome.items():
+        if o["type"] == "ok":
+            per_queue.setdefault(o["queue"], []).append((o["t_us"], val))
+    for acks in per_queue.values():
+        acks.sort()
+        cuts = iter(sorted(fault_starts) + [float("inf")])
+        cut = next(cuts)
+        seen_lost = False
+        for t_us, val in acks:
+            while t_us >= cut:
+                cut, seen_lost = next(cuts), False
+            if val in lost_set:
+                seen_lost = True
+            elif seen_lost:
+                return False
+    return True
+
+
+__all__ = ["HistoryWriter", "Verdict", "check", "load", "TYPES"]

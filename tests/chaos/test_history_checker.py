@@ -1,0 +1,144 @@
+"""The chaos history checker (mq.chaos.history) on crafted histories: a clean history passes,
+and each verdict - lost, unexpected, duplicated, reordered, a refused send read anyway, a hole
+instead of a lost suffix, unavailability and recovery times - fires on the history made to
+break it, and only then."""
+from mq.chaos.history import HistoryWriter, check, load
+
+
+class H:
+    """A history under construction, with a clock in microseconds."""
+
+    def __init__(self):
+        self.ops = []
+        self.t = 1_000_000
+
+    def at(self, t_s: float):
+        self.t = 1_000_000 + int(t_s * 1e6)
+        return self
+
+    def op(self, process, type_, f, value, **kw):
+        self.ops.append({"t_us": self.t, "process": process, "type": type_, "f": f, "value": value, **kw})
+        self.t += 1
+        return self
+
+    def send(self, value, queue="q0", offset=None, outcome="ok", t_s=None, ack_t_s=None):
+        if t_s is not None:
+            self.at(t_s)
+        self.op("p", "invoke", "send", value)
+        if ack_t_s is not None:
+            self.at(ack_t_s)
+        if outcome == "ok":
+            self.op("p", "ok", "send", value, queue=queue, offset=offset)
+        elif outcome == "fail":
+            self.op("p", "fail", "send", value, code=14)
+        else:
+            self.op("p", "info", "send", value, error="timeout")
+        return self
+
+    def read(self, value, queue="q0", offset=0):
+        return self.op("c", "ok", "read", value, queue=queue, offset=offset)
+
+
+def clean() -> H:
+    h = H()
+    for i in range(5):
+        h.send(f"v{i}", offset=i, t_s=i * 0.1)
+    h.send("maybe", outcome="info", t_s=0.6)
+    h.send("refused", outcome="fail", t_s=0.7)
+    for i in range(5):
+        h.read(f"v{i}", offset=i)
+    h.read("v2", offset=2)            # a consumer re-pulled the same place: not a duplicate
+    return h
+
+
+def test_clean_history_is_valid():
+    v = check(clean().ops)
+    assert v.valid, v.summary()
+    assert (v.sends, v.acked, v.failed, v.unknown, v.read) == (7, 5, 1, 1, 5)
+    assert v.suffix_loss and not v.lost
+
+
+def test_an_unknown_send_may_or_may_not_be_there():
+    h = clean().read("maybe", offset=5)
+    assert check(h.ops).valid
+
+
+def test_lost():
+    h = clean()
+    h.ops = [op for op in h.ops if not (op["f"] == "read" and op["value"] == "v3")]
+    v = check(h.ops)
+    assert not v.valid and v.lost == ["v3"]
+
+
+def test_unexpected():
+    v = check(clean().read("never-sent", offset=9).ops)
+    assert not v.valid and v.unexpected == ["never-sent"]
+
+
+def test_duplicated():
+    v = check(clean().read("v1", queue="q1", offset=0).ops)
+    assert not v.valid and v.duplicated == ["v1"]
+
+
+def test_refused_send_read_anyway():
+    v = check(clean().read("refused", offset=7).ops)
+    assert not v.valid and v.failed_read == ["refused"]
+
+
+def test_reordered():
+    """a acknowledged before b was invoked, but a sits after b in the queue."""
+    h = H().send("a", offset=5, t_s=0.0, ack_t_s=0.1).send("b", offset=4, t_s=0.2, ack_t_s=0.3)
+    h.read("a", offset=5).read("b", offset=4)
+    v = check(h.ops)
+    assert not v.valid and v.reordered == [("a", "b")]
+    # concurrent sends (b invoked before a was acknowledged) may land in either order
+    h = H().send("a", offset=5, t_s=0.0, ack_t_s=0.3)
+    h.ops.insert(1, {"t_us": 1_100_000, "process": "p2", "type": "invoke", "f": "send", "value": "b"})
+    h.at(0.35).op("p2", "ok", "send", "b", queue="q0", offset=4).read("a", offset=5).read("b", offset=4)
+    assert check(h.ops).valid
+
+
+def test_suffix_loss_versus_hole():
+    """Loss of the last acknowledged sends before a fault is a suffix; losing one in the middle
+    (a later one before the same fault survived) is a hole; sends after the fault start a new piece."""
+    def history(lost):
+        h = H()
+        for i in range(4):
+            h.send(f"v{i}", offset=i, t_s=i * 0.1)
+        h.at(0.5).op("nemesis", "info", "start", "kill").at(0.6).op("nemesis", "info", "stop", "kill")
+        h.send("after", offset=2, t_s=0.8)
+        for i in range(4):
+            if f"v{i}" not in lost:
+                h.read(f"v{i}", offset=i)
+        return h.read("after", offset=2)
+    v = check(history({"v2", "v3"}).ops)
+    assert not v.valid and v.lost == ["v2", "v3"] and v.suffix_loss
+    v = check(history({"v1"}).ops)
+    assert v.lost == ["v1"] and not v.suffix_loss
+
+
+def test_unavailability_and_recovery():
+    h = H().send("a", offset=0, t_s=0.0)
+    h.at(1.0).op("nemesis", "info", "start", "kill broker").at(1.2).op("nemesis", "info", "stop", "kill broker")
+    h.send("b", offset=1, t_s=3.0, ack_t_s=3.5).read("a", offset=0).read("b", offset=1)
+    v = check(h.ops)
+    assert v.valid
+    assert abs(v.max_unavailable_s - 3.5) < 0.01
+    assert [(w, round(s, 2)) for w, s in v.recovery_s] == [("kill broker", 2.3)]
+    h2 = H().send("a", offset=0, t_s=0.0).at(1.0).op("nemesis", "info", "stop", "kill").read("a", offset=0)
+    assert check(h2.ops).recovery_s == [("kill", None)]        # never recovered
+
+
+def test_writer_and_loader_round_trip(tmp_path):
+    """Files of several processes merge by time; a torn last line (a killed recorder) is skipped."""
+    w1, w2 = HistoryWriter(str(tmp_path), "p1"), HistoryWriter(str(tmp_path), "c1")
+    w1.record("invoke", "send", "x")
+    w1.record("ok", "send", "x", queue="b@0", offset=0)
+    w2.record("ok", "read", "x", queue="b@0", offset=0)
+    w1.close()
+    w2.close()
+    with open(tmp_path / "p1.jsonl", "a") as f:
+        f.write('{"t_us": 1, "proc')
+    ops = load(str(tmp_path))
+    assert [op["type"] for op in ops] == ["invoke", "ok", "ok"]
+    assert check(ops).valid
