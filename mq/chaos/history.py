@@ -25,7 +25,9 @@ Verdicts (check()):
                (a later offset) - real-time order broken                        (must be empty)
   failed_read  sends refused (`fail`) that were read anyway                    (must be empty)
   max_unavailable_s  the longest time without an acknowledged send inside the run
-  recovery_s   per nemesis event, from its stop (heal) to the next acknowledged send
+  recovery_s   per fault, from its start to the acknowledgement of the first send invoked after
+               it started (a failover's length, or a fault's length plus the restart), None if
+               no such send was acknowledged before the run ended
 
 A mode that does not promise survival of a fault (RELIABILITY.md) may lose acknowledged
 messages: `suffix_loss` tells whether, per queue, what was lost is the tail of what was
@@ -119,8 +121,8 @@ def check(ops: list[dict]) -> Verdict:
     ok_times: list[int] = []
     start_us = ops[0]["t_us"] if ops else 0
     end_us = ops[-1]["t_us"] if ops else 0
-    nemesis_stops: list[tuple[str, int]] = []
     fault_starts: list[int] = []
+    fault_names: list[tuple[str, int]] = []
     for op in ops:
         f, kind, value = op["f"], op["type"], op.get("value")
         if f == "send":
@@ -132,10 +134,9 @@ def check(ops: list[dict]) -> Verdict:
                     ok_times.append(op["t_us"])
         elif f == "read" and kind == "ok":
             reads.setdefault(value, set()).add((op["queue"], op["offset"]))
-        elif op.get("process") == "nemesis" and f == "stop":
-            nemesis_stops.append((value, op["t_us"]))
         elif op.get("process") == "nemesis" and f == "start":
             fault_starts.append(op["t_us"])
+            fault_names.append((value, op["t_us"]))
     v.sends = len(invoked)
     v.acked = sum(1 for o in outcome.values() if o["type"] == "ok")
     v.failed = sum(1 for o in outcome.values() if o["type"] == "fail")
@@ -149,9 +150,12 @@ def check(ops: list[dict]) -> Verdict:
     v.suffix_loss = _suffix_only(v.lost, outcome, fault_starts)
     marks = [start_us] + ok_times + [end_us]
     v.max_unavailable_s = max((b - a for a, b in zip(marks, marks[1:])), default=0) / 1e6
-    for what, stop_us in nemesis_stops:
-        later = [t for t in ok_times if t >= stop_us]
-        v.recovery_s.append((what, (later[0] - stop_us) / 1e6 if later else None))
+    # per fault: the first send invoked after it started that was acknowledged, and when
+    acks = sorted((invoked[val]["t_us"], o["t_us"]) for val, o in outcome.items()
+                  if o["type"] == "ok" and val in invoked)
+    for what, start_us in fault_names:
+        later = [ack for inv, ack in acks if inv >= start_us]
+        v.recovery_s.append((what, (min(later) - start_us) / 1e6 if later else None))
     return v
 
 

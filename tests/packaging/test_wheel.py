@@ -143,6 +143,7 @@ SCRIPTS = [
     (["mqperf", "--help"], ["usage: mqperf", "produce,consume,e2e"]),
     (["mqtrace", "--help"], ["usage: mqtrace", "TRACE_DIR"]),
     (["mqpeers", "--help"], ["usage: mqpeers", "--only"]),
+    (["mqchaos", "run", "--help"], ["usage: mqchaos run", "--nemesis"]),
 ]
 
 
