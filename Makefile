@@ -12,7 +12,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test perf peers report java clean
+.PHONY: run test perf peers report chaos java clean
 
 $(STAMP): pyproject.toml setup.py csrc/mqstore.c csrc/mqstore.h csrc/build_ffi.py
 	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { \
@@ -40,6 +40,9 @@ perf: $(STAMP) java
 
 peers: $(STAMP)
 	$(BIN)/mqpeers
+
+chaos: $(STAMP)
+	$(BIN)/mqchaos matrix --seconds 10 --out perf/reports/chaos.md
 
 report: $(STAMP) java
 	$(BIN)/python -m perf.report perf/reports/latest

@@ -137,14 +137,22 @@ class NameServer:
         self.port = free_port()
         self.dir = os.path.join(workdir, f"namesrv-{self.port}")
         os.makedirs(self.dir, exist_ok=True)
-        conf = os.path.join(self.dir, "namesrv.conf")
-        with open(conf, "w") as f:
+        self.conf = os.path.join(self.dir, "namesrv.conf")
+        with open(self.conf, "w") as f:
             f.write(f"listenPort={self.port}\nlistenAddress=127.0.0.1\n"
                     f"kvConfigPath={self.dir}/kvConfig.json\n")
-        self.proc = Proc([os.path.join(BIN, "mqnamesrv"), "-c", conf], os.path.join(self.dir, "namesrv.log"))
+        self.start()
+
+    def start(self) -> None:
+        """Starts (or restarts, on the same port) the name server; returns once it listens."""
+        self.proc = Proc([os.path.join(BIN, "mqnamesrv"), "-c", self.conf], os.path.join(self.dir, "namesrv.log"))
         wait_for(lambda: port_open(self.port) or self.proc.p.poll() is not None, 30, what="name server port")
         if self.proc.p.poll() is not None:
             raise RuntimeError("name server exited:\n" + self.proc.output())
+
+    def kill(self) -> None:
+        """SIGKILL (its routes are lost: brokers re-register within their 30 s interval)."""
+        self.proc.kill()
 
     @property
     def addr(self) -> str:

@@ -22,9 +22,9 @@ Verdicts (check()):
   duplicated   values read at two or more different (queue, offset) places     (must be empty;
                the same place read twice by a consumer that re-pulled is not a duplicate)
   reordered    per queue, a send acknowledged before another was invoked but stored after it
-               (a later offset) - real-time order broken                        (must be empty)
+               (a later offset), both read - real-time order broken             (must be empty)
   failed_read  sends refused (`fail`) that were read anyway                    (must be empty)
-  max_unavailable_s  the longest time without an acknowledged send inside the run
+  max_unavailable_s  the longest time without an acknowledged send while sends ran
   recovery_s   per fault, from its start to the acknowledgement of the first send invoked after
                it started (a failover's length, or a fault's length plus the restart), None if
                no such send was acknowledged before the run ended
@@ -119,8 +119,8 @@ def check(ops: list[dict]) -> Verdict:
     outcome: dict[str, dict] = {}
     reads: dict[str, set] = {}
     ok_times: list[int] = []
-    start_us = ops[0]["t_us"] if ops else 0
-    end_us = ops[-1]["t_us"] if ops else 0
+    sends = [op["t_us"] for op in ops if op["f"] == "send"]
+    start_us, end_us = (sends[0], sends[-1]) if sends else (0, 0)     # the run: the drain comes after
     fault_starts: list[int] = []
     fault_names: list[tuple[str, int]] = []
     for op in ops:
@@ -146,7 +146,7 @@ def check(ops: list[dict]) -> Verdict:
     v.unexpected = sorted(val for val in reads if val not in invoked)
     v.duplicated = sorted(val for val, places in reads.items() if len(places) > 1)
     v.failed_read = sorted(val for val, o in outcome.items() if o["type"] == "fail" and val in reads)
-    v.reordered = _reordered(invoked, outcome)
+    v.reordered = _reordered(invoked, outcome, reads)
     v.suffix_loss = _suffix_only(v.lost, outcome, fault_starts)
     marks = [start_us] + ok_times + [end_us]
     v.max_unavailable_s = max((b - a for a, b in zip(marks, marks[1:])), default=0) / 1e6
@@ -159,11 +159,13 @@ def check(ops: list[dict]) -> Verdict:
     return v
 
 
-def _reordered(invoked: dict, outcome: dict) -> list[tuple[str, str]]:
-    """Per queue: acknowledged sends a, b with ok(a) before invoke(b) but offset(a) > offset(b)."""
+def _reordered(invoked: dict, outcome: dict, reads: dict) -> list[tuple[str, str]]:
+    """Per queue: acknowledged sends a, b, both read, with ok(a) before invoke(b) but offset(a) >
+    offset(b).  A lost message has no place to be out of order in (its loss is judged as loss);
+    after a lost suffix, later sends take its offsets again."""
     per_queue: dict[str, list[tuple[int, int, int, str]]] = {}
     for val, o in outcome.items():
-        if o["type"] == "ok" and val in invoked:
+        if o["type"] == "ok" and val in invoked and val in reads:
             per_queue.setdefault(o["queue"], []).append((invoked[val]["t_us"], o["t_us"], o["offset"], val))
     bad = []
     for sends in per_queue.values():

@@ -5,17 +5,28 @@ recording every operation, a nemesis, a final drain of every queue, and the chec
     mqchaos run --mode MODE --nemesis NEMESIS --seconds N [--dir DIR] [--producers P] [--json]
 
 Modes (the broker configurations RELIABILITY.md makes promises for):
-    async      one broker, ASYNC_FLUSH
-    sync       one broker, SYNC_FLUSH
-    dledger    a DLedger group of 3 brokers
-Nemeses, each fault lasting FAULT_S and repeated every CYCLE_S while the run lasts:
-    none       no fault (the baseline: the workload and the checker alone)
-    kill       kill -9 of the broker (dledger: of the current leader, every process of it), then
-               a restart on the same store
-    pause      SIGSTOP of every process of the broker (dledger: the leader), then SIGCONT
-Every promise here is the same: a process fault loses no acknowledged message (its page cache
-survives a kill; SYNC_FLUSH and DLedger's quorum cover the rest), nothing unexpected,
-duplicated or reordered.  A broken promise makes the run exit 1.
+    async                   one broker, ASYNC_FLUSH
+    sync                    one broker, SYNC_FLUSH
+    async_master            ASYNC_MASTER + SLAVE, ASYNC_FLUSH
+    sync_master             SYNC_MASTER + SLAVE, ASYNC_FLUSH
+    sync_master_sync_flush  SYNC_MASTER + SLAVE, SYNC_FLUSH
+    dledger                 a DLedger group of 3 brokers
+The slave (and every DLedger peer) reaches its master (peers) through a FaultProxy.
+Nemeses, each fault lasting FAULT_S and repeated every CYCLE_S while the run lasts; the target is
+the broker, the master or the current DLedger leader:
+    none        no fault (the workload and the checker alone)
+    kill        kill -9 of every process of the target, then a restart on the same store
+    pause       SIGSTOP of every process of the target, then SIGCONT
+    partition   the target cut off from its slave / peers (proxies black-hole), then healed;
+                master/slave and DLedger modes only
+    namesrv     kill -9 of the name server, then a restart on the same port
+    powerloss   kill -9 of the target, then what it had not flushed is dropped (CommitLog bytes
+                past the flushed position its control block recorded zeroed, ConsumeQueue
+                entries pointing there zeroed), then a restart; single and master/slave modes
+Promises (RELIABILITY.md): no acknowledged message lost, except power loss on ASYNC_FLUSH
+without a synchronous slave, where only a suffix of what was acknowledged before the fault may
+go (never a hole); in every cell nothing unexpected, duplicated or reordered.  A broken promise
+makes the run exit 1.
 
 The producers use mq.client with no retries (one attempt per recorded invoke, so a duplicate
 in the history is the broker's, not a retry's); a send answered with a code that says nothing
@@ -35,12 +46,23 @@ import time
 from mq import loop as mq_loop
 from mq.client import Message, MQBrokerError, MQClientError, Producer, PullConsumer
 from mq.client.message import PullStatus
+from mq.chaos.proxy import FaultProxy
 from mq.cluster import Broker, DLedgerGroup, NameServer, wait_for
+from mq.store import control as C
+from mq.store.commitlog import list_files
+from mq.store.control import ControlBlock
+from mq.wire.consumequeue import CQ_ENTRY_SIZE
 
 from .history import HistoryWriter, check, load
 
-MODES = ("async", "sync", "dledger")
-NEMESES = ("none", "kill", "pause")
+MODES = ("async", "sync", "async_master", "sync_master", "sync_master_sync_flush", "dledger")
+NEMESES = ("none", "kill", "pause", "partition", "namesrv", "powerloss")
+MASTER_ROLES = {"async_master": ("ASYNC_MASTER", "ASYNC_FLUSH"), "sync_master": ("SYNC_MASTER", "ASYNC_FLUSH"),
+                "sync_master_sync_flush": ("SYNC_MASTER", "SYNC_FLUSH")}
+# cells that cannot be run: no slave or peer to cut off; DLedger's own files are not cut yet
+NOT_APPLICABLE = {("async", "partition"), ("sync", "partition"), ("dledger", "powerloss")}
+# cells whose promise allows losing a suffix of what was acknowledged before the fault
+SUFFIX_LOSS_ALLOWED = {("async", "powerloss"), ("async_master", "powerloss")}
 TOPIC = "ChaosTopic"
 QUEUES = 4
 FAULT_S = 2.0          # how long a fault lasts
@@ -59,10 +81,19 @@ class Cluster:
         opts = {"brokerClusterName": "ChaosCluster", "sendMessageThreadPoolNums": 1}
         self.group: DLedgerGroup | None = None
         self.broker: Broker | None = None
+        self.slave: Broker | None = None
+        self.proxy: FaultProxy | None = None
         try:
             if mode == "dledger":
-                self.group = DLedgerGroup(workdir, self.ns.addr, name="ChaosRaft", **opts)
+                self.group = DLedgerGroup(workdir, self.ns.addr, name="ChaosRaft", proxied=True, **opts)
                 self.group.wait_leader(60)
+            elif mode in MASTER_ROLES:
+                role, flush = MASTER_ROLES[mode]
+                self.broker = Broker(workdir, self.ns.addr, name="chaos-a", brokerRole=role, flushDiskType=flush,
+                                     **opts)
+                self.proxy = FaultProxy("127.0.0.1", self.broker.port + 1)        # the master's HA port
+                self.slave = Broker(workdir, self.ns.addr, name="chaos-a", brokerRole="SLAVE", brokerId=1,
+                                    flushDiskType=flush, haMasterAddress=f"127.0.0.1:{self.proxy.port}", **opts)
             else:
                 self.broker = Broker(workdir, self.ns.addr, name="chaos-a", **opts,
                                      flushDiskType="SYNC_FLUSH" if mode == "sync" else "ASYNC_FLUSH")
@@ -70,24 +101,74 @@ class Cluster:
             self.close()
             raise
 
+    def brokers(self) -> list[Broker]:
+        if self.group is not None:
+            return list(self.group.brokers.values())
+        return [b for b in (self.broker, self.slave) if b is not None]
+
     def target(self) -> Broker:
-        """The broker the nemesis hits: the only one, or the DLedger leader now."""
+        """The broker the nemesis hits: the only one, the master, or the DLedger leader now."""
         if self.group is None:
             return self.broker
         return self.group.brokers[self.group.wait_leader(HEAL_S)]
 
-    def writable_addrs(self) -> list[str]:
-        if self.group is None:
-            return [self.broker.addr]
-        return [self.group.addr(i) for i in self.group.ids]
+    def cut(self, target: Broker) -> None:
+        if self.group is not None:
+            self.group.isolate(next(i for i, b in self.group.brokers.items() if b is target))
+        else:
+            self.proxy.blackhole()
+
+    def heal(self) -> None:
+        if self.group is not None:
+            self.group.heal()
+        elif self.proxy is not None:
+            self.proxy.heal()
 
     def close(self) -> None:
         if self.group is not None:
             self.group.close()
-        if self.broker is not None and self.broker.proc is not None and self.broker.proc.p.poll() is None:
-            os.killpg(self.broker.proc.p.pid, signal.SIGCONT)
-            self.broker.stop()
-        self.ns.stop()
+        for b in (self.slave, self.broker):
+            if b is not None and b.proc is not None and b.proc.p.poll() is None:
+                os.killpg(b.proc.p.pid, signal.SIGCONT)
+                b.stop()
+        if self.proxy is not None:
+            self.proxy.close()
+        if self.ns.proc.p.poll() is None:
+            self.ns.stop()
+
+
+def drop_unflushed(store_root: str) -> tuple[int, int]:
+    """Power loss for a killed broker's store: the CommitLog bytes past the flushed position its
+    control block (still in shared memory after the kill) recorded are zeroed, later files
+    removed, and ConsumeQueue entries pointing at or past it zeroed.  Returns (flushed position,
+    CommitLog bytes dropped)."""
+    ctl = ControlBlock(store_root)
+    try:
+        flushed, written = ctl.get(C.POS_FLUSHED), ctl.get(C.POS_WRITE)
+    finally:
+        ctl.close()
+    cl_dir = os.path.join(store_root, "commitlog")
+    for start in list_files(cl_dir):
+        path = os.path.join(cl_dir, "%020d" % start)
+        size = os.path.getsize(path)
+        if start >= flushed and start > 0:
+            os.remove(path)
+        elif start + size > flushed:
+            with open(path, "r+b") as f:
+                f.seek(flushed - start)
+                f.write(bytes(size - (flushed - start)))
+    cq_root = os.path.join(store_root, "consumequeue")
+    for dirpath, _dirs, files in os.walk(cq_root):
+        for name in files:
+            path = os.path.join(dirpath, name)
+            with open(path, "r+b") as f:
+                data = bytearray(f.read())
+                for at in range(0, len(data) - CQ_ENTRY_SIZE + 1, CQ_ENTRY_SIZE):
+                    if int.from_bytes(data[at:at + 8], "big") >= flushed and any(data[at:at + CQ_ENTRY_SIZE]):
+                        data[at:at + CQ_ENTRY_SIZE] = bytes(CQ_ENTRY_SIZE)
+                f.seek(0)
+                f.write(data)
+    return flushed, max(0, written - flushed)
 
 
 class Nemesis(threading.Thread):
@@ -113,13 +194,33 @@ class Nemesis(threading.Thread):
             self.error = e
 
     def _one_fault(self) -> None:
-        b = self.cluster.target()
+        c = self.cluster
+        if self.kind == "namesrv":
+            what = f"kill -9 name server :{c.ns.port}"
+            self.history.record("info", "start", what)
+            c.ns.kill()
+            time.sleep(FAULT_S)
+            c.ns.start()
+            self.history.record("info", "stop", what)
+            self.faults += 1
+            return
+        b = c.target()
         what = f"{self.kind} {b.name}:{b.port}"
         self.history.record("info", "start", what)
         if self.kind == "kill":
             b.kill()
             time.sleep(FAULT_S)
             b.start()
+        elif self.kind == "powerloss":
+            b.kill()
+            flushed, dropped = drop_unflushed(b.dir)
+            what += f" (dropped {dropped} bytes past {flushed})"
+            time.sleep(FAULT_S)
+            b.start()
+        elif self.kind == "partition":
+            c.cut(b)
+            time.sleep(FAULT_S)
+            c.heal()
         else:
             os.killpg(b.proc.p.pid, signal.SIGSTOP)
             time.sleep(FAULT_S)
@@ -197,6 +298,8 @@ def _create_topic(cluster: Cluster) -> None:
 def run_cell(mode: str, nemesis: str, seconds: float, directory: str, producers: int = 2) -> dict:
     """One cell: returns the checker's summary plus the cell's own fields."""
     assert mode in MODES and nemesis in NEMESES, (mode, nemesis)
+    if (mode, nemesis) in NOT_APPLICABLE:
+        raise ValueError(f"the {nemesis} nemesis does not apply to mode {mode}")
     hist_dir = os.path.join(directory, "history")
     cluster = Cluster(mode, os.path.join(directory, "cluster"))
     try:
@@ -216,10 +319,14 @@ def run_cell(mode: str, nemesis: str, seconds: float, directory: str, producers:
         nem.join(FAULT_S + HEAL_S)
         if nem.error is not None:
             raise RuntimeError(f"the nemesis failed: {nem.error!r}")
-        for b in ([cluster.broker] if cluster.group is None else list(cluster.group.brokers.values())):
+        cluster.heal()
+        for b in cluster.brokers():
             if b.proc.p.poll() is None:
                 os.killpg(b.proc.p.pid, signal.SIGCONT)
+        if cluster.ns.proc.p.poll() is not None:
+            cluster.ns.start()
         cluster.target()                              # healed: a broker (leader) serves again
+        wait_for(lambda: _routed(cluster.ns.addr), HEAL_S + 30, 0.2, "the topic's route after the faults")
         reader = HistoryWriter(hist_dir, "drain")
         mq_loop.run(asyncio.wait_for(drain(cluster.ns.addr, reader), 120))
         for w in writers + [reader, nem.history]:
@@ -227,7 +334,11 @@ def run_cell(mode: str, nemesis: str, seconds: float, directory: str, producers:
     finally:
         cluster.close()
     verdict = check(load(hist_dir))
-    return {"mode": mode, "nemesis": nemesis, "seconds": seconds, "faults": nem.faults, **verdict.summary()}
+    summary = verdict.summary()
+    # the cell's promise: the checker's verdict, except where a lost suffix is allowed
+    if (mode, nemesis) in SUFFIX_LOSS_ALLOWED and verdict.lost and verdict.suffix_loss:
+        summary["valid"] = not (verdict.unexpected or verdict.duplicated or verdict.reordered or verdict.failed_read)
+    return {"mode": mode, "nemesis": nemesis, "seconds": seconds, "faults": nem.faults, **summary}
 
 
 def _routed(ns_addr: str) -> bool:
@@ -243,6 +354,62 @@ def _routed(ns_addr: str) -> bool:
     return mq_loop.run(ask())
 
 
+def run_matrix(seconds: float, directory: str, modes=MODES, nemeses=NEMESES, out=None) -> list[dict]:
+    """Every applicable cell, one after another; a cell that cannot even run (a start failure)
+    counts as broken.  Writes the table to `out` (markdown) when given."""
+    results = []
+    for mode in modes:
+        for nemesis in nemeses:
+            if (mode, nemesis) in NOT_APPLICABLE:
+                continue
+            cell_dir = os.path.join(directory, f"{mode}-{nemesis}")
+            try:
+                r = run_cell(mode, nemesis, seconds, cell_dir)
+            except Exception as e:                      # noqa: BLE001 - reported in the table
+                r = {"mode": mode, "nemesis": nemesis, "valid": False, "error": f"{type(e).__name__}: {e}"[:300]}
+            print(_line(r), flush=True)
+            results.append(r)
+    if out:
+        with open(out, "w") as f:
+            f.write(matrix_table(results, seconds))
+    return results
+
+
+def matrix_table(results: list[dict], seconds: float) -> str:
+    """Mode x fault: acked / lost (duplicated, reordered) / longest time without an ack."""
+    cells = {(r["mode"], r["nemesis"]): r for r in results}
+    nemeses = [n for n in NEMESES if any(r["nemesis"] == n for r in results)]
+    lines = [f"Each cell: {seconds:g} s of 2 producers, a fault every {CYCLE_S:g} s lasting {FAULT_S:g} s; "
+             "acked / lost / longest time without an acknowledged send; ✔ the promise held, ✘ it broke "
+             "(lost is allowed only as a suffix under power loss without a synchronous copy).", "",
+             "| mode | " + " | ".join(nemeses) + " |", "|---|" + "---|" * len(nemeses)]
+    for mode in MODES:
+        row = []
+        for n in nemeses:
+            r = cells.get((mode, n))
+            if r is None:
+                row.append("–")
+            elif "error" in r:
+                row.append(f"✘ {r['error'][:60]}")
+            else:
+                extra = "".join(f", {r[k]} {k}" for k in ("duplicated", "reordered", "unexpected") if r[k])
+                row.append(f"{'✔' if r['valid'] else '✘'} {r['acked']} / {r['lost']}{extra} / "
+                           f"{r['max_unavailable_s']:.1f} s")
+        if any(c != "–" for c in row):
+            lines.append(f"| {mode} | " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _line(r: dict) -> str:
+    if "error" in r:
+        return f"{r['mode']:22s} {r['nemesis']:9s} could not run: {r['error']}"
+    return (f"{r['mode']:22s} {r['nemesis']:9s} faults {r['faults']}: acked {r['acked']} of {r['sends']} sends "
+            f"({r['failed']} refused, {r['unknown']} unknown), read {r['read']}; lost {r['lost']}, "
+            f"unexpected {r['unexpected']}, duplicated {r['duplicated']}, reordered {r['reordered']}; "
+            f"max unavailable {r['max_unavailable_s']} s; recovery {r['recovery_s']}; "
+            f"{'OK' if r['valid'] else 'PROMISE BROKEN'}")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="mqchaos", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -253,24 +420,33 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--producers", type=int, default=2, help="producer connections (default 2)")
     r.add_argument("--dir", help="where the cluster and the history go (default: a temporary directory, removed)")
     r.add_argument("--json", action="store_true", help="print the verdict as one JSON object")
+    m = sub.add_parser("matrix", help="every mode x every nemesis; writes the table")
+    m.add_argument("--seconds", type=float, default=10.0, help="per cell (default 10)")
+    m.add_argument("--out", default="chaos-report.md", help="the markdown table (default chaos-report.md)")
+    m.add_argument("--dir", help="where the clusters and histories go (default: a temporary directory, removed)")
+    m.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of the modes")
+    m.add_argument("--nemeses", default=",".join(NEMESES), help="comma-separated subset of the nemeses")
     args = p.parse_args(argv)
+    if args.cmd == "matrix":
+        modes, nemeses = args.modes.split(","), args.nemeses.split(",")
+        bad = [x for x in modes if x not in MODES] + [x for x in nemeses if x not in NEMESES]
+        if bad or not 1 <= args.seconds <= 3600:
+            p.error(f"unknown modes/nemeses {bad}, or --seconds outside [1, 3600]")
+        with tempfile.TemporaryDirectory(prefix="mqchaos-") as d:
+            results = run_matrix(args.seconds, args.dir or d, modes, nemeses, args.out)
+        print(f"wrote {args.out}")
+        return 0 if all(r["valid"] for r in results) else 1
     if not 1 <= args.seconds <= 3600 or not 1 <= args.producers <= 64:
         p.error("--seconds must be in [1, 3600] and --producers in [1, 64]")
+    if (args.mode, args.nemesis) in NOT_APPLICABLE:
+        p.error(f"the {args.nemesis} nemesis does not apply to mode {args.mode}")
     if args.dir:
         os.makedirs(args.dir, exist_ok=True)
         result = run_cell(args.mode, args.nemesis, args.seconds, args.dir, args.producers)
     else:
         with tempfile.TemporaryDirectory(prefix="mqchaos-") as d:
             result = run_cell(args.mode, args.nemesis, args.seconds, d, args.producers)
-    if args.json:
-        print(json.dumps(result))
-    else:
-        print(f"{result['mode']:8s} {result['nemesis']:6s} faults {result['faults']}: acked {result['acked']} "
-              f"of {result['sends']} sends ({result['failed']} refused, {result['unknown']} unknown), "
-              f"read {result['read']}; lost {result['lost']}, unexpected {result['unexpected']}, "
-              f"duplicated {result['duplicated']}, reordered {result['reordered']}; "
-              f"max unavailable {result['max_unavailable_s']} s; recovery {result['recovery_s']}; "
-              f"{'OK' if result['valid'] else 'PROMISE BROKEN'}")
+    print(json.dumps(result) if args.json else _line(result))
     return 0 if result["valid"] else 1
 
 

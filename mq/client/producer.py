@@ -185,6 +185,12 @@ class Producer:
             log.info("route of %s: %s", topic, e)
             return self._publish.get(topic)
         borrowed = False
+        old = self._publish.get(topic)
+        if route is None and old is not None and not old.borrowed:
+            # the name server does not know the topic (it restarted and the brokers have not
+            # re-registered yet, up to 30 s): keep sending where it was, as RocketMQ's client does
+            log.info("route of %s: the name server does not know the topic; keeping the last route", topic)
+            return old
         if route is None:
             try:
                 default = await inst.update_route(DEFAULT_TOPIC)
@@ -199,7 +205,6 @@ class Producer:
         if not queues:
             self._publish.pop(topic, None)
             return None
-        old = self._publish.get(topic)
         info = _PublishInfo(queues, route, borrowed)
         if old is not None:
             info.index = old.index
