@@ -121,7 +121,6 @@ def check(ops: list[dict]) -> Verdict:
     ok_times: list[int] = []
     sends = [op["t_us"] for op in ops if op["f"] == "send"]
     start_us, end_us = (sends[0], sends[-1]) if sends else (0, 0)     # the run: the drain comes after
-    fault_starts: list[int] = []
     fault_names: list[tuple[str, int]] = []
     for op in ops:
         f, kind, value = op["f"], op["type"], op.get("value")
@@ -135,7 +134,6 @@ def check(ops: list[dict]) -> Verdict:
         elif f == "read" and kind == "ok":
             reads.setdefault(value, set()).add((op["queue"], op["offset"]))
         elif op.get("process") == "nemesis" and f == "start":
-            fault_starts.append(op["t_us"])
             fault_names.append((value, op["t_us"]))
     v.sends = len(invoked)
     v.acked = sum(1 for o in outcome.values() if o["type"] == "ok")
@@ -147,7 +145,7 @@ def check(ops: list[dict]) -> Verdict:
     v.duplicated = sorted(val for val, places in reads.items() if len(places) > 1)
     v.failed_read = sorted(val for val, o in outcome.items() if o["type"] == "fail" and val in reads)
     v.reordered = _reordered(invoked, outcome, reads)
-    v.suffix_loss = _suffix_only(v.lost, outcome, fault_starts)
+    v.suffix_loss = _suffix_only(v.lost, invoked, outcome, [t for _, t in fault_names])
     marks = [start_us] + ok_times + [end_us]
     v.max_unavailable_s = max((b - a for a, b in zip(marks, marks[1:])), default=0) / 1e6
     # per fault: the first send invoked after it started that was acknowledged, and when
@@ -184,30 +182,25 @@ def _reordered(invoked: dict, outcome: dict, reads: dict) -> list[tuple[str, str
     return bad
 
 
-def _suffix_only(lost: list[str], outcome: dict, fault_starts: list[int]) -> bool:
-    """Is the loss, per queue, a suffix of what was acknowledged before each fault?  Acknowledged
-    sends of a queue in ack order, cut at every fault's start: within each piece, once one is
-    lost every later one is lost too (what an unflushed tail looks like), never a hole."""
+def _suffix_only(lost: list[str], invoked: dict, outcome: dict, fault_starts: list[int]) -> bool:
+    """Is the loss, per queue, a suffix of what was acknowledged before each fault?  The
+    acknowledged sends of a queue, cut into pieces at every fault's start by the time they were
+    invoked (a send invoked before the fault went to the log the fault hit, even if its ack
+    raced the fault): within a piece every lost message sits at a higher queue offset than every
+    surviving one (what an unflushed tail of the log looks like), never a hole below a survivor.
+    Ack order is not offset order across producers, so offsets decide."""
     if not lost:
         return True
     lost_set = set(lost)
-    per_queue: dict[str, list[tuple[int, str]]] = {}
+    cuts = sorted(fault_starts)
+    pieces: dict[tuple[str, int], tuple[list[int], list[int]]] = {}
     for val, o in outcome.items():
-        if o["type"] == "ok":
-            per_queue.setdefault(o["queue"], []).append((o["t_us"], val))
-    for acks in per_queue.values():
-        acks.sort()
-        cuts = iter(sorted(fault_starts) + [float("inf")])
-        cut = next(cuts)
-        seen_lost = False
-        for t_us, val in acks:
-            while t_us >= cut:
-                cut, seen_lost = next(cuts), False
-            if val in lost_set:
-                seen_lost = True
-            elif seen_lost:
-                return False
-    return True
+        if o["type"] != "ok" or val not in invoked:
+            continue
+        piece = sum(1 for c in cuts if c <= invoked[val]["t_us"])
+        kept, gone = pieces.setdefault((o["queue"], piece), ([], []))
+        (gone if val in lost_set else kept).append(o["offset"])
+    return all(not gone or not kept or min(gone) > max(kept) for kept, gone in pieces.values())
 
 
 __all__ = ["HistoryWriter", "Verdict", "check", "load", "TYPES"]

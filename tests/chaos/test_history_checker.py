@@ -100,19 +100,24 @@ def test_reordered():
 
 def test_suffix_loss_versus_hole():
     """Loss of the last acknowledged sends before a fault is a suffix; losing one in the middle
-    (a later one before the same fault survived) is a hole; sends after the fault start a new piece."""
+    (a later one before the same fault survived) is a hole; sends after the fault start a new piece;
+    an ack racing the fault's start still belongs to the piece before it."""
     def history(lost):
         h = H()
         for i in range(4):
             h.send(f"v{i}", offset=i, t_s=i * 0.1)
-        h.at(0.5).op("nemesis", "info", "start", "kill").at(0.6).op("nemesis", "info", "stop", "kill")
+        h.at(0.5).op("nemesis", "info", "start", "kill")
+        h.send("racing", offset=4, t_s=0.45, ack_t_s=0.52)        # acknowledged as the kill began
+        h.at(0.6).op("nemesis", "info", "stop", "kill")
         h.send("after", offset=2, t_s=0.8)
         for i in range(4):
             if f"v{i}" not in lost:
                 h.read(f"v{i}", offset=i)
+        if "racing" not in lost:
+            h.read("racing", offset=4)
         return h.read("after", offset=2)
-    v = check(history({"v2", "v3"}).ops)
-    assert not v.valid and v.lost == ["v2", "v3"] and v.suffix_loss
+    v = check(history({"v2", "v3", "racing"}).ops)
+    assert not v.valid and v.lost == ["racing", "v2", "v3"] and v.suffix_loss
     v = check(history({"v1"}).ops)
     assert v.lost == ["v1"] and not v.suffix_loss
 
