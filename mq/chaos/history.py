@@ -10,6 +10,7 @@ One JSON object a line, one file per recording process, merged by time:
     {"t_us": ..., "process": "c1", "type": "ok", "f": "read", "value": "p1-42", "queue": "b@2", "offset": 17}
     {"t_us": ..., "process": "nemesis", "type": "info", "f": "start", "value": "kill broker-a"}
     {"t_us": ..., "process": "nemesis", "type": "info", "f": "stop", "value": "kill broker-a"}
+    {"t_us": ..., "process": "drain", "type": "info", "f": "expired", "value": "b@2", "queue": "b@2", "offset": 900}
 
 `ok` send: acknowledged (SEND_OK) at that queue and offset; `fail`: definitely not stored (a
 refusal); `info`: the outcome is unknown (timeout, connection lost), so the message may or may
@@ -18,6 +19,8 @@ every queue to its end after the faults healed).  Values are unique per send.
 
 Verdicts (check()):
   lost         acknowledged sends never read                                  (must be empty)
+  expired      acknowledged sends below a queue's first retained offset at the drain: deleted by
+               retention (which a disk over 85% full forces, as RocketMQ's does); not loss
   unexpected   reads of values never sent                                     (must be empty)
   duplicated   values read at two or more different (queue, offset) places     (must be empty;
                the same place read twice by a consumer that re-pulled is not a duplicate)
@@ -88,6 +91,7 @@ class Verdict:
     failed: int = 0
     unknown: int = 0
     read: int = 0
+    expired: int = 0
     lost: list[str] = field(default_factory=list)
     unexpected: list[str] = field(default_factory=list)
     duplicated: list[str] = field(default_factory=list)
@@ -104,7 +108,7 @@ class Verdict:
 
     def summary(self) -> dict:
         return {"sends": self.sends, "acked": self.acked, "failed": self.failed, "unknown": self.unknown,
-                "read": self.read, "lost": len(self.lost), "unexpected": len(self.unexpected),
+                "read": self.read, "expired": self.expired, "lost": len(self.lost), "unexpected": len(self.unexpected),
                 "duplicated": len(self.duplicated), "reordered": len(self.reordered),
                 "failed_read": len(self.failed_read), "suffix_loss": self.suffix_loss,
                 "max_unavailable_s": round(self.max_unavailable_s, 3),
@@ -122,6 +126,7 @@ def check(ops: list[dict]) -> Verdict:
     sends = [op["t_us"] for op in ops if op["f"] == "send"]
     start_us, end_us = (sends[0], sends[-1]) if sends else (0, 0)     # the run: the drain comes after
     fault_names: list[tuple[str, int]] = []
+    expired_below: dict[str, int] = {}       # queue -> its first offset retention kept
     for op in ops:
         f, kind, value = op["f"], op["type"], op.get("value")
         if f == "send":
@@ -133,6 +138,8 @@ def check(ops: list[dict]) -> Verdict:
                     ok_times.append(op["t_us"])
         elif f == "read" and kind == "ok":
             reads.setdefault(value, set()).add((op["queue"], op["offset"]))
+        elif f == "expired":
+            expired_below[op["queue"]] = max(expired_below.get(op["queue"], 0), op["offset"])
         elif op.get("process") == "nemesis" and f == "start":
             fault_names.append((value, op["t_us"]))
     v.sends = len(invoked)
@@ -140,7 +147,9 @@ def check(ops: list[dict]) -> Verdict:
     v.failed = sum(1 for o in outcome.values() if o["type"] == "fail")
     v.unknown = v.sends - v.acked - v.failed
     v.read = len(reads)
-    v.lost = sorted(val for val, o in outcome.items() if o["type"] == "ok" and val not in reads)
+    unread = [(val, o) for val, o in outcome.items() if o["type"] == "ok" and val not in reads]
+    v.expired = sum(1 for _, o in unread if o["offset"] < expired_below.get(o["queue"], 0))
+    v.lost = sorted(val for val, o in unread if o["offset"] >= expired_below.get(o["queue"], 0))
     v.unexpected = sorted(val for val in reads if val not in invoked)
     v.duplicated = sorted(val for val, places in reads.items() if len(places) > 1)
     v.failed_read = sorted(val for val, o in outcome.items() if o["type"] == "fail" and val in reads)

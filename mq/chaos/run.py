@@ -12,8 +12,9 @@ Modes (the broker configurations RELIABILITY.md makes promises for):
     sync_master_sync_flush  SYNC_MASTER + SLAVE, SYNC_FLUSH
     dledger                 a DLedger group of 3 brokers
 The slave (and every DLedger peer) reaches its master (peers) through a FaultProxy.
-Nemeses, each fault lasting FAULT_S and repeated every CYCLE_S while the run lasts; the target is
-the broker, the master or the current DLedger leader:
+Nemeses, each fault lasting FAULT_S and repeated every CYCLE_S while the run lasts (the producers
+go on RECOVERY_GRACE_S after the last fault ended, so its recovery is inside the run); the target
+is the broker, the master or the current DLedger leader:
     none        no fault (the workload and the checker alone)
     kill        kill -9 of every process of the target, then a restart on the same store
     pause       SIGSTOP of every process of the target, then SIGCONT
@@ -23,6 +24,9 @@ the broker, the master or the current DLedger leader:
     powerloss   kill -9 of the target, then what it had not flushed is dropped (CommitLog bytes
                 past the flushed position its control block recorded zeroed, ConsumeQueue
                 entries pointing there zeroed), then a restart; single and master/slave modes
+    diskfull    the target's store is a tmpfs of its own (mounted for the run: needs root) with
+                1 MiB CommitLog files; a file takes all its free space, then goes; single and
+                master/slave modes
 Promises (RELIABILITY.md): no acknowledged message lost, except power loss on ASYNC_FLUSH
 without a synchronous slave, where only a suffix of what was acknowledged before the fault may
 go (never a hole); in every cell nothing unexpected, duplicated or reordered.  A broken promise
@@ -38,6 +42,7 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -56,11 +61,13 @@ from mq.wire.consumequeue import CQ_ENTRY_SIZE
 from .history import HistoryWriter, check, load
 
 MODES = ("async", "sync", "async_master", "sync_master", "sync_master_sync_flush", "dledger")
-NEMESES = ("none", "kill", "pause", "partition", "namesrv", "powerloss")
+NEMESES = ("none", "kill", "pause", "partition", "namesrv", "powerloss", "diskfull")
+DISK_BYTES = 96 * 1024 * 1024           # the diskfull nemesis's tmpfs
+DISK_COMMITLOG_FILE_BYTES = 1024 * 1024  # files roll every ~1k messages there, so a full disk bites at once
 MASTER_ROLES = {"async_master": ("ASYNC_MASTER", "ASYNC_FLUSH"), "sync_master": ("SYNC_MASTER", "ASYNC_FLUSH"),
                 "sync_master_sync_flush": ("SYNC_MASTER", "SYNC_FLUSH")}
 # cells that cannot be run: no slave or peer to cut off; DLedger's own files are not cut yet
-NOT_APPLICABLE = {("async", "partition"), ("sync", "partition"), ("dledger", "powerloss")}
+NOT_APPLICABLE = {("async", "partition"), ("sync", "partition"), ("dledger", "powerloss"), ("dledger", "diskfull")}
 # cells whose promise allows losing a suffix of what was acknowledged before the fault
 SUFFIX_LOSS_ALLOWED = {("async", "powerloss"), ("async_master", "powerloss")}
 TOPIC = "ChaosTopic"
@@ -68,6 +75,7 @@ QUEUES = 4
 FAULT_S = 2.0          # how long a fault lasts
 CYCLE_S = 6.0          # a fault starts every CYCLE_S (the first after CYCLE_S / 2)
 HEAL_S = 30.0          # after the run: how long the cluster may take to serve again before the drain
+RECOVERY_GRACE_S = 3.0  # the producers keep going this long after the last fault ended
 # codes that say the message was not stored (anything else that is not SUCCESS may have been)
 NOT_STORED = {13, 14, 16, 17, 23, 26, 29}
 
@@ -75,7 +83,9 @@ NOT_STORED = {13, 14, 16, 17, 23, 26, 29}
 class Cluster:
     """The processes of one mode, and the nemesis's handles on them."""
 
-    def __init__(self, mode: str, workdir: str):
+    def __init__(self, mode: str, workdir: str, small_disk: bool = False):
+        """small_disk: the (master) broker's store on a tmpfs of its own (DISK_BYTES), with
+        small CommitLog files, for the diskfull nemesis to fill."""
         self.mode = mode
         self.ns = NameServer(workdir)
         opts = {"brokerClusterName": "ChaosCluster", "sendMessageThreadPoolNums": 1}
@@ -83,6 +93,15 @@ class Cluster:
         self.broker: Broker | None = None
         self.slave: Broker | None = None
         self.proxy: FaultProxy | None = None
+        self.disk: str | None = None
+        master_opts = {}
+        if small_disk:
+            self.disk = os.path.join(workdir, "small-disk")
+            os.makedirs(self.disk, exist_ok=True)
+            subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_BYTES}", "tmpfs", self.disk], check=True,
+                           capture_output=True, timeout=30)
+            master_opts = {"storePathRootDir": os.path.join(self.disk, "store"),
+                           "mappedFileSizeCommitLog": DISK_COMMITLOG_FILE_BYTES}
         try:
             if mode == "dledger":
                 self.group = DLedgerGroup(workdir, self.ns.addr, name="ChaosRaft", proxied=True, **opts)
@@ -90,12 +109,12 @@ class Cluster:
             elif mode in MASTER_ROLES:
                 role, flush = MASTER_ROLES[mode]
                 self.broker = Broker(workdir, self.ns.addr, name="chaos-a", brokerRole=role, flushDiskType=flush,
-                                     **opts)
+                                     **opts, **master_opts)
                 self.proxy = FaultProxy("127.0.0.1", self.broker.port + 1)        # the master's HA port
                 self.slave = Broker(workdir, self.ns.addr, name="chaos-a", brokerRole="SLAVE", brokerId=1,
                                     flushDiskType=flush, haMasterAddress=f"127.0.0.1:{self.proxy.port}", **opts)
             else:
-                self.broker = Broker(workdir, self.ns.addr, name="chaos-a", **opts,
+                self.broker = Broker(workdir, self.ns.addr, name="chaos-a", **opts, **master_opts,
                                      flushDiskType="SYNC_FLUSH" if mode == "sync" else "ASYNC_FLUSH")
         except BaseException:
             self.close()
@@ -135,6 +154,21 @@ class Cluster:
             self.proxy.close()
         if self.ns.proc.p.poll() is None:
             self.ns.stop()
+        if self.disk is not None:
+            subprocess.run(["umount", "-l", self.disk], capture_output=True, timeout=30)
+
+    def fill_disk(self) -> str:
+        """Takes every free byte of the small disk with a file; returns its path."""
+        path = os.path.join(self.disk, "filler")
+        with open(path, "wb") as f:
+            chunk = bytes(1 << 20)
+            try:
+                while True:
+                    f.write(chunk)
+                    f.flush()
+            except OSError:             # ENOSPC: full
+                pass
+        return path
 
 
 def drop_unflushed(store_root: str) -> tuple[int, int]:
@@ -174,24 +208,32 @@ def drop_unflushed(store_root: str) -> tuple[int, int]:
 class Nemesis(threading.Thread):
     """Starts a fault every CYCLE_S and ends it FAULT_S later, recording both."""
 
-    def __init__(self, cluster: Cluster, kind: str, history: HistoryWriter, stop: threading.Event):
+    def __init__(self, cluster: Cluster, kind: str, history: HistoryWriter, deadline: float):
         super().__init__(name="nemesis", daemon=True)
-        self.cluster, self.kind, self.history, self.stop_ev = cluster, kind, history, stop
+        self.cluster, self.kind, self.history, self.deadline = cluster, kind, history, deadline
         self.faults = 0
         self.error: BaseException | None = None
+        self.done = threading.Event()       # no fault is or will be under way
+        self.last_end = 0.0                 # monotonic time the last fault ended
 
     def run(self) -> None:
+        """Faults every CYCLE_S until the deadline; none starts after it."""
         try:
-            if self.kind == "none":
-                return
-            if self.stop_ev.wait(CYCLE_S / 2):
-                return
-            while True:
-                self._one_fault()
-                if self.stop_ev.wait(CYCLE_S - FAULT_S):
-                    return
+            if self.kind != "none":
+                time.sleep(CYCLE_S / 2)
+                while time.monotonic() < self.deadline:
+                    self._one_fault()
+                    self.last_end = time.monotonic()
+                    time.sleep(max(0.0, min(CYCLE_S - FAULT_S, self.deadline - time.monotonic())))
         except BaseException as e:          # reported by the runner
             self.error = e
+        finally:
+            self.done.set()
+
+    def settled(self) -> bool:
+        """May the producers stop: no fault under way, and RECOVERY_GRACE_S since the last one
+        ended (so every fault's recovery lies inside the run)?"""
+        return self.done.is_set() and time.monotonic() - self.last_end >= RECOVERY_GRACE_S
 
     def _one_fault(self) -> None:
         c = self.cluster
@@ -217,6 +259,10 @@ class Nemesis(threading.Thread):
             what += f" (dropped {dropped} bytes past {flushed})"
             time.sleep(FAULT_S)
             b.start()
+        elif self.kind == "diskfull":
+            filler = c.fill_disk()
+            time.sleep(FAULT_S)
+            os.remove(filler)
         elif self.kind == "partition":
             c.cut(b)
             time.sleep(FAULT_S)
@@ -229,13 +275,14 @@ class Nemesis(threading.Thread):
         self.faults += 1
 
 
-async def produce(ns_addr: str, history: HistoryWriter, deadline: float, name: str) -> None:
+async def produce(ns_addr: str, history: HistoryWriter, deadline: float, name: str, nemesis: "Nemesis") -> None:
+    """Sends until the deadline and until the nemesis has settled (bounded by HEAL_S more)."""
     producer = Producer(f"chaos_{name}", ns_addr, send_timeout_s=2.0, retry_times_when_send_failed=0,
                         fault_isolation_s=1.0, route_refresh_interval_s=1.0)
     await producer.start()
     try:
         n = 0
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline or (not nemesis.settled() and time.monotonic() < deadline + HEAL_S):
             value = f"{name}-{n}"
             n += 1
             history.record("invoke", "send", value)
@@ -264,6 +311,10 @@ async def drain(ns_addr: str, history: HistoryWriter) -> int:
     try:
         for mq in await consumer.fetch_queues(TOPIC):
             offset = 0
+            first = await consumer.pull(mq, 0, 1, timeout_s=10)
+            if first.min_offset > 0:         # retention deleted the queue's head (a full disk forces it)
+                history.record("info", "expired", f"{mq.broker_name}@{mq.queue_id}",
+                               queue=f"{mq.broker_name}@{mq.queue_id}", offset=first.min_offset)
             while True:
                 r = await consumer.pull(mq, offset, 32, timeout_s=10)
                 if r.status is not PullStatus.FOUND:
@@ -301,21 +352,20 @@ def run_cell(mode: str, nemesis: str, seconds: float, directory: str, producers:
     if (mode, nemesis) in NOT_APPLICABLE:
         raise ValueError(f"the {nemesis} nemesis does not apply to mode {mode}")
     hist_dir = os.path.join(directory, "history")
-    cluster = Cluster(mode, os.path.join(directory, "cluster"))
+    cluster = Cluster(mode, os.path.join(directory, "cluster"), small_disk=nemesis == "diskfull")
     try:
         _create_topic(cluster)
         wait_for(lambda: _routed(cluster.ns.addr), 30, 0.1, "the topic's route")
-        stop = threading.Event()
-        nem = Nemesis(cluster, nemesis, HistoryWriter(hist_dir, "nemesis"), stop)
-        writers = [HistoryWriter(hist_dir, f"p{i}") for i in range(producers)]
         deadline = time.monotonic() + seconds
+        nem = Nemesis(cluster, nemesis, HistoryWriter(hist_dir, "nemesis"), deadline)
+        writers = [HistoryWriter(hist_dir, f"p{i}") for i in range(producers)]
 
         async def workload():
-            await asyncio.gather(*(produce(cluster.ns.addr, w, deadline, f"p{i}") for i, w in enumerate(writers)))
+            await asyncio.gather(*(produce(cluster.ns.addr, w, deadline, f"p{i}", nem)
+                                   for i, w in enumerate(writers)))
 
         nem.start()
         mq_loop.run(workload())
-        stop.set()
         nem.join(FAULT_S + HEAL_S)
         if nem.error is not None:
             raise RuntimeError(f"the nemesis failed: {nem.error!r}")
@@ -404,7 +454,7 @@ def _line(r: dict) -> str:
     if "error" in r:
         return f"{r['mode']:22s} {r['nemesis']:9s} could not run: {r['error']}"
     return (f"{r['mode']:22s} {r['nemesis']:9s} faults {r['faults']}: acked {r['acked']} of {r['sends']} sends "
-            f"({r['failed']} refused, {r['unknown']} unknown), read {r['read']}; lost {r['lost']}, "
+            f"({r['failed']} refused, {r['unknown']} unknown), read {r['read']}, expired {r['expired']}; lost {r['lost']}, "
             f"unexpected {r['unexpected']}, duplicated {r['duplicated']}, reordered {r['reordered']}; "
             f"max unavailable {r['max_unavailable_s']} s; recovery {r['recovery_s']}; "
             f"{'OK' if r['valid'] else 'PROMISE BROKEN'}")

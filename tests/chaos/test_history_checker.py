@@ -149,3 +149,14 @@ def test_writer_and_loader_round_trip(tmp_path):
     ops = load(str(tmp_path))
     assert [op["type"] for op in ops] == ["invoke", "ok", "ok"]
     assert check(ops).valid
+
+
+def test_expired_is_not_lost():
+    """Acknowledged sends below the first offset retention kept are counted as expired, not lost;
+    one at or above it that is missing is still lost."""
+    h = H()
+    for i in range(4):
+        h.send(f"v{i}", offset=i, t_s=i * 0.1)
+    h.op("drain", "info", "expired", "q0", queue="q0", offset=2).read("v3", offset=3)
+    v = check(h.ops)
+    assert (v.expired, v.lost) == (2, ["v2"])
