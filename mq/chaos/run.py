@@ -23,7 +23,7 @@ is the broker, the master or the current DLedger leader:
     namesrv     kill -9 of the name server, then a restart on the same port
     powerloss   kill -9 of the target, then what it had not flushed is dropped (CommitLog bytes
                 past the flushed position its control block recorded zeroed, ConsumeQueue
-                entries pointing there zeroed), then a restart; single and master/slave modes
+                entries pointing there zeroed; DLedger: its data and index files), then a restart
     diskfull    the target's store is a tmpfs of its own (mounted for the run: needs root) with
                 1 MiB CommitLog files; a file takes all its free space, then goes; single and
                 master/slave modes
@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import glob
 import json
 import os
 import signal
@@ -57,6 +58,7 @@ from mq.store import control as C
 from mq.store.commitlog import list_files
 from mq.store.control import ControlBlock
 from mq.wire.consumequeue import CQ_ENTRY_SIZE
+from mq.wire.dledger import INDEX_UNIT_SIZE as DL_INDEX_UNIT_SIZE
 
 from .history import HistoryWriter, check, load
 
@@ -66,8 +68,8 @@ DISK_BYTES = 96 * 1024 * 1024           # the diskfull nemesis's tmpfs
 DISK_COMMITLOG_FILE_BYTES = 1024 * 1024  # files roll every ~1k messages there, so a full disk bites at once
 MASTER_ROLES = {"async_master": ("ASYNC_MASTER", "ASYNC_FLUSH"), "sync_master": ("SYNC_MASTER", "ASYNC_FLUSH"),
                 "sync_master_sync_flush": ("SYNC_MASTER", "SYNC_FLUSH")}
-# cells that cannot be run: no slave or peer to cut off; DLedger's own files are not cut yet
-NOT_APPLICABLE = {("async", "partition"), ("sync", "partition"), ("dledger", "powerloss"), ("dledger", "diskfull")}
+# cells that cannot be run: no slave or peer to cut off; no small disk for a DLedger group yet
+NOT_APPLICABLE = {("async", "partition"), ("sync", "partition"), ("dledger", "diskfull")}
 # cells whose promise allows losing a suffix of what was acknowledged before the fault
 SUFFIX_LOSS_ALLOWED = {("async", "powerloss"), ("async_master", "powerloss")}
 TOPIC = "ChaosTopic"
@@ -172,18 +174,20 @@ class Cluster:
 
 
 def drop_unflushed(store_root: str) -> tuple[int, int]:
-    """Power loss for a killed broker's store: the CommitLog bytes past the flushed position its
-    control block (still in shared memory after the kill) recorded are zeroed, later files
-    removed, and ConsumeQueue entries pointing at or past it zeroed.  Returns (flushed position,
-    CommitLog bytes dropped)."""
+    """Power loss for a killed broker's store: the log bytes past the flushed position its control
+    block (still in shared memory after the kill) recorded are zeroed and later files removed,
+    ConsumeQueue entries pointing at or past it zeroed, and in DLedger mode the index units past
+    the flushed index zeroed too.  Returns (flushed position, log bytes dropped)."""
     ctl = ControlBlock(store_root)
     try:
         flushed, written = ctl.get(C.POS_FLUSHED), ctl.get(C.POS_WRITE)
+        flushed_index = ctl.get(C.POS_DL_FLUSHED_INDEX)
     finally:
         ctl.close()
-    cl_dir = os.path.join(store_root, "commitlog")
-    for start in list_files(cl_dir):
-        path = os.path.join(cl_dir, "%020d" % start)
+    dledger = sorted(glob.glob(os.path.join(store_root, "dledger-*")))
+    log_dir = os.path.join(dledger[0], "data") if dledger else os.path.join(store_root, "commitlog")
+    for start in list_files(log_dir):
+        path = os.path.join(log_dir, "%020d" % start)
         size = os.path.getsize(path)
         if start >= flushed and start > 0:
             os.remove(path)
@@ -191,6 +195,8 @@ def drop_unflushed(store_root: str) -> tuple[int, int]:
             with open(path, "r+b") as f:
                 f.seek(flushed - start)
                 f.write(bytes(size - (flushed - start)))
+    if dledger:
+        _zero_from(os.path.join(dledger[0], "index"), flushed_index * DL_INDEX_UNIT_SIZE)
     cq_root = os.path.join(store_root, "consumequeue")
     for dirpath, _dirs, files in os.walk(cq_root):
         for name in files:
@@ -203,6 +209,18 @@ def drop_unflushed(store_root: str) -> tuple[int, int]:
                 f.seek(0)
                 f.write(data)
     return flushed, max(0, written - flushed)
+
+
+def _zero_from(directory: str, from_byte: int) -> None:
+    """Zeroes a file list (files named by start offset) from logical byte from_byte on."""
+    for start in list_files(directory):
+        path = os.path.join(directory, "%020d" % start)
+        size = os.path.getsize(path)
+        if start + size > from_byte:
+            at = max(0, from_byte - start)
+            with open(path, "r+b") as f:
+                f.seek(at)
+                f.write(bytes(size - at))
 
 
 class Nemesis(threading.Thread):
