@@ -8,7 +8,7 @@ One JSON object a line, one file per recording process, merged by time:
     {"t_us": ..., "process": "p1", "type": "fail", "f": "send", "value": "p1-43", "code": 14}
     {"t_us": ..., "process": "p1", "type": "info", "f": "send", "value": "p1-44", "error": "timeout"}
     {"t_us": ..., "process": "c1", "type": "ok", "f": "read", "value": "p1-42", "queue": "b@2", "offset": 17}
-    {"t_us": ..., "process": "nemesis", "type": "info", "f": "start", "value": "kill broker-a"}
+    {"t_us": ..., "process": "nemesis", "type": "info", "f": "start", "value": "kill broker-a"}   (in effect from here)
     {"t_us": ..., "process": "nemesis", "type": "info", "f": "stop", "value": "kill broker-a"}
     {"t_us": ..., "process": "drain", "type": "info", "f": "expired", "value": "b@2", "queue": "b@2", "offset": 900}
 

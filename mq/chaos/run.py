@@ -254,41 +254,42 @@ class Nemesis(threading.Thread):
         return self.done.is_set() and time.monotonic() - self.last_end >= RECOVERY_GRACE_S
 
     def _one_fault(self) -> None:
+        """Applies the fault, then records its start: from that instant it is in effect (a
+        process is dead, stopped or cut off), so every send acknowledged before the record went
+        to the store as it was before the fault."""
         c = self.cluster
         if self.kind == "namesrv":
             what = f"kill -9 name server :{c.ns.port}"
-            self.history.record("info", "start", what)
             c.ns.kill()
+            self.history.record("info", "start", what)
             time.sleep(FAULT_S)
             c.ns.start()
-            self.history.record("info", "stop", what)
-            self.faults += 1
-            return
-        b = c.target()
-        what = f"{self.kind} {b.name}:{b.port}"
-        self.history.record("info", "start", what)
-        if self.kind == "kill":
-            b.kill()
-            time.sleep(FAULT_S)
-            b.start()
-        elif self.kind == "powerloss":
-            b.kill()
-            flushed, dropped = drop_unflushed(b.dir)
-            what += f" (dropped {dropped} bytes past {flushed})"
-            time.sleep(FAULT_S)
-            b.start()
-        elif self.kind == "diskfull":
-            filler = c.fill_disk()
-            time.sleep(FAULT_S)
-            os.remove(filler)
-        elif self.kind == "partition":
-            c.cut(b)
-            time.sleep(FAULT_S)
-            c.heal()
         else:
-            os.killpg(b.proc.p.pid, signal.SIGSTOP)
-            time.sleep(FAULT_S)
-            os.killpg(b.proc.p.pid, signal.SIGCONT)
+            b = c.target()
+            what = f"{self.kind} {b.name}:{b.port}"
+            if self.kind in ("kill", "powerloss"):
+                b.kill()
+                self.history.record("info", "start", what)
+                if self.kind == "powerloss":
+                    flushed, dropped = drop_unflushed(b.dir)
+                    what += f" (dropped {dropped} bytes past {flushed})"
+                time.sleep(FAULT_S)
+                b.start()
+            elif self.kind == "diskfull":
+                filler = c.fill_disk()
+                self.history.record("info", "start", what)
+                time.sleep(FAULT_S)
+                os.remove(filler)
+            elif self.kind == "partition":
+                c.cut(b)
+                self.history.record("info", "start", what)
+                time.sleep(FAULT_S)
+                c.heal()
+            else:
+                os.killpg(b.proc.p.pid, signal.SIGSTOP)
+                self.history.record("info", "start", what)
+                time.sleep(FAULT_S)
+                os.killpg(b.proc.p.pid, signal.SIGCONT)
         self.history.record("info", "stop", what)
         self.faults += 1
 
@@ -352,16 +353,19 @@ async def drain(ns_addr: str, history: HistoryWriter) -> int:
 
 
 def _create_topic(cluster: Cluster) -> None:
+    """The topic on the cluster's master(s), retried until one is registered (a DLedger leader
+    registers as brokerId 0 a moment after it is elected)."""
     from mq.cli import admin
-    with open(os.devnull, "w") as quiet:
-        out, sys.stdout = sys.stdout, quiet
-        try:
-            rc = admin.main(["updateTopic", "-n", cluster.ns.addr, "-c", "ChaosCluster", "-t", TOPIC,
-                             "-r", str(QUEUES), "-w", str(QUEUES)])
-        finally:
-            sys.stdout = out
-    if rc != 0:
-        raise RuntimeError(f"mqadmin updateTopic failed ({rc})")
+
+    def created() -> bool:
+        with open(os.devnull, "w") as quiet:
+            out, err, sys.stdout, sys.stderr = sys.stdout, sys.stderr, quiet, quiet
+            try:
+                return admin.main(["updateTopic", "-n", cluster.ns.addr, "-c", "ChaosCluster", "-t", TOPIC,
+                                   "-r", str(QUEUES), "-w", str(QUEUES)]) == 0
+            finally:
+                sys.stdout, sys.stderr = out, err
+    wait_for(created, 60, 0.5, "mqadmin updateTopic on the cluster's master")
 
 
 def run_cell(mode: str, nemesis: str, seconds: float, directory: str, producers: int = 2) -> dict:
