@@ -7,6 +7,8 @@
 #   make perf     every performance gate (pytest-benchmark; ratios measured in one run)
 #   make peers    our broker side by side with Redis Streams and NATS JetStream (installs them if missing)
 #   make report   a load run with tracing on, mined with Spark into perf/reports/latest/
+#   make chaos    the fault matrix (every mode x every nemesis, ~15 min; needs root for the tmpfs of
+#                 the disk-full cells) into perf/reports/chaos.md; a broken promise fails it
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
