@@ -814,22 +814,36 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mqpeers: --seconds must be between 0.05 and 600, not {args.seconds:g}", file=sys.stderr)
         return 2
 
-    # SIGTERM unwinds like Ctrl-C, so the ExitStack stops everything this run started; a second
-    # SIGTERM during that cleanup ends the process at once (SIG_DFL).
+    # SIGTERM and Ctrl-C unwind, so the ExitStack stops everything this run started; a second
+    # signal during that cleanup ends the process at once (SIG_DFL).  While an event loop runs,
+    # the handler does not raise where it lands (inside a transport callback uvloop would turn the
+    # exception into a "fatal error on transport" and a closed connection): it cancels the loop's
+    # tasks instead, and whatever unwinds out of the run is taken as the interruption.
+    interrupted = False
+
     def on_term(signum, frame):
+        nonlocal interrupted
+        interrupted = True
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        raise KeyboardInterrupt
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        loop = asyncio._get_running_loop()
+        if loop is None:
+            raise KeyboardInterrupt
+        loop.call_soon_threadsafe(lambda: [t.cancel() for t in asyncio.all_tasks(loop)])
 
     signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
     progress = lambda msg: print(msg, file=sys.stderr, flush=True)       # noqa: E731 (stdout: the results)
     try:
         rows = run_side_by_side(args.seconds, args.only, progress, args.client)
-    except (PeerUnavailable, MissingExtra) as e:
-        print(f"mqpeers: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("mqpeers: interrupted; everything it started is stopped", file=sys.stderr)
-        return 130
+    except BaseException as e:
+        if interrupted:
+            print("mqpeers: interrupted; everything it started is stopped", file=sys.stderr)
+            return 130
+        if isinstance(e, (PeerUnavailable, MissingExtra)):
+            print(f"mqpeers: {e}", file=sys.stderr)
+            return 1
+        raise
     if args.json:
         print(json.dumps([r.as_dict() for r in rows], indent=2))
     else:
