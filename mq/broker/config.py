@@ -69,7 +69,9 @@ BROKER_OPTIONS: list[Option] = [
     Option("haMasterAddress", str, "", "slave: the master's HA address (empty: learned from the name server)"),
     Option("serverChannelMaxIdleTimeSeconds", int, 120, "idle client connections are closed after this",
            lambda v: v > 0, "> 0"),
-    Option("rocketmqHome", str, "", "accepted for compatibility"),
+    Option("rocketmqHome", str, "", "RocketMQ home: the ACL accounts are <home>/conf/plain_acl.yml "
+           "(empty: $ROCKETMQ_HOME, else the working directory)"),
+    Option("aclEnable", bool, False, "check every client request against plain_acl.yml (mq.acl)"),
     Option("haFullCopy", bool, False, "an empty slave copies the master's whole CommitLog, not just its last file (ours)"),
     Option("slaveMetadataSyncInterval", int, 10000, "ms between a slave's metadata syncs from its master (ours)",
            lambda v: v > 0, "> 0"),

@@ -17,7 +17,8 @@ from types import CoroutineType
 from time import perf_counter_ns
 
 from mq import loop as mq_loop
-from mq.remoting import RemotingServer, RequestCode as R, make_response
+from mq.acl.plain import AclDenied, AclFile, acl_file_path
+from mq.remoting import RemotingServer, RequestCode as R, ResponseCode as RC, make_response
 from mq.store import MessageStore, PutResult, PutStatus
 from mq.store import control as C
 from mq.store.notify import CommitWaiter, PositionWaiter
@@ -34,6 +35,9 @@ from .tracing import CURRENT, FLUSH_INTERVAL_S, RequestTracer, broker_label, tra
 
 log = logging.getLogger("mq.broker.worker")
 
+ACL_POLL_INTERVAL_S = 0.5       # how soon a change of plain_acl.yml is in force
+REFUSAL_LOG_INTERVAL_S = 60.0
+
 
 class IoWorker:
     def __init__(self, config: BrokerConfig, worker_id: int, link_address: str):
@@ -48,6 +52,8 @@ class IoWorker:
         # perfTraceEnable: one req record per request (mq.broker.tracing); None when off
         self.tracer: RequestTracer | None = None
         self._trace_flusher: asyncio.Task | None = None
+        self.acl: AclFile | None = None          # aclEnable: the accounts, reloaded on change
+        self._acl_poller: asyncio.Task | None = None
 
     async def start(self) -> None:
         cfg = self.config
@@ -68,6 +74,12 @@ class IoWorker:
                     R.SEND_BATCH_MESSAGE: self.send.handle, R.CONSUMER_SEND_MSG_BACK: self.send.send_back,
                     R.PULL_MESSAGE: self.pull.handle, **self.admin.handlers()}
         handlers = {code: _guarded(h) for code, h in handlers.items()}
+        if cfg.aclEnable:
+            self.acl = AclFile(acl_file_path(cfg.rocketmqHome))
+            self.acl.load()
+            self._acl_poller = asyncio.create_task(self._poll_acl())
+            refusals = _RefusalLog()
+            handlers = {code: _acl_checked(h, self.acl, refusals) for code, h in handlers.items()}
         self.pull.start(asyncio.get_running_loop())
         idle_s = cfg.serverChannelMaxIdleTimeSeconds
         if cfg.perfTraceEnable:
@@ -85,6 +97,13 @@ class IoWorker:
         log.info("io worker %d serving on %s:%d and :%d", self.worker_id, cfg.listenAddress, cfg.listenPort,
                  cfg.fast_port)
 
+    async def _poll_acl(self) -> None:
+        """Reloads the accounts file within ACL_POLL_INTERVAL_S of a change (each worker its own
+        copy: a stat per interval, a parse only after a change)."""
+        while True:
+            await asyncio.sleep(ACL_POLL_INTERVAL_S)
+            self.acl.poll()
+
     async def stop(self) -> None:
         # parked pulls first: they are answered (PULL_NOT_FOUND) at once instead of
         # holding the servers' grace period, and never run against a closed store
@@ -95,6 +114,8 @@ class IoWorker:
         if self.tracer is not None:
             self._trace_flusher.cancel()
             self.tracer.close()
+        if self._acl_poller is not None:
+            self._acl_poller.cancel()
         await self.meta.close()
         self.store.close()
 
@@ -210,6 +231,44 @@ def _guarded(handler):
         return res
     run.__name__ = getattr(handler, "__name__", "handler")
     return run
+
+
+def _acl_checked(handler, acl: AclFile, refusals: "_RefusalLog"):
+    """The handler behind the ACL check (RocketMQ's server RPC hook): a refused request is
+    answered SYSTEM_ERROR with the reason and never reaches the handler."""
+    def run(conn, cmd):
+        try:
+            acl.validator.check(cmd, conn.peer[0])
+        except AclDenied as e:
+            refusals.note(conn.peer[0], cmd.code, str(e))
+            return make_response(cmd, RC.SYSTEM_ERROR, f"AclException: {e}")
+        return handler(conn, cmd)
+    run.__name__ = getattr(handler, "__name__", "handler")
+    return run
+
+
+class _RefusalLog:
+    """Logs ACL refusals: the first of each (peer, reason) at once, repeats at most once per
+    REFUSAL_LOG_INTERVAL_S with their count, so a misconfigured client cannot flood the log."""
+
+    def __init__(self):
+        self.seen: dict[tuple[str, str], list] = {}      # (peer, reason) -> [last logged s, count since]
+
+    def note(self, peer: str, code: int, reason: str) -> None:
+        now = time.monotonic()
+        key = (peer, reason)
+        entry = self.seen.get(key)
+        if entry is None:
+            if len(self.seen) >= 4096:
+                self.seen.clear()
+            self.seen[key] = [now, 0]
+            log.warning("ACL refused request code %d from %s: %s", code, peer, reason)
+        elif now - entry[0] >= REFUSAL_LOG_INTERVAL_S:
+            log.warning("ACL refused request code %d from %s: %s (%d more like it in %.0f s)", code, peer,
+                        reason, entry[1], now - entry[0])
+            entry[0], entry[1] = now, 0
+        else:
+            entry[1] += 1
 
 
 async def _guarded_wait(coro, cmd):

@@ -16,6 +16,9 @@ Flags and output tables follow RocketMQ 4.9.8's tools (T/command/...); -n may be
 $NAMESRV_ADDR is set, and several name servers are separated by ';'.  Long flag names (--namesrvAddr,
 --topic, --clusterName, --brokerAddr, ...) work too.
 
+On a broker with aclEnable=true, requests are signed with the account in
+$ROCKETMQ_HOME/conf/tools.yml (accessKey, secretKey; the working directory when ROCKETMQ_HOME is unset).
+
 Exit codes: 0 success; 1 the operation failed (unreachable server, error answer, no such topic/cluster/
 message), with one line on stderr and no traceback; 2 bad command line (usage on stderr)."""
 from __future__ import annotations
@@ -348,8 +351,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def tools_credentials():
+    """The account mqadmin signs with on an ACL broker: `$ROCKETMQ_HOME/conf/tools.yml`
+    (accessKey, secretKey), as RocketMQ's tools read it; None (unsigned) without one."""
+    from mq.acl.sign import load_tools_yml
+    home = os.environ.get("ROCKETMQ_HOME") or os.getcwd()
+    return load_tools_yml(os.path.join(home, "conf", "tools.yml"))
+
+
 async def _run(args) -> int:
-    admin = AdminClient(args.namesrvAddr)
+    admin = AdminClient(args.namesrvAddr, credentials=tools_credentials())
     try:
         return await asyncio.wait_for(args.func(admin, args), COMMAND_TIMEOUT_S)
     finally:

@@ -69,6 +69,13 @@ def main(argv=None) -> int:
     if args.printConfigItem:
         sys.stdout.write(cfg.as_properties())
         return 0
+    if cfg.aclEnable:                     # a broker does not start on accounts it cannot use
+        from mq.acl.plain import AclConfigError, AclFile, acl_file_path
+        try:
+            AclFile(acl_file_path(cfg.rocketmqHome)).load()
+        except AclConfigError as e:
+            print(f"mqbroker: {e}", file=sys.stderr)
+            return 2
     from mq.logs import setup_broker_logging
     # order matters: the log stream first (it picks the fork start method), then the
     # launcher, forked while this process has no thread but the stream's receiver

@@ -66,8 +66,9 @@ class ConsumeStats:
 
 
 class AdminClient:
-    def __init__(self, namesrv_addr: str, *, timeout_s: float = ADMIN_TIMEOUT_S, instance_name: str | None = None):
-        self.instance = ClientInstance(namesrv_addr, instance_name or "admin", timeout_s)
+    def __init__(self, namesrv_addr: str, *, timeout_s: float = ADMIN_TIMEOUT_S, instance_name: str | None = None,
+                 credentials=None):
+        self.instance = ClientInstance(namesrv_addr, instance_name or "admin", timeout_s, credentials=credentials)
         self.timeout_s = timeout_s
 
     async def close(self) -> None:

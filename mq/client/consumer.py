@@ -297,7 +297,7 @@ class PushConsumer:
                  heartbeat_interval_s: float = 30.0, persist_interval_s: float = 5.0,
                  route_refresh_interval_s: float = 30.0, suspend_timeout_ms: int = 15000,
                  pull_timeout_s: float = 30.0, await_termination_s: float = 10.0,
-                 local_retry_delay_s: float = LOCAL_RETRY_DELAY_S):
+                 local_retry_delay_s: float = LOCAL_RETRY_DELAY_S, credentials=None):
         self.group = group
         self.namesrv_addr = namesrv_addr
         self.message_model = _coerce(MessageModel, message_model)
@@ -321,6 +321,7 @@ class PushConsumer:
         self.pull_timeout_s = pull_timeout_s
         self.await_termination_s = await_termination_s
         self.local_retry_delay_s = local_retry_delay_s
+        self.credentials = credentials          # mq.acl.sign.SessionCredentials for an ACL broker
         self.instance: ClientInstance | None = None
         self.offset_store: RemoteOffsetStore | None = None
         self._subs: dict[str, SubscriptionData] = {}
@@ -367,7 +368,7 @@ class PushConsumer:
             raise MQClientError("no subscription: subscribe(topic, expression) first")
         if self.message_model is MessageModel.CLUSTERING:
             self._subs.setdefault(retry_topic(self.group), SubscriptionData.build(retry_topic(self.group), "*"))
-        inst = self.instance = ClientInstance(self.namesrv_addr, self.instance_name)
+        inst = self.instance = ClientInstance(self.namesrv_addr, self.instance_name, credentials=self.credentials)
         self.offset_store = (LocalOffsetStore(inst, self.group, self.offset_store_dir)
                              if self.message_model is MessageModel.BROADCASTING
                              else RemoteOffsetStore(inst, self.group))
@@ -692,8 +693,9 @@ class PullConsumer:
     """An asyncio pull consumer: the caller picks queues and offsets (DefaultMQPullConsumer)."""
 
     def __init__(self, group: str, namesrv_addr: str, *, instance_name: str | None = None,
-                 timeout_s: float = 10.0, heartbeat_interval_s: float = 30.0):
+                 timeout_s: float = 10.0, heartbeat_interval_s: float = 30.0, credentials=None):
         self.group = group
+        self.credentials = credentials          # mq.acl.sign.SessionCredentials for an ACL broker
         self.namesrv_addr = namesrv_addr
         self.instance_name = instance_name
         self.timeout_s = timeout_s
@@ -706,7 +708,8 @@ class PullConsumer:
             raise MQClientError("consumer already started")
         if not self.group:
             raise MQClientError("consumer group is empty")
-        self.instance = ClientInstance(self.namesrv_addr, self.instance_name or default_instance_name())
+        self.instance = ClientInstance(self.namesrv_addr, self.instance_name or default_instance_name(),
+                                       credentials=self.credentials)
         self.instance.every(self.heartbeat_interval_s, self.send_heartbeat, name="pull consumer heartbeat")
         return self
 

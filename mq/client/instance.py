@@ -56,10 +56,11 @@ def default_instance_name() -> str:
 
 class ClientInstance:
     def __init__(self, namesrv_addr: str | list[str], instance_name: str | None = None,
-                 timeout_s: float = BROKER_TIMEOUT_S):
+                 timeout_s: float = BROKER_TIMEOUT_S, credentials=None):
         self.namesrv_addrs = parse_namesrv_addr(namesrv_addr)
         self._ns_index = random.randrange(len(self.namesrv_addrs))
-        self.remoting = RemotingClient()
+        # credentials (mq.acl.sign.SessionCredentials): every request signed for an ACL broker
+        self.remoting = RemotingClient(credentials=credentials)
         self.client_ip = local_ip()
         self.instance_name = instance_name or default_instance_name()
         self.client_id = f"{self.client_ip}@{self.instance_name}"

@@ -110,8 +110,10 @@ class Producer:
                  send_timeout_s: float = 3.0, retry_times_when_send_failed: int = 2,
                  default_topic_queue_nums: int = 4, compress_over_bytes: int = COMPRESS_BODY_OVER_BYTES,
                  max_message_size: int = MESSAGE_BODY_SIZE_MAX, heartbeat_interval_s: float = 30.0,
-                 route_refresh_interval_s: float = 30.0, fault_isolation_s: float = 30.0):
+                 route_refresh_interval_s: float = 30.0, fault_isolation_s: float = 30.0,
+                 credentials=None):
         self.group = group
+        self.credentials = credentials          # mq.acl.sign.SessionCredentials for an ACL broker
         self.namesrv_addr = namesrv_addr
         self.instance_name = instance_name
         self.send_timeout_s = send_timeout_s
@@ -138,7 +140,8 @@ class Producer:
             raise MQClientError("producer already started")
         if not self.group:
             raise MQClientError("producer group is empty")
-        self.instance = ClientInstance(self.namesrv_addr, self.instance_name, self.send_timeout_s)
+        self.instance = ClientInstance(self.namesrv_addr, self.instance_name, self.send_timeout_s,
+                                       credentials=self.credentials)
         self.instance.on_new_broker = self.send_heartbeat
         self.instance.every(self.heartbeat_interval_s, self.send_heartbeat, name="producer heartbeat")
         self.instance.every(self.route_refresh_interval_s, self._refresh_routes, name="producer route refresh")

@@ -18,6 +18,7 @@ import logging
 import socket
 from typing import Awaitable, Callable
 
+from mq.acl.sign import sign_request
 from mq.wire.errors import WireError
 from mq.wire.remoting import LANGUAGE_PYTHON, RPC_ONEWAY, RPC_RESPONSE, RemotingCommand, decode_frame_payload, encode_frame
 
@@ -144,8 +145,11 @@ class _Conn(asyncio.Protocol):
 
 
 class RemotingClient:
-    def __init__(self, connect_timeout_s: float = 3.0):
+    def __init__(self, connect_timeout_s: float = 3.0, credentials=None):
         self.connect_timeout_s = connect_timeout_s
+        # an ACL account (mq.acl.SessionCredentials): every request is signed just before it
+        # is written, as RocketMQ's AclClientRPCHook does; None sends requests unsigned
+        self.credentials = credentials
         self._conns: dict[str, _Conn] = {}
         self._connecting: dict[str, asyncio.Lock] = {}
         self._opaque = itertools.count(1)
@@ -195,6 +199,8 @@ class RemotingClient:
         if c._drained is not None:          # the connection's send buffer is full: wait for it
             await c._drained
         cmd.opaque = opaque = next(self._opaque) & 0x7FFFFFFF
+        if self.credentials is not None:
+            sign_request(cmd, self.credentials)
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         c.pending[opaque] = fut
@@ -219,6 +225,8 @@ class RemotingClient:
         c = await self._conn(addr)
         cmd.opaque = next(self._opaque) & 0x7FFFFFFF
         cmd.flag |= RPC_ONEWAY
+        if self.credentials is not None:
+            sign_request(cmd, self.credentials)
         c.write(encode_frame(cmd))
 
     def send_oneway_nowait(self, addr: str, cmd: RemotingCommand) -> bool:
@@ -229,6 +237,8 @@ class RemotingClient:
             return False
         cmd.opaque = next(self._opaque) & 0x7FFFFFFF
         cmd.flag |= RPC_ONEWAY
+        if self.credentials is not None:
+            sign_request(cmd, self.credentials)
         try:
             c.write(encode_frame(cmd))
         except (ConnectionError, RuntimeError, RemotingConnectError):
