@@ -46,8 +46,10 @@ request; records are formatted with one %-template of ints per record
 (which alone costs ~5 us, as much as the whole budget of a single send), and
 written every FLUSH_EVERY records and every second.  Measured (busy 2-vCPU
 VM): py-spy puts 3.5-4.4% of a loaded io worker's main thread in this module,
-a third of it formatting; pipelined single sends keep 0.92-0.99 of their
-throughput (median 0.95), batches of 100 all of it (perf/test_trace_overhead.py).  When off, the hot path
+a third of it formatting, but the io worker's CPU per pipelined single send
+is 0.74-0.89 untraced / traced (2026-11-25: ~5 us of ~30 us; the stamps are
+spread over the server, the send path and the group append), short of the
+0.95 target; batches of 100 pay nothing measurable (perf/test_trace_overhead.py).  When off, the hot path
 pays a few `is not None` tests per request."""
 from __future__ import annotations
 
