@@ -88,6 +88,9 @@ enum mq_pos {                 /* uint64 positions in the control block */
     MQ_POS_DL_COMMIT_INDEX,   /* committed index + 1 (0: nothing known committed) */
     MQ_POS_DL_FLUSHED_INDEX,  /* entries below this index are durable (flush role) */
     MQ_POS_DL_BEGIN_INDEX,    /* index of the first retained entry */
+    MQ_POS_HA_TAKE_BACK_UNTIL,/* a SYNC_MASTER restarted after a crash refuses writes until this
+                                 CLOCK_MONOTONIC ms, or until a slave gave back what it holds beyond
+                                 the master's end (mq.ha.master); 0 = not waiting */
     MQ_POS_COUNT_
 };
 enum mq_seq {                 /* futex words: bumped after the matching event */

@@ -66,6 +66,9 @@ BROKER_OPTIONS: list[Option] = [
     Option("haTransferBatchSize", int, 32768, "bytes per HA frame", lambda v: v > 0, "> 0"),
     Option("haSlaveFallbehindMax", int, 268435456, "bytes a slave may lag before SLAVE_NOT_AVAILABLE",
            lambda v: v > 0, "> 0"),
+    Option("haTakeBackWaitMs", int, 10000, "a SYNC_MASTER + ASYNC_FLUSH master restarted after a crash refuses "
+           "writes this long, or until a slave gave back the acknowledged tail it lost (ours; 0: never wait)",
+           lambda v: v >= 0, ">= 0"),
     Option("haMasterAddress", str, "", "slave: the master's HA address (empty: learned from the name server)"),
     Option("serverChannelMaxIdleTimeSeconds", int, 120, "idle client connections are closed after this",
            lambda v: v > 0, "> 0"),

@@ -156,7 +156,9 @@ class SendProcessor:
 
     def _common_checks(self, topic: str) -> None:
         if not self.broker.writable():
-            raise BadRequest(RC.SERVICE_NOT_AVAILABLE, "the broker is a slave: it does not accept writes")
+            raise BadRequest(RC.SERVICE_NOT_AVAILABLE, "the broker does not accept writes now (a slave, a DLedger "
+                                                       "follower, or a master taking back data from its slave "
+                                                       "after a crash)")
         if not self.config.brokerPermission & PERM_WRITE:
             raise BadRequest(RC.NO_PERMISSION, f"the broker[{self.config.brokerIP1}] sending message is forbidden")
         self._check_topic(topic)

@@ -29,6 +29,7 @@ from mq.store import control as C
 from mq.store.configfile import loads_lenient, write_atomic
 from mq.store.retention import Retention
 from mq.store.roles import role_main
+from mq.ha.common import monotonic_ms, taking_back
 from mq.ha.role import ha_role_main
 from mq.dledger.role import dledger_role_main
 from mq.store.notify import CommitWaiter
@@ -77,6 +78,14 @@ class Supervisor:
         scfg = cfg.store_config()
         self.launcher.attach(asyncio.get_running_loop())
         self.store = MessageStore.open(scfg, cfg.brokerIP1, cfg.listenPort, start_roles=False, prepare_files=False)
+        if (cfg.brokerRole == "SYNC_MASTER" and scfg.flushDiskType == "ASYNC_FLUSH" and cfg.haTakeBackWaitMs
+                and self.store.recovery.mode == "abnormal"):
+            # the crash may have cost us a tail the slave acknowledged: writes wait until a slave
+            # gives it back or the window ends (mq.ha.master, "take-back")
+            self.store.ctl.set(C.POS_HA_TAKE_BACK_UNTIL, monotonic_ms() + cfg.haTakeBackWaitMs)
+            log.warning("restarted after a crash as SYNC_MASTER with ASYNC_FLUSH: writes wait up to %d ms for a "
+                        "slave to give back what it holds beyond our end (%d)", cfg.haTakeBackWaitMs,
+                        self.store.ctl.get(C.POS_WRITE))
         if self.dledger:
             # a DLedger member starts as a follower; the Raft role tells when it leads
             cfg.brokerRole, cfg.brokerId = "SLAVE", dledger_follower_id(scfg)
@@ -159,7 +168,7 @@ class Supervisor:
         """Does this broker take writes now (master; in DLedger mode the ready leader)?"""
         if self.dledger:
             return self.store.ctl.get(C.POS_DL_APPEND_TERM) != 0
-        return self.config.brokerRole != "SLAVE"
+        return self.config.brokerRole != "SLAVE" and not taking_back(self.store.ctl)
 
     def _start_role(self, role: str) -> None:
         cfg = self.config

@@ -18,6 +18,7 @@ from time import perf_counter_ns
 
 from mq import loop as mq_loop
 from mq.acl.plain import AclDenied, AclFile, acl_file_path
+from mq.ha.common import taking_back
 from mq.remoting import RemotingServer, RequestCode as R, ResponseCode as RC, make_response
 from mq.store import MessageStore, PutResult, PutStatus
 from mq.store import control as C
@@ -141,7 +142,7 @@ class IoWorker:
         checks the same term under the lock; this is the early, cheap answer)."""
         if self.commit_waiter is not None:
             return self.store.ctl.get(C.POS_DL_APPEND_TERM) != 0
-        return self.config.brokerRole != "SLAVE"
+        return self.config.brokerRole != "SLAVE" and not taking_back(self.store.ctl)
 
     async def _committed(self, r, times=None):
         """DLedger mode: SEND_OK only once the group committed the entries, in the term they

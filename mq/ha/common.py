@@ -13,6 +13,9 @@ from __future__ import annotations
 import select
 import socket
 import struct
+import time
+
+from mq.store import control as C
 
 # files in the store root (mq.broker.hastatus reads the first; the supervisor writes the second)
 STATUS_FILE = "ha-status.json"
@@ -69,3 +72,17 @@ def shutdown_quietly(sock: socket.socket) -> None:
         sock.shutdown(socket.SHUT_RDWR)
     except OSError:
         pass
+
+
+TAKE_BACK_FOREVER_MS = 1 << 62         # the write gate while taken-back records are being dispatched
+
+
+def monotonic_ms() -> int:
+    """The clock of POS_HA_TAKE_BACK_UNTIL (CLOCK_MONOTONIC: one clock for all processes)."""
+    return int(time.monotonic() * 1000)
+
+
+def taking_back(ctl) -> bool:
+    """Do a master's writes still wait for a slave's give-back (mq.ha.master, take-back)?"""
+    until = ctl.get(C.POS_HA_TAKE_BACK_UNTIL)
+    return until != 0 and until > monotonic_ms()

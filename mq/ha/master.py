@@ -28,6 +28,17 @@ frame (a periodic report of a diverged slave) is ignored.  A connection that
 sends nothing for housekeeping_interval_ms is closed; a slave that stops
 reading makes the writer's send fail after the same interval (SO_SNDTIMEO).
 
+Take-back (ours; mq.wire.ha has the frames).  A SYNC_MASTER with ASYNC_FLUSH acknowledges a
+send once its slave has the bytes, flushed or not; if the master then loses power, it restarts
+without a tail its slave holds and its clients were told is safe.  So after such a restart the
+supervisor refuses writes for a while (POS_HA_TAKE_BACK_UNTIL, haTakeBackWaitMs) and when a
+slave's first report is beyond our end in that window, the reader thread asks for the surplus
+instead of telling the slave to truncate: it receives the slave's frames into the CommitLog with
+the slave's own C receive path (every record validated before it is published), waits until the
+dispatch role has them in the ConsumeQueues, resets the queues' next offsets from there and opens
+writes; only then does the writer start streaming, from the slave's end.  A slave that reports
+beyond our end after the window is truncated as before (logged as possible loss).
+
 Status for other processes (io workers decide SLAVE_NOT_AVAILABLE from it):
 <store root>/ha-status.json, rewritten atomically on every connect and
 disconnect and every STATUS_INTERVAL_S:
@@ -49,14 +60,16 @@ from mq.store.native import StoreError, ffi
 from mq.wire import ha as W
 from mq.wire.errors import WireError
 
-from .common import (CONNECTIONS_MAX, JOIN_TIMEOUT_S, REPORT_READ_SIZE_MAX, RUN_BYTES_MAX, STATUS_INTERVAL_S,
-                     STOP_CHECK_MS, WRITE_WAIT_MS, configure_socket, readable, shutdown_quietly)
+from .common import (CONNECTIONS_MAX, FRAME_BODY_SIZE_MAX, JOIN_TIMEOUT_S, REPORT_READ_SIZE_MAX, RUN_BYTES_MAX,
+                     STATUS_INTERVAL_S, STOP_CHECK_MS, TAKE_BACK_FOREVER_MS, WRITE_WAIT_MS, configure_socket,
+                     readable, shutdown_quietly, taking_back)
 
 log = logging.getLogger("mq.ha.master")
 
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
 
 
 class SlaveConnection:
@@ -81,6 +94,7 @@ class SlaveConnection:
         self._sent_valid = False
         self.closed = False
         self.close_reason = ""
+        self.take_back_pending = False            # first report beyond our end while writes wait for it
         self.writer = threading.Thread(target=self._write_loop, name=f"ha-write-{addr}", daemon=True)
         self.reader = threading.Thread(target=self._read_loop, name=f"ha-read-{addr}", daemon=True)
 
@@ -146,6 +160,11 @@ class SlaveConnection:
                     if not self._on_report(buf, at):
                         break
                 del buf[:whole]
+                if self.take_back_pending:
+                    self.take_back_pending = False
+                    with m._take_back_lock:
+                        m._take_back(self, buf)
+                    self.start_event.set()
         except Exception:
             log.exception("HA connection %s: reader failed", self.addr)
             self.close("reader failed")
@@ -169,7 +188,10 @@ class SlaveConnection:
             return False
         if self.start_offset is None:
             self.start_offset = value
-            self.start_event.set()
+            if value > self.master.ctl.get(C.POS_WRITE) and self.master.waiting_for_take_back():
+                self.take_back_pending = True          # the writer starts once it is done
+            else:
+                self.start_event.set()
             return True
         if value <= self.in_flight_end:
             if value > self.ack_offset:
@@ -221,8 +243,10 @@ class SlaveConnection:
             return nxt
         if start > wp:
             log.error("HA connection %s: divergence: the slave holds %d bytes more than the master "
-                      "(slave end %d, master end %d); telling it to truncate to %d",
-                      self.addr, start - wp, start, wp, wp)
+                      "(slave end %d, master end %d); telling it to truncate to %d%s",
+                      self.addr, start - wp, start, wp, wp,
+                      " (writes were already open: if this master lost power, acknowledged messages in "
+                      "those bytes are lost)" if m.gated_at_start else "")
             self.in_flight_end = wp
             m.cl.ha_send_frame(self.sock.fileno(), wp, 0)
             self.sent_offset = wp
@@ -290,6 +314,9 @@ class HAMaster:
         self._threads: list[threading.Thread] = []
         self.connections_total = 0
         self.violations = 0
+        self._take_back_lock = threading.Lock()   # one give-back at a time
+        self.taken_back: list[tuple[int, int]] = []   # (from, to) per completed take-back
+        self.gated_at_start = ctl.get(C.POS_HA_TAKE_BACK_UNTIL) != 0
         self._lsock = socket.create_server((listen_host, ha_port), reuse_port=False, backlog=64)
         self._lsock.setblocking(True)
         self.listen_host = listen_host
@@ -344,6 +371,109 @@ class HAMaster:
         log.info("HA connection %s closed: %s (acked %d, sent %d)", conn.addr, conn.close_reason,
                  conn.ack_offset, conn.sent_offset)
         self.write_status()
+
+    # ---- take-back ------------------------------------------------------------------------------
+    def waiting_for_take_back(self) -> bool:
+        """Do writes still wait for a slave's give-back (POS_HA_TAKE_BACK_UNTIL in the future)?"""
+        return taking_back(self.ctl)
+
+    def _take_back(self, conn: SlaveConnection, buf: bytearray) -> None:
+        """On conn's reader thread: asks the slave for [our end, its end), receives it, waits for
+        the dispatch, resets the next queue offsets and opens writes.  Any failure closes the
+        connection (the slave reconnects; while the window lasts it is asked again)."""
+        ctl, cl, sock = self.ctl, self.cl, conn.sock
+        start, wp = conn.start_offset, ctl.get(C.POS_WRITE)
+        if start <= wp or not self.waiting_for_take_back():      # another slave's give-back covered it
+            return
+        log.warning("HA connection %s: the slave holds %d bytes beyond our end (%d -> %d) and writes wait for "
+                    "them (restart after a crash): taking them back", conn.addr, start - wp, wp, start)
+        # the window must not close under a give-back in progress
+        until = ctl.get(C.POS_HA_TAKE_BACK_UNTIL)
+        ctl.set(C.POS_HA_TAKE_BACK_UNTIL, TAKE_BACK_FOREVER_MS)
+        try:
+            sock.sendall(W.pack_take_back_request(wp))
+            if not self._read_mark(conn, buf):
+                return
+            expected = wp
+            while expected < start and not conn.closed and not self._stopping:
+                why, expected, other, published, corrupt = cl.ha_recv_run(sock.fileno(), expected, start - expected,
+                                                                         FRAME_BODY_SIZE_MAX)
+                if corrupt:
+                    log.error("HA connection %s: the slave's bytes are not valid at %d (received up to %d); "
+                              "keeping what was valid and closing", conn.addr, published, expected)
+                    conn.close("corrupt give-back")
+                    break
+                if why == "other":
+                    log.error("HA connection %s: frame %s during the give-back, expected offset %d; closing",
+                              conn.addr, other, expected)
+                    self.violations += 1
+                    conn.close("bad give-back frame")
+                    break
+        except (OSError, StoreError) as e:
+            log.error("HA connection %s: give-back failed: %s", conn.addr, e)
+            conn.close(f"give-back failed: {e}")
+        end = ctl.get(C.POS_WRITE)
+        if end > wp:            # records landed: writes open once their queue offsets are known
+            self._open_writes_after(wp, end)
+        else:                   # nothing came: the window goes on as it was
+            ctl.set(C.POS_HA_TAKE_BACK_UNTIL, until)
+        if end >= start:
+            log.warning("HA connection %s: took back [%d, %d) (%d bytes) from the slave; writes open",
+                        conn.addr, wp, end, end - wp)
+
+    def _read_mark(self, conn: SlaveConnection, buf: bytearray) -> bool:
+        """Reads 8-byte words (exactly: the frames after the mark belong to the C receive) until
+        the slave's TAKE_BACK_MARK; repeats of its first report may come before it."""
+        deadline = time.monotonic() + self.housekeeping_interval_ms / 1000
+        while not conn.closed and not self._stopping:
+            while len(buf) < W.HA_SLAVE_REPORT_SIZE:
+                if time.monotonic() > deadline:
+                    conn.close("no answer to the take-back request")
+                    return False
+                if not readable(conn.sock, STOP_CHECK_MS):
+                    continue
+                data = conn.sock.recv(W.HA_SLAVE_REPORT_SIZE - len(buf))
+                if not data:
+                    conn.close("closed by the slave during the take-back")
+                    return False
+                buf += data
+            try:
+                word = W.unpack_slave_word(buf)
+            except WireError as e:
+                log.error("HA connection %s: bad word before the give-back (%s); closing", conn.addr, e)
+                self.violations += 1
+                conn.close("bad word")
+                return False
+            del buf[:W.HA_SLAVE_REPORT_SIZE]
+            if word == W.TAKE_BACK_MARK:
+                return True
+            if word != conn.start_offset:
+                log.error("HA connection %s: report %d before the give-back, expected a repeat of %d; closing",
+                          conn.addr, word, conn.start_offset)
+                self.violations += 1
+                conn.close("report during the take-back")
+                return False
+        return False
+
+    def _open_writes_after(self, wp: int, end: int) -> None:
+        """Records [wp, end) were taken back: once the dispatch role has put them in the
+        ConsumeQueues, the next queue offsets are reset from there and writes open."""
+        ctl = self.ctl
+        waited = time.monotonic()
+        while not self._stopping:
+            seen = ctl.seq(C.SEQ_DISPATCH)
+            if ctl.get(C.POS_DISPATCHED) >= end:
+                break
+            if time.monotonic() - waited > 10:
+                log.warning("taken-back bytes up to %d not dispatched yet (at %d); writes still wait",
+                            end, ctl.get(C.POS_DISPATCHED))
+                waited = time.monotonic()
+            ctl.wait(C.SEQ_DISPATCH, seen, STOP_CHECK_MS)
+        if self._stopping:
+            return      # the gate stays shut: a stop now leaves the store to recovery, writes never opened
+        ctl.reset_next_offsets()
+        ctl.set(C.POS_HA_TAKE_BACK_UNTIL, 0)
+        self.taken_back.append((wp, end))
 
     # ---- status -----------------------------------------------------------------------------
     def slaves(self) -> list[dict]:

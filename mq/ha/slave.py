@@ -22,6 +22,9 @@ Per connection:
     |   file-aligned                      |       | an empty slave at its last file), then as ==   |
     | < expected                          | 0     | divergence (the master is behind us): log the  |
     |                                     |       | byte count, truncate to offset, report, go on  |
+    | < expected                          | -1    | take-back (the master lost our surplus in a    |
+    |                                     |       | crash): send the mark and [offset, expected)   |
+    |                                     |       | as frames, keep our log, go on (mq.wire.ha)    |
     | anything else                       |       | log, close, reconnect                          |
 
 `expected` is the received end: bytes of a record cut by a frame end are
@@ -44,7 +47,7 @@ from typing import Callable
 
 from mq.store import control as C
 from mq.store.commitlog import CommitLog
-from mq.store.native import StoreError
+from mq.store.native import StoreError, ffi
 from mq.wire import ha as W
 
 from .common import FRAME_BODY_SIZE_MAX, JOIN_TIMEOUT_S, REPORT_EVERY_BYTES, SLAVE_RCVBUF_BYTES, STOP_CHECK_MS, \
@@ -89,6 +92,7 @@ class HASlave:
         self.received_end = cl.write_pos
         self.last_error = ""
         self.divergences: list[tuple[int, int]] = []     # (our end, master end) per divergence seen
+        self.gave_back: list[tuple[int, int]] = []       # (from, to) per take-back the master asked for
 
     @classmethod
     def for_store(cls, store, master_addr_fn: Callable[[], str | None], **kw) -> "HASlave":
@@ -209,6 +213,10 @@ class HASlave:
             if why != "other":
                 continue
             offset, size = other
+            if size == W.TAKE_BACK_SIZE & 0xFFFFFFFF:
+                self._give_back(sock, offset, expected)
+                next_report = time.monotonic() + self.report_interval_ms / 1000
+                continue
             if size > FRAME_BODY_SIZE_MAX:
                 log.error("HA slave: bad frame header from %s (body of %d bytes, over %d); closing",
                           self.master_addr, size, FRAME_BODY_SIZE_MAX)
@@ -240,6 +248,22 @@ class HASlave:
                 log.error("HA slave: frame at %d (+%d) from %s, expected %d; closing",
                           offset, size, self.master_addr, expected)
                 raise SessionEnd("offset mismatch")
+
+    def _give_back(self, sock: socket.socket, offset: int, expected: int) -> None:
+        """The master lost [offset, our end) in a crash and asks for it (mq.wire.ha, take-back):
+        the mark, then those bytes as HA frames, with the master's own C send path.  We keep
+        them: our log stays as it is."""
+        end = self.cl.write_pos
+        if not (self.ctl.get(C.POS_MIN) <= offset < end == expected):
+            log.error("HA slave: take-back request from %s at %d, but we hold [%d, %d) (received %d); closing",
+                      self.master_addr, offset, self.ctl.get(C.POS_MIN), end, expected)
+            raise SessionEnd("bad take-back request")
+        log.warning("HA slave: master %s restarted without [%d, %d) (%d bytes); giving them back",
+                    self.master_addr, offset, end, end - offset)
+        sock.sendall(W.pack_take_back_mark())
+        in_flight, sent = ffi.new("uint64_t *"), ffi.new("uint64_t *")
+        self.cl.ha_send_run(sock.fileno(), offset, end, W.HA_TRANSFER_BATCH_SIZE, in_flight, sent)
+        self.gave_back.append((offset, end))
 
     def _received(self, sock: socket.socket, received: int) -> int:
         """Bytes up to `received` are in the log (complete records published): confirm, report."""

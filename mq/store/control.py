@@ -51,6 +51,8 @@ POS_DL_APPEND_TERM = lib.MQ_POS_DL_APPEND_TERM
 POS_DL_COMMIT_INDEX = lib.MQ_POS_DL_COMMIT_INDEX
 POS_DL_FLUSHED_INDEX = lib.MQ_POS_DL_FLUSHED_INDEX
 POS_DL_BEGIN_INDEX = lib.MQ_POS_DL_BEGIN_INDEX
+# master/slave: writes wait for a slave's give-back until this time.monotonic() ms (mq.ha.master)
+POS_HA_TAKE_BACK_UNTIL = lib.MQ_POS_HA_TAKE_BACK_UNTIL
 
 SEQ_WRITE = lib.MQ_SEQ_WRITE
 SEQ_FLUSH = lib.MQ_SEQ_FLUSH

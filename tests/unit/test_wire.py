@@ -719,6 +719,24 @@ def test_ha_frames():
         wha.pack_slave_report(-1)
 
 
+def test_ha_take_back_frames():
+    """Take-back (ours): the master's request is a frame header with BODYSIZE -1 (what the C
+    receive reads as 0xFFFFFFFF), the slave's mark an 8-byte -1; a word read while the master
+    waits is a report or that mark, any other negative an error; ordinary reports still refuse -1."""
+    req = wha.pack_take_back_request(4096)
+    assert req == struct.pack(">qi", 4096, -1) == wha.HaFrameHeader.build(dict(master_phy_offset=4096, body_size=-1))
+    assert struct.unpack(">qI", req)[1] == wha.TAKE_BACK_SIZE & 0xFFFFFFFF == 0xFFFFFFFF
+    assert wha.pack_take_back_mark() == struct.pack(">q", -1)
+    assert wha.unpack_slave_word(wha.pack_take_back_mark()) == wha.TAKE_BACK_MARK
+    assert wha.unpack_slave_word(wha.pack_slave_report(99)) == 99
+    with pytest.raises(SizeMismatchError):
+        wha.unpack_slave_word(struct.pack(">q", -2))
+    with pytest.raises(SizeMismatchError):
+        wha.unpack_slave_report(wha.pack_take_back_mark())
+    with pytest.raises(EncodeError):
+        wha.pack_take_back_request(-1)
+
+
 # ==================================================================================================
 # remoting
 
