@@ -20,7 +20,7 @@ setup(
     package_dir={"mq.tools": "tools", "mq.perf": "perf", "mq.conf": "conf"},
     # every config file at any depth: a new layout directory needs no change here
     package_data={"mq.conf": ["*.conf", "*.properties", "*.yml", "**/*.conf", "**/*.properties", "systemd/*.service"],
-                  "mq.perf": ["mqload.c"]},
+                  "mq.perf": ["mqload.c"], "mq.chaos": ["clockshift.c"]},
     cffi_modules=["csrc/build_ffi.py:ffibuilder"],
     zip_safe=False,
 )

@@ -170,9 +170,11 @@ class Broker:
     delay level 1 s; any broker option passed as a keyword overrides them (listenPort and
     storePathRootDir too).  Serving (every io worker up) when the constructor returns,
     RuntimeError with its output if it exited instead.  restart() stops it cleanly and starts
-    it again on the same port and store."""
+    it again on the same port and store.  `env`: variables added to the broker's environment
+    (on every start)."""
 
-    def __init__(self, workdir: str, namesrv: str, name: str = "broker-a", **options):
+    def __init__(self, workdir: str, namesrv: str, name: str = "broker-a", env: dict | None = None, **options):
+        self.env = env
         self.port = options.pop("listenPort", None) or free_port((-2, 0, 1))
         self.name = name
         self.dir = options.pop("storePathRootDir", None) or os.path.join(workdir, f"{name}-{self.port}")
@@ -190,7 +192,8 @@ class Broker:
         """Writes broker.conf from `options` and starts the broker; returns once it serves."""
         with open(self.conf, "w") as f:
             f.writelines(f"{k}={v}\n" for k, v in self.options.items())
-        self.proc = Proc([os.path.join(BIN, "mqbroker"), "-c", self.conf], os.path.join(self.dir, "broker.log"))
+        self.proc = Proc([os.path.join(BIN, "mqbroker"), "-c", self.conf], os.path.join(self.dir, "broker.log"),
+                         env=self.env)
         self._starts = getattr(self, "_starts", 0) + 1
         # ready = the supervisor's line saying every io worker is serving
         wait_for(lambda: self.proc.output().count(" io workers; name servers") >= self._starts
@@ -258,10 +261,11 @@ DLEDGER_INDEX_FILE_SIZE = 1024 * 1024  # 32768 entries per index file: tests rol
 
 class DLedgerGroup:
     """`n` mqbroker processes of one DLedger group (ids n0..), name server `namesrv`.  proxied: member A
-    reaches member B through proxies[(A, B)], so a test can cut any link in any direction."""
+    reaches member B through proxies[(A, B)], so a test can cut any link in any direction.
+    env_for(id): the environment variables added for that member (or None)."""
 
     def __init__(self, workdir: str, namesrv: str, n: int = 3, name: str = "RaftNode00", proxied: bool = False,
-                 ids: list[str] | None = None, **options):
+                 ids: list[str] | None = None, env_for=None, **options):
         self.workdir = workdir
         self.namesrv = namesrv
         self.name = name
@@ -280,7 +284,8 @@ class DLedgerGroup:
         try:
             for i in self.ids:
                 self.brokers[i] = Broker(workdir, namesrv, name=name, dLegerSelfId=i, dLegerPeers=self._peers(i),
-                                         storePathRootDir=os.path.join(workdir, f"{name}-{i}"), **self.options)
+                                         storePathRootDir=os.path.join(workdir, f"{name}-{i}"),
+                                         env=env_for(i) if env_for else None, **self.options)
         except BaseException:
             self.close()
             raise

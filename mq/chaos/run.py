@@ -27,6 +27,9 @@ is the broker, the master or the current DLedger leader:
     diskfull    the target's store is a tmpfs of its own (mounted for the run: needs root) with
                 1 MiB CommitLog files; a file takes all its free space, then goes; single and
                 master/slave modes
+    clock       the target's wall clock (CLOCK_REALTIME, for it alone: an LD_PRELOAD shim,
+                mq/chaos/clock.py) jumps CLOCK_JUMP_S ahead, or behind on every other fault,
+                then back; monotonic clocks do not move, as with an NTP step
 Promises (RELIABILITY.md): no acknowledged message lost, except power loss on ASYNC_FLUSH
 without a synchronous slave, where only a suffix of what was acknowledged before the fault may
 go (never a hole); in every cell nothing unexpected, duplicated or reordered.  A broken promise
@@ -60,10 +63,12 @@ from mq.store.control import ControlBlock
 from mq.wire.consumequeue import CQ_ENTRY_SIZE
 from mq.wire.dledger import INDEX_UNIT_SIZE as DL_INDEX_UNIT_SIZE
 
+from .clock import ClockShift
 from .history import HistoryWriter, check, load
 
 MODES = ("async", "sync", "async_master", "sync_master", "sync_master_sync_flush", "dledger")
-NEMESES = ("none", "kill", "pause", "partition", "namesrv", "powerloss", "diskfull")
+NEMESES = ("none", "kill", "pause", "partition", "namesrv", "powerloss", "diskfull", "clock")
+CLOCK_JUMP_S = 600      # the clock nemesis's jump: past the 120 s client and channel expiries
 DISK_BYTES = 96 * 1024 * 1024           # the diskfull nemesis's tmpfs
 DISK_COMMITLOG_FILE_BYTES = 1024 * 1024  # files roll every ~1k messages there, so a full disk bites at once
 MASTER_ROLES = {"async_master": ("ASYNC_MASTER", "ASYNC_FLUSH"), "sync_master": ("SYNC_MASTER", "ASYNC_FLUSH"),
@@ -85,11 +90,20 @@ NOT_STORED = {13, 14, 16, 17, 23, 26, 29}
 class Cluster:
     """The processes of one mode, and the nemesis's handles on them."""
 
-    def __init__(self, mode: str, workdir: str, small_disk: bool = False):
+    def __init__(self, mode: str, workdir: str, small_disk: bool = False, clocks: bool = False):
         """small_disk: the (master) broker's store on a tmpfs of its own (DISK_BYTES), with
-        small CommitLog files, for the diskfull nemesis to fill."""
+        small CommitLog files, for the diskfull nemesis to fill.  clocks: every broker's wall
+        clock can be shifted (self.clocks, by broker port) for the clock nemesis."""
         self.mode = mode
         self.ns = NameServer(workdir)
+        self.clocks: dict[int, ClockShift] = {}
+        self._clock_by_name: dict[str, ClockShift] = {}
+
+        def env(name: str) -> dict | None:
+            if not clocks:
+                return None
+            shift = self._clock_by_name[name] = ClockShift(workdir, name)
+            return shift.env()
         opts = {"brokerClusterName": "ChaosCluster", "sendMessageThreadPoolNums": 1}
         self.group: DLedgerGroup | None = None
         self.broker: Broker | None = None
@@ -106,18 +120,27 @@ class Cluster:
                            "mappedFileSizeCommitLog": DISK_COMMITLOG_FILE_BYTES}
         try:
             if mode == "dledger":
-                self.group = DLedgerGroup(workdir, self.ns.addr, name="ChaosRaft", proxied=True, **opts)
+                self.group = DLedgerGroup(workdir, self.ns.addr, name="ChaosRaft", proxied=True,
+                                          env_for=lambda i: env(f"raft-{i}"), **opts)
+                for i, b in self.group.brokers.items():
+                    if clocks:
+                        self.clocks[b.port] = self._clock_by_name[f"raft-{i}"]
                 self.group.wait_leader(60)
             elif mode in MASTER_ROLES:
                 role, flush = MASTER_ROLES[mode]
                 self.broker = Broker(workdir, self.ns.addr, name="chaos-a", brokerRole=role, flushDiskType=flush,
-                                     **opts, **master_opts)
+                                     env=env("master"), **opts, **master_opts)
                 self.proxy = FaultProxy("127.0.0.1", self.broker.port + 1)        # the master's HA port
                 self.slave = Broker(workdir, self.ns.addr, name="chaos-a", brokerRole="SLAVE", brokerId=1,
-                                    flushDiskType=flush, haMasterAddress=f"127.0.0.1:{self.proxy.port}", **opts)
+                                    flushDiskType=flush, haMasterAddress=f"127.0.0.1:{self.proxy.port}",
+                                    env=env("slave"), **opts)
             else:
-                self.broker = Broker(workdir, self.ns.addr, name="chaos-a", **opts, **master_opts,
+                self.broker = Broker(workdir, self.ns.addr, name="chaos-a", **opts, **master_opts, env=env("broker"),
                                      flushDiskType="SYNC_FLUSH" if mode == "sync" else "ASYNC_FLUSH")
+            if clocks and self.group is None:
+                for b, name in ((self.broker, "master" if self.slave else "broker"), (self.slave, "slave")):
+                    if b is not None:
+                        self.clocks[b.port] = self._clock_by_name[name]
         except BaseException:
             self.close()
             raise
@@ -158,6 +181,8 @@ class Cluster:
             self.ns.stop()
         if self.disk is not None:
             subprocess.run(["umount", "-l", self.disk], capture_output=True, timeout=30)
+        for shift in self._clock_by_name.values():
+            shift.close()
 
     def fill_disk(self) -> str:
         """Takes every free byte of the small disk with a file; returns its path."""
@@ -280,6 +305,14 @@ class Nemesis(threading.Thread):
                 self.history.record("info", "start", what)
                 time.sleep(FAULT_S)
                 os.remove(filler)
+            elif self.kind == "clock":
+                shift = c.clocks[b.port]
+                jump_ms = CLOCK_JUMP_S * 1000 * (1 if self.faults % 2 == 0 else -1)
+                what += f" ({jump_ms // 1000:+d} s)"
+                shift.set(jump_ms)
+                self.history.record("info", "start", what)
+                time.sleep(FAULT_S)
+                shift.set(0)
             elif self.kind == "partition":
                 c.cut(b)
                 self.history.record("info", "start", what)
@@ -374,7 +407,8 @@ def run_cell(mode: str, nemesis: str, seconds: float, directory: str, producers:
     if (mode, nemesis) in NOT_APPLICABLE:
         raise ValueError(f"the {nemesis} nemesis does not apply to mode {mode}")
     hist_dir = os.path.join(directory, "history")
-    cluster = Cluster(mode, os.path.join(directory, "cluster"), small_disk=nemesis == "diskfull")
+    cluster = Cluster(mode, os.path.join(directory, "cluster"), small_disk=nemesis == "diskfull",
+                      clocks=nemesis == "clock")
     try:
         _create_topic(cluster)
         wait_for(lambda: _routed(cluster.ns.addr), 30, 0.1, "the topic's route")
