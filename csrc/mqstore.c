@@ -1749,7 +1749,14 @@ int mq_dledger_append_raw(mq_commitlog *cl, const uint8_t *buf, size_t len, uint
     int rc = ctl_lock(c);
     if (rc) return rc;
     if (c->pos[MQ_POS_DL_APPEND_TERM]) { ctl_unlock(c); return MQ_E_INVAL; }   /* io workers may append */
-    if (c->pos[MQ_POS_WRITE] != first_pos || c->pos[MQ_POS_DL_NEXT_INDEX] != first_index) {
+    /* The entries start at our end, or at the start of the next file when ours ends where the
+     * leader rolled over: it wrote the filler of our last file after we had taken that file's
+     * last entry, and a push starts at an entry, never at a filler.  We then write the same
+     * filler ourselves (the roll-over rule is deterministic; checked below against the first
+     * entry's size). */
+    const uint64_t w0 = c->pos[MQ_POS_WRITE];
+    const int rollover = w0 != first_pos && first_pos % fs == 0 && w0 < first_pos && first_pos - w0 == fs - w0 % fs;
+    if ((w0 != first_pos && !rollover) || c->pos[MQ_POS_DL_NEXT_INDEX] != first_index) {
         ctl_unlock(c);
         return MQ_E_RANGE;
     }
@@ -1757,6 +1764,10 @@ int mq_dledger_append_raw(mq_commitlog *cl, const uint8_t *buf, size_t len, uint
     uint64_t epoch = c->trunc_epoch;
     ctl_unlock(c);
     if (len == 0) return MQ_OK;
+    if (rollover) {       /* the leader rolls only for an entry that does not fit (append_planned) */
+        if (len < 8 || be32r(buf) == 0xFFFFFFFFu || (uint64_t)be32r(buf + 4) + MQ_BLANK_LEN_MIN <= fs - w0 % fs)
+            return MQ_E_CORRUPT;
+    }
 
     /* 1. validate everything before writing anything */
     size_t at = 0;
@@ -1788,6 +1799,12 @@ int mq_dledger_append_raw(mq_commitlog *cl, const uint8_t *buf, size_t len, uint
     const uint64_t end = pos;
 
     /* 2. copy the bytes (beyond WRITE: invisible until published) and write the index units */
+    if (rollover) {
+        uint8_t *base;
+        rc = seg_get(cl, w0 / fs, 1, &base);
+        if (rc) return rc;
+        dl_write_blank(base + w0 % fs, fs - w0 % fs);
+    }
     at = 0;
     pos = first_pos;
     while (at < len) {
@@ -1821,7 +1838,7 @@ int mq_dledger_append_raw(mq_commitlog *cl, const uint8_t *buf, size_t len, uint
      *    with a truncation of this same log, which must not happen) */
     rc = ctl_lock(c);
     if (rc) return rc;
-    if (c->pos[MQ_POS_WRITE] != first_pos || c->pos[MQ_POS_DL_NEXT_INDEX] != first_index ||
+    if (c->pos[MQ_POS_WRITE] != w0 || c->pos[MQ_POS_DL_NEXT_INDEX] != first_index ||
         c->trunc_epoch != epoch || c->pos[MQ_POS_DL_APPEND_TERM]) {
         ctl_unlock(c);
         return MQ_E_RANGE;

@@ -358,7 +358,10 @@ int      mq_ha_recv_run(mq_commitlog *cl, int sock_fd, uint64_t *expected, uint6
  * mq_dledger_append_raw: a follower appends the leader's bytes: `buf` holds
  *   whole entries exactly as in the leader's files from first_pos (fillers, each
  *   reaching its file's end, may sit between or after them).  first_pos must be
- *   WRITE and first_index DL_NEXT_INDEX (MQ_E_RANGE), DL_APPEND_TERM 0
+ *   WRITE, or the start of the next file when the first entry does not fit in
+ *   the rest of WRITE's file (the leader rolled over after we had its last entry
+ *   of that file: we write the same filler from WRITE), and first_index
+ *   DL_NEXT_INDEX (MQ_E_RANGE), DL_APPEND_TERM 0
  *   (MQ_E_INVAL).  Every entry is checked before anything is written: magic,
  *   sizes, index continuity, term nondecreasing from DL_END_TERM and <= max_term,
  *   pos, the room rule, the record inside (CRC, PHYSICALOFFSET = pos + 48,

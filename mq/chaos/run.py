@@ -25,8 +25,8 @@ is the broker, the master or the current DLedger leader:
                 past the flushed position its control block recorded zeroed, ConsumeQueue
                 entries pointing there zeroed; DLedger: its data and index files), then a restart
     diskfull    the target's store is a tmpfs of its own (mounted for the run: needs root) with
-                1 MiB CommitLog files; a file takes all its free space, then goes; single and
-                master/slave modes
+                1 MiB CommitLog files; a file takes all its free space, then goes (DLedger: the
+                whole group's stores share that disk, so every member is full at once)
     clock       the target's wall clock (CLOCK_REALTIME, for it alone: an LD_PRELOAD shim,
                 mq/chaos/clock.py) jumps CLOCK_JUMP_S ahead, or behind on every other fault,
                 then back; monotonic clocks do not move, as with an NTP step
@@ -73,8 +73,8 @@ DISK_BYTES = 96 * 1024 * 1024           # the diskfull nemesis's tmpfs
 DISK_COMMITLOG_FILE_BYTES = 1024 * 1024  # files roll every ~1k messages there, so a full disk bites at once
 MASTER_ROLES = {"async_master": ("ASYNC_MASTER", "ASYNC_FLUSH"), "sync_master": ("SYNC_MASTER", "ASYNC_FLUSH"),
                 "sync_master_sync_flush": ("SYNC_MASTER", "SYNC_FLUSH")}
-# cells that cannot be run: no slave or peer to cut off; no small disk for a DLedger group yet
-NOT_APPLICABLE = {("async", "partition"), ("sync", "partition"), ("dledger", "diskfull")}
+# cells that cannot be run: no slave or peer to cut off
+NOT_APPLICABLE = {("async", "partition"), ("sync", "partition")}
 # cells whose promise allows losing a suffix of what was acknowledged before the fault
 SUFFIX_LOSS_ALLOWED = {("async", "powerloss"), ("async_master", "powerloss")}
 TOPIC = "ChaosTopic"
@@ -120,8 +120,11 @@ class Cluster:
                            "mappedFileSizeCommitLog": DISK_COMMITLOG_FILE_BYTES}
         try:
             if mode == "dledger":
-                self.group = DLedgerGroup(workdir, self.ns.addr, name="ChaosRaft", proxied=True,
-                                          env_for=lambda i: env(f"raft-{i}"), **opts)
+                # diskfull: the whole group's stores on the one small disk (all members fill at once)
+                self.group = DLedgerGroup(self.disk or workdir, self.ns.addr, name="ChaosRaft", proxied=True,
+                                          env_for=lambda i: env(f"raft-{i}"), **opts,
+                                          **({"mappedFileSizeCommitLog": DISK_COMMITLOG_FILE_BYTES} if small_disk
+                                             else {}))
                 for i, b in self.group.brokers.items():
                     if clocks:
                         self.clocks[b.port] = self._clock_by_name[f"raft-{i}"]

@@ -243,6 +243,25 @@ def test_a_killed_member_restarts_and_ends_byte_identical(group):
         assert g.data_bytes(i, end) == ref, f"{i} differs from the leader"
 
 
+def test_single_sends_cross_file_rollovers(group):
+    """One message at a time over several data-file roll-overs: every send is acknowledged and
+    the members' files are byte-identical.  Each push then starts at the first entry of a new
+    file, after the follower already took the old file's last entry: the follower writes the
+    leader's filler itself (mq_dledger_append_raw).  Before, the group stopped committing at its
+    first roll-over (found by the chaos suite's DLedger disk-full cell)."""
+    g = group(mappedFileSizeCommitLog=128 * 1024)
+    leader = g.wait_leader()
+    for k in range(400):                                 # ~1.1 KiB entries: 3 roll-overs
+        r = send(g.addr(leader), b"r%d" % k + b"x" * 1000, qid=k % 4)
+        assert r.code == 0, (k, r.code, r.remark)
+    wait_for(lambda: g.committed_pos(leader) > 3 * 128 * 1024, 10, 0.05, "the status showing the commit")
+    end = g.committed_pos(leader)
+    wait_for(lambda: all(g.committed_pos(i) >= end for i in g.ids), 30, 0.05, "every member at the end")
+    ref = g.data_bytes(leader, end)
+    for i in g.ids:
+        assert g.data_bytes(i, end) == ref, f"{i} differs from the leader"
+
+
 def test_all_members_killed_and_restarted_keep_every_committed_message(group):
     """SIGKILL of all three members at once, then all restart: a leader is elected and every
     acknowledged message is there."""

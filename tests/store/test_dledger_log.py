@@ -192,6 +192,36 @@ def test_a_follower_appends_the_leaders_bytes_and_ends_identical(leader, followe
     assert follower.ctl.get(C.POS_DL_END_TERM) == 4 and follower.ctl.seq(C.SEQ_WRITE) != seq
 
 
+def test_a_follower_writes_the_filler_when_a_push_starts_in_the_next_file(leader, follower):
+    """The push that follows a roll-over starts at the first entry of the next file (a push
+    starts at an entry); a follower that already has the last entry of the previous file writes
+    the leader's filler itself and ends identical.  Before this, that push was refused (first
+    pos != WRITE) over and over and the group stopped committing at its first roll-over under
+    one-at-a-time sends.  A claimed roll-over the leader could not have made is refused."""
+    leader.cl.dledger_set_append_term(4)
+    leader.append(300, size=400)
+    entries = [leader.cl.dledger_entry(i) for i in range(300)]
+    k = max(i for i, (pos, _, _) in enumerate(entries) if pos < FS)      # the last entry of file 0
+    assert entries[k + 1][0] == FS and entries[k][0] + entries[k][1] < FS, "the leader rolled over"
+    end_k = entries[k][0] + entries[k][1]
+    assert follower.cl.dledger_append_raw(leader.data(0, end_k), 0, 0, 4) == k + 1
+    assert follower.cl.write_pos == end_k
+    # a push from k + 1 claiming the roll-over, but its first entry would fit: refused
+    small = bytearray(leader.data(FS, entries[k + 1][0] + entries[k + 1][1]))
+    small[4:8] = (FS - end_k - 8 - 1).to_bytes(4, "big")
+    with pytest.raises(CorruptRecord):
+        follower.cl.dledger_append_raw(bytes(small), k + 1, FS, 4)
+    # not the next file's start: refused as before
+    with pytest.raises(OutOfRange):
+        follower.cl.dledger_append_raw(leader.data(entries[k + 2][0], leader.cl.write_pos), k + 2,
+                                       entries[k + 2][0], 4)
+    assert follower.cl.write_pos == end_k and follower.next_index == k + 1
+    n = follower.cl.dledger_append_raw(leader.data(FS, leader.cl.write_pos), k + 1, FS, 4)
+    assert n == 300 - (k + 1) and follower.cl.write_pos == leader.cl.write_pos
+    assert follower.data(0, leader.cl.write_pos) == leader.data(0, leader.cl.write_pos), "filler included"
+    assert follower.index_bytes(300) == leader.index_bytes(300)
+
+
 @pytest.mark.parametrize("fault", ["first index", "first pos", "index gap", "term too high", "term back",
                                    "record crc", "bad filler", "cut entry", "appends allowed"])
 def test_a_follower_refuses_bad_input_and_publishes_nothing(leader, follower, fault):
