@@ -36,7 +36,8 @@ slave's first report is beyond our end in that window, the reader thread asks fo
 instead of telling the slave to truncate: it receives the slave's frames into the CommitLog with
 the slave's own C receive path (every record validated before it is published), waits until the
 dispatch role has them in the ConsumeQueues, resets the queues' next offsets from there and opens
-writes; only then does the writer start streaming, from the slave's end.  A slave that reports
+writes; only then does the writer start streaming, from the slave's end.  A first report at or
+below our end opens writes at once (a kill -9 loses nothing written: only the power can).  A slave that reports
 beyond our end after the window is truncated as before (logged as possible loss).
 
 Status for other processes (io workers decide SLAVE_NOT_AVAILABLE from it):
@@ -188,10 +189,13 @@ class SlaveConnection:
             return False
         if self.start_offset is None:
             self.start_offset = value
-            if value > self.master.ctl.get(C.POS_WRITE) and self.master.waiting_for_take_back():
-                self.take_back_pending = True          # the writer starts once it is done
-            else:
-                self.start_event.set()
+            m = self.master
+            if m.waiting_for_take_back():
+                if value > m.ctl.get(C.POS_WRITE):
+                    self.take_back_pending = True      # the writer starts once it is done
+                    return True
+                m.nothing_to_take_back(self.addr, value)
+            self.start_event.set()
             return True
         if value <= self.in_flight_end:
             if value > self.ack_offset:
@@ -376,6 +380,16 @@ class HAMaster:
     def waiting_for_take_back(self) -> bool:
         """Do writes still wait for a slave's give-back (POS_HA_TAKE_BACK_UNTIL in the future)?"""
         return taking_back(self.ctl)
+
+    def nothing_to_take_back(self, addr: str, slave_end: int) -> None:
+        """The first slave to connect while writes wait holds nothing beyond our end (a kill -9
+        loses no written byte; only a power loss does): writes open at once.  (With several
+        slaves, the first to connect decides.)"""
+        with self._take_back_lock:
+            if taking_back(self.ctl) and self.ctl.get(C.POS_HA_TAKE_BACK_UNTIL) != TAKE_BACK_FOREVER_MS:
+                self.ctl.set(C.POS_HA_TAKE_BACK_UNTIL, 0)
+                log.warning("HA connection %s: the slave ends at %d, not beyond our end %d: nothing to take back; "
+                            "writes open", addr, slave_end, self.ctl.get(C.POS_WRITE))
 
     def _take_back(self, conn: SlaveConnection, buf: bytearray) -> None:
         """On conn's reader thread: asks the slave for [our end, its end), receives it, waits for

@@ -34,8 +34,8 @@ validated and published (ha_publish runs before the report), so an ack never
 covers a record the slave does not have.
 
 The master address comes from master_addr_fn() ("host:port", None = unknown)
-on every connect attempt; unknown or unreachable -> retry every
-retry_interval_ms.  A connection that receives nothing for
+on every connect attempt; unknown or unreachable -> retry after RETRY_FIRST_MS,
+doubling up to retry_interval_ms (reset by a connection).  A connection that receives nothing for
 housekeeping_interval_ms (the master heartbeats every 5 s) is closed."""
 from __future__ import annotations
 
@@ -55,6 +55,8 @@ from .common import FRAME_BODY_SIZE_MAX, JOIN_TIMEOUT_S, REPORT_EVERY_BYTES, SLA
 from .truncate import rebase_empty, truncate_to
 
 log = logging.getLogger("mq.ha.slave")
+
+RETRY_FIRST_MS = 200      # the first reconnect after a failure; doubling up to retry_interval_ms
 
 
 class SessionEnd(Exception):
@@ -116,11 +118,16 @@ class HASlave:
 
     # ---- connecting ------------------------------------------------------------------------------
     def _run(self) -> None:
+        # reconnects start fast and back off to retry_interval_ms: a master back from a crash
+        # may be refusing writes until we reconnect (mq.ha.master, take-back)
+        delay_ms = RETRY_FIRST_MS
         while not self._stop.is_set():
             sock = self._connect()
             if sock is None:
-                self._stop.wait(self.retry_interval_ms / 1000)
+                self._stop.wait(min(delay_ms, self.retry_interval_ms) / 1000)
+                delay_ms = min(delay_ms * 2, self.retry_interval_ms)
                 continue
+            delay_ms = RETRY_FIRST_MS
             self._sock = sock
             try:
                 self._session(sock)
@@ -138,9 +145,10 @@ class HASlave:
                 shutdown_quietly(sock)
                 sock.close()
             if not self._stop.is_set():
-                log.info("HA connection to %s closed; reconnecting in %d ms", self.master_addr,
-                         self.retry_interval_ms)
-                self._stop.wait(self.retry_interval_ms / 1000)
+                first_ms = min(RETRY_FIRST_MS, self.retry_interval_ms)
+                log.info("HA connection to %s closed; reconnecting in %d ms (then backing off to %d ms)",
+                         self.master_addr, first_ms, self.retry_interval_ms)
+                self._stop.wait(first_ms / 1000)
 
     def _connect(self) -> socket.socket | None:
         try:

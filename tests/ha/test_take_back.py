@@ -4,6 +4,7 @@ master killed with SIGKILL and its unflushed bytes dropped (the chaos suite's po
 then restarted.  Before this, the restarted master told the slave to truncate and the
 acknowledged tail was gone (the ✘ of the fault matrix)."""
 import json
+import time
 
 from mq.chaos.run import drop_unflushed
 from mq.cluster import Broker, NameServer, wait_for
@@ -89,5 +90,31 @@ def test_writes_open_when_no_slave_comes_back_in_time(tmp_path):
         assert "writes wait up to 1500 ms" in master.proc.output()
         wait_for(lambda: send(master.addr, "TW", b"y").code in (0, 11), 10, 0.1, "writes open")
     finally:
+        master.proc.kill()
+        ns.stop()
+
+
+def test_kill_without_power_loss_opens_writes_as_soon_as_the_slave_is_back(tmp_path):
+    """kill -9 alone loses nothing written (the page cache survives): the restarted master's
+    slave reconnects (its first retry comes 200 ms after the break) with nothing beyond the
+    master's end, and writes open then - long before the window (30 s here) would end."""
+    ns = NameServer(str(tmp_path))
+    master = Broker(str(tmp_path), ns.addr, name="broker-a", brokerRole="SYNC_MASTER", haTakeBackWaitMs=30000,
+                    haSendHeartbeatInterval=500, **NO_FLUSH)
+    slave = Broker(str(tmp_path), ns.addr, name="broker-a", brokerRole="SLAVE", brokerId=1,
+                   haSendHeartbeatInterval=500)
+    try:
+        wait_for(lambda: send(master.addr, "TK", b"probe").code == 0, 40, 0.3, "the slave connected")
+        for i in range(50):
+            assert send(master.addr, "TK", b"tk-%d" % i, qid=i % QUEUES).code == 0
+        master.kill()
+        master.start()
+        assert "writes wait up to 30000 ms" in master.proc.output()
+        t0 = time.monotonic()
+        wait_for(lambda: send(master.addr, "TK", b"after").code == 0, 20, 0.05, "writes open")
+        assert time.monotonic() - t0 < 10, "opened by the slave's report, not by the window"
+        assert "nothing to take back" in master.proc.output()
+    finally:
+        slave.stop()
         master.proc.kill()
         ns.stop()
