@@ -78,8 +78,8 @@ class Supervisor:
         scfg = cfg.store_config()
         self.launcher.attach(asyncio.get_running_loop())
         self.store = MessageStore.open(scfg, cfg.brokerIP1, cfg.listenPort, start_roles=False, prepare_files=False)
-        if (cfg.brokerRole == "SYNC_MASTER" and scfg.flushDiskType == "ASYNC_FLUSH" and cfg.haTakeBackWaitMs
-                and self.store.recovery.mode == "abnormal"):
+        if (not self.dledger and cfg.brokerRole == "SYNC_MASTER" and scfg.flushDiskType == "ASYNC_FLUSH"
+                and cfg.haTakeBackWaitMs and self.store.recovery.mode == "abnormal"):
             # the crash may have cost us a tail the slave acknowledged: writes wait until a slave
             # gives it back or the window ends (mq.ha.master, "take-back")
             self.store.ctl.set(C.POS_HA_TAKE_BACK_UNTIL, monotonic_ms() + cfg.haTakeBackWaitMs)

@@ -427,10 +427,14 @@ class HAMaster:
             log.error("HA connection %s: give-back failed: %s", conn.addr, e)
             conn.close(f"give-back failed: {e}")
         end = ctl.get(C.POS_WRITE)
-        if end > wp:            # records landed: writes open once their queue offsets are known
-            self._open_writes_after(wp, end)
-        else:                   # nothing came: the window goes on as it was
-            ctl.set(C.POS_HA_TAKE_BACK_UNTIL, until)
+        if end > wp:
+            # records landed: their queue offsets first; then writes open if we have it all, and
+            # otherwise the window goes on (the slave reconnects and gives back the rest)
+            self._dispatch_and_reset(end)
+        if not self._stopping:
+            ctl.set(C.POS_HA_TAKE_BACK_UNTIL, 0 if end >= start else until)
+        if end > wp:
+            self.taken_back.append((wp, end))
         if end >= start:
             log.warning("HA connection %s: took back [%d, %d) (%d bytes) from the slave; writes open",
                         conn.addr, wp, end, end - wp)
@@ -469,9 +473,10 @@ class HAMaster:
                 return False
         return False
 
-    def _open_writes_after(self, wp: int, end: int) -> None:
-        """Records [wp, end) were taken back: once the dispatch role has put them in the
-        ConsumeQueues, the next queue offsets are reset from there and writes open."""
+    def _dispatch_and_reset(self, end: int) -> None:
+        """Records up to `end` were taken back: once the dispatch role has put them in the
+        ConsumeQueues, the next queue offsets are reset from there (appends would otherwise
+        reuse the offsets of the records taken back)."""
         ctl = self.ctl
         waited = time.monotonic()
         while not self._stopping:
@@ -483,11 +488,8 @@ class HAMaster:
                             end, ctl.get(C.POS_DISPATCHED))
                 waited = time.monotonic()
             ctl.wait(C.SEQ_DISPATCH, seen, STOP_CHECK_MS)
-        if self._stopping:
-            return      # the gate stays shut: a stop now leaves the store to recovery, writes never opened
-        ctl.reset_next_offsets()
-        ctl.set(C.POS_HA_TAKE_BACK_UNTIL, 0)
-        self.taken_back.append((wp, end))
+        if not self._stopping:     # else the gate stays shut: the next start recovers from the files
+            ctl.reset_next_offsets()
 
     # ---- status -----------------------------------------------------------------------------
     def slaves(self) -> list[dict]:
