@@ -32,8 +32,9 @@ The verdict (`Validator.check`), in RocketMQ's order:
      failed for accessKey=<key>";
   5. a send that only publishes to RMQ_SYS_TRACE_TOPIC -> allowed (message trace);
   6. an admin code (UPDATE_AND_CREATE_TOPIC 17, UPDATE_BROKER_CONFIG 25, DELETE_TOPIC_IN_BROKER
-     215, UPDATE_AND_CREATE_SUBSCRIPTIONGROUP 200, DELETE_SUBSCRIPTIONGROUP 207) from a
-     non-admin -> "Need admin permission for request code=<code>, but accessKey=<key> is not";
+     215, UPDATE_AND_CREATE_SUBSCRIPTIONGROUP 200, DELETE_SUBSCRIPTIONGROUP 207, and - ours - the
+     ACL codes 50, 51, 53) from a non-admin -> "Need admin permission for request code=<code>,
+     but accessKey=<key> is not";
   7. every resource the request needs (table RESOURCES below) checked against the account's
      listed permission, else its default -> "No default permission for topic:<t>" (or group:<g>).
      An admin account with no topicPerms and no groupPerms skips this step.
@@ -62,7 +63,9 @@ DENY, ANY, PUB, SUB = 1, 2, 4, 8         # Permission.java's bits
 RETRY_PREFIX = "%RETRY%"
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 ADMIN_CODES = frozenset({R.UPDATE_AND_CREATE_TOPIC, 25, R.DELETE_TOPIC_IN_BROKER,   # 25 UPDATE_BROKER_CONFIG
-                         R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, 207})              # 207 DELETE_SUBSCRIPTIONGROUP
+                         R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, 207,               # 207 DELETE_SUBSCRIPTIONGROUP
+                         # beyond RocketMQ 4.9, which lets any account edit the accounts:
+                         R.UPDATE_AND_CREATE_ACL_CONFIG, R.DELETE_ACL_CONFIG, R.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG})
 _PERM_NAMES = {"PUB": PUB, "SUB": SUB, "PUB|SUB": PUB | SUB, "SUB|PUB": PUB | SUB, "DENY": DENY}
 
 
@@ -412,3 +415,88 @@ class AclFile:
         log.info("ACL: reloaded %s (%d accounts, %d global white patterns)", self.path,
                  len(config.accounts), len(config.global_white))
         return True
+
+
+# ---- changing the file (RocketMQ's ACL admin codes 50, 51, 53) --------------------------------
+
+ACCOUNT_KEYS = ("accessKey", "secretKey", "whiteRemoteAddress", "admin", "defaultTopicPerm", "defaultGroupPerm",
+                "topicPerms", "groupPerms")
+
+
+def _edit(path: str, change) -> None:
+    """Read-modify-write of the accounts file under an flock on `<path>.lock` (io workers of one
+    broker may run edits at once): change(data) edits the parsed YAML mapping in place; the
+    result must parse as an AclConfig (AclConfigError otherwise, the file untouched); it is
+    written to a temporary file and renamed over the old one, so a reader sees one or the other.
+    Comments are not kept (RocketMQ's writer drops them too)."""
+    import fcntl
+    import yaml
+    with open(path + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = yaml.safe_load(f.read(FILE_SIZE_MAX + 1)) or {}
+        except FileNotFoundError:
+            data = {}
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+            raise AclConfigError(f"{path}: {e}") from None
+        if not isinstance(data, dict):
+            raise AclConfigError(f"{path}: the top level is not a mapping")
+        change(data)
+        text = yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
+        AclConfig.parse(text, path)
+        tmp = f"{path}.tmp-{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+
+
+def update_account(path: str, fields: dict) -> None:
+    """UPDATE_AND_CREATE_ACL_CONFIG: creates the account `fields["accessKey"]`, or changes the
+    fields given of an existing one (as PlainPermissionManager.updateAccessConfig).  topicPerms
+    and groupPerms are comma-separated lists, as on the wire."""
+    ak = fields.get("accessKey")
+    if not ak:
+        raise AclConfigError("accessKey is required")
+
+    def change(data):
+        accounts = data.get("accounts")
+        if accounts is None:
+            accounts = data["accounts"] = []
+        if not isinstance(accounts, list):
+            raise AclConfigError("accounts is not a list")
+        acc = next((a for a in accounts if isinstance(a, dict) and _text(a.get("accessKey")) == ak), None)
+        if acc is None:
+            acc = {"accessKey": ak}
+            accounts.append(acc)
+        for key in ACCOUNT_KEYS[1:]:
+            v = fields.get(key)
+            if v is None:
+                continue
+            if key in ("topicPerms", "groupPerms"):
+                v = [p.strip() for p in str(v).split(",") if p.strip()]
+            elif key == "admin":
+                v = v is True or str(v).strip().lower() == "true"
+            acc[key] = v
+    _edit(path, change)
+
+
+def delete_account(path: str, access_key: str) -> None:
+    """DELETE_ACL_CONFIG: removes the account; AclConfigError when there is none."""
+    def change(data):
+        accounts = data.get("accounts") or []
+        keep = [a for a in accounts if not (isinstance(a, dict) and _text(a.get("accessKey")) == access_key)]
+        if len(keep) == len(accounts):
+            raise AclConfigError(f"no account with accessKey {access_key}")
+        data["accounts"] = keep
+    _edit(path, change)
+
+
+def update_global_white(path: str, addrs: str) -> None:
+    """UPDATE_GLOBAL_WHITE_ADDRS_CONFIG: the global white addresses become the comma-separated
+    list `addrs` (empty: none)."""
+    def change(data):
+        data["globalWhiteRemoteAddresses"] = [a.strip() for a in addrs.split(",") if a.strip()]
+    _edit(path, change)

@@ -7,7 +7,8 @@ DELETE_TOPIC_IN_BROKER 215, GET_ALL_TOPIC_CONFIG 21, GET_ALL_CONSUMER_OFFSET 43,
 GET_ALL_DELAY_OFFSET 45, GET_ALL_SUBSCRIPTIONGROUP_CONFIG 201,
 UPDATE_AND_CREATE_SUBSCRIPTIONGROUP 200, GET_BROKER_RUNTIME_INFO 28,
 GET_BROKER_CONFIG 26, VIEW_MESSAGE_BY_ID 33, GET_TOPIC_STATS_INFO 202,
-GET_CONSUME_STATS 208."""
+GET_CONSUME_STATS 208; the ACL accounts: UPDATE_AND_CREATE_ACL_CONFIG 50, DELETE_ACL_CONFIG 51,
+UPDATE_GLOBAL_WHITE_ADDRS_CONFIG 53 (edits of plain_acl.yml, mq.acl.plain)."""
 from __future__ import annotations
 
 import logging
@@ -56,7 +57,46 @@ class AdminProcessor:
             R.GET_BROKER_RUNTIME_INFO: self.runtime_info, R.GET_BROKER_CONFIG: self.broker_config,
             R.VIEW_MESSAGE_BY_ID: self.view_message, R.GET_TOPIC_STATS_INFO: self.topic_stats,
             R.GET_CONSUME_STATS: self.consume_stats,
+            R.UPDATE_AND_CREATE_ACL_CONFIG: self.update_acl, R.DELETE_ACL_CONFIG: self.delete_acl,
+            R.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG: self.update_global_white,
         }
+
+    # ---- ACL accounts (RocketMQ's codes 50, 51, 53): edits of plain_acl.yml ------------------
+    def _acl_edit(self, cmd, failed_code: int, edit) -> object:
+        """Runs `edit(path)` on the accounts file; this worker reloads at once, the others within
+        their poll interval.  Without aclEnable there are no accounts to edit."""
+        from mq.acl.plain import AclConfigError
+        acl = self.broker.acl
+        if acl is None:
+            return make_response(cmd, failed_code, "the broker does not enable acl (aclEnable=false)")
+        try:
+            edit(acl.path)
+        except (AclConfigError, OSError) as e:
+            return make_response(cmd, failed_code, str(e))
+        acl.poll()
+        log.warning("ACL: %s changed by request code %d", acl.path, cmd.code)
+        return make_response(cmd, RC.SUCCESS)
+
+    def update_acl(self, conn, cmd):
+        from mq.acl.plain import ACCOUNT_KEYS, update_account
+        h = cmd.ext_fields or {}
+        fields = {k: h[k] for k in ACCOUNT_KEYS if h.get(k) is not None}
+        return self._acl_edit(cmd, RC.UPDATE_AND_CREATE_ACL_CONFIG_FAILED, lambda path: update_account(path, fields))
+
+    def delete_acl(self, conn, cmd):
+        from mq.acl.plain import delete_account
+        ak = (cmd.ext_fields or {}).get("accessKey")
+        if not ak:
+            return make_response(cmd, RC.DELETE_ACL_CONFIG_FAILED, "accessKey is required")
+        return self._acl_edit(cmd, RC.DELETE_ACL_CONFIG_FAILED, lambda path: delete_account(path, ak))
+
+    def update_global_white(self, conn, cmd):
+        from mq.acl.plain import update_global_white
+        addrs = (cmd.ext_fields or {}).get("globalWhiteAddrs")
+        if addrs is None:
+            return make_response(cmd, RC.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED, "globalWhiteAddrs is required")
+        return self._acl_edit(cmd, RC.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED,
+                              lambda path: update_global_white(path, addrs))
 
     # ---- clients ------------------------------------------------------------------------
     async def heartbeat(self, conn, cmd):

@@ -11,6 +11,10 @@
     mqadmin getBrokerConfig  -n NS (-b BROKER_ADDR | -c CLUSTER)
     mqadmin queryMsgByOffset -n NS -t TOPIC -b BROKER_NAME -i QUEUE_ID -o QUEUE_OFFSET
     mqadmin leadershipTransfer -n NS -b BROKER_NAME -t TRANSFEREE_ID   (DLedger mode)
+    mqadmin updateAclConfig  -n NS (-b BROKER_ADDR | -c CLUSTER) -a KEY [-s SECRET] [-w ADDR] [-i PERM] [-u PERM]
+                             [-t topicA=PUB,...] [-g groupA=SUB,...] [-m true|false]
+    mqadmin deleteAclConfig  -n NS (-b BROKER_ADDR | -c CLUSTER) -a KEY
+    mqadmin updateGlobalWhiteAddr -n NS (-b BROKER_ADDR | -c CLUSTER) -g PATTERN,PATTERN
 
 Flags and output tables follow RocketMQ 4.9.8's tools (T/command/...); -n may be left out when
 $NAMESRV_ADDR is set, and several name servers are separated by ';'.  Long flag names (--namesrvAddr,
@@ -34,6 +38,7 @@ from datetime import datetime
 
 from mq import loop as mq_loop
 from mq.client import AdminClient, MQClientError, RemotingError, TopicConfig
+from mq.remoting.codes import RequestCode as R
 
 PROG = "mqadmin"
 COMMAND_TIMEOUT_S = 60.0
@@ -146,6 +151,31 @@ async def update_topic(admin: AdminClient, args) -> int:
     for addr in addrs:
         print(f"create topic to {addr} success.")
     print(config)
+    return 0
+
+
+async def update_acl_config(admin: AdminClient, args) -> int:
+    ext = {"accessKey": args.accessKey, "secretKey": args.secretKey, "whiteRemoteAddress": args.whiteRemoteAddress,
+           "defaultTopicPerm": args.defaultTopicPerm, "defaultGroupPerm": args.defaultGroupPerm,
+           "topicPerms": args.topicPerms, "groupPerms": args.groupPerms,
+           "admin": None if args.admin is None else str(args.admin).lower()}
+    for addr in await admin.acl_edit(R.UPDATE_AND_CREATE_ACL_CONFIG, ext, cluster=args.clusterName,
+                                     broker_addr=args.brokerAddr):
+        print(f"create or update plain access config to {addr} success.")
+    return 0
+
+
+async def delete_acl_config(admin: AdminClient, args) -> int:
+    for addr in await admin.acl_edit(R.DELETE_ACL_CONFIG, {"accessKey": args.accessKey}, cluster=args.clusterName,
+                                     broker_addr=args.brokerAddr):
+        print(f"delete plain access config account from {addr} success.")
+    return 0
+
+
+async def update_global_white_addr(admin: AdminClient, args) -> int:
+    for addr in await admin.acl_edit(R.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, {"globalWhiteAddrs": args.globalWhiteRemoteAddresses},
+                                     cluster=args.clusterName, broker_addr=args.brokerAddr):
+        print(f"update global white remote addresses to {addr} success.")
     return 0
 
 
@@ -313,6 +343,26 @@ COMMANDS = {
     "deleteTopic": (delete_topic, "Delete topic from brokers and name servers",
                     [(("-t", "--topic"), dict(required=True, help="topic name")),
                      (("-c", "--clusterName"), dict(required=True, help="delete the topic from this cluster"))], []),
+    "updateAclConfig": (update_acl_config, "Update or create an ACL account in plain_acl.yml (aclEnable brokers)",
+                        [(("-a", "--accessKey"), dict(required=True, help="the account's access key")),
+                         (("-s", "--secretKey"), dict(help="secret key (required for a new account)")),
+                         (("-w", "--whiteRemoteAddress"), dict(help="address pattern that skips the checks")),
+                         (("-i", "--defaultTopicPerm"), dict(help="DENY, PUB, SUB or PUB|SUB")),
+                         (("-u", "--defaultGroupPerm"), dict(help="DENY, PUB, SUB or PUB|SUB")),
+                         (("-t", "--topicPerms"), dict(help="topicA=PUB,topicB=SUB")),
+                         (("-g", "--groupPerms"), dict(help="groupA=SUB,groupB=DENY")),
+                         (("-m", "--admin"), dict(type=_bool, help="admin account (true|false)"))],
+                        [[(("-b", "--brokerAddr"), dict(help="this broker")),
+                          (("-c", "--clusterName"), dict(help="every master of this cluster"))]]),
+    "deleteAclConfig": (delete_acl_config, "Delete an ACL account from plain_acl.yml",
+                        [(("-a", "--accessKey"), dict(required=True, help="the account's access key"))],
+                        [[(("-b", "--brokerAddr"), dict(help="this broker")),
+                          (("-c", "--clusterName"), dict(help="every master of this cluster"))]]),
+    "updateGlobalWhiteAddr": (update_global_white_addr, "Set the global white remote addresses of plain_acl.yml",
+                              [(("-g", "--globalWhiteRemoteAddresses"),
+                                dict(required=True, help="comma-separated patterns, e.g. 10.10.103.*,192.168.0.*"))],
+                              [[(("-b", "--brokerAddr"), dict(help="this broker")),
+                                (("-c", "--clusterName"), dict(help="every master of this cluster"))]]),
     "consumerProgress": (consumer_progress, "Query consumer progress (offsets and lag per queue)",
                          [(("-g", "--groupName"), dict(required=True, help="consumer group name")),
                           (("-t", "--topic"), dict(help="only this topic"))], []),

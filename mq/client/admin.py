@@ -137,6 +137,18 @@ class AdminClient:
                                           timeout_s=self.timeout_s)
         return addrs
 
+    async def acl_edit(self, code: int, ext: dict, *, cluster: str | None = None,
+                       broker_addr: str | None = None) -> list[str]:
+        """One of the ACL codes (UPDATE_AND_CREATE_ACL_CONFIG 50, DELETE_ACL_CONFIG 51,
+        UPDATE_GLOBAL_WHITE_ADDRS_CONFIG 53) at `broker_addr` or every master of `cluster`;
+        returns the addresses.  MQBrokerError (code 209/210/211 and the reason) on a refusal."""
+        if (cluster is None) == (broker_addr is None):
+            raise MQClientError("give exactly one of cluster and broker_addr")
+        addrs = [broker_addr] if broker_addr else await self._cluster_masters(cluster)
+        for addr in addrs:
+            await self.instance.invoke_ok(addr, code, ext, timeout_s=self.timeout_s)
+        return addrs
+
     async def topic_status(self, topic: str) -> list[dict]:
         """GET_TOPIC_STATS_INFO from the master of every broker of the topic's route, rows sorted."""
         route = await self.topic_route(topic)

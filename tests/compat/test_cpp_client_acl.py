@@ -268,6 +268,46 @@ def test_mqadmin_signs_with_tools_yml(cluster, tmp_path):
     assert p.returncode == 0, p.stderr
 
 
+def test_mqadmin_edits_the_accounts(cluster, tmp_path):
+    """updateAclConfig (code 50) creates an account that can send at once; the same command
+    from a non-admin account is refused; updateGlobalWhiteAddr (53) lets unsigned requests from
+    127.0.0.1 through and back out; deleteAclConfig (51) removes the account.  The file is
+    restored afterwards."""
+    ns, broker, acl_path = cluster
+    original = open(acl_path).read()
+    home = tmp_path / "tools-home"
+    (home / "conf").mkdir(parents=True)
+
+    def mqadmin(creds, *args):
+        (home / "conf" / "tools.yml").write_text(f"accessKey: {creds.access_key}\nsecretKey: {creds.secret_key}\n")
+        return subprocess.run([os.path.join(BIN, "mqadmin"), *args, "-n", ns.addr, "-b", broker.addr],
+                              capture_output=True, text=True, timeout=60, env={**os.environ, "ROCKETMQ_HOME": str(home)})
+    new = SessionCredentials("newkey001", "newsecret01")
+
+    def sends_with(creds) -> int:
+        return run(invoke(broker.addr, R.SEND_MESSAGE_V2, send_ext("AclTopic"), b"x", creds=creds)).code
+    try:
+        p = mqadmin(APP, "updateAclConfig", "-a", "newkey001", "-s", "newsecret01", "-t", "AclTopic=PUB")
+        assert p.returncode == 1 and "Need admin permission for request code=50" in p.stderr, p.stderr
+        p = mqadmin(ADMIN, "updateAclConfig", "-a", "newkey001", "-s", "newsecret01", "-t", "AclTopic=PUB")
+        assert p.returncode == 0 and "success" in p.stdout, p.stderr
+        wait_for(lambda: all(sends_with(new) == 0 for _ in range(6)), 10, 0.2, "the new account in every worker")
+        p = mqadmin(ADMIN, "updateAclConfig", "-a", "newkey001", "-s", "123")
+        assert p.returncode == 1 and "longer than 6" in p.stderr, p.stderr
+        assert sends_with(None) == 1
+        p = mqadmin(ADMIN, "updateGlobalWhiteAddr", "-g", "127.0.0.1")
+        assert p.returncode == 0, p.stderr
+        wait_for(lambda: all(sends_with(None) == 0 for _ in range(6)), 10, 0.2, "127.0.0.1 white")
+        assert mqadmin(ADMIN, "updateGlobalWhiteAddr", "-g", "").returncode == 0
+        p = mqadmin(ADMIN, "deleteAclConfig", "-a", "newkey001")
+        assert p.returncode == 0, p.stderr
+        wait_for(lambda: all(sends_with(new) == 1 and sends_with(None) == 1 for _ in range(6)), 10, 0.2,
+                 "the account and the white address gone")
+    finally:
+        with open(acl_path, "w") as f:
+            f.write(original)
+
+
 def test_broker_does_not_start_without_its_accounts_file(tmp_path):
     """aclEnable=true and no plain_acl.yml (or one that cannot be used): mqbroker exits 2 at
     once, naming the file, instead of serving with no accounts."""

@@ -338,3 +338,41 @@ def test_needed_resources_for_batches_too():
     cmd = send("TopicDeny")
     cmd.code = R.SEND_BATCH_MESSAGE
     assert needed_resources(cmd) == {"TopicDeny": PUB}
+
+
+# ---- editing the file (ACL admin codes) ---------------------------------------------------------
+
+def test_file_edits_create_update_and_delete_accounts(tmp_path):
+    """update_account creates an account, then changes only the fields given; a change that
+    would make the file unusable is refused and leaves the file as it was; delete_account
+    removes one (an unknown key is an error); update_global_white replaces the list."""
+    from mq.acl.plain import delete_account, update_account, update_global_white
+    path = str(tmp_path / "plain_acl.yml")
+    with open(path, "w") as f:
+        f.write(ACCOUNTS)
+    update_account(path, {"accessKey": "newkey001", "secretKey": "newsecret01", "defaultTopicPerm": "PUB",
+                          "topicPerms": "TopicX=SUB, TopicY=DENY", "admin": "false"})
+    v = Validator(AclConfig.parse(open(path).read()))
+    new = SessionCredentials("newkey001", "newsecret01")
+    assert refusal(v, send("Anything", creds=new)) is None
+    assert refusal(v, send("TopicY", creds=new)) == "No default permission for topic:TopicY"
+    update_account(path, {"accessKey": "newkey001", "defaultTopicPerm": "DENY"})
+    v = Validator(AclConfig.parse(open(path).read()))
+    assert refusal(v, send("Anything", creds=new)) == "No default permission for topic:Anything"
+    assert v.config.accounts["newkey001"].secret_key == "newsecret01", "fields not given are kept"
+    assert refusal(v, send("TopicPub")) is None, "the other accounts are untouched"
+    before = open(path).read()
+    with pytest.raises(AclConfigError, match="longer than 6"):
+        update_account(path, {"accessKey": "short01", "secretKey": "123"})
+    with pytest.raises(AclConfigError, match="DENY, PUB, SUB"):
+        update_account(path, {"accessKey": "newkey001", "topicPerms": "TopicZ=ALL"})
+    assert open(path).read() == before
+    delete_account(path, "newkey001")
+    assert "newkey001" not in AclConfig.parse(open(path).read()).accounts
+    with pytest.raises(AclConfigError, match="no account"):
+        delete_account(path, "newkey001")
+    update_global_white(path, "127.0.0.1, 10.1.*.*")
+    cfg = AclConfig.parse(open(path).read())
+    assert [w.text for w in cfg.global_white] == ["127.0.0.1", "10.1.*.*"]
+    update_global_white(path, "")
+    assert AclConfig.parse(open(path).read()).global_white == []
