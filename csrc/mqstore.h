@@ -58,6 +58,7 @@
 #define MQ_E_TOO_BIG        -13   /* a record does not fit in an empty CommitLog file */
 #define MQ_E_NOT_LEADER     -14   /* DLedger mode: appends are refused (DL_APPEND_TERM is 0) */
 #define MQ_E_AGAIN          -15   /* a non-blocking socket would block: call again when writable */
+#define MQ_E_FULL           -16   /* a message index file has no room for a record's keys */
 
 /* ---- named limits -------------------------------------------------------- */
 #define MQ_TOPIC_LEN_MAX       127       /* 1-byte signed TOPICLEN */
@@ -280,6 +281,43 @@ typedef struct mq_cq_map {
 } mq_cq_map;
 int      mq_dispatch_batch(void *mem, const mq_scan_rec *recs, uint32_t n, mq_cq_map *maps,
                            uint32_t *done_out, uint32_t *need_slot_out, int64_t *need_qoff_out);
+
+/* ---- message index (RocketMQ's IndexFile; mq.store.index) ----------------------
+ * A file is a 40-byte header, slot_num 4-byte hash slots, then index_num 20-byte
+ * entries, all big-endian:
+ *   header: int64 beginTimestamp | int64 endTimestamp | int64 beginPhyOffset |
+ *           int64 endPhyOffset | int32 hashSlotCount | int32 indexCount
+ *   entry:  int32 keyHash | int64 phyOffset | int32 timeDiff (s since beginTimestamp) |
+ *           int32 prevIndex (the slot's previous entry; 0 ends the chain)
+ * The key is "<topic>#<key>" and keyHash is |String.hashCode| (0 for MIN_VALUE);
+ * entry 0 is never used, so indexCount starts at 1 and a file is full at index_num.
+ * One writer (the dispatch role); readers in other processes see an entry only
+ * once the slot and then indexCount are stored after it (release order). */
+#define MQ_INDEX_HEADER        40
+#define MQ_INDEX_UNIT          20
+#define MQ_INDEX_KEY_MAX       512       /* bytes of "<topic>#<key>"; longer keys are not indexed */
+#define MQ_INDEX_KEYS_MAX      64        /* keys indexed per record (UNIQ_KEY + KEYS words) */
+typedef struct mq_index_map {
+    uint8_t *base;            /* the mapped file */
+    uint32_t slot_num;        /* maxHashSlotNum */
+    uint32_t index_num;       /* maxIndexNum */
+    uint32_t room_num;        /* entries whose bytes are allocated on disk (<= index_num): writes into a
+                                 hole of a sparse file on a full disk would be a SIGBUS, not an error */
+} mq_index_map;
+/* A new file's header: begin and end are the previous file's end (0 for the first). */
+void     mq_index_init(const mq_index_map *m, int64_t prev_end_phy, int64_t prev_end_ts);
+/* Indexes each record with phy_offset >= from (earlier ones are in the index already):
+ * its UNIQ_KEY and each space-separated KEYS word, as "<topic>#<key>".  Prepared and
+ * rolled-back transaction messages are skipped, as RocketMQ does.  All keys of one
+ * record go into one file: MQ_E_FULL with *done_out = the record's index when they do
+ * not fit in room_num (the caller allocates more, or starts a new file, and calls again).  view: the
+ * CommitLog handle the records were scanned from. */
+int      mq_index_build(mq_commitlog *cl, const mq_index_map *m, const mq_scan_rec *recs, uint32_t n,
+                        uint64_t from, uint32_t *done_out);
+/* The physical offsets of entries for "<topic>#<key>" stored within [begin_ms, end_ms],
+ * newest first, at most cap (appended to out at *n_io).  Stops at a broken chain. */
+int      mq_index_query(const mq_index_map *m, const uint8_t *key, uint32_t key_len, int64_t begin_ms,
+                        int64_t end_ms, int64_t *out, uint32_t cap, uint32_t *n_io);
 
 /* ---- HA (master/slave replication of the CommitLog bytes) ----------------
  * Master -> slave frame: int64 masterPhyOffset | int32 bodySize | bodySize raw

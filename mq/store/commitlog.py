@@ -263,6 +263,11 @@ class CommitLog:
     def scanner(self, capacity: int = 4096) -> "Scanner":
         return Scanner(self, capacity)
 
+    @property
+    def handle(self):
+        """The C handle (mq_commitlog *), for C calls made by other store modules."""
+        return self._h
+
     # ---- positions -------------------------------------------------------------
     @property
     def write_pos(self) -> int:

@@ -85,6 +85,12 @@ STORE_OPTIONS: list[Option] = [
     Option("messageDelayLevel", str, "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h",
            "delay of each level, space-separated (s, m, h, d units)",
            lambda v: _delay_levels_ok(v), "must be space-separated durations like 1s 5m 2h"),
+    # ---- message index (mq.store.index): RocketMQ's keys and defaults ---------------------------
+    Option("messageIndexEnable", bool, True, "index every message's UNIQ_KEY and KEYS (queries by key and msgId)"),
+    Option("maxHashSlotNum", int, 5000000, "hash slots per index file (4 bytes each)",
+           lambda v: 1 <= v <= 100_000_000, "must be between 1 and 100000000"),
+    Option("maxIndexNum", int, 20000000, "entries per index file (20 bytes each); a file holds maxIndexNum - 1",
+           lambda v: 65 <= v <= 100_000_000, "must be between 65 and 100000000"),
     # ---- DLedger mode (spec §7): RocketMQ's MessageStoreConfig keys ----------------------------
     Option("enableDLegerCommitLog", bool, False, "DLedger mode: the CommitLog is Raft-replicated in a group"),
     Option("dLegerGroup", str, "", "DLedger group name (empty: brokerName)"),
@@ -175,6 +181,10 @@ class StoreConfig:
             if k not in self.OPTIONS:
                 raise ValueError(f"unknown store option {k!r}")
             setattr(self, k, self.OPTIONS[k].parse(v))
+        # an index file is mapped with a Java int size: 40 + 4 * slots + 20 * entries < 2 GiB
+        if self.messageIndexEnable and 40 + 4 * self.maxHashSlotNum + 20 * self.maxIndexNum > 2 ** 31 - 1:
+            raise ValueError(f"maxHashSlotNum={self.maxHashSlotNum} and maxIndexNum={self.maxIndexNum} make an "
+                             "index file over 2 GiB - 1 bytes")
 
     @property
     def commitlog_dir(self) -> str:

@@ -12,7 +12,12 @@ DLedger mode (committed_only): the walk stops at COMMITTED instead of
 write_pos and wakes on SEQ_COMMIT, so a ConsumeQueue -- and so a pull --
 never holds an entry the group has not committed; the C scanner steps over
 each entry's 48-byte header and reports the record inside (its physical
-offset is the entry's pos + 48)."""
+offset is the entry's pos + 48).
+
+The message index (mq.store.index) is built in the same walk, batch by batch,
+before dispatched_pos moves past the batch; a walk that starts below where the
+index got to (a restart after a crash, an HA truncation) indexes those records
+again."""
 from __future__ import annotations
 
 import logging
@@ -34,7 +39,7 @@ SCAN_BATCH_RECORDS = 16384
 class Dispatcher:
     def __init__(self, cl: CommitLog, cqs: ConsumeQueueSet, delay_levels_ms: list[int],
                  checkpoint: Checkpoint | None = None, cq_flush_interval_ms: int = 1000,
-                 cq_thorough_interval_ms: int = 60000, committed_only: bool = False):
+                 cq_thorough_interval_ms: int = 60000, committed_only: bool = False, index=None):
         self.cl = cl
         # what is visible to consumers ends at END_POS; SEQ_END moves when it does
         self.end_pos = C.POS_COMMITTED if committed_only else C.POS_WRITE
@@ -45,6 +50,7 @@ class Dispatcher:
         self.checkpoint = checkpoint
         self.cq_flush_interval_ms = cq_flush_interval_ms
         self.cq_thorough_interval_ms = cq_thorough_interval_ms
+        self.index = index                      # IndexWriter, or None (messageIndexEnable=false)
         self.scanner = cl.scanner(SCAN_BATCH_RECORDS)
         self.last_store_ts_ms = 0
         self.records_dispatched = 0
@@ -73,6 +79,8 @@ class Dispatcher:
         end = self.ctl.get(self.end_pos) if limit is None else limit
         total = 0
         recs = self.scanner.recs
+        if self.index is not None and start < end:
+            self.index.redo_from(start)
         while start < end:
             n, nxt, stop = self.scanner.scan(start, end, check_crc=False, resolve_slots=2)
             at = 0
@@ -86,6 +94,8 @@ class Dispatcher:
                     check(rc, "dispatch")
             if n:
                 self.last_store_ts_ms = recs[n - 1].store_ts_ms
+                if self.index is not None:
+                    self.index.build(self.cl, recs, n)
             self.ctl.advance(C.POS_DISPATCHED, nxt)
             total += n
             if stop not in SCAN_CLEAN_STOPS:
@@ -104,6 +114,8 @@ class Dispatcher:
     def flush_queues(self) -> None:
         """Flushes ConsumeQueues, then records how far they are durable in the checkpoint."""
         ts = self.last_store_ts_ms
+        if self.index is not None:
+            self.index.flush()
         self.cqs.flush()
         if self.checkpoint is not None and ts:
             self.checkpoint.logics_ts_ms = ts
@@ -123,3 +135,13 @@ class Dispatcher:
                 self.ctl.wait(self.end_seq, seen, 100)
         self.dispatch_once()
         self.flush_queues()
+        if self.index is not None:
+            self.index.close()
+
+
+def index_writer(cfg, checkpoint=None):
+    """The dispatch walk's IndexWriter for a store config, or None when messageIndexEnable is off."""
+    if not cfg.messageIndexEnable:
+        return None
+    from .index import IndexWriter
+    return IndexWriter(cfg.storePathRootDir, cfg.maxHashSlotNum, cfg.maxIndexNum, checkpoint)

@@ -10,7 +10,8 @@ young, never touches the newest file or one not yet flushed and dispatched,
 and deletes at most FILES_PER_PASS_MAX files a pass.  min_pos moves before
 the unlink, so no process starts a read into a file being deleted.  In DLedger
 mode the first retained entry's index (DL_BEGIN_INDEX) moves first, and index
-files wholly below it go too."""
+files wholly below it go too.  Message index files (mq.store.index) whose last
+entry is below the new minimum go after the ConsumeQueue files."""
 from __future__ import annotations
 
 import logging
@@ -85,6 +86,11 @@ class Retention:
                 time.sleep(cfg.deleteCommitLogFilesInterval / 1000)
         store.cl.release(below=new_min)
         self._clean_queues(new_min)
+        if cfg.messageIndexEnable:
+            from .index import delete_files_below
+            gone = delete_files_below(cfg.storePathRootDir, new_min, cfg.maxHashSlotNum, cfg.maxIndexNum)
+            if gone:
+                log.info("retention deleted %d index file(s) %s", len(gone), gone)
         if store.dledger:
             self._clean_dledger_index(ctl.get(C.POS_DL_BEGIN_INDEX))
         log.info("retention deleted %d commitlog file(s) %s; min offset now %d", len(deleted), deleted, new_min)

@@ -15,7 +15,7 @@ import multiprocessing as mp
 import signal
 
 from .config import StoreConfig
-from .dispatch import Dispatcher
+from .dispatch import Dispatcher, index_writer
 from .flush import FlushService
 
 log = logging.getLogger("mq.store.roles")
@@ -44,7 +44,8 @@ def role_main(role: str, config_values: dict, store_host: str, store_port: int, 
         elif role == "dispatch":
             Dispatcher(store.cl, store.cqs, cfg.delay_levels_ms, store.checkpoint,
                        cfg.flushIntervalConsumeQueue, cfg.flushConsumeQueueThoroughInterval,
-                       committed_only=cfg.enableDLegerCommitLog).run(stop)
+                       committed_only=cfg.enableDLegerCommitLog,
+                       index=index_writer(cfg, store.checkpoint)).run(stop)
         else:
             raise ValueError(f"unknown store role {role!r}")
     finally:

@@ -40,7 +40,7 @@ from .checkpoint import Checkpoint
 from .commitlog import CommitLog, list_files, SCAN_STOP_NAMES, AppendResult
 from .config import StoreConfig
 from .consumequeue import ConsumeQueueSet, ENTRY_SIZE
-from .dispatch import Dispatcher
+from .dispatch import Dispatcher, index_writer
 from .flush import FlushService
 from .native import (StoreError, MessageIllegal, TopicIllegal, PropertiesTooLong, StoreFatal,
                      NoSpace, MessageTooBig, NotLeader, lib)
@@ -200,7 +200,8 @@ class MessageStore:
             self._open_handles(cq_writable=True)
             self.dispatcher = Dispatcher(self.cl, self.cqs, cfg.delay_levels_ms, self.checkpoint,
                                          cfg.flushIntervalConsumeQueue, cfg.flushConsumeQueueThoroughInterval,
-                                         committed_only=self.dledger)
+                                         committed_only=self.dledger,
+                                         index=index_writer(cfg, self.checkpoint))
             self.recovery = self._recover()
         except BaseException:
             self._release_handles()
@@ -285,6 +286,8 @@ class MessageStore:
         rep.records_redispatched = n
         self._sync_next_offsets()
         self.dispatcher.flush_queues()
+        if self.dispatcher.index is not None:
+            self.dispatcher.index.close()       # the dispatch role writes it from here on
         rep.end_offset = end
         rep.seconds = time.monotonic() - t0
         log.info("store recovered (%s): end=%d validated=%d redispatched=%d in %.3fs",
@@ -591,6 +594,8 @@ class MessageStore:
                     log.error("final flush failed: %s", e)
             self.dispatcher.dispatch_once()
             self.dispatcher.flush_queues()
+            if self.dispatcher.index is not None:
+                self.dispatcher.index.close()
             self.checkpoint.physic_ts_ms = self.ctl.get(C.POS_FLUSHED_STORE_TS)
             if healthy and self.ctl.get(C.POS_DISPATCHED) >= self.ctl.get(self.visible_end_pos):
                 self.checkpoint.mark_clean(self.ctl.get(C.POS_WRITE))

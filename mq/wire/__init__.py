@@ -15,6 +15,7 @@ to the declaration. Imports point one way: mq.wire depends on nothing else in mq
     ha           master/slave HA report and frame header
     dledger      DLedger data-file entries, fillers, index units, checkpoint and currterm files
     dledger_rpc  the DLedger peer protocol (remoting frames with DLedger's request codes)
+    index        message index files (IndexFile: header, hash slots, entries)
 """
 
 from .batch import BATCH_RECORD_SIZE_MIN, Batch, BatchItem, BatchRecord, build_batch, parse_batch

@@ -127,14 +127,17 @@ def test_sticky_error_refuses_writes(make_store):
 
 def test_retention_deletes_expired_files_and_queue_files(make_store):
     """Expired CommitLog files go oldest first (never the newest), min offset
-    moves before the unlink, and ConsumeQueue files wholly below it go too."""
+    moves before the unlink, and ConsumeQueue and message index files wholly below it go too."""
+    from mq.store.index import IndexReader, list_index_files
+    from mq.wire.properties import encode_properties
     # deleteWhen is an hour far from now, so the unforced pass below is never due by the clock
     # (with the default "04" this test failed when it ran between 04:00 and 05:00).
     not_now = (time.localtime().tm_hour + 12) % 24
     s = make_store(mappedFileSizeCommitLog=FS, mappedFileSizeConsumeQueue=20 * 16,
-                   fileReservedTime=1, deleteCommitLogFilesInterval=0, deleteWhen="%02d" % not_now)
+                   fileReservedTime=1, deleteCommitLogFilesInterval=0, deleteWhen="%02d" % not_now,
+                   maxHashSlotNum=64, maxIndexNum=100)
     for i in range(400):
-        assert s.put("RT", 0, b"r%04d" % i + b"." * 600).ok
+        assert s.put("RT", 0, b"r%04d" % i + b"." * 600, encode_properties({"KEYS": "r%04d" % i})).ok
     assert s.wait_dispatched()
     s.cl.flush(0)
     cl_dir = s.config.commitlog_dir
@@ -143,6 +146,9 @@ def test_retention_deletes_expired_files_and_queue_files(make_store):
     old = time.time() - 2 * 3600
     for name in files[:2]:
         os.utime(os.path.join(cl_dir, name), (old, old))
+    index_dir = os.path.join(s.config.storePathRootDir, "index")
+    index_before = list_index_files(index_dir)
+    assert len(index_before) == 5                     # 400 keys, 99 a file
     ret = Retention(s, usage_fn=lambda p: 0.1)
     assert ret.run_once() == [], "not due: wrong hour, disk not full"
     deleted = ret.run_once(force=True)
@@ -156,6 +162,13 @@ def test_retention_deletes_expired_files_and_queue_files(make_store):
     starts = cq.file_starts()
     assert starts[0] > 0
     assert s.get_messages("RT", 0, 0, 1) == []
+    # so are the index files whose last entry is below it; the rest still answer
+    index_after = list_index_files(index_dir)
+    assert 0 < len(index_after) < len(index_before) and index_after == index_before[-len(index_after):]
+    reader = IndexReader(s.config.storePathRootDir, 64, 100)
+    assert reader.query("RT", "r0000", 8, 0, 2 ** 62) == []
+    assert len(reader.query("RT", "r0399", 8, 0, 2 ** 62)) == 1
+    reader.close()
     # disk over the forcible ratio: files go whatever their age, but never one
     # holding bytes not yet flushed and dispatched (the current file) nor the newest
     safe_end = min(s.cl.flushed_pos, s.ctl.get(C.POS_DISPATCHED))
