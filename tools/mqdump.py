@@ -3,6 +3,7 @@
     mqdump commitlog    PATH [--json] [--from PHY_OFFSET] [--limit N] [--no-crc]
     mqdump consumequeue PATH [--json] [--from QUEUE_OFFSET] [--limit N]
     mqdump dledger      PATH [--json] [--limit N] [--no-crc]
+    mqdump index        PATH [--json] [--limit N] [--key TOPIC#KEY] [--maxHashSlotNum N] [--maxIndexNum N]
 
 Every byte is decoded through mq.wire (parse_record, peek_record, unpack_cq_entry, decode_properties,
 offset_msg_id), never through mq.store: the tool needs neither the C core nor the store's lock or control
@@ -28,6 +29,12 @@ DLedger walk (spec 7, mq.wire.dledger), over the data files of a dledger-<selfId
     filler -> (-1, room) to the end of the file; then the next file
     a bad entry -> a problem with its position (torn when nothing but zero bytes follows)
 and the checkpoint (endIndex, committedIndex) and currterm (currTerm, voteLeader) files are shown.
+Index walk (mq.wire.index), per file (an index file, the index directory or a store root): the header,
+then every entry (key hash, physical offset, time, previous entry) checking that each chain points back
+(prev < its own index), times are not negative and offsets lie within the header's begin..end, and that the
+slots point at written entries and number HASHSLOTCOUNT.  The file size must match the sizes given
+(RocketMQ's defaults unless --maxHashSlotNum/--maxIndexNum say otherwise).  --key walks one key's chain
+in each file instead of listing every entry.
 ConsumeQueue walk (spec 3.4): 20-byte entries until the first all-zero entry; runs of the filler entry
 (0, 0x7FFFFFFF, 0) are reported as one line; a file whose size is not a multiple of 20 is truncated.
 
@@ -972,6 +979,120 @@ def dump_consumequeue(args: argparse.Namespace, out: Output) -> int:
 
 
 # --------------------------------------------------------------------------------------------------
+# Index files (mq.wire.index)
+
+INDEX_SLOT_READ = 1 << 20          # slots read per pread while checking the slot table
+
+
+def resolve_index(path: str) -> list[str]:
+    from mq.wire.index import INDEX_DIR_NAME, is_index_file_name
+
+    def names_in(d: str) -> list[str]:
+        return sorted(n for n in os.listdir(d) if is_index_file_name(n)) if os.path.isdir(d) else []
+    if os.path.isfile(path):
+        return [path]
+    if not os.path.isdir(path):
+        raise UsageError(f"{path}: no such file or directory")
+    d = path if names_in(path) else os.path.join(path, INDEX_DIR_NAME)
+    names = names_in(d)
+    if not names:
+        raise UsageError(f"{path}: no index files (named yyyyMMddHHmmssSSS) here or in {INDEX_DIR_NAME}/")
+    return [os.path.join(d, n) for n in names]
+
+
+def _walk_index_file(out: Output, path: str, slots: int, entries: int, key: str | None) -> int:
+    from mq.wire import index as iw
+    out.current_file = path
+    size = os.path.getsize(path)
+    want = iw.index_file_size(slots, entries)
+    if size != want:
+        out.problem(Problem("bad_size", path, f"{size} bytes, not {want} (40 + 4 x {slots} slots + 20 x {entries} "
+                                                "entries): give --maxHashSlotNum and --maxIndexNum", fatal=True), {})
+        return 0
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        h = iw.parse_index_header(os.pread(fd, iw.INDEX_HEADER_SIZE, 0))
+        out.emit({"kind": "file", "file": path, **h._asdict(),
+                  "begin_time": _iso_ms(h.begin_timestamp_ms), "end_time": _iso_ms(h.end_timestamp_ms)},
+                 f"== {path}: entries {max(h.index_count - 1, 0)}, slots used {h.hash_slot_count}, "
+                 f"phy {h.begin_phy_offset}..{h.end_phy_offset}, time {_iso_ms(h.begin_timestamp_ms)}.."
+                 f"{_iso_ms(h.end_timestamp_ms)}")
+        count = h.index_count
+        if not 1 <= count <= entries:
+            out.problem(Problem("bad_count", path, f"INDEXCOUNT {count} outside 1..{entries}"), {})
+            return 0
+        entry_at = iw.INDEX_HEADER_SIZE + iw.INDEX_SLOT_SIZE * slots
+
+        def entry(i: int):
+            return iw.unpack_index_entry(os.pread(fd, iw.INDEX_ENTRY_SIZE, entry_at + i * iw.INDEX_ENTRY_SIZE))
+        if key is not None:
+            kh = iw.index_key_hash(key)
+            slot = kh % slots
+            i = iw.unpack_slots(os.pread(fd, iw.INDEX_SLOT_SIZE, iw.INDEX_HEADER_SIZE + iw.INDEX_SLOT_SIZE * slot))[0]
+            n = 0
+            while 0 < i < count:
+                e = entry(i)
+                if e.key_hash == kh:
+                    ts = h.begin_timestamp_ms + e.time_diff_s * 1000
+                    out.item({"kind": "entry", "index": i, **e._asdict(), "time": _iso_ms(ts)},
+                             f"  #{i} phy {e.phy_offset} time {_iso_ms(ts)} (second)")
+                    n += 1
+                if e.prev_index >= i:
+                    out.problem(Problem("bad_chain", path, f"entry {i} points forward to {e.prev_index}"), {})
+                    break
+                i = e.prev_index
+            return n
+        n = 0
+        for i in range(1, count):
+            e = entry(i)
+            ts = h.begin_timestamp_ms + e.time_diff_s * 1000
+            out.item({"kind": "entry", "index": i, **e._asdict(), "time": _iso_ms(ts)},
+                     f"  #{i} hash {e.key_hash} phy {e.phy_offset} +{e.time_diff_s}s prev {e.prev_index}")
+            n += 1
+            if not 0 <= e.prev_index < i:
+                out.problem(Problem("bad_chain", path, f"entry {i}: previous entry {e.prev_index} is not before it"),
+                            {"index": i})
+            if e.time_diff_s < 0 or e.key_hash < 0:
+                out.problem(Problem("malformed", path, f"entry {i}: negative time or hash"), {"index": i})
+            if not h.begin_phy_offset <= e.phy_offset <= h.end_phy_offset:
+                out.problem(Problem("bad_phy_offset", path, f"entry {i}: offset {e.phy_offset} outside the "
+                                                            f"header's {h.begin_phy_offset}..{h.end_phy_offset}"),
+                            {"index": i})
+        used = 0
+        for first in range(0, slots, INDEX_SLOT_READ):
+            k = min(INDEX_SLOT_READ, slots - first)
+            raw = os.pread(fd, iw.INDEX_SLOT_SIZE * k, iw.INDEX_HEADER_SIZE + iw.INDEX_SLOT_SIZE * first)
+            for j, v in enumerate(iw.unpack_slots(raw)):
+                if v:
+                    used += 1
+                    if not 0 < v < count:
+                        out.problem(Problem("bad_slot", path, f"slot {first + j} points at entry {v} "
+                                                              f"(INDEXCOUNT {count})"), {"slot": first + j})
+        if used != h.hash_slot_count:
+            out.problem(Problem("bad_count", path, f"{used} slots in use, HASHSLOTCOUNT says {h.hash_slot_count}"),
+                        {})
+        return n
+    finally:
+        os.close(fd)
+
+
+def dump_index(args: argparse.Namespace, out: Output) -> int:
+    files = resolve_index(args.path)
+    limited = False
+    try:
+        for path in files:
+            _walk_index_file(out, path, args.maxHashSlotNum, args.maxIndexNum, args.key)
+    except _Limit:
+        limited = True
+    total = out.items
+    out.emit({"kind": "summary", "entries": total, "files": len(files), "problems": len(out.problems),
+              "limited": limited},
+             f"summary: {total} entries{' for ' + args.key if args.key else ''}, {len(files)} files, "
+             f"{len(out.problems)} problems" + (" (stopped at --limit)" if limited else ""))
+    return out.exit_code()
+
+
+# --------------------------------------------------------------------------------------------------
 # Command line
 
 
@@ -995,7 +1116,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "broker runs).",
         epilog="exit status: 0 no problems, 1 bad/torn records or entries, 2 usage error or unreadable input",
     )
-    sub = parser.add_subparsers(dest="command", metavar="{commitlog,consumequeue,dledger}")
+    sub = parser.add_subparsers(dest="command", metavar="{commitlog,consumequeue,dledger,index}")
     sub.required = True
     cl = sub.add_parser(
         "commitlog", help="list CommitLog records",
@@ -1028,6 +1149,19 @@ def build_parser() -> argparse.ArgumentParser:
     dl.add_argument("--json", action="store_true", help="one JSON object per line, each with a \"kind\"")
     dl.add_argument("--limit", type=_non_negative_int, metavar="N", help="print at most N entries")
     dl.add_argument("--no-crc", action="store_true", help="do not check the records' BODYCRC")
+    ix = sub.add_parser(
+        "index", help="list message index entries",
+        description="List and check the message index files (RocketMQ's IndexFile) of a store root, its index "
+                    "directory or one file; --key follows one key's chain.",
+    )
+    ix.add_argument("path", metavar="PATH", help="an index file, the index directory or a store root")
+    ix.add_argument("--json", action="store_true", help="one JSON object per line, each with a \"kind\"")
+    ix.add_argument("--limit", type=_non_negative_int, metavar="N", help="print at most N entries")
+    ix.add_argument("--key", metavar="TOPIC#KEY", help="only the entries of this key (topic#key or topic#UNIQ_KEY)")
+    ix.add_argument("--maxHashSlotNum", type=_non_negative_int, default=5000000, metavar="N",
+                    help="slots per file, as the broker's maxHashSlotNum (5000000)")
+    ix.add_argument("--maxIndexNum", type=_non_negative_int, default=20000000, metavar="N",
+                    help="entries per file, as the broker's maxIndexNum (20000000)")
     return parser
 
 
@@ -1044,6 +1178,8 @@ def main(argv: list[str] | None = None) -> int:
             code = dump_commitlog(args, out)
         elif args.command == "dledger":
             code = dump_dledger(args, out)
+        elif args.command == "index":
+            code = dump_index(args, out)
         else:
             code = dump_consumequeue(args, out)
         sys.stdout.flush()

@@ -25,6 +25,7 @@ from mq.store import control as C
 from mq.store.notify import CommitWaiter, PositionWaiter
 
 from .admin import AdminProcessor
+from .query import QueryProcessor
 from .config import BrokerConfig
 from .dledgerinfo import dledger_runtime_info
 from .link import RemoteMeta
@@ -71,9 +72,10 @@ class IoWorker:
         self.send.group = self.send_group = SendGroup(self, self.send)
         self.pull = PullProcessor(self)
         self.admin = AdminProcessor(self)
+        self.query = QueryProcessor(self)
         handlers = {R.SEND_MESSAGE: self.send.handle, R.SEND_MESSAGE_V2: self.send.handle,
                     R.SEND_BATCH_MESSAGE: self.send.handle, R.CONSUMER_SEND_MSG_BACK: self.send.send_back,
-                    R.PULL_MESSAGE: self.pull.handle, **self.admin.handlers()}
+                    R.PULL_MESSAGE: self.pull.handle, **self.admin.handlers(), **self.query.handlers()}
         handlers = {code: _guarded(h) for code, h in handlers.items()}
         if cfg.aclEnable:
             self.acl = AclFile(acl_file_path(cfg.rocketmqHome))

@@ -10,6 +10,10 @@
     mqadmin brokerStatus     -n NS (-b BROKER_ADDR | -c CLUSTER)
     mqadmin getBrokerConfig  -n NS (-b BROKER_ADDR | -c CLUSTER)
     mqadmin queryMsgByOffset -n NS -t TOPIC -b BROKER_NAME -i QUEUE_ID -o QUEUE_OFFSET
+    mqadmin queryMsgById     -n NS -i MSGID[,MSGID] [-t TOPIC]      (and who consumed it)
+    mqadmin queryMsgByUniqueKey -n NS -i UNIQ_KEY -t TOPIC [-a]
+    mqadmin queryMsgByKey    -n NS -t TOPIC -k KEY [-b BEGIN] [-e END] [-c MAX]
+    mqadmin printMsg         -n NS -t TOPIC [-s TAGS] [-b BEGIN] [-e END] [-d true|false] [-c CHARSET]
     mqadmin leadershipTransfer -n NS -b BROKER_NAME -t TRANSFEREE_ID   (DLedger mode)
     mqadmin updateAclConfig  -n NS (-b BROKER_ADDR | -c CLUSTER) -a KEY [-s SECRET] [-w ADDR] [-i PERM] [-u PERM]
                              [-t topicA=PUB,...] [-g groupA=SUB,...] [-m true|false]
@@ -222,7 +226,12 @@ async def get_broker_config(admin: AdminClient, args) -> int:
 
 
 async def query_msg_by_offset(admin: AdminClient, args) -> int:
-    m = await admin.query_msg_by_offset(args.topic, args.brokerName, args.queueId, args.offset)
+    _print_message(await admin.query_msg_by_offset(args.topic, args.brokerName, args.queueId, args.offset))
+    return 0
+
+
+def _print_message(m) -> None:
+    """A message the way RocketMQ's QueryMsgById/ByOffset print it."""
     row = "%-20s %s"
     print(row % ("OffsetID:", m.offset_msg_id))
     print(row % ("Message ID:", m.msg_id))
@@ -239,11 +248,75 @@ async def query_msg_by_offset(admin: AdminClient, args) -> int:
     print(row % ("Store Host:", m.store_host))
     print(row % ("System Flag:", m.sys_flag))
     print(row % ("Properties:", "{" + ", ".join(f"{k}={v}" for k, v in m.properties.items()) + "}"))
+    print(row % ("Message Body:", _body_text(m.body)))
+
+
+def _body_text(body: bytes, charset: str = "utf-8") -> str:
     try:
-        body = m.body.decode("utf-8")
-    except UnicodeDecodeError:
-        body = repr(m.body)
-    print(row % ("Message Body:", body))
+        return body.decode(charset)
+    except (UnicodeDecodeError, LookupError):
+        return repr(body)
+
+
+async def _print_with_track(admin: AdminClient, m) -> None:
+    """The message, then which consumer groups have consumed it (RocketMQ's MessageTrack lines)."""
+    _print_message(m)
+    track = await admin.message_track(m)
+    if not track:
+        print("\n\nWARN: No Consumer")
+        return
+    print()
+    for group, kind in track:
+        print(f"MessageTrack [consumerGroup={group}, trackType={kind}, exceptionDesc=null]")
+
+
+async def query_msg_by_id(admin: AdminClient, args) -> int:
+    """An offset msgId is read where it says (VIEW_MESSAGE_BY_ID); anything else, or an offset
+    msgId of no broker here, is looked up as a unique key when the topic is given."""
+    from mq.wire.errors import WireError
+    for msg_id in [i.strip() for i in args.msgId.split(",") if i.strip()]:
+        try:
+            m = await admin.view_message_by_id(msg_id)
+        except (WireError, MQClientError) as e:
+            if not args.topic:
+                raise MQClientError(f"{msg_id}: {e}") from None
+            found = await admin.query_message(args.topic, msg_id, unique=True)
+            if not found:
+                raise MQClientError(f"no message with msgId {msg_id} in topic {args.topic}") from None
+            m = found[-1]
+        await _print_with_track(admin, m)
+    return 0
+
+
+async def query_msg_by_unique_key(admin: AdminClient, args) -> int:
+    found = await admin.query_message(args.topic, args.msgId, unique=True)
+    if not found:
+        raise MQClientError(f"no message with unique key {args.msgId} in topic {args.topic}")
+    for m in (found if args.showAll else found[-1:]):     # oldest first: a resend repeats the key
+        await _print_with_track(admin, m)
+    return 0
+
+
+async def query_msg_by_key(admin: AdminClient, args) -> int:
+    found = await admin.query_message(args.topic, args.msgKey, args.maxNum, args.beginTimestamp,
+                                      args.endTimestamp)
+    print("%-50s %4s %40s" % ("#Message ID", "#QID", "#Offset"))
+    for m in found:
+        print("%-50s %4d %40d" % (m.msg_id, m.queue_id, m.queue_offset))
+    return 0
+
+
+async def print_msg(admin: AdminClient, args) -> int:
+    async for m in admin.messages_between(args.topic, args.beginTimestamp,
+                                          None if args.endTimestamp is None else args.endTimestamp,
+                                          args.subExpression):
+        body = _body_text(m.body, args.charsetName) if args.printBody else "NOT PRINT BODY"
+        print(f"MSGID: {m.msg_id} MessageExt [brokerName={m.broker_name}, queueId={m.queue_id}, "
+              f"storeSize={m.store_size}, queueOffset={m.queue_offset}, sysFlag={m.sys_flag}, "
+              f"bornTimestamp={m.born_timestamp_ms}, bornHost={m.born_host}, storeTimestamp={m.store_timestamp_ms}, "
+              f"storeHost={m.store_host}, msgId={m.offset_msg_id}, commitLogOffset={m.commitlog_offset}, "
+              f"reconsumeTimes={m.reconsume_times}, topic={m.topic}, "
+              f"properties={{{', '.join(f'{k}={v}' for k, v in m.properties.items())}}}] BODY: {body}")
     return 0
 
 
@@ -306,6 +379,16 @@ def _bool(text: str) -> bool:
     if text.lower() in ("true", "false"):
         return text.lower() == "true"
     raise argparse.ArgumentTypeError(f"expected true or false, not {text!r}")
+
+
+def _timestamp(text: str) -> int:
+    """A time as RocketMQ's tools take it: milliseconds, or yyyy-MM-dd#HH:mm:ss:SSS (local time)."""
+    if text.strip().isdigit():
+        return int(text)
+    try:
+        return int(datetime.strptime(text.strip(), "%Y-%m-%d#%H:%M:%S:%f").timestamp() * 1000)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither milliseconds nor yyyy-MM-dd#HH:mm:ss:SSS") from None
 
 
 def _nonneg(text: str) -> int:
@@ -377,6 +460,31 @@ COMMANDS = {
                           (("-b", "--brokerName"), dict(required=True, help="broker name")),
                           (("-i", "--queueId"), dict(type=_nonneg, required=True, help="queue id")),
                           (("-o", "--offset"), dict(type=_nonneg, required=True, help="queue offset"))], []),
+    "queryMsgById": (query_msg_by_id, "Query message by id (offset msgId, or a unique key with -t)",
+                     [(("-i", "--msgId"), dict(required=True, help="msgId(s), comma-separated")),
+                      (("-t", "--topic"), dict(help="topic: look the id up as a unique key when it is no offset msgId"))],
+                     []),
+    "queryMsgByUniqueKey": (query_msg_by_unique_key, "Query message by unique key (the msgId producers print)",
+                            [(("-i", "--msgId"), dict(required=True, help="the unique key (UNIQ_KEY)")),
+                             (("-t", "--topic"), dict(required=True, help="topic name")),
+                             (("-a", "--showAll"), dict(action="store_true", help="print every copy found"))], []),
+    "queryMsgByKey": (query_msg_by_key, "Query message by key",
+                      [(("-t", "--topic"), dict(required=True, help="topic name")),
+                       (("-k", "--msgKey"), dict(required=True, help="message key")),
+                       (("-b", "--beginTimestamp"), dict(type=_timestamp, default=0,
+                                                          help="ms or yyyy-MM-dd#HH:mm:ss:SSS (0)")),
+                       (("-e", "--endTimestamp"), dict(type=_timestamp, default=2 ** 63 - 1,
+                                                        help="ms or yyyy-MM-dd#HH:mm:ss:SSS (no end)")),
+                       (("-c", "--maxNum"), dict(type=_nonneg, default=64, help="most messages (64)"))], []),
+    "printMsg": (print_msg, "Print the messages of a topic (a time range of every queue)",
+                 [(("-t", "--topic"), dict(required=True, help="topic name")),
+                  (("-c", "--charsetName"), dict(default="utf-8", help="body charset (utf-8)")),
+                  (("-s", "--subExpression"), dict(default="*", help="tag expression (*)")),
+                  (("-b", "--beginTimestamp"), dict(type=_timestamp, default=0,
+                                                     help="ms or yyyy-MM-dd#HH:mm:ss:SSS (0)")),
+                  (("-e", "--endTimestamp"), dict(type=_timestamp, default=None,
+                                                   help="ms or yyyy-MM-dd#HH:mm:ss:SSS (the queue's end)")),
+                  (("-d", "--printBody"), dict(type=_bool, default=True, help="print bodies (true)"))], []),
     "leadershipTransfer": (leadership_transfer, "DLedger mode: hand the leadership of a group to a member",
                            [(("-b", "--brokerName"), dict(required=True, help="broker name (the DLedger group's brokers)")),
                             (("-t", "--transfereeId"), dict(required=True, help="the member to lead, e.g. n1"))], []),

@@ -10,6 +10,8 @@
                                                  "consumerOffset"}],"consumeTps":..,"diffTotal":..}   (our shape)
                  28 GET_BROKER_RUNTIME_INFO -> {"table":{..}}      26 GET_BROKER_CONFIG -> properties text
                  33 VIEW_MESSAGE_BY_ID (header offset = commit-log offset) -> one stored record
+                 12 QUERY_MESSAGE (topic, key, maxNum, time range; _UNIQUE_KEY_QUERY) -> stored records
+                 300 QUERY_TOPIC_CONSUME_BY_WHO -> {"groupList": [...]}
                  11 PULL_MESSAGE of one message (queryMsgByOffset), group TOOLS_CONSUMER, no offset commit
     DLedger      51005 LEADERSHIP_TRANSFER to the leader's DLedger peer port (mq.wire.dledger_rpc)
 
@@ -30,7 +32,7 @@ from mq.wire.errors import WireError
 from .consumer import pull_kernel
 from .errors import MQBrokerError, MQClientError
 from .instance import ClientInstance
-from .message import MessageExt, MessageQueue, PullStatus, SubscriptionData, message_from_record
+from .message import MessageExt, MessageQueue, PullStatus, SubscriptionData, decode_messages, message_from_record
 from .route import PERM_READ, PERM_WRITE, ClusterInfo, TopicRouteData
 
 TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"
@@ -247,6 +249,114 @@ class AdminClient:
             return message_from_record(wcl.parse_record(r.body), broker_name)
         except (WireError, ValueError) as e:
             raise MQClientError(f"the broker answered an undecodable record: {e}") from None
+
+    async def query_message(self, topic: str, key: str, max_num: int = 64, begin_ms: int = 0,
+                            end_ms: int = 2 ** 63 - 1, unique: bool = False) -> list[MessageExt]:
+        """QUERY_MESSAGE to every broker of the topic's route (the master where there is one):
+        the messages stored under `key` (a KEYS word, or with unique=True the UNIQ_KEY),
+        newest first.  An empty list when none has it."""
+        route = await self.topic_route(topic)
+        ext = {"topic": topic, "key": key, "maxNum": max_num, "beginTimestamp": begin_ms, "endTimestamp": end_ms}
+        if unique:
+            ext["_UNIQUE_KEY_QUERY"] = "true"
+        found: list[MessageExt] = []
+        for bd in route.broker_datas:
+            addr = bd.select_addr()
+            if addr is None:
+                continue
+            r = await self.instance.invoke(addr, R.QUERY_MESSAGE, ext, timeout_s=self.timeout_s)
+            if r.code == RC.QUERY_NOT_FOUND:
+                continue
+            if r.code != RC.SUCCESS:
+                raise MQBrokerError(r.code, r.remark or "", addr)
+            try:
+                found += decode_messages(r.body, bd.broker_name)
+            except (WireError, ValueError) as e:
+                raise MQClientError(f"{addr} answered an undecodable query body: {e}") from None
+        found.sort(key=lambda m: m.store_timestamp_ms, reverse=True)
+        return found[:max_num]
+
+    async def view_message_by_id(self, msg_id: str) -> MessageExt:
+        """The message of an offset msgId (store host + commit-log offset), from that broker."""
+        from mq.wire.msgid import decode_offset_msg_id
+        host, port, offset = decode_offset_msg_id(msg_id)
+        addr = f"{host}:{port}"
+        names = {a: bd.broker_name for bd in (await self.cluster_info()).broker_addr_table.values()
+                 for a in bd.broker_addrs.values()}
+        if addr not in names:
+            raise MQClientError(f"{msg_id} is not an offset msgId of a broker of this cluster "
+                                f"(it names {addr}); give the topic to look it up as a unique key")
+        return await self.view_message(addr, offset, names[addr])
+
+    async def consumed_by(self, topic: str) -> list[str]:
+        """QUERY_TOPIC_CONSUME_BY_WHO on every broker of the route: groups consuming the topic."""
+        route = await self.topic_route(topic)
+        groups: set[str] = set()
+        for bd in route.broker_datas:
+            addr = bd.select_addr()
+            if addr is not None:
+                r = await self.instance.invoke_ok(addr, R.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": topic},
+                                                  timeout_s=self.timeout_s)
+                groups.update(json.loads(r.body or b"{}").get("groupList", []))
+        return sorted(groups)
+
+    async def message_track(self, m: MessageExt) -> list[tuple[str, str]]:
+        """(group, CONSUMED | NOT_CONSUME_YET | NOT_ONLINE) for each group consuming the message's
+        topic: its committed offset of the message's queue compared with the message's queue offset."""
+        out = []
+        for group in await self.consumed_by(m.topic):
+            stats = await self.consumer_progress(group, m.topic)
+            done = any(row["brokerName"] == m.broker_name and row["queueId"] == m.queue_id
+                       and row["consumerOffset"] > m.queue_offset for row in stats.rows)
+            if done:
+                out.append((group, "CONSUMED"))
+                continue
+            online = False
+            bd = (await self.topic_route(m.topic)).broker(m.broker_name)
+            if bd is not None and bd.select_addr():
+                try:
+                    online = bool(await self.consumer_ids(group, bd.select_addr()))
+                except MQBrokerError:
+                    online = False
+            out.append((group, "NOT_CONSUME_YET" if online else "NOT_ONLINE"))
+        return out
+
+    async def queue_offset_at(self, mq: MessageQueue, addr: str, ts_ms: int | None) -> int:
+        """SEARCH_OFFSET_BY_TIMESTAMP for ts_ms, or GET_MAX_OFFSET when ts_ms is None."""
+        ext = {"topic": mq.topic, "queueId": mq.queue_id}
+        if ts_ms is None:
+            r = await self.instance.invoke_ok(addr, R.GET_MAX_OFFSET, ext, timeout_s=self.timeout_s)
+        else:
+            r = await self.instance.invoke_ok(addr, R.SEARCH_OFFSET_BY_TIMESTAMP, {**ext, "timestamp": ts_ms},
+                                              timeout_s=self.timeout_s)
+        return int(r.ext_fields["offset"])
+
+    async def messages_between(self, topic: str, begin_ms: int, end_ms: int | None, sub_expression: str = "*",
+                               batch: int = 32):
+        """Every message of the topic stored in [begin_ms, end_ms) (end None: up to the end),
+        queue by queue, as PrintMessageSubCommand walks them (group TOOLS_CONSUMER, nothing committed)."""
+        route = await self.topic_route(topic)
+        sub = SubscriptionData.build(topic, sub_expression)
+        for mq in route.subscribe_queues(topic):
+            bd = route.broker(mq.broker_name)
+            addr = bd.select_addr() if bd else None
+            if addr is None:
+                continue
+            lo = await self.queue_offset_at(mq, addr, begin_ms)
+            hi = await self.queue_offset_at(mq, addr, end_ms)
+            offset = lo
+            while offset < hi:
+                try:
+                    res = await pull_kernel(self.instance, TOOLS_CONSUMER_GROUP, mq, sub, offset, batch,
+                                            suspend=False, timeout_s=self.timeout_s)
+                except WireError as e:
+                    raise MQClientError(f"the broker answered an undecodable pull body: {e}") from None
+                if res.status is not PullStatus.FOUND:
+                    break
+                for m in res.messages:
+                    if m.queue_offset < hi:
+                        yield m
+                offset = res.next_begin_offset
 
     async def query_msg_by_offset(self, topic: str, broker_name: str, queue_id: int, queue_offset: int) -> MessageExt:
         """The message at consume-queue offset `queue_offset` of topic@broker_name:queue_id (a pull of one

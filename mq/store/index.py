@@ -39,7 +39,7 @@ from .native import ffi, lib, check
 
 log = logging.getLogger("mq.store.index")
 
-INDEX_DIR = "index"
+INDEX_DIR = W.INDEX_DIR_NAME
 ALLOC_ENTRIES = 65536          # entries allocated ahead of the writer (1.25 MiB)
 QUERY_MAX_NUM = 64             # maxMsgsNumBatch: most offsets one query returns
 FILE_SIZE_MAX = 2 ** 31 - 1    # Java maps an index file with an int size
@@ -53,7 +53,7 @@ def file_name(ms: int) -> str:
 def list_index_files(d: str) -> list[str]:
     """Index file names in creation order (names sort by time)."""
     try:
-        return sorted(n for n in os.listdir(d) if len(n) == 17 and n.isdigit())
+        return sorted(n for n in os.listdir(d) if W.is_index_file_name(n))
     except FileNotFoundError:
         return []
 

@@ -24,9 +24,9 @@ from construct import Int32sb, Int64sb, Struct
 from .consumequeue import java_string_hashcode
 from .errors import TruncatedError
 
-__all__ = ["INDEX_HEADER_SIZE", "INDEX_SLOT_SIZE", "INDEX_ENTRY_SIZE", "IndexHeader", "IndexEntry",
+__all__ = ["INDEX_DIR_NAME", "is_index_file_name", "INDEX_HEADER_SIZE", "INDEX_SLOT_SIZE", "INDEX_ENTRY_SIZE", "IndexHeader", "IndexEntry",
            "IndexHeaderValues", "IndexEntryValues", "index_file_size", "parse_index_header",
-           "parse_index_entry", "index_key_hash"]
+           "parse_index_entry", "unpack_index_entry", "unpack_slots", "index_key_hash"]
 
 INDEX_HEADER_SIZE = 40
 INDEX_SLOT_SIZE = 4
@@ -73,6 +73,14 @@ _HEADER = struct.Struct(">qqqqii")
 _ENTRY = struct.Struct(">iqii")
 
 
+INDEX_DIR_NAME = "index"          # <storePathRootDir>/index
+
+
+def is_index_file_name(name: str) -> bool:
+    """yyyyMMddHHmmssSSS: 17 digits (names sort in creation order)."""
+    return len(name) == 17 and name.isdigit()
+
+
 def index_file_size(slot_num: int, index_num: int) -> int:
     return INDEX_HEADER_SIZE + INDEX_SLOT_SIZE * slot_num + INDEX_ENTRY_SIZE * index_num
 
@@ -88,6 +96,18 @@ def parse_index_entry(buf, slot_num: int, index: int) -> IndexEntryValues:
     if len(buf) < at + INDEX_ENTRY_SIZE:
         raise TruncatedError(f"index entry {index}: the file ends at {len(buf)}")
     return IndexEntryValues(*_ENTRY.unpack_from(buf, at))
+
+
+def unpack_index_entry(raw) -> IndexEntryValues:
+    """One entry from its own 20 bytes."""
+    if len(raw) < INDEX_ENTRY_SIZE:
+        raise TruncatedError(f"index entry: {len(raw)} bytes, expected {INDEX_ENTRY_SIZE}")
+    return IndexEntryValues(*_ENTRY.unpack_from(raw, 0))
+
+
+def unpack_slots(raw) -> tuple[int, ...]:
+    """Consecutive slot values (entry numbers, 0 for none)."""
+    return struct.unpack(f">{len(raw) // INDEX_SLOT_SIZE}i", raw[:len(raw) - len(raw) % INDEX_SLOT_SIZE])
 
 
 def index_key_hash(key: str) -> int:

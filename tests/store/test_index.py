@@ -226,3 +226,30 @@ def test_sizes_are_checked():
         StoreConfig(maxIndexNum=64)
     with pytest.raises(ValueError, match="2 GiB"):
         StoreConfig(maxHashSlotNum=100_000_000, maxIndexNum=100_000_000)
+
+
+def test_mqdump_index_lists_checks_and_follows_a_key(make_store, capsys):
+    """mqdump index reads what the C writer wrote through mq.wire alone: every entry, a key's
+    chain, a wrong size named as such (exit 2), and a damaged chain found (exit 1)."""
+    import json
+    from mq.tools.mqdump import main as mqdump
+    s = make_store(**_opts())
+    offs = [_put(s, i) for i in range(150)]
+    s.close()
+    root = s.config.storePathRootDir
+    sizes = ["--maxHashSlotNum", str(SLOTS), "--maxIndexNum", str(ENTRIES)]
+    assert mqdump(["index", root, *sizes, "--json"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    entries = [x for x in lines if x["kind"] == "entry"]
+    assert len(entries) == 3 * 150 and lines[-1]["problems"] == 0
+    assert mqdump(["index", root, *sizes, "--json", "--key", "IX#k120"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [x["phy_offset"] for x in lines if x["kind"] == "entry"] == [offs[120]]
+    assert mqdump(["index", root]) == 2                 # RocketMQ's default sizes do not fit these files
+    assert "give --maxHashSlotNum" in capsys.readouterr().err
+    first = os.path.join(root, "index", list_index_files(os.path.join(root, "index"))[0])
+    with open(first, "r+b") as fh:                       # entry 5 points forward
+        fh.seek(W.INDEX_HEADER_SIZE + W.INDEX_SLOT_SIZE * SLOTS + 5 * W.INDEX_ENTRY_SIZE + 16)
+        fh.write(struct.pack(">i", 9))
+    assert mqdump(["index", first, *sizes]) == 1
+    assert "bad_chain" in capsys.readouterr().out
