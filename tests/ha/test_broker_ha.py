@@ -300,3 +300,51 @@ def test_our_client_consumes_from_the_slave_when_the_master_dies(tmp_path):
         slave.stop()
         master.proc.kill()
         ns.stop()
+
+
+def test_slave_promoted_by_hand_when_the_master_is_lost_for_good(tmp_path):
+    """The README's procedure: the SYNC_MASTER is gone (kill -9, never restarted); the operator
+    stops the slave, sets brokerId=0 and brokerRole=ASYNC_MASTER in its broker.conf and starts
+    it.  It registers as broker-a's master, serves every acknowledged message and the synced
+    consumer offsets, finds them by key, and takes new sends."""
+    ns = NameServer(str(tmp_path))
+    master = Broker(str(tmp_path), ns.addr, name="broker-a", brokerRole="SYNC_MASTER", haFullCopy="true",
+                    haSendHeartbeatInterval=500)
+    slave = Broker(str(tmp_path), ns.addr, name="broker-a", brokerRole="SLAVE", brokerId=1,
+                   haSendHeartbeatInterval=500, slaveMetadataSyncInterval=500)
+    try:
+        wait_for(lambda: send(master.addr, "Promo", b"probe").code == 0, 40, 0.3, "the slave connected")
+        acked = []                  # (a probe refused while the slave connected may be stored too)
+        for i in range(60):
+            r = call(master.addr, 310, {"a": "PG", "b": "Promo", "c": "TBW102", "d": 4, "e": i % 4, "f": 0,
+                                        "g": 0, "h": 0, "i": f"TAGS\x01TagA\x02KEYS\x01promo-{i}"}, b"p%d" % i)
+            assert r.code == 0, r.remark
+            acked.append(b"p%d" % i)
+        assert call(master.addr, 15, {"consumerGroup": "G", "topic": "Promo", "queueId": 1,
+                                      "commitOffset": 7}).code == 0
+
+        def synced():
+            r = call(slave.addr, 14, {"consumerGroup": "G", "topic": "Promo", "queueId": 1})
+            return r.code == 0 and int(r.ext_fields["offset"]) == 7
+        wait_for(synced, 30, 0.2, "the slave synced the offset")
+        master.kill()
+        assert slave.stop() == 0
+        slave.options.update(brokerId=0, brokerRole="ASYNC_MASTER")
+        slave.start()
+
+        def master_is(addr):
+            r = call(ns.addr, 105, {"topic": "Promo"})
+            return r.code == 0 and json.loads(r.body)["brokerDatas"][0]["brokerAddrs"].get("0") == addr
+        wait_for(lambda: master_is(slave.addr), 30, 0.3, "the promoted slave registered as the master")
+        assert sorted(b for b in pull_bodies(slave.addr, "Promo", 4) if b != b"probe") == sorted(acked)
+        r = call(slave.addr, 14, {"consumerGroup": "G", "topic": "Promo", "queueId": 1})
+        assert r.code == 0 and int(r.ext_fields["offset"]) == 7
+        r = call(slave.addr, 12, {"topic": "Promo", "key": "promo-33", "maxNum": 4, "beginTimestamp": 0,
+                                  "endTimestamp": 2 ** 62})
+        assert r.code == 0 and wcl.parse_record(r.body).body == b"p33"
+        assert send(slave.addr, "Promo", b"after").code == 0
+        assert b"after" in pull_bodies(slave.addr, "Promo", 4)
+    finally:
+        slave.stop()
+        master.proc.kill()
+        ns.stop()
