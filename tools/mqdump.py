@@ -1109,6 +1109,12 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
+def _common_arguments(p: argparse.ArgumentParser, path_help: str, limit_help: str) -> None:
+    p.add_argument("path", metavar="PATH", help=path_help)
+    p.add_argument("--json", action="store_true", help="one JSON object per line, each with a \"kind\"")
+    p.add_argument("--limit", type=_non_negative_int, metavar="N", help=limit_help)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mqdump",
@@ -1123,40 +1129,33 @@ def build_parser() -> argparse.ArgumentParser:
         description="List every record of a CommitLog file, a commitlog directory or a store root, checking "
                     "sizes, magic codes, BODYCRC and PHYSICALOFFSET.",
     )
-    cl.add_argument("path", metavar="PATH", help="a CommitLog file, a commitlog directory or a store root")
-    cl.add_argument("--json", action="store_true", help="one JSON object per line, each with a \"kind\"")
+    _common_arguments(cl, "a CommitLog file, a commitlog directory or a store root", "print at most N records")
     cl.add_argument("--from", dest="from_offset", type=_non_negative_int, metavar="OFFSET",
                     help="start at this absolute physical offset (a record boundary)")
-    cl.add_argument("--limit", type=_non_negative_int, metavar="N", help="print at most N records")
     cl.add_argument("--no-crc", action="store_true", help="do not check BODYCRC")
     cq = sub.add_parser(
         "consumequeue", help="list ConsumeQueue entries",
         description="List the 20-byte entries of a ConsumeQueue file, a queue directory "
                     "(consumequeue/<topic>/<queueId>) or every queue of a store root.",
     )
-    cq.add_argument("path", metavar="PATH", help="a ConsumeQueue file, a queue directory or a store root")
-    cq.add_argument("--json", action="store_true", help="one JSON object per line, each with a \"kind\"")
+    _common_arguments(cq, "a ConsumeQueue file, a queue directory or a store root", "print at most N entries in all")
     cq.add_argument("--from", dest="from_offset", type=_non_negative_int, metavar="N",
                     help="start at queue offset N (entry number) in every queue")
-    cq.add_argument("--limit", type=_non_negative_int, metavar="N", help="print at most N entries in all")
     dl = sub.add_parser(
         "dledger", help="list DLedger entries (DLedger mode)",
         description="List every entry of a DLedger member's data files (index, term, pos and the record "
                     "inside), checking headers, index continuity, terms, the records' CRC and offsets and the "
                     "index files; shows the checkpoint and currterm files.",
     )
-    dl.add_argument("path", metavar="PATH", help="a dledger-<selfId> directory (or its data directory, or a store root)")
-    dl.add_argument("--json", action="store_true", help="one JSON object per line, each with a \"kind\"")
-    dl.add_argument("--limit", type=_non_negative_int, metavar="N", help="print at most N entries")
+    _common_arguments(dl, "a dledger-<selfId> directory (or its data directory, or a store root)",
+                      "print at most N entries")
     dl.add_argument("--no-crc", action="store_true", help="do not check the records' BODYCRC")
     ix = sub.add_parser(
         "index", help="list message index entries",
         description="List and check the message index files (RocketMQ's IndexFile) of a store root, its index "
                     "directory or one file; --key follows one key's chain.",
     )
-    ix.add_argument("path", metavar="PATH", help="an index file, the index directory or a store root")
-    ix.add_argument("--json", action="store_true", help="one JSON object per line, each with a \"kind\"")
-    ix.add_argument("--limit", type=_non_negative_int, metavar="N", help="print at most N entries")
+    _common_arguments(ix, "an index file, the index directory or a store root", "print at most N entries")
     ix.add_argument("--key", metavar="TOPIC#KEY", help="only the entries of this key (topic#key or topic#UNIQ_KEY)")
     ix.add_argument("--maxHashSlotNum", type=_non_negative_int, default=5000000, metavar="N",
                     help="slots per file, as the broker's maxHashSlotNum (5000000)")

@@ -13,6 +13,7 @@ from mq.store import MessageStore, StoreConfig
 from mq.store.index import IndexReader, delete_files_below, list_index_files
 from mq.wire import index as W
 from mq.wire.properties import encode_properties
+from tests.store.test_recovery import _crash
 
 FS = 64 * 1024
 SLOTS, ENTRIES = 64, 100       # small: collisions in every slot and a new file every ~99 keys
@@ -28,19 +29,6 @@ def _put(store, i, topic="IX", keys=None, uniq=None, sys_flag=0):
         if sys_flag else store.put(topic, i % 2, b"body-%d" % i, encode_properties(props))
     assert r.ok
     return r.result.phy_offset()
-
-
-def _crash(store):
-    """Leaves the store as a kill -9 would: no clean stop, abort file kept, index unflushed."""
-    store._stop.set()
-    for t in store._threads:
-        t.join()
-    store.cqs.close()
-    store.cl.close()
-    store.checkpoint.close()
-    store.ctl.close()
-    os.close(store._lock_fd)
-    store._lock_fd = None
 
 
 def _reader(store):
