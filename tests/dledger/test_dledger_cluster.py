@@ -5,6 +5,7 @@ and a partitioned leader never acknowledging, a restarted member ending byte-ide
 whole-group restart keeping committed data, the preferred leader and leadership transfer."""
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import threading
@@ -92,7 +93,8 @@ def test_election_registration_and_followers_refusing_writes(group, ns):
 
 def test_the_official_cpp_client_produces_and_consumes(group, ns):
     """The unmodified C++ client (rocketmq==0.4.4) sends to the group's leader through the name
-    server with SEND_OK and a push consumer receives every message."""
+    server with SEND_OK and a push consumer receives every message; the leader's index finds
+    them by the C++ msgId (UNIQ_KEY) and by key."""
     rocketmq = pytest.importorskip("rocketmq.client", reason="pip install rocketmq==0.4.4 (make test does)")
     from tests.compat.test_cpp_client import Collector, make_producer, message, push_consumer, uniq
     g = group()
@@ -100,9 +102,12 @@ def test_the_official_cpp_client_produces_and_consumes(group, ns):
     wait_for(lambda: (_route_master(ns.addr, "TBW102") or {}).get("0"), 40, 0.2, "TBW102 routed to the leader")
     topic, grp = uniq("T_dl"), uniq("CG_dl")
     prod = make_producer(ns.addr)
+    ids = []
     try:
         for i in range(100):
-            assert prod.send_sync(message(topic, i, "TagA")).status == 0
+            r = prod.send_sync(message(topic, i, "TagA"))
+            assert r.status == 0
+            ids.append(r.msg_id)
     finally:
         prod.shutdown()
     col = Collector()
@@ -112,6 +117,14 @@ def test_the_official_cpp_client_produces_and_consumes(group, ns):
     finally:
         cons.shutdown()
     assert {int(m[3]) for m in col.got} == set(range(100))
+
+    async def find():
+        from mq.client import AdminClient
+        async with AdminClient(ns.addr) as admin:
+            return ([[m.msg_id for m in await admin.query_message(topic, ids[i], unique=True)] for i in (0, 50, 99)],
+                    [[m.msg_id for m in await admin.query_message(topic, f"key-{i}")] for i in (0, 50, 99)])
+    by_id, by_key = asyncio.run(find())
+    assert by_id == by_key == [[ids[0]], [ids[50]], [ids[99]]]
     del rocketmq
 
 
