@@ -1312,7 +1312,8 @@ static void ix_put(const mq_index_map *m, const uint8_t *key, uint32_t len, int6
     uint32_t count = ix_load32(h + IX_COUNT);
     int32_t kh = ix_key_hash(key, len);
     uint8_t *slot = h + MQ_INDEX_HEADER + (uint64_t)((uint32_t)kh % m->slot_num) * 4;
-    uint32_t prev = be32r(slot);
+    uint8_t *e = h + MQ_INDEX_HEADER + (uint64_t)m->slot_num * 4 + (uint64_t)count * MQ_INDEX_UNIT;
+    uint32_t prev = be32r(slot);     /* a put cut short by a crash was counted at open (mq.store.index) */
     if ((int32_t)prev <= 0 || prev > count) prev = 0;
     if (count <= 1) {                      /* the file's first entry fixes its time base */
         be64w(h + IX_BEGIN_PHY, (uint64_t)phy);
@@ -1322,7 +1323,6 @@ static void ix_put(const mq_index_map *m, const uint8_t *key, uint32_t len, int6
     int64_t diff_s = begin_ts <= 0 ? 0 : (ts_ms - begin_ts) / 1000;
     if (diff_s < 0) diff_s = 0;
     if (diff_s > INT32_MAX) diff_s = INT32_MAX;
-    uint8_t *e = h + MQ_INDEX_HEADER + (uint64_t)m->slot_num * 4 + (uint64_t)count * MQ_INDEX_UNIT;
     be32w(e, (uint32_t)kh);
     be64w(e + 4, (uint64_t)phy);
     be32w(e + 12, (uint32_t)diff_s);

@@ -128,12 +128,28 @@ class IndexWriter:
         self.from_phy = 0
         if names:
             self.cur = _Mapped(os.path.join(self.dir, names[-1]), self.slot_num, self.index_num, writable=True)
+            self._finish_torn_put()
             h = self.cur.header()
             self.cur.map.room_num = min(self.index_num, max(h.index_count, 1))
             self.from_phy = h.end_phy_offset + 1 if (h.index_count > 1 or h.end_phy_offset > 0) else 0
         self.from_phy = min(self.from_phy, self._redo)
         self._redo = 2 ** 63
         self.opened = True
+
+    def _finish_torn_put(self) -> None:
+        """A writer killed inside a put leaves its entry (whole or in part) just past INDEXCOUNT,
+        and perhaps a slot already pointing at it; the next put would write over that entry and
+        could leave the slot's chain pointing into the new one.  Counting it instead keeps every
+        chain whole: an entry cut short is never reached (its slot is stored after it), and a
+        whole one is a valid duplicate of what re-dispatch indexes again."""
+        h = self.cur.header()
+        if not 1 <= h.index_count < self.index_num:
+            return
+        at = W.INDEX_HEADER_SIZE + W.INDEX_SLOT_SIZE * self.slot_num + W.INDEX_ENTRY_SIZE * h.index_count
+        if any(self.cur.mm[at:at + W.INDEX_ENTRY_SIZE]):
+            self.cur.mm[W.INDEX_COUNT_OFFSET:W.INDEX_COUNT_OFFSET + 4] = (h.index_count + 1).to_bytes(4, "big")
+            log.warning("index file %s: a put cut short by a crash was counted (entry %d)",
+                        self.cur.name, h.index_count)
 
     def redo_from(self, phy: int) -> None:
         """Records from `phy` on are indexed again (after a crash: see the module docstring)."""

@@ -24,13 +24,14 @@ from construct import Int32sb, Int64sb, Struct
 from .consumequeue import java_string_hashcode
 from .errors import TruncatedError
 
-__all__ = ["INDEX_DIR_NAME", "is_index_file_name", "INDEX_HEADER_SIZE", "INDEX_SLOT_SIZE", "INDEX_ENTRY_SIZE", "IndexHeader", "IndexEntry",
+__all__ = ["INDEX_COUNT_OFFSET", "INDEX_DIR_NAME", "is_index_file_name", "INDEX_HEADER_SIZE", "INDEX_SLOT_SIZE", "INDEX_ENTRY_SIZE", "IndexHeader", "IndexEntry",
            "IndexHeaderValues", "IndexEntryValues", "index_file_size", "parse_index_header",
            "parse_index_entry", "unpack_index_entry", "unpack_slots", "index_key_hash"]
 
 INDEX_HEADER_SIZE = 40
 INDEX_SLOT_SIZE = 4
 INDEX_ENTRY_SIZE = 20
+INDEX_COUNT_OFFSET = 36           # INDEXCOUNT: the header's last int32
 
 IndexHeader = """
 The 40-byte header of an index file.
