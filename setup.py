@@ -19,7 +19,8 @@ setup(
     packages=packages,
     package_dir={"mq.tools": "tools", "mq.perf": "perf", "mq.conf": "conf"},
     # every config file at any depth: a new layout directory needs no change here
-    package_data={"mq.conf": ["*.conf", "*.properties", "*.yml", "**/*.conf", "**/*.properties", "systemd/*.service"],
+    package_data={"mq.conf": ["*.conf", "*.properties", "*.yml", "**/*.conf", "**/*.properties", "systemd/*.service",
+                              "grafana/*.json"],
                   "mq.perf": ["mqload.c"], "mq.chaos": ["clockshift.c"]},
     cffi_modules=["csrc/build_ffi.py:ffibuilder"],
     zip_safe=False,

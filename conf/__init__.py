@@ -6,6 +6,7 @@ this directory to it, as it maps tools/ to mq.tools), so an installed wheel has 
                                       2m-2s-sync, 2m-noslave, dledger (one file a broker;
                                       `python -m mq.cli.local LAYOUT` starts them all)
     systemd/*.service                 units for mqnamesrv and mqbroker
+    grafana/*.json                    a Grafana dashboard of the broker's /metrics (metricsPort)
 
 Find them through this package, never relative to a checkout: path("broker.conf"),
 layouts(), layout_files("2m-2s-async")."""

@@ -262,10 +262,11 @@ DLEDGER_INDEX_FILE_SIZE = 1024 * 1024  # 32768 entries per index file: tests rol
 class DLedgerGroup:
     """`n` mqbroker processes of one DLedger group (ids n0..), name server `namesrv`.  proxied: member A
     reaches member B through proxies[(A, B)], so a test can cut any link in any direction.
-    env_for(id): the environment variables added for that member (or None)."""
+    env_for(id): the environment variables added for that member (or None); options_for(id): broker
+    options for that member only (e.g. a metricsPort each), over `options`."""
 
     def __init__(self, workdir: str, namesrv: str, n: int = 3, name: str = "RaftNode00", proxied: bool = False,
-                 ids: list[str] | None = None, env_for=None, **options):
+                 ids: list[str] | None = None, env_for=None, options_for=None, **options):
         self.workdir = workdir
         self.namesrv = namesrv
         self.name = name
@@ -285,7 +286,8 @@ class DLedgerGroup:
             for i in self.ids:
                 self.brokers[i] = Broker(workdir, namesrv, name=name, dLegerSelfId=i, dLegerPeers=self._peers(i),
                                          storePathRootDir=os.path.join(workdir, f"{name}-{i}"),
-                                         env=env_for(i) if env_for else None, **self.options)
+                                         env=env_for(i) if env_for else None,
+                                         **{**self.options, **(options_for(i) if options_for else {})})
         except BaseException:
             self.close()
             raise

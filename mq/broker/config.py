@@ -86,6 +86,9 @@ BROKER_OPTIONS: list[Option] = [
            "write the broker's perf trace records (per request, per flush, replication lag) as JSON lines "
            "(ours; not RocketMQ's traceTopicEnable, which is message trace)"),
     Option("perfTraceDir", str, "", "directory of the perf trace files; empty means <storePathRootDir>/perftrace"),
+    # Prometheus metrics (ours; mq.broker.metrics): the supervisor serves GET /metrics on this port
+    Option("metricsPort", int, 0, "port of the Prometheus /metrics endpoint, bound on listenAddress "
+           "(ours; 0: off, and the role processes count nothing)", lambda v: 0 <= v <= 65535, "must be 0..65535"),
 ]
 
 ALL_OPTIONS = {o.name: o for o in STORE_OPTIONS + BROKER_OPTIONS}

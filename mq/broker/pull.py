@@ -146,6 +146,7 @@ class PullProcessor:
         self.meta = broker.meta
         self.hold_service: PullHoldService | None = None
         self._sub_codes: dict = {}
+        self.stats = getattr(broker, "stats", None)     # mq.broker.iostats.IoStats, or None (metrics off)
 
     def start(self, loop) -> None:
         self.hold_service = PullHoldService(self.store, loop)
@@ -199,7 +200,7 @@ class PullProcessor:
             codes = self._codes(hit[1]["subString"])
         if sys_flag & SYSFLAG_COMMIT_OFFSET and cfg.brokerRole != "SLAVE":
             meta.commit_offset_nowait(group, topic, qid, commit)
-        code, status, next_off, lo, hi, body, last_phy = self.get_messages(topic, qid, offset, max_nums, codes)
+        code, status, next_off, lo, hi, body, last_phy = self.get_messages(topic, qid, offset, max_nums, codes, group)
         if code == RC.PULL_NOT_FOUND and sys_flag & SYSFLAG_SUSPEND and self.hold_service is not None:
             return self._held(cmd, g, topic, qid, offset, max_nums, codes, suspend_ms)
         ext = {"suggestWhichBrokerId": self.suggest_broker(g, last_phy), "nextBeginOffset": next_off,
@@ -220,7 +221,8 @@ class PullProcessor:
         """A long poll the fast path parked: hold, then answer with whatever is there."""
         hold_s = (suspend_ms if self.config.longPollingEnable else self.config.shortPollingTimeMills) / 1000
         await self.hold_service.hold(topic, qid, offset, hold_s)
-        code, status, next_off, lo, hi, body, last_phy = self.get_messages(topic, qid, offset, max_nums, codes)
+        code, status, next_off, lo, hi, body, last_phy = self.get_messages(topic, qid, offset, max_nums, codes,
+                                                                           g.get("groupName"))
         ext = {"suggestWhichBrokerId": self.suggest_broker(g, last_phy), "nextBeginOffset": next_off,
                "minOffset": lo, "maxOffset": hi}
         return make_response(cmd, code, status, ext, body)
@@ -278,7 +280,8 @@ class PullProcessor:
         allow_suspend = bool(sys_flag & SYSFLAG_SUSPEND)
         hold_s = (suspend_ms if self.config.longPollingEnable else self.config.shortPollingTimeMills) / 1000
         while True:
-            code, status, next_off, lo, hi, body, last_phy = self.get_messages(topic, qid, offset, max_nums, codes)
+            code, status, next_off, lo, hi, body, last_phy = self.get_messages(topic, qid, offset, max_nums, codes,
+                                                                               group)
             if code == RC.PULL_NOT_FOUND and allow_suspend and self.hold_service is not None:
                 allow_suspend = False      # a replay answers whatever it finds
                 await self.hold_service.hold(topic, qid, offset, hold_s)
@@ -301,9 +304,10 @@ class PullProcessor:
             self.store.cl.write_pos - last_phy > ram * cfg.accessMessageInMemoryMaxRatio // 100
         return int(group.get("whichBrokerWhenConsumeSlowly", 1)) if slow else int(group.get("brokerId", 0))
 
-    def get_messages(self, topic: str, qid: int, offset: int, max_nums: int, codes: frozenset | None):
+    def get_messages(self, topic: str, qid: int, offset: int, max_nums: int, codes: frozenset | None,
+                     group: str | None = None):
         """(code, status name, nextBeginOffset, min, max, body, physical offset of
-        the last entry examined or None)."""
+        the last entry examined or None).  What is found counts for `group` in the metrics."""
         cq = self.store.cqs.get(topic, qid)
         lo, hi = cq.min_offset, cq.max_offset
         if hi == 0:
@@ -340,4 +344,6 @@ class PullProcessor:
             times = CURRENT.get()
             if times is not None:
                 times.msgs = len(parts)      # the req record's msgs: messages returned
+        if self.stats is not None and group is not None:
+            self.stats.got(group, topic, len(parts), size)
         return RC.SUCCESS, "FOUND", next_off, lo, hi, b"".join(parts), last_phy

@@ -25,6 +25,7 @@ from mq.remoting import ResponseCode as RC, make_response
 from mq.remoting.server import DEFERRED
 from mq.store import PutStatus, PutResult
 from mq.store.commitlog import host_bytes
+from mq.store.stats import HIST_BUCKETS, HIST_SUM
 from mq.store.store import put_error
 from mq.wire import commitlog as wcl
 from mq.wire.msgid import offset_msg_id
@@ -122,6 +123,7 @@ class SendProcessor:
         self.store = broker.store
         self.meta = broker.meta
         self.group = group                 # None: every send takes the full path
+        self.stats = getattr(broker, "stats", None)     # mq.broker.iostats.IoStats, or None (metrics off)
         self._good_topics: set[str] = set()   # names _check_topic passed
         region = str(self.config.regionId).encode()
         trace_on = self.config.traceOn
@@ -240,6 +242,8 @@ class SendProcessor:
             if not tc["perm"] & PERM_WRITE:
                 raise BadRequest(RC.NO_PERMISSION, f"the topic[{tc['topicName']}] sending message is forbidden")
         except BadRequest as e:
+            if self.stats is not None:
+                self.stats.sent(e.code, 0)
             return make_response(cmd, e.code, e.remark)
         except ValueError:
             return self.process(conn, cmd)
@@ -294,7 +298,23 @@ class SendProcessor:
         return t
 
     # ---- SEND_MESSAGE / V2 / BATCH --------------------------------------------------------
-    async def process(self, conn, cmd):
+    def process(self, conn, cmd):
+        """The full path (a coroutine); with metrics on, its answer is timed and counted."""
+        if self.stats is None:
+            return self._process(conn, cmd)
+        return self._process_counted(conn, cmd)
+
+    async def _process_counted(self, conn, cmd):
+        t0_ns = perf_counter_ns()
+        try:
+            resp = await self._process(conn, cmd)
+        except Exception:                       # the server answers SYSTEM_ERROR
+            self.stats.sent(RC.SYSTEM_ERROR, perf_counter_ns() - t0_ns)
+            raise
+        self.stats.sent(resp.code, perf_counter_ns() - t0_ns)
+        return resp
+
+    async def _process(self, conn, cmd):
         h = header_fields(cmd)
         try:
             topic = h.get("topic", "")
@@ -341,6 +361,8 @@ class SendProcessor:
         code = STATUS_CODES[result.status]
         if code not in STORED_CODES:
             log.info("send refused (%s): header=%s body=%d bytes", result.reason, h, len(cmd.body))
+        elif self.stats is not None:
+            self.stats.put(topic, 1, len(cmd.body))
         return self._response(cmd, code, result.result, qid, _remark(result))
 
     async def _send_batch(self, cmd, topic, qid, props, sys_flag, born_ts, born_host, born_port):
@@ -363,6 +385,8 @@ class SendProcessor:
         if code not in STORED_CODES:
             log.info("batch send refused (%s): sysFlag=%d body=%d bytes, head %s", result.reason, sys_flag,
                      len(cmd.body), cmd.body[:32].hex())
+        elif self.stats is not None and result.result is not None:
+            self.stats.put(topic, result.result.count, len(body))
         return self._response(cmd, code, result.result, qid, _remark(result), batch=True)
 
     def _inflate_batch(self, body: bytes) -> bytes:
@@ -451,6 +475,8 @@ class SendGroup:
         self.waits: set[asyncio.Task] = set()
         self.groups = 0                    # groups appended, for tests and the trace
         self.msgs = 0
+        self.stats = sender.stats          # metrics (mq.broker.iostats), or None
+        self._t_first_ns = 0               # metrics: when the pending group's first send came
 
     def add(self, conn, cmd, topic: bytes, qid: int, props: bytes, flag: int, sys_flag: int, born_ts: int,
             born, born_port: int, reconsume: int, wait: bool) -> None:
@@ -458,6 +484,8 @@ class SendGroup:
         times = CURRENT_TIMES.get() if tracer is not None else None
         if not self.pending:
             self.loop.call_soon(self.run)
+            if self.stats is not None:
+                self._t_first_ns = perf_counter_ns()
         self.pending.append((conn, cmd, topic, qid, props, flag, sys_flag, born_ts, born, born_port, reconsume,
                              wait, times))
 
@@ -481,6 +509,11 @@ class SendGroup:
         self.groups += 1
         self.msgs += len(batch)
         t_appended = perf_counter_ns() if t_store else 0
+        stats = self.stats
+        if stats is not None:
+            put_rows = stats.put_rows
+            latency_ns = perf_counter_ns() - self._t_first_ns
+            refused = 0
         broker = self.broker
         waiting = []                         # (entry, end offset, term) of stored sends that must wait
         dledger = broker.commit_waiter is not None
@@ -494,19 +527,33 @@ class SendGroup:
             if app.rc(i) != 0:
                 result = put_error(app.error(i, topic.decode(), qid))
                 self._respond_result(conn, cmd, qid, result, times)
+                if stats is not None:
+                    refused += 1
+                    stats.sent(STATUS_CODES[result.status], latency_ns)
                 continue
+            if stats is not None:
+                row = put_rows.get(topic) or stats.put_row(topic)
+                row[0] += 1
+                row[1] += len(cmd.body)
             if dledger or (wait and (sync_flush or sync_master)):
                 waiting.append((entry, app.result(i)))
                 continue
             respond(conn, cmd, RC.SUCCESS, app.msg_id(i), qid, app.queue_offset(i), None, times)
         _flush_all(batch)
+        if stats is not None:
+            answered = len(batch) - refused - len(waiting)
+            if answered:                     # IoStats.sent for SUCCESS, inline: this runs for every group
+                ok, k = stats.ok_row, (latency_ns // 1000).bit_length()
+                ok[k if k < HIST_BUCKETS else HIST_BUCKETS - 1] += answered
+                ok[HIST_SUM] += latency_ns * answered
         if waiting:
-            task = self.loop.create_task(self._settle(waiting))
+            task = self.loop.create_task(self._settle(waiting, self._t_first_ns))
             self.waits.add(task)
             task.add_done_callback(self.waits.discard)
 
-    async def _settle(self, waiting: list) -> None:
-        """One wait for the whole group (its last end), then every send's answer."""
+    async def _settle(self, waiting: list, t_first_ns: int = 0) -> None:
+        """One wait for the whole group (its last end), then every send's answer.  t_first_ns:
+        when the group's first send came (metrics)."""
         broker = self.broker
         last = waiting[-1][1]
         end = max(r.end_offset for _, r in waiting)
@@ -535,6 +582,10 @@ class SendGroup:
         except Exception as e:                # never leave a client waiting
             log.exception("group wait failed")
             statuses = [PutResult(PutStatus.UNKNOWN_ERROR, None, f"{type(e).__name__}: {e}") for _ in waiting]
+        if self.stats is not None:
+            latency_ns = perf_counter_ns() - t_first_ns
+            for result in statuses:
+                self.stats.sent(STATUS_CODES[result.status], latency_ns)
         for (entry, _), result in zip(waiting, statuses):
             times = entry[12]
             if times is not None:

@@ -29,6 +29,7 @@ from mq.store import control as C
 from mq.store.configfile import loads_lenient, write_atomic
 from mq.store.retention import Retention
 from mq.store.roles import role_main
+from mq.store.stats import StatsBlock, remove_stats_segment
 from mq.ha.common import monotonic_ms, taking_back
 from mq.ha.role import ha_role_main
 from mq.dledger.role import dledger_role_main
@@ -40,6 +41,7 @@ from .config import BrokerConfig, dledger_follower_id
 from .launcher import STOP_PIPE, Launcher, RoleProcess
 from .link import LINK_CALL, LinkService, link_address
 from .metadata import SCHEDULE_TOPIC, Metadata, dumps
+from .metrics import MetricsServer
 from .slavesync import SlaveSync
 from .tracing import broker_label, trace_dir
 from .worker import worker_main
@@ -71,6 +73,9 @@ class Supervisor:
         self.master_ha_addr: str | None = None
         self.stopping = False
         self.restarts = 0
+        self.restarts_by_role: dict[str, int] = {}     # "io-0", "flush", ...: for mq_role_restarts_total
+        self.stats_block: StatsBlock | None = None     # metricsPort > 0: the roles' counters (mq.store.stats)
+        self.metrics: MetricsServer | None = None
 
     # ---- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -90,6 +95,12 @@ class Supervisor:
             # a DLedger member starts as a follower; the Raft role tells when it leads
             cfg.brokerRole, cfg.brokerId = "SLAVE", dledger_follower_id(scfg)
             self.commit_waiter = CommitWaiter(self.store.ctl)
+        # the stats block exists before any role that counts into it starts (metrics off: a
+        # crashed broker's stale block goes, so no role counts into it)
+        if cfg.metricsPort:
+            self.stats_block = StatsBlock(cfg.storePathRootDir, regions=cfg.sendMessageThreadPoolNums + 1, create=True)
+        else:
+            remove_stats_segment(cfg.storePathRootDir)
         for role in ("flush", "dispatch", "dledger" if self.dledger else "ha"):
             self._start_role(role)
         self.metadata = Metadata(cfg, self.store.config_dir)
@@ -106,6 +117,10 @@ class Supervisor:
         for wid in range(cfg.sendMessageThreadPoolNums):
             self._start_worker(wid)
         await asyncio.wait_for(asyncio.gather(*(e.wait() for e in self._ready.values())), WORKER_START_TIMEOUT_S)
+        if self.stats_block is not None:
+            self.metrics = MetricsServer(self, self.stats_block)
+            await self.metrics.start(cfg.listenAddress, cfg.metricsPort)
+            log.info("Prometheus metrics on http://%s:%d/metrics", cfg.listenAddress, self.metrics.port)
         loops = [self._register_loop, self._persist_loop, self._schedule_loop, self._expire_loop,
                  self._watch_children, self._retention_loop]
         self.slave_sync = SlaveSync(self)
@@ -137,6 +152,10 @@ class Supervisor:
         self.store.ctl.wake(C.SEQ_WRITE)
         await self._join(list(self.roles.values()), 15)
         await self._link_server.stop(grace_s=1)
+        if self.metrics is not None:
+            await self.metrics.stop()
+        if self.stats_block is not None:
+            self.stats_block.close()
         self.store.close()
         log.info("broker stopped cleanly")
 
@@ -201,12 +220,14 @@ class Supervisor:
             for wid, p in list(self.workers.items()):
                 if not p.is_alive() and not self.stopping:
                     self.restarts += 1
+                    self.restarts_by_role[f"io-{wid}"] = self.restarts_by_role.get(f"io-{wid}", 0) + 1
                     killed |= (p.exitcode or 0) < 0
                     log.error("io worker %d (pid %s) died with exit code %s; restarting it", wid, p.pid, p.exitcode)
                     self._start_worker(wid)
             for role, p in list(self.roles.items()):
                 if not p.is_alive() and not self.stopping:
                     self.restarts += 1
+                    self.restarts_by_role[role] = self.restarts_by_role.get(role, 0) + 1
                     killed |= (p.exitcode or 0) < 0
                     log.error("%s role (pid %s) died with exit code %s; restarting it", role, p.pid, p.exitcode)
                     self._start_role(role)

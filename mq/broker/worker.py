@@ -23,9 +23,11 @@ from mq.remoting import RemotingServer, RequestCode as R, ResponseCode as RC, ma
 from mq.store import MessageStore, PutResult, PutStatus
 from mq.store import control as C
 from mq.store.notify import CommitWaiter, PositionWaiter
+from mq.store.stats import PUBLISH_INTERVAL_S, StatsBlock, region_of
 
 from .admin import AdminProcessor
 from .query import QueryProcessor
+from .iostats import IoStats
 from .config import BrokerConfig
 from .dledgerinfo import dledger_runtime_info
 from .link import RemoteMeta
@@ -56,6 +58,10 @@ class IoWorker:
         self._trace_flusher: asyncio.Task | None = None
         self.acl: AclFile | None = None          # aclEnable: the accounts, reloaded on change
         self._acl_poller: asyncio.Task | None = None
+        # metricsPort: this worker's counters in its region of the stats block; None when off
+        self.stats: IoStats | None = None
+        self._stats_block: StatsBlock | None = None
+        self._stats_publisher: asyncio.Task | None = None
 
     async def start(self) -> None:
         cfg = self.config
@@ -68,6 +74,11 @@ class IoWorker:
         self.commit_waiter = CommitWaiter(self.store.ctl) if cfg.enableDLegerCommitLog else None
         self.ha_status = HAStatus(cfg.storePathRootDir)
         self.meta = RemoteMeta(self.link_address, self.worker_id, self._notify, self._role_changed)
+        if cfg.metricsPort:
+            self._stats_block = StatsBlock.attach_if_present(cfg.storePathRootDir)
+            if self._stats_block is not None:
+                self.stats = IoStats(self._stats_block.writer(region_of("io", self.worker_id)))
+                self._stats_publisher = asyncio.create_task(self._publish_stats())
         self.send = SendProcessor(self)
         self.send.group = self.send_group = SendGroup(self, self.send)
         self.pull = PullProcessor(self)
@@ -119,8 +130,18 @@ class IoWorker:
             self.tracer.close()
         if self._acl_poller is not None:
             self._acl_poller.cancel()
+        if self.stats is not None:
+            self._stats_publisher.cancel()
+            self.stats.publish()
+            self._stats_block.close()
         await self.meta.close()
         self.store.close()
+
+    async def _publish_stats(self) -> None:
+        """Publishes this worker's counters every PUBLISH_INTERVAL_S (mq.store.stats)."""
+        while True:
+            await asyncio.sleep(PUBLISH_INTERVAL_S)
+            self.stats.publish()
 
     async def _flush_trace(self) -> None:
         """Writes buffered req records at least every FLUSH_INTERVAL_S, so a quiet worker's trace is current."""

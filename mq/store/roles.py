@@ -7,7 +7,10 @@ start method so they never inherit another process's threads or locks.
 `trace` (the broker's perfTraceEnable; None when off) is a dict: "dir" the
 trace directory, "broker" the records' broker field, "msgs_base" POS_MSGS
 when the supervisor started the role.  The flush role then writes its flush
-records to <dir>/flush-<pid>.jsonl (mq.store.flush); dispatch writes none."""
+records to <dir>/flush-<pid>.jsonl (mq.store.flush); dispatch writes none.
+
+The flush role also feeds the broker's metrics when the supervisor made a stats block
+(metricsPort > 0; mq.store.stats): its histograms go to the block's last region."""
 from __future__ import annotations
 
 import logging
@@ -17,6 +20,7 @@ import signal
 from .config import StoreConfig
 from .dispatch import Dispatcher, index_writer
 from .flush import FlushService
+from .stats import StatsBlock, region_of
 
 log = logging.getLogger("mq.store.roles")
 
@@ -37,10 +41,12 @@ def role_main(role: str, config_values: dict, store_host: str, store_port: int, 
     store = MessageStore.attach(cfg, store_host, store_port, cq_writable=(role == "dispatch"),
                                 prepare_files=False)
     writer = TraceWriter(trace["dir"], "flush") if trace is not None and role == "flush" else None
+    stats = StatsBlock.attach_if_present(cfg.storePathRootDir) if role == "flush" else None
     try:
         if role == "flush":
             FlushService(store.cl, cfg, store.checkpoint, trace=writer, broker=(trace or {}).get("broker", ""),
-                         msgs_base=(trace or {}).get("msgs_base")).run(stop)
+                         msgs_base=(trace or {}).get("msgs_base"),
+                         stats=stats.writer(region_of("flush", regions=stats.regions)) if stats else None).run(stop)
         elif role == "dispatch":
             Dispatcher(store.cl, store.cqs, cfg.delay_levels_ms, store.checkpoint,
                        cfg.flushIntervalConsumeQueue, cfg.flushConsumeQueueThoroughInterval,
@@ -54,6 +60,8 @@ def role_main(role: str, config_values: dict, store_host: str, store_port: int, 
                 writer.close()
             except OSError as e:
                 log.error("perf trace: closing %s failed: %s", writer.path, e)
+        if stats is not None:
+            stats.close()
         store.close()
 
 

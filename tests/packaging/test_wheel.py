@@ -178,7 +178,7 @@ def test_perf_extra_missing_is_named(installed):
 
 
 def test_layouts_and_config_files_ship_in_the_wheel(installed):
-    """conf/ is installed as mq.conf: broker.conf, namesrv.properties and both systemd units
+    """conf/ is installed as mq.conf: broker.conf, namesrv.properties, both systemd units, the Grafana dashboard
     are files under the venv, and mq.cli.local resolves every shipped layout through the
     package (2m-2s-async and 2m-2s-sync with 4 brokers, 2m-noslave with 2; masters first), each
     broker file under the venv's mq/conf/; an unknown layout is refused with a message listing
@@ -188,7 +188,8 @@ def test_layouts_and_config_files_ship_in_the_wheel(installed):
         from mq import conf
         from mq.cli.local import _layout_brokers
         files = [conf.path(p) for p in ("broker.conf", "namesrv.properties")] + \\
-                [conf.path("systemd", u) for u in ("mqbroker.service", "mqnamesrv.service")]
+                [conf.path("systemd", u) for u in ("mqbroker.service", "mqnamesrv.service")] + \\
+                [conf.path("grafana", "rocketmq-broker.json")]
         print(json.dumps({"dir": conf.DIR, "files": {f: os.path.isfile(f) for f in files},
                           "layouts": {name: _layout_brokers(name) for name in conf.layouts()}}))
     """)
