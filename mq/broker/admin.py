@@ -100,7 +100,12 @@ class AdminProcessor:
 
     # ---- clients ------------------------------------------------------------------------
     async def heartbeat(self, conn, cmd):
+        from mq.wire.remoting import LANGUAGE_NAMES
+        from .metadata import CONN_INFO_KEY
         body = _json_body(cmd)
+        peer = conn.peer or ("", 0)
+        body[CONN_INFO_KEY] = {"clientAddr": f"{peer[0]}:{peer[1]}",
+                               "language": LANGUAGE_NAMES.get(cmd.language, "OTHER"), "version": cmd.version}
         await self.meta.heartbeat(body, self.broker.conn_key(conn))
         return make_response(cmd, RC.SUCCESS)
 
@@ -300,11 +305,13 @@ class AdminProcessor:
         return make_response(cmd, RC.SUCCESS, body=dumps({"offsetTable": rows}))
 
     async def consume_stats(self, conn, cmd):
-        """Every queue of each topic the group has offsets for (or `topic`):
-        broker offset, consumer offset (-1 if none), last message time, lag."""
         h = cmd.ext_fields or {}
-        group = h.get("consumerGroup", "")
-        only = h.get("topic") or None
+        return make_response(cmd, RC.SUCCESS, body=dumps(await self.group_stats(h.get("consumerGroup", ""),
+                                                                                 h.get("topic") or None)))
+
+    async def group_stats(self, group: str, only: str | None = None) -> dict:
+        """Every queue of each topic the group has offsets for (or `only`): broker offset,
+        consumer offset (-1 if none), last message time; and the lag summed."""
         offsets = await self.meta.offsets_wrapper()
         committed: dict[str, dict[int, int]] = {}
         for key, table in offsets["offsetTable"].items():
@@ -324,7 +331,7 @@ class AdminProcessor:
                              "brokerOffset": mx, "consumerOffset": off,
                              "lastTimestamp": self._last_store_ts(topic, q)})
                 total += max(0, mx - max(off, 0))
-        return make_response(cmd, RC.SUCCESS, body=dumps({"offsetTable": rows, "consumeTps": 0.0, "diffTotal": total}))
+        return {"offsetTable": rows, "consumeTps": 0.0, "diffTotal": total}
 
 
 def _disk_ratio(store) -> float:

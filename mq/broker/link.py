@@ -7,7 +7,9 @@ JSON result; the supervisor pushes LINK_PUSH oneway requests to workers:
   {"kind": "notify", "group": g, "conns": [connection ids]} -> the worker sends
       NOTIFY_CONSUMER_IDS_CHANGED (40) to those connections;
   {"kind": "topics"} / {"kind": "groups"} -> the worker drops its caches;
-  {"kind": "role", "brokerRole": r, "brokerId": n} -> DLedger mode: the role changed.
+  {"kind": "role", "brokerRole": r, "brokerId": n} -> DLedger mode: the role changed;
+  {"kind": "reset", ...} -> the worker sends RESET_CONSUMER_CLIENT_OFFSET (220) to consumers;
+  {"kind": "config", "values": {...}} -> runtime config keys changed (UPDATE_BROKER_CONFIG).
 
 Hot-path reads are cached in the worker: topic and group configs until the
 supervisor says they changed, heartbeat subscriptions for SUBSCRIPTION_CACHE_S.
@@ -37,6 +39,8 @@ METHODS = {
     "heartbeat": True, "unregister_client": True, "connection_closed": False, "consumer_ids": True,
     "subscription": True, "topics_wrapper": True, "groups_wrapper": True, "offsets_wrapper": True,
     "delay_wrapper": True, "lock_batch": True, "unlock_batch": True,
+    "producer_connections": True, "consumer_connection": True, "delete_group": True,
+    "reset_offsets_notify": True, "update_config": True,
 }
 
 
@@ -49,8 +53,9 @@ class RemoteMeta:
     """The worker's face of the supervisor's Metadata: the same awaitable
     methods as LocalMeta, over the link."""
 
-    def __init__(self, address: str, worker_id: int, on_notify, on_role=None):
+    def __init__(self, address: str, worker_id: int, on_notify, on_role=None, on_other=None):
         self.address = address
+        self.on_other = on_other
         self.worker_id = worker_id
         self.client = RemotingClient(connect_timeout_s=5)
         self.client.push_handlers[LINK_PUSH] = self._on_push
@@ -82,6 +87,8 @@ class RemoteMeta:
             self._groups.clear()
         elif kind == "role" and self.on_role is not None:
             self.on_role(msg["brokerRole"], int(msg["brokerId"]))
+        elif self.on_other is not None:
+            self.on_other(msg)
 
     async def hello(self) -> None:
         await self._call("hello", self.worker_id, os.getpid())
@@ -175,6 +182,15 @@ class LinkService:
         if method == "put_group":
             m.put_group(*args)
             self.push_all({"kind": "groups"})
+            return None
+        if method == "delete_group":
+            existed = m.delete_group(*args)
+            self.push_all({"kind": "groups"})
+            return existed
+        if method == "reset_offsets_notify":
+            return self.sup.reset_offsets_notify(*args)
+        if method == "update_config":
+            self.sup.update_config(*args)
             return None
         return getattr(m, method)(*args)
 

@@ -46,6 +46,9 @@ def topic_config(name: str, read: int, write: int, perm: int = 6, sys_flag: int 
             "topicName": name, "topicSysFlag": sys_flag, "writeQueueNums": write}
 
 
+CONN_INFO_KEY = "_conn"     # heartbeat body key the io worker adds: {clientAddr, language, version}
+
+
 def group_config(name: str) -> dict:
     return {"brokerId": 0, "consumeBroadcastEnable": True, "consumeEnable": True, "consumeFromMinEnable": True,
             "groupName": name, "notifyConsumerIdsChangedEnable": True, "retryMaxTimes": 16,
@@ -121,6 +124,7 @@ class Metadata:
         self.delay_offsets: dict[int, int] = {int(k): int(v) for k, v in d.get("offsetTable", {}).items()}
         self.consumers: dict[str, dict[str, ConsumerClient]] = {}   # group -> clientId -> client
         self.producers: dict[str, dict[str, tuple]] = {}            # group -> clientId -> conn_key
+        self.client_info: dict[str, dict] = {}     # clientId -> {clientAddr, language, version} (connection lists)
         self.locks: dict[tuple, tuple[str, float]] = {}            # (group, topic, broker, qid) -> (client, ms)
         self._offsets_dirty = False
         self.on_topics_changed = lambda: None     # the broker re-registers with the name servers
@@ -293,6 +297,8 @@ class Metadata:
         now = int(time.time() * 1000)
         client_id = str(body.get("clientID", ""))
         changed = []
+        if isinstance(body.get(CONN_INFO_KEY), dict):       # the io worker adds who sent it
+            self.client_info[client_id] = body[CONN_INFO_KEY]
         for pd in body.get("producerDataSet") or []:
             self.producers.setdefault(str(pd.get("groupName")), {})[client_id] = conn_key
         for cd in body.get("consumerDataSet") or []:
@@ -320,7 +326,56 @@ class Metadata:
         if consumer_group and client_id in self.consumers.get(consumer_group, {}):
             del self.consumers[consumer_group][client_id]
             changed.append(consumer_group)
+        self._prune_client_info()
         return changed
+
+    def _prune_client_info(self) -> None:
+        """Connection details only of clients still known as a producer or a consumer."""
+        live = {cid for m in self.producers.values() for cid in m} | {cid for m in self.consumers.values() for cid in m}
+        for cid in [c for c in self.client_info if c not in live]:
+            del self.client_info[cid]
+
+    def _connection(self, client_id: str) -> dict:
+        info = self.client_info.get(client_id, {})
+        return {"clientId": client_id, "clientAddr": info.get("clientAddr", ""),
+                "language": info.get("language", "OTHER"), "version": info.get("version", 0)}
+
+    def producer_connections(self, group: str) -> list[dict]:
+        """GET_PRODUCER_CONNECTION_LIST: the group's live producers (RocketMQ's Connection)."""
+        return [self._connection(cid) for cid in sorted(self.producers.get(group, {}))]
+
+    def consumer_connection(self, group: str) -> dict | None:
+        """GET_CONSUMER_CONNECTION_LIST: RocketMQ's ConsumerConnection, or None when no consumer
+        of the group is online."""
+        members = self.consumers.get(group) or {}
+        if not members:
+            return None
+        subs: dict[str, dict] = {}
+        for c in members.values():
+            for topic, sd in c.subscriptions.items():
+                if topic not in subs or sd["subVersion"] > subs[topic]["subVersion"]:
+                    subs[topic] = {"topic": topic, "subString": sd["subString"], "tagsSet": sd["tagsSet"],
+                                   "codeSet": [], "subVersion": sd["subVersion"], "expressionType": "TAG",
+                                   "classFilterMode": False}
+        any_member = next(iter(members.values()))
+        return {"connectionSet": [self._connection(cid) for cid in sorted(members)], "subscriptionTable": subs,
+                "consumeType": any_member.consume_type, "messageModel": any_member.message_model,
+                "consumeFromWhere": any_member.consume_from_where}
+
+    def delete_group(self, name: str, remove_offsets: bool) -> bool:
+        """DELETE_SUBSCRIPTIONGROUP: the group's config, and with remove_offsets its committed
+        offsets on every topic; False when the group was not there."""
+        existed = self.groups.pop(name, None) is not None
+        if existed:
+            self.groups_version.bump()
+            self.persist_groups()
+        if remove_offsets:
+            gone = [k for k in self.offsets if k.rpartition("@")[2] == name]
+            for k in gone:
+                del self.offsets[k]
+            if gone:
+                self.persist_offsets(force=True)
+        return existed
 
     def connection_closed(self, conn_key: tuple) -> list[str]:
         changed = []
@@ -333,6 +388,7 @@ class Metadata:
         for members in self.producers.values():
             for cid in [cid for cid, k in members.items() if k == conn_key]:
                 del members[cid]
+        self._prune_client_info()
         return changed
 
     def worker_gone(self, worker_id: int) -> list[str]:
@@ -347,6 +403,7 @@ class Metadata:
         for members in self.producers.values():
             for cid in [cid for cid, k in members.items() if k[0] == worker_id]:
                 del members[cid]
+        self._prune_client_info()
         return changed
 
     # ---- ordered consumption locks (LOCK_BATCH_MQ / UNLOCK_BATCH_MQ) -----------------------------
@@ -376,6 +433,7 @@ class Metadata:
                 del members[cid]
             if gone:
                 changed.append(group)
+        self._prune_client_info()
         return changed
 
     def consumer_ids(self, group: str) -> list[str]:

@@ -297,10 +297,45 @@ class Supervisor:
             for wid, cids in by_worker.items():
                 self.link.push(wid, {"kind": "notify", "group": group, "conns": cids})
 
+    # ---- operators' changes (mq.broker.ops) ------------------------------------------------------------------
+    def reset_offsets_notify(self, group: str, topic: str, ts: int, force: bool, rows: list) -> int:
+        """RESET_CONSUMER_CLIENT_OFFSET (220) to every online consumer of the group, through the io
+        worker holding its connection, in the body spelling its language reads; how many."""
+        by_worker: dict[int, list] = {}
+        members = self.metadata.consumers.get(group) or {}
+        for cid, c in members.items():
+            cpp = self.metadata.client_info.get(cid, {}).get("language") == "CPP"
+            by_worker.setdefault(c.conn_key[0], []).append([c.conn_key[1], cpp])
+        ext = {"topic": topic, "group": group, "timestamp": ts, "isForce": "true" if force else "false"}
+        for wid, targets in by_worker.items():
+            self.link.push(wid, {"kind": "reset", "targets": targets, "ext": ext, "rows": rows})
+        log.warning("offsets of group %s on %s reset to time %d for %d consumer(s)", group, topic, ts, len(members))
+        return len(members)
+
+    def update_config(self, values: dict) -> None:
+        """UPDATE_BROKER_CONFIG (keys mq.broker.ops.RUNTIME_KEYS checked): here, in every io worker,
+        and in the conf file the broker started from (RocketMQ rewrites its file too)."""
+        for k, v in values.items():
+            setattr(self.config, k, v)
+        self.link.push_all({"kind": "config", "values": values})
+        path = getattr(self.config, "config_file", None)
+        if path:
+            try:
+                _rewrite_properties(path, values)
+            except OSError as e:
+                log.error("config change not written to %s: %s", path, e)
+        if "brokerPermission" in values:
+            asyncio.ensure_future(self.register_all())
+
     # ---- name server registration --------------------------------------------------------------------------
     def _register_request(self):
         cfg = self.config
-        body = dumps({"filterServerList": [], "topicConfigSerializeWrapper": self.metadata.topics_wrapper()})
+        wrapper = self.metadata.topics_wrapper()
+        if cfg.brokerPermission & 6 != 6:
+            # a broker without write (or read) permission registers its topics so (RocketMQ's registerBrokerAll)
+            wrapper = {**wrapper, "topicConfigTable": {n: {**tc, "perm": tc["perm"] & cfg.brokerPermission}
+                                                       for n, tc in wrapper["topicConfigTable"].items()}}
+        body = dumps({"filterServerList": [], "topicConfigSerializeWrapper": wrapper})
         return self.client.request(R.REGISTER_BROKER, {
             "brokerName": cfg.brokerName, "brokerAddr": cfg.broker_addr, "clusterName": cfg.brokerClusterName,
             "haServerAddr": cfg.ha_server_addr, "brokerId": cfg.brokerId, "compressed": False}, body)
@@ -474,3 +509,25 @@ class Supervisor:
                         return
                 offset += 1
                 self.metadata.delay_offsets[level] = offset
+
+
+def _rewrite_properties(path: str, values: dict) -> None:
+    """Sets key=value lines of a properties file in place (other lines and comments kept, missing
+    keys appended), atomically."""
+    from mq.store.configfile import write_atomic
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    left = dict(values)
+    out = []
+    for line in lines:
+        key = line.split("=", 1)[0].strip() if "=" in line and not line.lstrip().startswith(("#", "!")) else None
+        if key in left:
+            out.append(f"{key}={_prop_text(left.pop(key))}")
+        else:
+            out.append(line)
+    out += [f"{k}={_prop_text(v)}" for k, v in left.items()]
+    write_atomic(path, "\n".join(out) + "\n")
+
+
+def _prop_text(v) -> str:
+    return str(v).lower() if isinstance(v, bool) else str(v)

@@ -26,6 +26,7 @@ from mq.store.notify import CommitWaiter, PositionWaiter
 from mq.store.stats import PUBLISH_INTERVAL_S, StatsBlock, region_of
 
 from .admin import AdminProcessor
+from .ops import OpsProcessor
 from .query import QueryProcessor
 from .iostats import IoStats
 from .config import BrokerConfig
@@ -73,7 +74,8 @@ class IoWorker:
         self.ack_waiter = PositionWaiter(self.store.ctl, C.SEQ_ACK, C.POS_ACKED)
         self.commit_waiter = CommitWaiter(self.store.ctl) if cfg.enableDLegerCommitLog else None
         self.ha_status = HAStatus(cfg.storePathRootDir)
-        self.meta = RemoteMeta(self.link_address, self.worker_id, self._notify, self._role_changed)
+        self.meta = RemoteMeta(self.link_address, self.worker_id, self._notify, self._role_changed,
+                               self._link_push)
         if cfg.metricsPort:
             self._stats_block = StatsBlock.attach_if_present(cfg.storePathRootDir)
             if self._stats_block is not None:
@@ -84,9 +86,11 @@ class IoWorker:
         self.pull = PullProcessor(self)
         self.admin = AdminProcessor(self)
         self.query = QueryProcessor(self)
+        self.ops = OpsProcessor(self)
         handlers = {R.SEND_MESSAGE: self.send.handle, R.SEND_MESSAGE_V2: self.send.handle,
                     R.SEND_BATCH_MESSAGE: self.send.handle, R.CONSUMER_SEND_MSG_BACK: self.send.send_back,
-                    R.PULL_MESSAGE: self.pull.handle, **self.admin.handlers(), **self.query.handlers()}
+                    R.PULL_MESSAGE: self.pull.handle, **self.admin.handlers(), **self.query.handlers(),
+                    **self.ops.handlers()}
         handlers = {code: _guarded(h) for code, h in handlers.items()}
         if cfg.aclEnable:
             self.acl = AclFile(acl_file_path(cfg.rocketmqHome))
@@ -234,6 +238,20 @@ class IoWorker:
         """DLedger mode: the supervisor followed a role change of the Raft role."""
         self.config.brokerRole = broker_role
         self.config.brokerId = broker_id
+
+    def _link_push(self, msg: dict) -> None:
+        """The supervisor's pushes beyond notify/role (mq.broker.link)."""
+        kind = msg.get("kind")
+        if kind == "reset":
+            from mq.wire.offsets import encode_reset_offset_body
+            table = {(t, b, int(q)): int(off) for t, b, q, off in msg["rows"]}
+            for conn_id, cpp in msg["targets"]:
+                conn = self.conns.get(conn_id)
+                if conn is not None and not conn.closed:
+                    conn.push_oneway(R.RESET_CONSUMER_CLIENT_OFFSET, msg["ext"], encode_reset_offset_body(table, cpp))
+        elif kind == "config":
+            for k, v in msg["values"].items():
+                setattr(self.config, k, v)
 
     def _notify(self, group: str, conn_ids: list[int]) -> None:
         for cid in conn_ids:

@@ -15,6 +15,16 @@
     mqadmin queryMsgByKey    -n NS -t TOPIC -k KEY [-b BEGIN] [-e END] [-c MAX]
     mqadmin printMsg         -n NS -t TOPIC [-s TAGS] [-b BEGIN] [-e END] [-d true|false] [-c CHARSET]
     mqadmin leadershipTransfer -n NS -b BROKER_NAME -t TRANSFEREE_ID   (DLedger mode)
+    mqadmin updateSubGroup   -n NS (-b ADDR | -c CLUSTER) -g GROUP [-s -m -d -q -r -i -w -a]
+    mqadmin deleteSubGroup   -n NS (-b ADDR | -c CLUSTER) -g GROUP [-r true]
+    mqadmin resetOffsetByTime -n NS -g GROUP -t TOPIC -s (now | MS | yyyy-MM-dd#HH:mm:ss:SSS) [-f false]
+    mqadmin wipeWritePerm / addWritePerm -n NS -b BROKER_NAME
+    mqadmin updateBrokerConfig -n NS (-b ADDR | -c CLUSTER) -k KEY -v VALUE
+    mqadmin producerConnection -n NS -g GROUP -t TOPIC;  consumerConnection -n NS -g GROUP [-b ADDR]
+    mqadmin brokerConsumeStats -n NS -b ADDR [-l DIFF_LEVEL];  statsAll -n NS [-t TOPIC] [-a]
+    mqadmin sendMessage      -n NS -t TOPIC -p BODY [-k KEYS] [-c TAGS] [-b BROKER_NAME -i QID]
+    mqadmin consumeMessage   -n NS -t TOPIC [-b BROKER_NAME] [-i QID] [-o OFFSET] [-s BEGIN] [-e END] [-c N]
+    mqadmin clusterRT        -n NS [-a AMOUNT] [-s SIZE] [-c CLUSTER] [-i SECONDS]
     mqadmin updateAclConfig  -n NS (-b BROKER_ADDR | -c CLUSTER) -a KEY [-s SECRET] [-w ADDR] [-i PERM] [-u PERM]
                              [-t topicA=PUB,...] [-g groupA=SUB,...] [-m true|false]
     mqadmin deleteAclConfig  -n NS (-b BROKER_ADDR | -c CLUSTER) -a KEY
@@ -320,6 +330,182 @@ async def print_msg(admin: AdminClient, args) -> int:
     return 0
 
 
+# ---- groups, offsets, permissions, config ---------------------------------------------------------------
+async def update_sub_group(admin: AdminClient, args) -> int:
+    config = {"groupName": args.groupName, "consumeEnable": args.consumeEnable,
+              "consumeFromMinEnable": args.consumeFromMinEnable, "consumeBroadcastEnable": args.consumeBroadcastEnable,
+              "retryQueueNums": args.retryQueueNums, "retryMaxTimes": args.retryMaxTimes, "brokerId": args.brokerId,
+              "whichBrokerWhenConsumeSlowly": args.whichBrokerWhenConsumeSlowly,
+              "notifyConsumerIdsChangedEnable": args.notifyConsumerIdsChangedEnable}
+    for addr in await admin.update_sub_group(config, cluster=args.clusterName, broker_addr=args.brokerAddr):
+        print(f"create subscription group to {addr} success.")
+    print("SubscriptionGroupConfig [" + ", ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}"
+                                                   for k, v in config.items()) + "]")
+    return 0
+
+
+async def delete_sub_group(admin: AdminClient, args) -> int:
+    where = dict(cluster=args.clusterName, broker_addr=args.brokerAddr)
+    for addr in await admin.delete_sub_group(args.groupName, args.removeOffset, **where):
+        print(f"delete subscription group [{args.groupName}] from broker [{addr}] success.")
+    if args.clusterName:                    # as RocketMQ: the group's retry and dead-letter topics go too
+        for topic in (f"%RETRY%{args.groupName}", f"%DLQ%{args.groupName}"):
+            try:
+                await admin.delete_topic(topic, args.clusterName)
+                print(f"delete topic [{topic}] from cluster [{args.clusterName}] success.")
+            except MQClientError as e:
+                print(f"delete topic [{topic}] from cluster [{args.clusterName}] failed: {e}")
+    return 0
+
+
+async def reset_offset_by_time(admin: AdminClient, args) -> int:
+    ts = -1 if args.timestamp == "now" else _timestamp(args.timestamp)
+    rows = await admin.reset_offset_by_time(args.topic, args.group, ts, args.force)
+    print("rollback consumer offset by specified group[%s], topic[%s], force[%s], timestamp(string)[%s], "
+          "timestamp(long)[%s]" % (args.group, args.topic, str(args.force).lower(), args.timestamp, ts))
+    fmt = "%-40s  %-40s  %-40s"
+    print(fmt % ("#brokerName", "#queueId", "#offset"))
+    for broker, q, offset in rows:
+        print(fmt % (broker, q, offset))
+    return 0
+
+
+async def write_perm(admin: AdminClient, args, add: bool) -> int:
+    verb = "add" if add else "wipe"
+    for ns, count in await admin.write_perm(args.brokerName, add):
+        print(f"{verb} write perm of broker[{args.brokerName}] in name server[{ns}] OK, {count}")
+    return 0
+
+
+async def wipe_write_perm(admin: AdminClient, args) -> int:
+    return await write_perm(admin, args, add=False)
+
+
+async def add_write_perm(admin: AdminClient, args) -> int:
+    return await write_perm(admin, args, add=True)
+
+
+async def update_broker_config(admin: AdminClient, args) -> int:
+    for addr in await admin.update_broker_config({args.key: args.value}, cluster=args.clusterName,
+                                                 broker_addr=args.brokerAddr):
+        print(f"update broker config success, {addr}")
+    return 0
+
+
+def _connection_row(i: int, c: dict) -> str:
+    return "%04d  %-32s %-22s %-8s %s" % (i, c.get("clientId", ""), c.get("clientAddr", ""), c.get("language", ""),
+                                          c.get("version", ""))
+
+
+async def producer_connection(admin: AdminClient, args) -> int:
+    for i, c in enumerate(await admin.producer_connections(args.producerGroup, args.topic), 1):
+        print(_connection_row(i, c))
+    return 0
+
+
+async def consumer_connection(admin: AdminClient, args) -> int:
+    cc = await admin.consumer_connection(args.consumerGroup, args.brokerAddr)
+    for i, c in enumerate(cc.get("connectionSet", []), 1):
+        print(_connection_row(i, c))
+    print("\nBelow is subscription:")
+    for i, (topic, sd) in enumerate(sorted(cc.get("subscriptionTable", {}).items()), 1):
+        print("%04d  Topic: %-40s SubExpression: %s" % (i, topic, sd.get("subString", "*")))
+    print()
+    print(f"ConsumeType: {cc.get('consumeType')}")
+    print(f"MessageModel: {cc.get('messageModel')}")
+    print(f"ConsumeFromWhere: {cc.get('consumeFromWhere')}")
+    return 0
+
+
+async def broker_consume_stats(admin: AdminClient, args) -> int:
+    stats = await admin.broker_consume_stats(args.brokerAddr, args.order, args.timeoutMillis)
+    fmt = "%-64s  %-64s  %-32s  %-4s  %-20s  %-20s  %-20s %s"
+    print(fmt % ("#Topic", "#Group", "#Broker Name", "#QID", "#Broker Offset", "#Consumer Offset", "#Diff",
+                 "#LastTime"))
+    for entry in stats.get("consumeStatsList", []):
+        for group, parts in sorted(entry.items()):
+            for part in parts:
+                for r in part.get("offsetTable", []):
+                    diff = max(0, r["brokerOffset"] - max(r["consumerOffset"], 0))
+                    if diff < args.level:
+                        continue
+                    last = r.get("lastTimestamp", 0)
+                    print(fmt % (r["topic"], group, r["brokerName"], r["queueId"], r["brokerOffset"],
+                                 r["consumerOffset"], diff, _format_ms(last) if last else "N/A"))
+    print(f"\nDiff Total: {stats.get('totalDiff', 0)}")
+    return 0
+
+
+# ---- messages: send, consume, round trips ---------------------------------------------------------------
+def _producer(args, group: str):
+    from mq.client import Producer
+    return Producer(group, args.namesrvAddr, credentials=tools_credentials())
+
+
+async def send_message(admin: AdminClient, args) -> int:
+    from mq.client import Message, MessageQueue
+    msg = Message(args.topic, args.body, tags=args.tags, keys=args.keys)
+    async with _producer(args, "PID_TOOLS_SEND") as prod:
+        if args.brokerName is not None and args.qid is not None:
+            r = await prod.send_to_queue(msg, MessageQueue(args.topic, args.brokerName, args.qid))
+        elif (args.brokerName is None) != (args.qid is None):
+            raise MQClientError("give both -b brokerName and -i queueId, or neither")
+        else:
+            r = await prod.send(msg)
+    fmt = "%-32s  %-4s  %-20s    %s"
+    print(fmt % ("#Broker Name", "#QID", "#Send Result", "#MsgId"))
+    print(fmt % (r.queue.broker_name, r.queue.queue_id, r.status.value, r.msg_id))
+    return 0
+
+
+async def consume_message(admin: AdminClient, args) -> int:
+    """Pulls (group TOOLS_CONSUMER unless -g; nothing committed) and prints up to -c messages, from
+    -o OFFSET of one queue (-b and -i), or from the -s time (else the queue's start) of every queue,
+    up to the -e time."""
+    n = 0
+    async for m in admin.messages_from(args.topic, args.brokerName, args.queueId, args.offset,
+                                       args.beginTimestamp, args.endTimestamp, args.consumerGroup):
+        print(f"MSGID: {m.msg_id} MessageExt [brokerName={m.broker_name}, queueId={m.queue_id}, "
+              f"queueOffset={m.queue_offset}, storeTimestamp={m.store_timestamp_ms}, topic={m.topic}, "
+              f"properties={{{', '.join(f'{k}={v}' for k, v in m.properties.items())}}}] "
+              f"BODY: {_body_text(m.body)}")
+        n += 1
+        if n >= args.messageNumber:
+            break
+    print(f"Consume ok, {n} message(s)")
+    return 0
+
+
+async def cluster_rt(admin: AdminClient, args) -> int:
+    """ClusterRTSubCommand: `amount` sends of `size` bytes to each master's own topic (its
+    brokerName), average round trip per broker; -i repeats every N seconds until interrupted
+    (RocketMQ always repeats)."""
+    from mq.client import Message
+    info = await admin.cluster_info()
+    clusters = [args.clusterName] if args.clusterName else sorted(info.cluster_addr_table)
+    body = b"x" * args.size
+    fmt = "%-24s  %-24s  %-4s  %-8s  %-8s"
+    async with _producer(args, "PID_SMSC") as prod:
+        while True:
+            print(fmt % ("#Cluster Name", "#Broker Name", "#RT", "#successCount", "#failCount"))
+            for cluster in clusters:
+                for name in sorted(info.cluster_addr_table.get(cluster, [])):
+                    ok = fail = 0
+                    spent = 0.0
+                    for _ in range(args.amount):
+                        t0 = time.perf_counter()
+                        try:
+                            await prod.send(Message(name, body))
+                            ok += 1
+                            spent += time.perf_counter() - t0
+                        except (MQClientError, RemotingError):
+                            fail += 1
+                    print(fmt % (cluster, name, "%.2f" % (spent * 1000 / ok if ok else 0.0), ok, fail))
+            if not args.interval:
+                return 0
+            await asyncio.sleep(args.interval)
+
+
 async def leadership_transfer(admin: AdminClient, args) -> int:
     g = await admin.dledger_group(args.brokerName)
     if args.transfereeId not in g["peers"]:
@@ -485,6 +671,80 @@ COMMANDS = {
                   (("-e", "--endTimestamp"), dict(type=_timestamp, default=None,
                                                    help="ms or yyyy-MM-dd#HH:mm:ss:SSS (the queue's end)")),
                   (("-d", "--printBody"), dict(type=_bool, default=True, help="print bodies (true)"))], []),
+    "updateSubGroup": (update_sub_group, "Update or create subscription group",
+                       [(("-g", "--groupName"), dict(required=True, help="consumer group name")),
+                        (("-s", "--consumeEnable"), dict(type=_bool, default=True, help="consume enable (true)")),
+                        (("-m", "--consumeFromMinEnable"), dict(type=_bool, default=False,
+                                                                 help="consume from min offset enable (false)")),
+                        (("-d", "--consumeBroadcastEnable"), dict(type=_bool, default=False,
+                                                                   help="broadcast consumption enable (false)")),
+                        (("-q", "--retryQueueNums"), dict(type=_nonneg, default=1, help="retry queue nums (1)")),
+                        (("-r", "--retryMaxTimes"), dict(type=_nonneg, default=16, help="retry max times (16)")),
+                        (("-i", "--brokerId"), dict(type=_nonneg, default=0, help="consume from this broker id (0)")),
+                        (("-w", "--whichBrokerWhenConsumeSlowly"), dict(type=_nonneg, default=1,
+                                                                         help="broker id when consuming slowly (1)")),
+                        (("-a", "--notifyConsumerIdsChangedEnable"), dict(type=_bool, default=True,
+                                                                           help="notify consumer ids changed (true)"))],
+                       [[(("-b", "--brokerAddr"), dict(help="create the group on this broker")),
+                         (("-c", "--clusterName"), dict(help="create the group on every master of this cluster"))]]),
+    "deleteSubGroup": (delete_sub_group, "Delete subscription group from brokers",
+                       [(("-g", "--groupName"), dict(required=True, help="consumer group name")),
+                        (("-r", "--removeOffset"), dict(type=_bool, default=False,
+                                                         help="also delete the group's offsets (false)"))],
+                       [[(("-b", "--brokerAddr"), dict(help="delete the group from this broker")),
+                         (("-c", "--clusterName"), dict(help="from every master of this cluster, with its "
+                                                             "%%RETRY%% and %%DLQ%% topics"))]]),
+    "resetOffsetByTime": (reset_offset_by_time, "Reset consumer offset by timestamp (online consumers are told)",
+                          [(("-g", "--group"), dict(required=True, help="consumer group name")),
+                           (("-t", "--topic"), dict(required=True, help="topic name")),
+                           (("-s", "--timestamp"), dict(required=True,
+                                                        help="'now', ms, or yyyy-MM-dd#HH:mm:ss:SSS")),
+                           (("-f", "--force"), dict(type=_bool, default=True,
+                                                    help="also move offsets forward (true); false: only back"))],
+                          []),
+    "wipeWritePerm": (wipe_write_perm, "Wipe write perm of broker in all name server",
+                      [(("-b", "--brokerName"), dict(required=True, help="broker name"))], []),
+    "addWritePerm": (add_write_perm, "Add write perm of broker in all name server",
+                     [(("-b", "--brokerName"), dict(required=True, help="broker name"))], []),
+    "updateBrokerConfig": (update_broker_config, "Update broker's config (the keys safe to change while it runs)",
+                           [(("-k", "--key"), dict(required=True, help="config key")),
+                            (("-v", "--value"), dict(required=True, help="config value"))],
+                           [[(("-b", "--brokerAddr"), dict(help="this broker")),
+                             (("-c", "--clusterName"), dict(help="every master of this cluster"))]]),
+    "producerConnection": (producer_connection, "Query producer's socket connection and client version",
+                           [(("-g", "--producerGroup"), dict(required=True, help="producer group name")),
+                            (("-t", "--topic"), dict(required=True, help="a topic the group sends to"))], []),
+    "consumerConnection": (consumer_connection, "Query consumer's socket connection, client version and subscription",
+                           [(("-g", "--consumerGroup"), dict(required=True, help="consumer group name")),
+                            (("-b", "--brokerAddr"), dict(help="ask this broker"))], []),
+    "brokerConsumeStats": (broker_consume_stats, "Fetch broker consume stats data",
+                           [(("-b", "--brokerAddr"), dict(required=True, help="broker address")),
+                            (("-t", "--timeoutMillis"), dict(type=_nonneg, default=50000, help="request timeout ms")),
+                            (("-l", "--level"), dict(type=_nonneg, default=0, help="only rows with diff >= this (0)")),
+                            (("-o", "--order"), dict(type=_bool, default=False, help="order topic (false)"))], []),
+    "sendMessage": (send_message, "Send a message",
+                    [(("-t", "--topic"), dict(required=True, help="topic name")),
+                     (("-p", "--body"), dict(required=True, help="UTF-8 body")),
+                     (("-k", "--keys"), dict(help="message keys")),
+                     (("-c", "--tags"), dict(help="message tags")),
+                     (("-b", "--brokerName"), dict(help="send to this broker (with -i)")),
+                     (("-i", "--qid"), dict(type=_nonneg, help="send to this queue (with -b)"))], []),
+    "consumeMessage": (consume_message, "Consume (pull, print) messages without committing offsets",
+                       [(("-t", "--topic"), dict(required=True, help="topic name")),
+                        (("-b", "--brokerName"), dict(help="only this broker")),
+                        (("-i", "--queueId"), dict(type=_nonneg, help="only this queue")),
+                        (("-o", "--offset"), dict(type=_nonneg, help="start at this queue offset")),
+                        (("-g", "--consumerGroup"), dict(help="group to pull as (TOOLS_CONSUMER)")),
+                        (("-s", "--beginTimestamp"), dict(type=_timestamp, help="ms or yyyy-MM-dd#HH:mm:ss:SSS")),
+                        (("-e", "--endTimestamp"), dict(type=_timestamp, help="ms or yyyy-MM-dd#HH:mm:ss:SSS")),
+                        (("-c", "--messageNumber"), dict(type=_nonneg, default=128, help="most messages (128)"))],
+                       []),
+    "clusterRT": (cluster_rt, "List all clusters' message send round trip times",
+                  [(("-a", "--amount"), dict(type=_nonneg, default=100, help="messages per broker a round (100)")),
+                   (("-s", "--size"), dict(type=_nonneg, default=128, help="body bytes (128)")),
+                   (("-c", "--clusterName"), dict(help="only this cluster")),
+                   (("-i", "--interval"), dict(type=_nonneg, default=0,
+                                               help="repeat every N seconds until interrupted (0: once)"))], []),
     "leadershipTransfer": (leadership_transfer, "DLedger mode: hand the leadership of a group to a member",
                            [(("-b", "--brokerName"), dict(required=True, help="broker name (the DLedger group's brokers)")),
                             (("-t", "--transfereeId"), dict(required=True, help="the member to lead, e.g. n1"))], []),
@@ -520,7 +780,9 @@ def tools_credentials():
 async def _run(args) -> int:
     admin = AdminClient(args.namesrvAddr, credentials=tools_credentials())
     try:
-        return await asyncio.wait_for(args.func(admin, args), COMMAND_TIMEOUT_S)
+        # clusterRT -i repeats until interrupted, as RocketMQ's does
+        forever = args.command == "clusterRT" and getattr(args, "interval", 0)
+        return await asyncio.wait_for(args.func(admin, args), None if forever else COMMAND_TIMEOUT_S)
     finally:
         await admin.close()
 

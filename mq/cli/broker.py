@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import sys
 
@@ -29,7 +30,9 @@ def load(args) -> BrokerConfig:
     overrides = {"namesrvAddr": args.namesrvAddr} if args.namesrvAddr else {}
     warn = lambda m: print(f"mqbroker: warning: {m}", file=sys.stderr)  # noqa: E731
     if args.configFile:
-        return load_config_file(args.configFile, overrides, warn=warn)
+        cfg = load_config_file(args.configFile, overrides, warn=warn)
+        cfg.config_file = os.path.abspath(args.configFile)     # UPDATE_BROKER_CONFIG writes changes back
+        return cfg
     return BrokerConfig(overrides, warn=warn)
 
 

@@ -144,12 +144,117 @@ class AdminClient:
         """One of the ACL codes (UPDATE_AND_CREATE_ACL_CONFIG 50, DELETE_ACL_CONFIG 51,
         UPDATE_GLOBAL_WHITE_ADDRS_CONFIG 53) at `broker_addr` or every master of `cluster`;
         returns the addresses.  MQBrokerError (code 209/210/211 and the reason) on a refusal."""
+        return [addr for addr, _ in await self.on_brokers(code, ext, cluster=cluster, broker_addr=broker_addr)]
+
+    async def on_brokers(self, code: int, ext: dict | None = None, body: bytes = b"", *, cluster: str | None = None,
+                         broker_addr: str | None = None) -> list[tuple[str, object]]:
+        """One request at `broker_addr`, or at every master of `cluster`: [(address, response)].
+        MQBrokerError for the first refusal."""
         if (cluster is None) == (broker_addr is None):
             raise MQClientError("give exactly one of cluster and broker_addr")
         addrs = [broker_addr] if broker_addr else await self._cluster_masters(cluster)
+        return [(addr, await self.instance.invoke_ok(addr, code, ext, body, timeout_s=self.timeout_s))
+                for addr in addrs]
+
+    # ---- groups, offsets, connections, config (mq.broker.ops) -----------------------------------------
+    async def update_sub_group(self, config: dict, **where) -> list[str]:
+        """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200) with a SubscriptionGroupConfig."""
+        body = json.dumps(config, separators=(",", ":")).encode()
+        return [a for a, _ in await self.on_brokers(R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, None, body, **where)]
+
+    async def delete_sub_group(self, group: str, remove_offset: bool, **where) -> list[str]:
+        """DELETE_SUBSCRIPTIONGROUP (207)."""
+        ext = {"groupName": group, "removeOffset": str(remove_offset).lower()}
+        return [a for a, _ in await self.on_brokers(R.DELETE_SUBSCRIPTIONGROUP, ext, **where)]
+
+    async def update_broker_config(self, values: dict, **where) -> list[str]:
+        """UPDATE_BROKER_CONFIG (25), body properties text."""
+        body = "".join(f"{k}={v}\n" for k, v in values.items()).encode()
+        return [a for a, _ in await self.on_brokers(R.UPDATE_BROKER_CONFIG, None, body, **where)]
+
+    async def write_perm(self, broker_name: str, add: bool) -> list[tuple[str, int]]:
+        """WIPE_WRITE_PERM_OF_BROKER (205) or ADD_WRITE_PERM_OF_BROKER (327) at every name server:
+        [(name server, topics changed)]."""
+        code, key = (R.ADD_WRITE_PERM_OF_BROKER, "addTopicCount") if add else \
+            (R.WIPE_WRITE_PERM_OF_BROKER, "wipeTopicCount")
+        out = []
+        for ns in self.instance.namesrv_addrs:
+            r = await self.instance.invoke_ok(ns, code, {"brokerName": broker_name}, timeout_s=self.timeout_s)
+            out.append((ns, int((r.ext_fields or {}).get(key, 0))))
+        return out
+
+    async def reset_offset_by_time(self, topic: str, group: str, ts_ms: int, force: bool = True) -> list[tuple]:
+        """resetOffsetByTime: INVOKE_BROKER_TO_RESET_OFFSET (222) at the master of each broker of the
+        route, which tells the group's online consumers; where none is online (CONSUMER_NOT_ONLINE)
+        the offsets are committed here instead, queue by queue, as RocketMQ's tool falls back to.
+        Returns [(brokerName, queueId, offset)]."""
+        from mq.wire.offsets import decode_reset_offset_body
+        route = await self.topic_route(topic)
+        out = []
+        for bd in sorted(route.broker_datas, key=lambda b: b.broker_name):
+            addr = bd.master_addr
+            if addr is None:
+                continue
+            ext = {"topic": topic, "group": group, "timestamp": ts_ms, "isForce": str(force).lower()}
+            r = await self.instance.invoke(addr, R.INVOKE_BROKER_TO_RESET_OFFSET, ext, timeout_s=self.timeout_s)
+            if r.code == RC.SUCCESS:
+                table = decode_reset_offset_body(r.body or b"")
+                out += sorted((b, q, off) for (_, b, q), off in table.items())
+                continue
+            if r.code != RC.CONSUMER_NOT_ONLINE:
+                raise MQBrokerError(r.code, r.remark, addr)
+            queues = [qd.write_queue_nums for qd in route.queue_datas if qd.broker_name == bd.broker_name]
+            for q in range(queues[0] if queues else 0):
+                mq_ext = {"topic": topic, "queueId": q}
+                cur = await self.instance.invoke(addr, R.QUERY_CONSUMER_OFFSET, {**mq_ext, "consumerGroup": group},
+                                                 timeout_s=self.timeout_s)
+                current = int(cur.ext_fields["offset"]) if cur.code == RC.SUCCESS else -1
+                at = await self.queue_offset_at(MessageQueue(topic, bd.broker_name, q), addr,
+                                                None if ts_ms == -1 else ts_ms)
+                offset = at if force or current < 0 or at < current else current
+                await self.instance.invoke_ok(addr, R.UPDATE_CONSUMER_OFFSET,
+                                              {**mq_ext, "consumerGroup": group, "commitOffset": offset},
+                                              timeout_s=self.timeout_s)
+                out.append((bd.broker_name, q, offset))
+        return out
+
+    async def _masters_of(self, topic: str) -> list[tuple[str, str]]:
+        route = await self.topic_route(topic)
+        return [(bd.broker_name, bd.master_addr) for bd in sorted(route.broker_datas, key=lambda b: b.broker_name)
+                if bd.master_addr]
+
+    async def producer_connections(self, group: str, topic: str) -> list[dict]:
+        """GET_PRODUCER_CONNECTION_LIST (204) at the masters of the topic's route, merged."""
+        seen: dict[str, dict] = {}
+        for _, addr in await self._masters_of(topic):
+            r = await self.instance.invoke(addr, R.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": group},
+                                           timeout_s=self.timeout_s)
+            if r.code == RC.SUCCESS:
+                for c in json.loads(r.body or b"{}").get("connectionSet", []):
+                    seen[c["clientId"]] = c
+        if not seen:
+            raise MQClientError(f"no producer of group {group} is online at the brokers of topic {topic}")
+        return [seen[k] for k in sorted(seen)]
+
+    async def consumer_connection(self, group: str, broker_addr: str | None = None) -> dict:
+        """GET_CONSUMER_CONNECTION_LIST (203) at `broker_addr`, or at the masters of the group's
+        %RETRY% topic (every consumer heartbeats to every broker of its topics)."""
+        addrs = [broker_addr] if broker_addr else [a for _, a in await self._masters_of(f"%RETRY%{group}")]
+        last = None
         for addr in addrs:
-            await self.instance.invoke_ok(addr, code, ext, timeout_s=self.timeout_s)
-        return addrs
+            r = await self.instance.invoke(addr, R.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group},
+                                           timeout_s=self.timeout_s)
+            if r.code == RC.SUCCESS:
+                return json.loads(r.body)
+            last = MQBrokerError(r.code, r.remark, addr)
+        raise last or MQClientError(f"no broker for group {group}")
+
+    async def broker_consume_stats(self, addr: str, is_order: bool = False, timeout_ms: int = 50000) -> dict:
+        """GET_BROKER_CONSUME_STATS (317) of one broker."""
+        r = await self.instance.invoke_ok(addr, R.GET_BROKER_CONSUME_STATS,
+                                          {"isOrder": str(is_order).lower(), "timeoutMillis": timeout_ms},
+                                          timeout_s=max(self.timeout_s, timeout_ms / 1000))
+        return json.loads(r.body)
 
     async def topic_status(self, topic: str) -> list[dict]:
         """GET_TOPIC_STATS_INFO from the master of every broker of the topic's route, rows sorted."""
@@ -335,19 +440,31 @@ class AdminClient:
                                batch: int = 32):
         """Every message of the topic stored in [begin_ms, end_ms) (end None: up to the end),
         queue by queue, as PrintMessageSubCommand walks them (group TOOLS_CONSUMER, nothing committed)."""
+        async for m in self.messages_from(topic, begin_ms=begin_ms, end_ms=end_ms, sub_expression=sub_expression,
+                                          batch=batch):
+            yield m
+
+    async def messages_from(self, topic: str, broker_name: str | None = None, queue_id: int | None = None,
+                            offset: int | None = None, begin_ms: int | None = None, end_ms: int | None = None,
+                            group: str | None = None, sub_expression: str = "*", batch: int = 32):
+        """Messages pulled queue by queue (only broker_name's, only queue_id), from `offset`, else
+        from the one stored at begin_ms, else from the queue's start; up to the one stored at
+        end_ms, else to the queue's end.  Nothing is committed."""
         route = await self.topic_route(topic)
         sub = SubscriptionData.build(topic, sub_expression)
         for mq in route.subscribe_queues(topic):
+            if (broker_name is not None and mq.broker_name != broker_name) or \
+                    (queue_id is not None and mq.queue_id != queue_id):
+                continue
             bd = route.broker(mq.broker_name)
             addr = bd.select_addr() if bd else None
             if addr is None:
                 continue
-            lo = await self.queue_offset_at(mq, addr, begin_ms)
+            lo = offset if offset is not None else await self.queue_offset_at(mq, addr, begin_ms or 0)
             hi = await self.queue_offset_at(mq, addr, end_ms)
-            offset = lo
-            while offset < hi:
+            while lo < hi:
                 try:
-                    res = await pull_kernel(self.instance, TOOLS_CONSUMER_GROUP, mq, sub, offset, batch,
+                    res = await pull_kernel(self.instance, group or TOOLS_CONSUMER_GROUP, mq, sub, lo, batch,
                                             suspend=False, timeout_s=self.timeout_s)
                 except WireError as e:
                     raise MQClientError(f"the broker answered an undecodable pull body: {e}") from None
@@ -356,7 +473,7 @@ class AdminClient:
                 for m in res.messages:
                     if m.queue_offset < hi:
                         yield m
-                offset = res.next_begin_offset
+                lo = res.next_begin_offset
 
     async def query_msg_by_offset(self, topic: str, broker_name: str, queue_id: int, queue_offset: int) -> MessageExt:
         """The message at consume-queue offset `queue_offset` of topic@broker_name:queue_id (a pull of one

@@ -379,6 +379,7 @@ class PushConsumer:
         self._stopping = False
         inst.on_new_broker = self.send_heartbeat
         inst.remoting.push_handlers[R.NOTIFY_CONSUMER_IDS_CHANGED] = self._on_consumer_ids_changed
+        inst.remoting.push_handlers[R.RESET_CONSUMER_CLIENT_OFFSET] = self._on_reset_offset
         await inst.refresh_routes(self._subs)
         await self.send_heartbeat()
         complete = await self._rebalance()
@@ -444,6 +445,39 @@ class PushConsumer:
         connection's read loop, so it only sets the event)."""
         if (cmd.ext_fields or {}).get("consumerGroup", self.group) == self.group and self._rebalance_event:
             self._rebalance_event.set()
+
+    async def _on_reset_offset(self, addr: str, cmd) -> None:
+        """RESET_CONSUMER_CLIENT_OFFSET (220), one-way from a broker (mqadmin resetOffsetByTime):
+        the queues named are dropped, their offsets set and committed, and the next rebalance
+        takes them again from there (as the Java client's resetOffset)."""
+        from mq.wire.errors import WireError
+        from mq.wire.offsets import decode_reset_offset_body
+        ext = cmd.ext_fields or {}
+        if ext.get("group") != self.group or self.instance is None:
+            return
+        try:
+            table = decode_reset_offset_body(cmd.body or b"")
+        except WireError as e:
+            log.warning("%s: ignored an offset reset from %s: %s", self.group, addr, e)
+            return
+        self.instance.spawn(self._reset_offsets({MessageQueue(t, b, q): off for (t, b, q), off in table.items()}),
+                            "offset reset")
+
+    async def _reset_offsets(self, table: dict) -> None:
+        for mq, offset in table.items():
+            pq = self._pqs.pop(mq, None)
+            if pq is not None:
+                pq.dropped = True
+                if pq.task is not None:
+                    pq.task.cancel()
+            self.offset_store.update(mq, offset, increase_only=False)
+            try:
+                await self.offset_store.persist(mq, oneway=False)
+            except (RemotingError, MQClientError) as e:
+                log.warning("%s: committing the reset offset of %s failed: %s", self.group, mq, e)
+            self.offset_store.remove(mq)
+        log.info("%s: offsets reset by a broker: %s", self.group, {str(mq): o for mq, o in table.items()})
+        self._rebalance_event.set()
 
     async def _persist_offsets(self) -> None:
         await self.offset_store.persist_all(self.assigned_queues(), oneway=True)

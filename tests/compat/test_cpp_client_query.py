@@ -186,3 +186,21 @@ def _keyed(topic: str, key: str):
     m = message(topic, 0, "TagK")
     m.set_keys(key)
     return m
+
+
+def test_reset_offset_reaches_the_cpp_consumer(sent):
+    """resetOffsetByTime while a C++ push consumer is online: the broker sends it
+    RESET_CONSUMER_CLIENT_OFFSET in the spelling the C++ client reads (an array), and it
+    consumes the topic again from the start."""
+    ns, broker, topic, shared, group, ids = sent
+    col = Collector()
+    cons = push_consumer(ns.addr, group, topic, col)
+    try:
+        time.sleep(3)                      # rebalanced; everything was consumed before
+        assert len(col.got) == 0
+        out = mqadmin("resetOffsetByTime", "-n", ns.addr, "-g", group, "-t", topic, "-s", "0")
+        assert "#brokerName" in out
+        wait_for(lambda: len({g[3] for g in col.got}) >= N, 60, 0.2, "consumed again from the start")
+    finally:
+        cons.shutdown()
+    assert {int(g[3]) for g in col.got} == set(range(N))
