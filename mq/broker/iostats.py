@@ -1,4 +1,4 @@
-"""What an io worker counts for the broker's metrics (metricsPort > 0): rows of its region of
+"""What an io worker counts for the broker's metrics and statsAll: rows of its region of
 the stats block (mq.store.stats), summed over workers by the supervisor (mq.broker.metrics).
 
     kind "put"   name topic                  [messages stored by sends, their body bytes]

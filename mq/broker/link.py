@@ -40,7 +40,7 @@ METHODS = {
     "subscription": True, "topics_wrapper": True, "groups_wrapper": True, "offsets_wrapper": True,
     "delay_wrapper": True, "lock_batch": True, "unlock_batch": True,
     "producer_connections": True, "consumer_connection": True, "delete_group": True,
-    "reset_offsets_notify": True, "update_config": True,
+    "reset_offsets_notify": True, "update_config": True, "stats_data": True,
 }
 
 
@@ -192,6 +192,8 @@ class LinkService:
         if method == "update_config":
             self.sup.update_config(*args)
             return None
+        if method == "stats_data":
+            return self.sup.stats_history.stats_data(*args)
         return getattr(m, method)(*args)
 
     def worker_link_closed(self, conn) -> None:

@@ -11,6 +11,7 @@
     UPDATE_BROKER_CONFIG         25    keys that are safe at run time (RUNTIME_KEYS), applied by
                                        every process of the broker and written to its conf file
     GET_BROKER_CONSUME_STATS     317   every group's consume stats on this broker
+    VIEW_BROKER_STATS_DATA       315   a counter's last minute, hour and day (mq.broker.statsdata)
 
 A connection is RocketMQ's Connection: clientId, clientAddr, language, version (from the
 client's heartbeats; mq.broker.metadata)."""
@@ -68,6 +69,7 @@ class OpsProcessor:
             R.INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset,
             R.UPDATE_BROKER_CONFIG: self.update_config,
             R.GET_BROKER_CONSUME_STATS: self.broker_consume_stats,
+            R.VIEW_BROKER_STATS_DATA: self.stats_data,
         }
 
     async def consumer_connection(self, conn, cmd):
@@ -142,6 +144,14 @@ class OpsProcessor:
         await self.meta.update_config(values)
         log.warning("broker config changed at run time by %s: %s", conn.peer, values)
         return make_response(cmd, RC.SUCCESS)
+
+    async def stats_data(self, conn, cmd):
+        h = cmd.ext_fields or {}
+        name, key = h.get("statsName", ""), h.get("statsKey", "")
+        data = await self.meta.stats_data(name, key)
+        if data is None:
+            return make_response(cmd, RC.SYSTEM_ERROR, f"The stats <{name}> <{key}> not exist")
+        return make_response(cmd, RC.SUCCESS, body=dumps(data))
 
     async def broker_consume_stats(self, conn, cmd):
         """ConsumeStatsList {"brokerAddr", "totalDiff", "consumeStatsList": [{group: [stats]}]}, each

@@ -29,7 +29,7 @@ from mq.store import control as C
 from mq.store.configfile import loads_lenient, write_atomic
 from mq.store.retention import Retention
 from mq.store.roles import role_main
-from mq.store.stats import StatsBlock, remove_stats_segment
+from mq.store.stats import StatsBlock
 from mq.ha.common import monotonic_ms, taking_back
 from mq.ha.role import ha_role_main
 from mq.dledger.role import dledger_role_main
@@ -42,6 +42,7 @@ from .launcher import STOP_PIPE, Launcher, RoleProcess
 from .link import LINK_CALL, LinkService, link_address
 from .metadata import SCHEDULE_TOPIC, Metadata, dumps
 from .metrics import MetricsServer
+from .statsdata import StatsHistory
 from .slavesync import SlaveSync
 from .tracing import broker_label, trace_dir
 from .worker import worker_main
@@ -74,7 +75,8 @@ class Supervisor:
         self.stopping = False
         self.restarts = 0
         self.restarts_by_role: dict[str, int] = {}     # "io-0", "flush", ...: for mq_role_restarts_total
-        self.stats_block: StatsBlock | None = None     # metricsPort > 0: the roles' counters (mq.store.stats)
+        self.stats_block: StatsBlock | None = None     # the roles' counters (mq.store.stats)
+        self.stats_history: StatsHistory | None = None  # their minute/hour/day windows (VIEW_BROKER_STATS_DATA)
         self.metrics: MetricsServer | None = None
 
     # ---- lifecycle -------------------------------------------------------------------------------
@@ -95,12 +97,10 @@ class Supervisor:
             # a DLedger member starts as a follower; the Raft role tells when it leads
             cfg.brokerRole, cfg.brokerId = "SLAVE", dledger_follower_id(scfg)
             self.commit_waiter = CommitWaiter(self.store.ctl)
-        # the stats block exists before any role that counts into it starts (metrics off: a
-        # crashed broker's stale block goes, so no role counts into it)
-        if cfg.metricsPort:
-            self.stats_block = StatsBlock(cfg.storePathRootDir, regions=cfg.sendMessageThreadPoolNums + 1, create=True)
-        else:
-            remove_stats_segment(cfg.storePathRootDir)
+        # the stats block exists before any role that counts into it starts; it is kept whatever
+        # metricsPort says (RocketMQ's BrokerStatsManager always counts: statsAll reads it)
+        self.stats_block = StatsBlock(cfg.storePathRootDir, regions=cfg.sendMessageThreadPoolNums + 1, create=True)
+        self.stats_history = StatsHistory(self.stats_block)
         for role in ("flush", "dispatch", "dledger" if self.dledger else "ha"):
             self._start_role(role)
         self.metadata = Metadata(cfg, self.store.config_dir)
@@ -117,12 +117,12 @@ class Supervisor:
         for wid in range(cfg.sendMessageThreadPoolNums):
             self._start_worker(wid)
         await asyncio.wait_for(asyncio.gather(*(e.wait() for e in self._ready.values())), WORKER_START_TIMEOUT_S)
-        if self.stats_block is not None:
+        if cfg.metricsPort:
             self.metrics = MetricsServer(self, self.stats_block)
             await self.metrics.start(cfg.listenAddress, cfg.metricsPort)
             log.info("Prometheus metrics on http://%s:%d/metrics", cfg.listenAddress, self.metrics.port)
         loops = [self._register_loop, self._persist_loop, self._schedule_loop, self._expire_loop,
-                 self._watch_children, self._retention_loop]
+                 self._watch_children, self._retention_loop, self.stats_history.run]
         self.slave_sync = SlaveSync(self)
         if self.dledger:
             loops.append(self._follow_dledger_role)

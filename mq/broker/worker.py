@@ -59,7 +59,7 @@ class IoWorker:
         self._trace_flusher: asyncio.Task | None = None
         self.acl: AclFile | None = None          # aclEnable: the accounts, reloaded on change
         self._acl_poller: asyncio.Task | None = None
-        # metricsPort: this worker's counters in its region of the stats block; None when off
+        # this worker's counters in its region of the stats block (None only when the block is missing)
         self.stats: IoStats | None = None
         self._stats_block: StatsBlock | None = None
         self._stats_publisher: asyncio.Task | None = None
@@ -76,11 +76,10 @@ class IoWorker:
         self.ha_status = HAStatus(cfg.storePathRootDir)
         self.meta = RemoteMeta(self.link_address, self.worker_id, self._notify, self._role_changed,
                                self._link_push)
-        if cfg.metricsPort:
-            self._stats_block = StatsBlock.attach_if_present(cfg.storePathRootDir)
-            if self._stats_block is not None:
-                self.stats = IoStats(self._stats_block.writer(region_of("io", self.worker_id)))
-                self._stats_publisher = asyncio.create_task(self._publish_stats())
+        self._stats_block = StatsBlock.attach_if_present(cfg.storePathRootDir)
+        if self._stats_block is not None:
+            self.stats = IoStats(self._stats_block.writer(region_of("io", self.worker_id)))
+            self._stats_publisher = asyncio.create_task(self._publish_stats())
         self.send = SendProcessor(self)
         self.send.group = self.send_group = SendGroup(self, self.send)
         self.pull = PullProcessor(self)

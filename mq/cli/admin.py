@@ -436,6 +436,48 @@ async def broker_consume_stats(admin: AdminClient, args) -> int:
     return 0
 
 
+async def stats_all(admin: AdminClient, args) -> int:
+    """StatsAllSubCommand: per topic and consuming group, the backlog, the last minute's in and
+    out TPS and the last day's in and out messages, summed over the masters of the route."""
+    topics = [args.topic] if args.topic else await admin.topic_list()
+    fmt = "%-64s  %-64s %12s %11s %11s %14s %14s"
+    print(fmt % ("#Topic", "#Consumer Group", "#Accumulation", "#InTPS", "#OutTPS", "#InMsg24Hour",
+                 "#OutMsg24Hour"))
+
+    async def stats(masters, name: str, key: str) -> tuple[float, int]:
+        tps, day = 0.0, 0
+        for _, addr in masters:
+            d = await admin.view_broker_stats(addr, name, key)
+            if d:
+                tps += d["statsMinute"]["tps"]
+                day += d["statsDay"]["sum"]
+        return tps, day
+
+    for topic in topics:
+        if topic.startswith(("%RETRY%", "%DLQ%")):
+            continue
+        try:
+            masters = await admin.masters_of(topic)
+            groups = await admin.consumed_by(topic)
+        except (MQClientError, RemotingError):
+            continue
+        in_tps, in_day = await stats(masters, "TOPIC_PUT_NUMS", topic)
+        if not groups:
+            if not args.activeTopic or in_day > 0:
+                print("%-64s  %-64s %12d %11.2f %11s %14d %14s" % (topic, "", 0, in_tps, "", in_day, "NO_CONSUMER"))
+            continue
+        for group in groups:
+            out_tps, out_day = await stats(masters, "GROUP_GET_NUMS", f"{topic}@{group}")
+            try:
+                backlog = (await admin.consumer_progress(group, topic)).diff_total
+            except (MQClientError, RemotingError):
+                backlog = 0
+            if not args.activeTopic or in_day > 0 or out_day > 0:
+                print("%-64s  %-64s %12d %11.2f %11.2f %14d %14d" % (topic, group, backlog, in_tps, out_tps,
+                                                                     in_day, out_day))
+    return 0
+
+
 # ---- messages: send, consume, round trips ---------------------------------------------------------------
 def _producer(args, group: str):
     from mq.client import Producer
@@ -722,6 +764,9 @@ COMMANDS = {
                             (("-t", "--timeoutMillis"), dict(type=_nonneg, default=50000, help="request timeout ms")),
                             (("-l", "--level"), dict(type=_nonneg, default=0, help="only rows with diff >= this (0)")),
                             (("-o", "--order"), dict(type=_bool, default=False, help="order topic (false)"))], []),
+    "statsAll": (stats_all, "Topic and consumer tps stats (last minute) and messages in the last day",
+                 [(("-a", "--activeTopic"), dict(action="store_true", help="only topics with traffic today")),
+                  (("-t", "--topic"), dict(help="only this topic"))], []),
     "sendMessage": (send_message, "Send a message",
                     [(("-t", "--topic"), dict(required=True, help="topic name")),
                      (("-p", "--body"), dict(required=True, help="UTF-8 body")),

@@ -218,7 +218,7 @@ class AdminClient:
                 out.append((bd.broker_name, q, offset))
         return out
 
-    async def _masters_of(self, topic: str) -> list[tuple[str, str]]:
+    async def masters_of(self, topic: str) -> list[tuple[str, str]]:
         route = await self.topic_route(topic)
         return [(bd.broker_name, bd.master_addr) for bd in sorted(route.broker_datas, key=lambda b: b.broker_name)
                 if bd.master_addr]
@@ -226,7 +226,7 @@ class AdminClient:
     async def producer_connections(self, group: str, topic: str) -> list[dict]:
         """GET_PRODUCER_CONNECTION_LIST (204) at the masters of the topic's route, merged."""
         seen: dict[str, dict] = {}
-        for _, addr in await self._masters_of(topic):
+        for _, addr in await self.masters_of(topic):
             r = await self.instance.invoke(addr, R.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": group},
                                            timeout_s=self.timeout_s)
             if r.code == RC.SUCCESS:
@@ -239,7 +239,7 @@ class AdminClient:
     async def consumer_connection(self, group: str, broker_addr: str | None = None) -> dict:
         """GET_CONSUMER_CONNECTION_LIST (203) at `broker_addr`, or at the masters of the group's
         %RETRY% topic (every consumer heartbeats to every broker of its topics)."""
-        addrs = [broker_addr] if broker_addr else [a for _, a in await self._masters_of(f"%RETRY%{group}")]
+        addrs = [broker_addr] if broker_addr else [a for _, a in await self.masters_of(f"%RETRY%{group}")]
         last = None
         for addr in addrs:
             r = await self.instance.invoke(addr, R.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group},
@@ -255,6 +255,14 @@ class AdminClient:
                                           {"isOrder": str(is_order).lower(), "timeoutMillis": timeout_ms},
                                           timeout_s=max(self.timeout_s, timeout_ms / 1000))
         return json.loads(r.body)
+
+    async def view_broker_stats(self, addr: str, stats_name: str, stats_key: str) -> dict | None:
+        """VIEW_BROKER_STATS_DATA (315): {"statsMinute"|"statsHour"|"statsDay": {"sum", "tps", "avgpt"}},
+        or None when the broker has no such counter."""
+        r = await self.instance.invoke(addr, R.VIEW_BROKER_STATS_DATA, {"statsName": stats_name,
+                                                                        "statsKey": stats_key},
+                                       timeout_s=self.timeout_s)
+        return json.loads(r.body) if r.code == RC.SUCCESS else None
 
     async def topic_status(self, topic: str) -> list[dict]:
         """GET_TOPIC_STATS_INFO from the master of every broker of the topic's route, rows sorted."""

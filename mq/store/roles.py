@@ -10,7 +10,7 @@ when the supervisor started the role.  The flush role then writes its flush
 records to <dir>/flush-<pid>.jsonl (mq.store.flush); dispatch writes none.
 
 The flush role also feeds the broker's metrics when the supervisor made a stats block
-(metricsPort > 0; mq.store.stats): its histograms go to the block's last region."""
+(mq.store.stats): its histograms go to the block's last region."""
 from __future__ import annotations
 
 import logging

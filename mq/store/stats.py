@@ -37,8 +37,8 @@ at 0 again: a counter reset, which Prometheus's rate() and increase() handle.
 Names and the resource tracker: the segment is `<control block name>-st`, so every process
 of a broker finds it from the store root alone; it is created and unlinked under the control
 block's tracker rules (mq.store.control: no tracker keeps the name; register/unregister pairs
-under the store root's flock).  Writers attach only if the supervisor made one (metricsPort
-> 0); otherwise they record nothing."""
+under the store root's flock).  The supervisor makes one at every start (whatever metricsPort
+says: mqadmin statsAll reads the counters too); a writer that finds none records nothing."""
 from __future__ import annotations
 
 import os

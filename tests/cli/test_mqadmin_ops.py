@@ -223,3 +223,25 @@ def test_cluster_rt_and_broker_consume_stats(live):
     most = max(int(r[6]) for r in mine)
     lagging = mqadmin("brokerConsumeStats", "-n", ns.addr, "-b", broker.addr, "-l", str(most + 1)).stdout
     assert group not in lagging
+
+
+def test_stats_all_and_broker_stats_data(live):
+    """statsAll: a topic's messages in today equal what its queues hold (every one was sent since
+    the broker started), its group's out count what pulls returned (at least the 40 consumed),
+    the group's backlog; a topic nobody consumes says NO_CONSUMER. VIEW_BROKER_STATS_DATA
+    refuses a counter it does not keep."""
+    ns, broker, topic, group = live
+    stored = sum(int(r.split()[3]) for r in mqadmin("topicStatus", "-n", ns.addr, "-t", topic).stdout.splitlines()[1:])
+    out = mqadmin("statsAll", "-n", ns.addr, "-t", topic).stdout.splitlines()
+    assert out[0].split()[:3] == ["#Topic", "#Consumer", "Group"]
+    row = next(ln.split() for ln in out[1:] if ln.split()[:2] == [topic, group])
+    backlog, in_tps, out_tps, in_day, out_day = int(row[2]), float(row[3]), float(row[4]), int(row[5]), int(row[6])
+    assert in_day == stored and out_day >= 40 and in_tps >= 0 and out_tps >= 0
+    progress = mqadmin("consumerProgress", "-n", ns.addr, "-g", group, "-t", topic).stdout
+    assert f"Diff Total: {backlog}" in progress
+    lonely = uniq("T_lonely")
+    mqadmin("sendMessage", "-n", ns.addr, "-t", lonely, "-p", "alone")
+    out = mqadmin("statsAll", "-n", ns.addr, "-t", lonely).stdout.splitlines()
+    assert out[1].split()[0] == lonely and out[1].split()[-2:] == ["1", "NO_CONSUMER"]
+    r = call(broker.addr, 315, {"statsName": "SNDBCK_PUT_NUMS", "statsKey": topic})
+    assert r.code == 1 and "not exist" in r.remark
