@@ -106,6 +106,22 @@ def _unlink(shm: SharedMemory) -> None:
     shm.unlink()
 
 
+def open_segment(store_root: str, name: str, create: bool, size: int = 0) -> SharedMemory:
+    """A segment of this store, untracked (see the module docstring): create=True makes a fresh
+    one of `size` bytes, replacing the stale segment a crashed owner left under that name;
+    otherwise attaches (FileNotFoundError when there is none)."""
+    with _tracker_lock(store_root):
+        if not create:
+            return _untracked(name)
+        try:
+            return _untracked(name, create=True, size=size)
+        except FileExistsError:
+            stale = _untracked(name)
+            stale.close()
+            _unlink(stale)
+            return _untracked(name, create=True, size=size)
+
+
 def remove_segment(store_root: str) -> bool:
     """Unlinks the control block of `store_root` if one exists (a killed owner leaves its
     segment behind until the next owner replaces it); True if there was one."""
@@ -128,18 +144,8 @@ class ControlBlock:
         self.root = store_root
         self.owner = create
         size = lib.mq_ctl_size()
-        with _tracker_lock(store_root):
-            if create:
-                assert file_size is not None
-                try:
-                    shm = _untracked(self.name, create=True, size=size)
-                except FileExistsError:            # the segment of a crashed owner
-                    stale = _untracked(self.name)
-                    stale.close()
-                    _unlink(stale)
-                    shm = _untracked(self.name, create=True, size=size)
-            else:
-                shm = _untracked(self.name)
+        assert not create or file_size is not None
+        shm = open_segment(store_root, self.name, create, size)
         self._shm = shm
         if shm.size < size:
             self._shm = None

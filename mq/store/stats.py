@@ -45,7 +45,7 @@ import os
 import time
 from array import array
 
-from .control import _tracker_lock, _unlink, _untracked, segment_name
+from .control import _tracker_lock, _unlink, _untracked, open_segment, segment_name
 
 MAGIC = 0x4D51535441545331          # "MQSTATS1"
 VERSION = 1
@@ -114,19 +114,8 @@ class StatsBlock:
         self.root = store_root
         self.name = stats_segment_name(store_root)
         self.owner = create
-        with _tracker_lock(store_root):
-            if create:
-                assert regions > 0 and rows_max > ROWS_RESERVED, (regions, rows_max)
-                size = block_cells(regions, rows_max) * 8
-                try:
-                    shm = _untracked(self.name, create=True, size=size)
-                except FileExistsError:              # the segment of a crashed broker
-                    stale = _untracked(self.name)
-                    stale.close()
-                    _unlink(stale)
-                    shm = _untracked(self.name, create=True, size=size)
-            else:
-                shm = _untracked(self.name)
+        assert not create or (regions > 0 and rows_max > ROWS_RESERVED), (regions, rows_max)
+        shm = open_segment(store_root, self.name, create, block_cells(regions, rows_max) * 8 if create else 0)
         self._shm = shm
         self.cells = shm.buf.cast("q")
         m = self.cells

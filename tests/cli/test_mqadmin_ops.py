@@ -6,24 +6,13 @@ in every io worker and in broker.conf, live producer and consumer connections li
 sent and pulled back, round trips and consume stats printed."""
 import asyncio
 import json
-import os
 
 import pytest
 
 from mq.client import MessageQueue, Producer, PushConsumer
-from mq.remoting import RemotingClient
 from tests.cli.test_mqadmin import mqadmin
+from tests.ha.test_broker_ha import call
 from tests.client.clientkit import Collector, message, run, start_cluster, uniq, until
-
-
-def call(addr: str, code: int, ext: dict | None = None, body: bytes = b""):
-    async def go():
-        c = RemotingClient()
-        try:
-            return await c.invoke(addr, c.request(code, ext, body), 5)
-        finally:
-            await c.close()
-    return asyncio.run(go())
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@ sends answered by the group append, responses from a template) stores and answer
 the full path does, many frames in one read are answered together, and the sends of one read
 share one wake of the store roles."""
 import socket
-import struct
 
 import pytest
 

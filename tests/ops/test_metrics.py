@@ -237,7 +237,10 @@ def test_metrics_of_a_real_broker(metered):
 
     def settled():
         m = scrape(port)
+        # every count is published within PUBLISH_INTERVAL_S of the request; the pulls came last
         return m if (value(m, "rocketmq_topic_put_messages_total", topic="MetricsA") == sent["MetricsA"]
+                     and value(m, "rocketmq_group_get_messages_total", group="CG_metrics",
+                               topic="MetricsA") == consumed["MetricsA"]
                      and total(m, "mq_flush_group_messages_sum") == n_sent
                      and value(m, "rocketmq_brokeruntime_dispatch_behind_bytes") == 0) else None
     m = wait_for(settled, 10, 0.1, "published counters")

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from mq.store import PutStatus, StoreConfig, MessageStore
+from mq.store import PutStatus, StoreConfig
 from mq.store import control as C
 from mq.store.configfile import ConfigFile, loads_lenient, read_config
 from mq.store.retention import Retention
