@@ -71,6 +71,10 @@ NEMESES = ("none", "kill", "pause", "partition", "namesrv", "powerloss", "diskfu
 CLOCK_JUMP_S = 600      # the clock nemesis's jump: past the 120 s client and channel expiries
 DISK_BYTES = 96 * 1024 * 1024           # the diskfull nemesis's tmpfs
 DISK_COMMITLOG_FILE_BYTES = 1024 * 1024  # files roll every ~1k messages there, so a full disk bites at once
+# the store options of a broker on that disk: small files, and a message index sized to it (the default
+# index file takes 20 MB of slots at once; three DLedger members' would be most of the disk)
+SMALL_DISK_STORE = {"mappedFileSizeCommitLog": DISK_COMMITLOG_FILE_BYTES, "maxHashSlotNum": 65536,
+                    "maxIndexNum": 262144}
 MASTER_ROLES = {"async_master": ("ASYNC_MASTER", "ASYNC_FLUSH"), "sync_master": ("SYNC_MASTER", "ASYNC_FLUSH"),
                 "sync_master_sync_flush": ("SYNC_MASTER", "SYNC_FLUSH")}
 # cells that cannot be run: no slave or peer to cut off
@@ -116,15 +120,13 @@ class Cluster:
             os.makedirs(self.disk, exist_ok=True)
             subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_BYTES}", "tmpfs", self.disk], check=True,
                            capture_output=True, timeout=30)
-            master_opts = {"storePathRootDir": os.path.join(self.disk, "store"),
-                           "mappedFileSizeCommitLog": DISK_COMMITLOG_FILE_BYTES}
+            master_opts = {"storePathRootDir": os.path.join(self.disk, "store"), **SMALL_DISK_STORE}
         try:
             if mode == "dledger":
                 # diskfull: the whole group's stores on the one small disk (all members fill at once)
                 self.group = DLedgerGroup(self.disk or workdir, self.ns.addr, name="ChaosRaft", proxied=True,
                                           env_for=lambda i: env(f"raft-{i}"), **opts,
-                                          **({"mappedFileSizeCommitLog": DISK_COMMITLOG_FILE_BYTES} if small_disk
-                                             else {}))
+                                          **(SMALL_DISK_STORE if small_disk else {}))
                 for i, b in self.group.brokers.items():
                     if clocks:
                         self.clocks[b.port] = self._clock_by_name[f"raft-{i}"]
