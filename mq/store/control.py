@@ -122,12 +122,26 @@ def open_segment(store_root: str, name: str, create: bool, size: int = 0) -> Sha
             return _untracked(name, create=True, size=size)
 
 
-def remove_segment(store_root: str) -> bool:
-    """Unlinks the control block of `store_root` if one exists (a killed owner leaves its
-    segment behind until the next owner replaces it); True if there was one."""
+def close_segment(store_root: str, shm: SharedMemory, unlink: bool) -> None:
+    """Unmaps a segment of this store (open_segment's); its owner also unlinks it."""
+    try:
+        shm.close()
+    except BufferError:
+        pass  # a view is still exported elsewhere; the mapping goes with the process
+    if unlink:
+        with _tracker_lock(store_root):
+            try:
+                _unlink(shm)
+            except FileNotFoundError:
+                pass
+
+
+def remove_segment(store_root: str, name: str | None = None) -> bool:
+    """Unlinks the control block of `store_root` (or its segment `name`) if one exists (a killed
+    owner leaves its segment behind until the next owner replaces it); True if there was one."""
     with _tracker_lock(store_root):
         try:
-            shm = _untracked(segment_name(store_root))
+            shm = _untracked(name or segment_name(store_root))
         except FileNotFoundError:
             return False
         shm.close()
@@ -230,13 +244,4 @@ class ControlBlock:
         self.ptr = None
         ffi.release(self._buf)          # the exported buffer must go before the mapping
         self._buf = None
-        try:
-            shm.close()
-        except BufferError:
-            pass  # a view is still exported elsewhere; the mapping goes with the process
-        if self.owner:
-            with _tracker_lock(self.root):
-                try:
-                    _unlink(shm)
-                except FileNotFoundError:
-                    pass
+        close_segment(self.root, shm, unlink=self.owner)

@@ -45,7 +45,7 @@ import os
 import time
 from array import array
 
-from .control import _tracker_lock, _unlink, _untracked, open_segment, segment_name
+from .control import close_segment, open_segment, remove_segment, segment_name
 
 MAGIC = 0x4D51535441545331          # "MQSTATS1"
 VERSION = 1
@@ -74,16 +74,9 @@ def stats_segment_name(store_root: str) -> str:
 
 
 def remove_stats_segment(store_root: str) -> bool:
-    """Unlinks the stats block of `store_root` if one exists (a crashed broker's, when the next
-    start has metrics off: its roles must not count into a stale block); True if there was one."""
-    with _tracker_lock(store_root):
-        try:
-            shm = _untracked(stats_segment_name(store_root))
-        except FileNotFoundError:
-            return False
-        shm.close()
-        _unlink(shm)
-        return True
+    """Unlinks the stats block of `store_root` if one exists (a crashed broker's; the next start
+    replaces it anyway); True if there was one."""
+    return remove_segment(store_root, stats_segment_name(store_root))
 
 
 def block_cells(regions: int, rows_max: int = ROWS_MAX) -> int:
@@ -193,16 +186,7 @@ class StatsBlock:
             return
         shm, self._shm = self._shm, None
         self.cells.release()
-        try:
-            shm.close()
-        except BufferError:
-            pass           # a view is still exported somewhere; the mapping goes with the process
-        if self.owner:
-            with _tracker_lock(self.root):
-                try:
-                    _unlink(shm)
-                except FileNotFoundError:
-                    pass
+        close_segment(self.root, shm, unlink=self.owner)
 
 
 class StatsWriter:
