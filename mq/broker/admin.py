@@ -34,13 +34,20 @@ def _json_body(cmd) -> dict:
     return data
 
 
-class AdminProcessor:
+class Processor:
+    """A set of request handlers of an io worker: handlers() maps request codes to them."""
+
     def __init__(self, broker):
         self.broker = broker
         self.config = broker.config
         self.store = broker.store
         self.meta = broker.meta
 
+    def handlers(self) -> dict:
+        raise NotImplementedError
+
+
+class AdminProcessor(Processor):
     def handlers(self) -> dict:
         from mq.remoting import RequestCode as R
         return {
@@ -340,4 +347,4 @@ def _disk_ratio(store) -> float:
     return u.used / u.total if u.total else 0.0
 
 
-__all__ = ["AdminProcessor"]
+__all__ = ["AdminProcessor", "Processor"]

@@ -23,6 +23,7 @@ from mq.remoting import ResponseCode as RC, make_response
 from mq.store.config import parse_properties
 from mq.wire.offsets import encode_reset_offset_body
 
+from .admin import Processor
 from .config import ALL_OPTIONS
 from .metadata import dumps
 from .send import as_bool, as_int
@@ -53,13 +54,7 @@ def parse_runtime_update(text: str) -> dict:
     return out
 
 
-class OpsProcessor:
-    def __init__(self, broker):
-        self.broker = broker
-        self.config = broker.config
-        self.store = broker.store
-        self.meta = broker.meta
-
+class OpsProcessor(Processor):
     def handlers(self) -> dict:
         from mq.remoting import RequestCode as R
         return {
