@@ -24,6 +24,7 @@ from mq.wire.commitlog import parse_record
 from mq.wire.errors import WireError
 from mq.wire.properties import decode_properties
 
+from .admin import Processor
 from .metadata import dumps
 from .send import as_int
 
@@ -44,10 +45,9 @@ def record_matches(rec, topic: str, key: str, unique: bool, begin_ms: int, end_m
     return not unique and key in props.get("KEYS", "").split(" ")
 
 
-class QueryProcessor:
+class QueryProcessor(Processor):
     def __init__(self, broker):
-        self.store = broker.store
-        self.meta = broker.meta
+        super().__init__(broker)
         cfg = broker.config.store_config()
         self.reader = (IndexReader(cfg.storePathRootDir, cfg.maxHashSlotNum, cfg.maxIndexNum)
                        if cfg.messageIndexEnable else None)
