@@ -257,13 +257,13 @@ class AdminProcessor(Processor):
             "commitLogMaxOffset": str(ctl.get(self.store.visible_end_pos)),
             "commitLogMinOffset": str(ctl.get(C.POS_MIN)),
             "flushedOffset": str(ctl.get(C.POS_FLUSHED)), "dispatchedOffset": str(ctl.get(C.POS_DISPATCHED)),
-            "putTps": "0.0 0.0 0.0", "getTransferedTps": "0.0 0.0 0.0",
             "sendThreadPoolQueueSize": "0", "pullThreadPoolQueueSize": "0",
             "pageCacheLockTimeMills": "0", "commitLogDiskRatio": "%.4f" % _disk_ratio(self.store),
             "bootTimestamp": str(self.broker.boot_ms), "flushDiskType": self.config.flushDiskType,
             "earliestMessageTimeStamp": str(self._earliest_store_ts()),
             "sendThreadPoolQueueHeadWaitTimeMills": "0", "pullThreadPoolQueueHeadWaitTimeMills": "0",
         }
+        table.update(await self.meta.broker_tps())          # putTps, getTransferedTps (mq.broker.statsdata)
         table.update(self.broker.extra_runtime_info())
         return make_response(cmd, RC.SUCCESS, body=dumps({"table": table}))
 

@@ -40,7 +40,7 @@ METHODS = {
     "subscription": True, "topics_wrapper": True, "groups_wrapper": True, "offsets_wrapper": True,
     "delay_wrapper": True, "lock_batch": True, "unlock_batch": True,
     "producer_connections": True, "consumer_connection": True, "delete_group": True,
-    "reset_offsets_notify": True, "update_config": True, "stats_data": True,
+    "reset_offsets_notify": True, "update_config": True, "stats_data": True, "broker_tps": True,
 }
 
 
@@ -194,6 +194,8 @@ class LinkService:
             return None
         if method == "stats_data":
             return self.sup.stats_history.stats_data(*args)
+        if method == "broker_tps":
+            return self.sup.stats_history.broker_tps()
         return getattr(m, method)(*args)
 
     def worker_link_closed(self, conn) -> None:

@@ -10,8 +10,10 @@ sum is the counter's growth over the window, tps that growth per second of the t
 covered (a broker up for 5 minutes has an hour window of 5 minutes), avgpt is 0 (RocketMQ's is
 the mean per increment, which these counters do not keep).
 
+broker_tps() gives GET_BROKER_RUNTIME_INFO's putTps and getTransferedTps from the same samples.
+
 The supervisor samples the totals every SHORT_SAMPLE_S for the minute window and every
-LONG_SAMPLE_S for the hour and day windows: at most 7 + 1441 samples of the put and get rows."""
+LONG_SAMPLE_S for the hour and day windows: at most 13 + 1441 samples of the put and get rows."""
 from __future__ import annotations
 
 import asyncio
@@ -22,7 +24,7 @@ from .iostats import GROUP_TOPIC_SEP, KIND_GET, KIND_PUT
 
 STATS_NAMES = {"TOPIC_PUT_NUMS": (KIND_PUT, 0), "TOPIC_PUT_SIZE": (KIND_PUT, 1),
                "GROUP_GET_NUMS": (KIND_GET, 0), "GROUP_GET_SIZE": (KIND_GET, 1)}
-SHORT_SAMPLE_S = 10.0
+SHORT_SAMPLE_S = 5.0
 LONG_SAMPLE_S = 60.0
 WINDOWS = (("statsMinute", 60.0), ("statsHour", 3600.0), ("statsDay", 86400.0))
 
@@ -68,18 +70,35 @@ class StatsHistory:
         now, totals = self.clock(), self._totals()
         if key not in totals:
             return None
-        current = totals[key][idx]
         out = {}
         for label, window_s in WINDOWS:
-            samples = self.short if window_s <= 60 else self.long
-            base_t, base = now, current
-            for t, old in samples:                   # the oldest sample inside the window
-                if t >= now - window_s:
-                    base_t, base = t, old.get(key, [0, 0])[idx]
-                    break
-            covered = now - base_t
-            grown = max(0, current - base)
+            grown, covered = self._growth(now, totals, lambda t: t.get(key, [0, 0])[idx], window_s)
             out[label] = {"sum": grown, "tps": grown / covered if covered > 0 else 0.0, "avgpt": 0.0}
+        return out
+
+    def _growth(self, now: float, totals: dict, value, window_s: float) -> tuple[int, float]:
+        """(growth of value(totals) since the oldest sample inside the window, seconds covered)."""
+        samples = self.short if window_s <= 60 else self.long
+        base_t, base = now, value(totals)
+        for t, old in samples:
+            if t >= now - window_s:
+                base_t, base = t, value(old)
+                break
+        return max(0, value(totals) - base), now - base_t
+
+    def broker_tps(self) -> dict[str, str]:
+        """GET_BROKER_RUNTIME_INFO's putTps and getTransferedTps: messages a second over the last
+        10 s, 1 min and 10 min (RocketMQ's StoreStatsService windows), "%.2f %.2f %.2f"."""
+        now, totals = self.clock(), self._totals()
+        out = {}
+        for field, kind in (("putTps", KIND_PUT), ("getTransferedTps", KIND_GET)):
+            def value(t, kind=kind):
+                return sum(v[0] for (k, _), v in t.items() if k == kind)
+            rates = []
+            for window_s in (10.0, 60.0, 600.0):
+                grown, covered = self._growth(now, totals, value, window_s)
+                rates.append(grown / covered if covered > 0 else 0.0)
+            out[field] = " ".join("%.2f" % r for r in rates)
         return out
 
 

@@ -234,3 +234,6 @@ def test_stats_all_and_broker_stats_data(live):
     assert out[1].split()[0] == lonely and out[1].split()[-2:] == ["1", "NO_CONSUMER"]
     r = call(broker.addr, 315, {"statsName": "SNDBCK_PUT_NUMS", "statsKey": topic})
     assert r.code == 1 and "not exist" in r.remark
+    status = mqadmin("brokerStatus", "-n", ns.addr, "-b", broker.addr).stdout
+    put_tps = next(line.split(":", 1)[1].split() for line in status.splitlines() if line.startswith("putTps"))
+    assert len(put_tps) == 3 and float(put_tps[2]) > 0          # the 10-minute window holds every send

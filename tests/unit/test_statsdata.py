@@ -39,3 +39,20 @@ def test_group_keys_and_unknown_names():
     assert h.stats_data("GROUP_GET_NUMS", "T@G")["statsDay"]["sum"] == 0       # no time has passed
     assert h.stats_data("GROUP_GET_NUMS", "T@nobody") is None
     assert h.stats_data("SNDBCK_PUT_NUMS", "T") is None
+
+
+def test_broker_tps_over_10_s_1_min_and_10_min():
+    now = [0.0]
+    block = FakeBlock()
+    h = StatsHistory(block, clock=lambda: now[0])
+    for step in range(200):                     # 1000 s: 10 messages a second put, 5 a second got
+        now[0] += 5
+        block.totals[("put", "A")] = [step * 30, 0]
+        block.totals[("put", "B")] = [step * 20, 0]
+        block.totals[("get", "G\x01A")] = [step * 25, 0]
+        h.sample()
+    tps = h.broker_tps()
+    put = [float(x) for x in tps["putTps"].split()]
+    got = [float(x) for x in tps["getTransferedTps"].split()]
+    assert all(abs(r - 10.0) < 0.6 for r in put), put
+    assert all(abs(r - 5.0) < 0.3 for r in got), got
