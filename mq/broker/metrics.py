@@ -11,8 +11,8 @@ metric objects; prometheus_client only formats):
     ha-status.json (hastatus)       what the HA role knows of each slave (master/slave mode)
     dledger status file             Raft role and term, followers' match indexes (DLedger mode)
     the supervisor                  io workers alive, restarts of each role
-The TPS gauges are rates of the put and get counters over the last RATE_WINDOW_S, from a
-sample the supervisor takes every RATE_SAMPLE_S (`RateSampler`).
+The TPS gauges are rates of the put and get counters over the last RATE_WINDOW_S, from the
+samples the supervisor keeps for statsAll (mq.broker.statsdata.StatsHistory).
 
 Every sample carries `cluster` and `broker` (brokerClusterName, brokerName), as
 rocketmq-exporter's do; names that rocketmq-exporter has keep its name (rocketmq_*), ours
@@ -25,9 +25,7 @@ per connection; GET or HEAD of /metrics or /; anything else 404/405."""
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
-import time
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
@@ -41,10 +39,10 @@ from mq.store.stats import HIST_BUCKETS, HIST_SUM, StatsBlock
 from .admin import _disk_ratio
 from .hastatus import HAStatus
 from .iostats import GROUP_TOPIC_SEP, KIND_GET, KIND_PUT, KIND_SEND
+from .statsdata import StatsHistory
 
 log = logging.getLogger("mq.broker.metrics")
 
-RATE_SAMPLE_S = 1.0
 RATE_WINDOW_S = 10.0
 REQUEST_HEAD_MAX = 8192          # bytes of request line and headers read before giving up
 REQUEST_TIMEOUT_S = 5.0
@@ -72,38 +70,13 @@ def _buckets(row: list[int], ks: tuple[int, int], scale: float) -> tuple[list[tu
     return out, count
 
 
-class RateSampler:
-    """Totals of the put and get counters every RATE_SAMPLE_S, the last RATE_WINDOW_S of them."""
-
-    def __init__(self, block: StatsBlock):
-        self.block = block
-        self.samples: collections.deque = collections.deque(maxlen=int(RATE_WINDOW_S / RATE_SAMPLE_S) + 1)
-
-    def sample(self) -> None:
-        totals = {key: vals[0] for key, vals in self.block.read().items() if key[0] in (KIND_PUT, KIND_GET)}
-        self.samples.append((time.monotonic(), totals))
-
-    async def run(self) -> None:
-        while True:
-            self.sample()
-            await asyncio.sleep(RATE_SAMPLE_S)
-
-    def rates(self) -> dict[tuple[str, str], float]:
-        """Messages per second of each (kind, name) over the window (empty before two samples)."""
-        if len(self.samples) < 2:
-            return {}
-        (t0, old), (t1, new) = self.samples[0], self.samples[-1]
-        dt = t1 - t0
-        return {key: max(0, n - old.get(key, 0)) / dt for key, n in new.items()} if dt > 0 else {}
-
-
 class BrokerCollector:
     """The custom collector: every family, read from the supervisor's state on each collect()."""
 
-    def __init__(self, supervisor, block: StatsBlock, sampler: RateSampler):
+    def __init__(self, supervisor, block: StatsBlock, history: StatsHistory):
         self.sup = supervisor
         self.block = block
-        self.sampler = sampler
+        self.history = history
         self.ha_status = HAStatus(supervisor.config.storePathRootDir)
 
     def collect(self):
@@ -112,7 +85,7 @@ class BrokerCollector:
         const = [cfg.brokerClusterName, cfg.brokerName]
         base = ["cluster", "broker"]
         totals = self.block.read()
-        rates = self.sampler.rates()
+        rates = self.history.rates(RATE_WINDOW_S)
 
         put_msgs = CounterMetricFamily("rocketmq_topic_put_messages", "Messages stored by sends, by topic",
                                        labels=base + ["topic"])
@@ -261,27 +234,22 @@ class BrokerCollector:
 class MetricsServer:
     """GET /metrics over HTTP on the supervisor's loop."""
 
-    def __init__(self, supervisor, block: StatsBlock):
-        self.sampler = RateSampler(block)
+    def __init__(self, supervisor, block: StatsBlock, history: StatsHistory):
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(BrokerCollector(supervisor, block, self.sampler))
+        self.registry.register(BrokerCollector(supervisor, block, history))
         self._server: asyncio.AbstractServer | None = None
-        self._sampler_task: asyncio.Task | None = None
         self.port = 0
 
     async def start(self, host: str, port: int) -> int:
         self._server = await asyncio.start_server(self._serve, host, port, reuse_address=True,
                                                   limit=REQUEST_HEAD_MAX)
         self.port = self._server.sockets[0].getsockname()[1]
-        self._sampler_task = asyncio.create_task(self.sampler.run())
         return self.port
 
     def scrape(self) -> bytes:
         return generate_latest(self.registry)
 
     async def stop(self) -> None:
-        if self._sampler_task is not None:
-            self._sampler_task.cancel()
         if self._server is not None:
             self._server.close()
             try:
@@ -315,4 +283,4 @@ class MetricsServer:
             writer.close()
 
 
-__all__ = ["MetricsServer", "BrokerCollector", "RateSampler"]
+__all__ = ["MetricsServer", "BrokerCollector"]

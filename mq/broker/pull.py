@@ -146,7 +146,7 @@ class PullProcessor:
         self.meta = broker.meta
         self.hold_service: PullHoldService | None = None
         self._sub_codes: dict = {}
-        self.stats = getattr(broker, "stats", None)     # mq.broker.iostats.IoStats, or None (metrics off)
+        self.stats = getattr(broker, "stats", None)     # mq.broker.iostats.IoStats, or None (no stats block)
 
     def start(self, loop) -> None:
         self.hold_service = PullHoldService(self.store, loop)

@@ -123,7 +123,7 @@ class SendProcessor:
         self.store = broker.store
         self.meta = broker.meta
         self.group = group                 # None: every send takes the full path
-        self.stats = getattr(broker, "stats", None)     # mq.broker.iostats.IoStats, or None (metrics off)
+        self.stats = getattr(broker, "stats", None)     # mq.broker.iostats.IoStats, or None (no stats block)
         self._good_topics: set[str] = set()   # names _check_topic passed
         region = str(self.config.regionId).encode()
         trace_on = self.config.traceOn
@@ -299,7 +299,7 @@ class SendProcessor:
 
     # ---- SEND_MESSAGE / V2 / BATCH --------------------------------------------------------
     def process(self, conn, cmd):
-        """The full path (a coroutine); with metrics on, its answer is timed and counted."""
+        """The full path (a coroutine); with a stats block, its answer is timed and counted."""
         if self.stats is None:
             return self._process(conn, cmd)
         return self._process_counted(conn, cmd)
@@ -475,7 +475,7 @@ class SendGroup:
         self.waits: set[asyncio.Task] = set()
         self.groups = 0                    # groups appended, for tests and the trace
         self.msgs = 0
-        self.stats = sender.stats          # metrics (mq.broker.iostats), or None
+        self.stats = sender.stats          # counters (mq.broker.iostats), or None
         self._t_first_ns = 0               # metrics: when the pending group's first send came
 
     def add(self, conn, cmd, topic: bytes, qid: int, props: bytes, flag: int, sys_flag: int, born_ts: int,

@@ -86,6 +86,16 @@ class StatsHistory:
                 break
         return max(0, value(totals) - base), now - base_t
 
+    def rates(self, window_s: float) -> dict[tuple[str, str], float]:
+        """Messages a second of every put and get row over the last window_s (<= 60 s): the
+        Prometheus endpoint's TPS gauges (mq.broker.metrics)."""
+        now, totals = self.clock(), self._totals()
+        out = {}
+        for key in totals:
+            grown, covered = self._growth(now, totals, lambda t, key=key: t.get(key, [0, 0])[0], window_s)
+            out[key] = grown / covered if covered > 0 else 0.0
+        return out
+
     def broker_tps(self) -> dict[str, str]:
         """GET_BROKER_RUNTIME_INFO's putTps and getTransferedTps: messages a second over the last
         10 s, 1 min and 10 min (RocketMQ's StoreStatsService windows), "%.2f %.2f %.2f"."""

@@ -118,7 +118,7 @@ class Supervisor:
             self._start_worker(wid)
         await asyncio.wait_for(asyncio.gather(*(e.wait() for e in self._ready.values())), WORKER_START_TIMEOUT_S)
         if cfg.metricsPort:
-            self.metrics = MetricsServer(self, self.stats_block)
+            self.metrics = MetricsServer(self, self.stats_block, self.stats_history)
             await self.metrics.start(cfg.listenAddress, cfg.metricsPort)
             log.info("Prometheus metrics on http://%s:%d/metrics", cfg.listenAddress, self.metrics.port)
         loops = [self._register_loop, self._persist_loop, self._schedule_loop, self._expire_loop,

@@ -257,8 +257,21 @@ def _print_message(m) -> None:
     print(row % ("Born Host:", m.born_host))
     print(row % ("Store Host:", m.store_host))
     print(row % ("System Flag:", m.sys_flag))
-    print(row % ("Properties:", "{" + ", ".join(f"{k}={v}" for k, v in m.properties.items()) + "}"))
+    print(row % ("Properties:", _props_text(m)))
     print(row % ("Message Body:", _body_text(m.body)))
+
+
+def _props_text(m) -> str:
+    return "{" + ", ".join(f"{k}={v}" for k, v in m.properties.items()) + "}"
+
+
+def _msg_line(m, body: str) -> str:
+    """One message as RocketMQ's printMsg and consumeMessage print it: msgId, MessageExt, body."""
+    return (f"MSGID: {m.msg_id} MessageExt [brokerName={m.broker_name}, queueId={m.queue_id}, "
+            f"storeSize={m.store_size}, queueOffset={m.queue_offset}, sysFlag={m.sys_flag}, "
+            f"bornTimestamp={m.born_timestamp_ms}, bornHost={m.born_host}, storeTimestamp={m.store_timestamp_ms}, "
+            f"storeHost={m.store_host}, msgId={m.offset_msg_id}, commitLogOffset={m.commitlog_offset}, "
+            f"reconsumeTimes={m.reconsume_times}, topic={m.topic}, properties={_props_text(m)}] BODY: {body}")
 
 
 def _body_text(body: bytes, charset: str = "utf-8") -> str:
@@ -317,16 +330,9 @@ async def query_msg_by_key(admin: AdminClient, args) -> int:
 
 
 async def print_msg(admin: AdminClient, args) -> int:
-    async for m in admin.messages_between(args.topic, args.beginTimestamp,
-                                          None if args.endTimestamp is None else args.endTimestamp,
-                                          args.subExpression):
-        body = _body_text(m.body, args.charsetName) if args.printBody else "NOT PRINT BODY"
-        print(f"MSGID: {m.msg_id} MessageExt [brokerName={m.broker_name}, queueId={m.queue_id}, "
-              f"storeSize={m.store_size}, queueOffset={m.queue_offset}, sysFlag={m.sys_flag}, "
-              f"bornTimestamp={m.born_timestamp_ms}, bornHost={m.born_host}, storeTimestamp={m.store_timestamp_ms}, "
-              f"storeHost={m.store_host}, msgId={m.offset_msg_id}, commitLogOffset={m.commitlog_offset}, "
-              f"reconsumeTimes={m.reconsume_times}, topic={m.topic}, "
-              f"properties={{{', '.join(f'{k}={v}' for k, v in m.properties.items())}}}] BODY: {body}")
+    async for m in admin.messages_from(args.topic, begin_ms=args.beginTimestamp, end_ms=args.endTimestamp,
+                                       sub_expression=args.subExpression):
+        print(_msg_line(m, _body_text(m.body, args.charsetName) if args.printBody else "NOT PRINT BODY"))
     return 0
 
 
@@ -507,10 +513,7 @@ async def consume_message(admin: AdminClient, args) -> int:
     n = 0
     async for m in admin.messages_from(args.topic, args.brokerName, args.queueId, args.offset,
                                        args.beginTimestamp, args.endTimestamp, args.consumerGroup):
-        print(f"MSGID: {m.msg_id} MessageExt [brokerName={m.broker_name}, queueId={m.queue_id}, "
-              f"queueOffset={m.queue_offset}, storeTimestamp={m.store_timestamp_ms}, topic={m.topic}, "
-              f"properties={{{', '.join(f'{k}={v}' for k, v in m.properties.items())}}}] "
-              f"BODY: {_body_text(m.body)}")
+        print(_msg_line(m, _body_text(m.body)))
         n += 1
         if n >= args.messageNumber:
             break

@@ -444,20 +444,13 @@ class AdminClient:
                                               timeout_s=self.timeout_s)
         return int(r.ext_fields["offset"])
 
-    async def messages_between(self, topic: str, begin_ms: int, end_ms: int | None, sub_expression: str = "*",
-                               batch: int = 32):
-        """Every message of the topic stored in [begin_ms, end_ms) (end None: up to the end),
-        queue by queue, as PrintMessageSubCommand walks them (group TOOLS_CONSUMER, nothing committed)."""
-        async for m in self.messages_from(topic, begin_ms=begin_ms, end_ms=end_ms, sub_expression=sub_expression,
-                                          batch=batch):
-            yield m
-
     async def messages_from(self, topic: str, broker_name: str | None = None, queue_id: int | None = None,
                             offset: int | None = None, begin_ms: int | None = None, end_ms: int | None = None,
                             group: str | None = None, sub_expression: str = "*", batch: int = 32):
         """Messages pulled queue by queue (only broker_name's, only queue_id), from `offset`, else
         from the one stored at begin_ms, else from the queue's start; up to the one stored at
-        end_ms, else to the queue's end.  Nothing is committed."""
+        end_ms, else to the queue's end (as PrintMessageSubCommand and ConsumeMessageCommand walk
+        them; group TOOLS_CONSUMER unless given).  Nothing is committed."""
         route = await self.topic_route(topic)
         sub = SubscriptionData.build(topic, sub_expression)
         for mq in route.subscribe_queues(topic):

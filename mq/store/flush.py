@@ -24,7 +24,7 @@ just before an append publishes its bytes, so a message racing a flush's
 start can be counted in the neighbouring group; the sum over all flushes is
 exact.
 
-Metrics (the broker's metricsPort; mq.broker.metrics): with a `stats` writer (mq.store.stats),
+Metrics and statsAll (mq.broker.metrics, mq.broker.statsdata): with a `stats` writer (mq.store.stats),
 every flush that moved the flushed position adds to three histogram rows -- the msync time, the
 group's bytes and its messages (POS_MSGS delta, as above) -- published at once: a flush costs
 far more than the ~2 us this adds."""

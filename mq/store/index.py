@@ -160,12 +160,10 @@ class IndexWriter:
 
     def _new_file(self) -> None:
         prev = self.cur.header() if self.cur is not None else None
-        ms = int(time.time() * 1000)
         names = list_index_files(self.dir)
-        name = file_name(ms)
-        while names and name <= names[-1]:        # a clock step back must not reorder files
-            ms += 1
-            name = file_name(ms) if file_name(ms) > names[-1] else str(int(names[-1]) + 1)
+        name = file_name(int(time.time() * 1000))
+        if names and name <= names[-1]:           # same ms, or a clock step back: must not reorder files
+            name = "%017d" % (int(names[-1]) + 1)
         path = os.path.join(self.dir, name)
         fd = os.open(path + ".tmp", os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         try:

@@ -267,7 +267,7 @@ def test_metrics_of_a_real_broker(metered):
     assert value(m, "mq_ha_slaves") == 0
     assert 0 < value(m, "rocketmq_brokeruntime_commitlog_disk_ratio") <= 1
     assert value(m, "rocketmq_broker_tps") >= 0 and value(m, "rocketmq_broker_qps") >= 0
-    # rates: one more sample (every second) after the last send sees them in the 10 s window
+    # rates: live totals against the oldest sample of the 10 s window
     m = wait_for(lambda: scraped_if(port, lambda m: value(m, "rocketmq_broker_tps") > 0), 5, 0.2, "tps")
     assert value(m, "rocketmq_broker_tps") == pytest.approx(
         sum(value(m, "rocketmq_producer_tps", topic=t) for t in sent))

@@ -56,3 +56,5 @@ def test_broker_tps_over_10_s_1_min_and_10_min():
     got = [float(x) for x in tps["getTransferedTps"].split()]
     assert all(abs(r - 10.0) < 0.6 for r in put), put
     assert all(abs(r - 5.0) < 0.3 for r in got), got
+    rates = h.rates(10.0)                     # per row, as the Prometheus TPS gauges read them
+    assert rates[("put", "A")] == 6.0 and rates[("put", "B")] == 4.0 and rates[("get", "G\x01A")] == 5.0
