@@ -7,7 +7,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -16,8 +15,8 @@ pytest.importorskip("rocketmq.client", reason="pip install rocketmq==0.4.4 (make
 from mq.client import AdminClient  # noqa: E402
 from mq.cluster import Broker, NameServer, wait_for  # noqa: E402
 from mq.remoting import RemotingClient  # noqa: E402
-from tests.compat.test_cpp_client import (Collector, _wait_route, make_producer, message,  # noqa: E402
-                                          push_consumer, uniq)
+from tests.compat.test_cpp_client import (Collector, _consumer_ids, _wait_route, make_producer,  # noqa: E402
+                                          message, push_consumer, uniq)
 
 MQADMIN = os.path.join(os.path.dirname(sys.executable), "mqadmin")
 N = 30
@@ -53,7 +52,8 @@ def sent(tmp_path_factory):
     cons = push_consumer(ns.addr, group, topic, col)
     try:
         wait_for(lambda: len(col.got) >= N, 60, 0.2, "all consumed")
-        time.sleep(6)      # the C++ client commits offsets every 5 s
+        # the C++ client commits offsets every 5 s: wait until the broker holds them all
+        wait_for(lambda: _backlog(ns.addr, group, topic) == 0, 30, 0.5, "offsets committed")
     finally:
         cons.shutdown()
     try:
@@ -61,6 +61,13 @@ def sent(tmp_path_factory):
     finally:
         broker.stop()
         ns.stop()
+
+
+def _backlog(ns_addr: str, group: str, topic: str) -> int:
+    async def ask():
+        async with AdminClient(ns_addr) as admin:
+            return (await admin.consumer_progress(group, topic)).diff_total
+    return asyncio.run(ask())
 
 
 def _field(out: str, name: str) -> str:
@@ -196,8 +203,8 @@ def test_reset_offset_reaches_the_cpp_consumer(sent):
     col = Collector()
     cons = push_consumer(ns.addr, group, topic, col)
     try:
-        time.sleep(3)                      # rebalanced; everything was consumed before
-        assert len(col.got) == 0
+        wait_for(lambda: _consumer_ids(broker.addr, group), 30, 0.2, "the consumer registered")
+        assert len(col.got) == 0           # everything was consumed before
         out = mqadmin("resetOffsetByTime", "-n", ns.addr, "-g", group, "-t", topic, "-s", "0")
         assert "#brokerName" in out
         wait_for(lambda: len({g[3] for g in col.got}) >= N, 60, 0.2, "consumed again from the start")
