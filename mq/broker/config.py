@@ -163,6 +163,21 @@ def _fmt(v: Any) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)
 
 
+def rewrite_config_file(path: str, values: dict[str, Any]) -> None:
+    """Sets key=value lines of a broker.conf in place (other lines and comments kept, missing keys
+    appended), atomically: UPDATE_BROKER_CONFIG's changes outlive a restart, as RocketMQ's do."""
+    from mq.store.configfile import write_atomic
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    left = dict(values)
+    out = []
+    for line in lines:
+        key = line.split("=", 1)[0].strip() if "=" in line and not line.lstrip().startswith(("#", "!")) else None
+        out.append(f"{key}={_fmt(left.pop(key))}" if key in left else line)
+    out += [f"{k}={_fmt(v)}" for k, v in left.items()]
+    write_atomic(path, "\n".join(out) + "\n")
+
+
 def load_config_file(path: str, overrides: dict[str, Any] | None = None, warn=None) -> BrokerConfig:
     values: dict[str, Any] = load_properties_file(path)
     values.update(overrides or {})

@@ -37,7 +37,7 @@ from mq.store.notify import CommitWaiter
 from mq.wire import commitlog as wcl
 from mq.wire.properties import decode_properties, encode_properties
 
-from .config import BrokerConfig, dledger_follower_id
+from .config import BrokerConfig, dledger_follower_id, rewrite_config_file
 from .launcher import STOP_PIPE, Launcher, RoleProcess
 from .link import LINK_CALL, LinkService, link_address
 from .metadata import SCHEDULE_TOPIC, Metadata, dumps
@@ -321,7 +321,7 @@ class Supervisor:
         path = getattr(self.config, "config_file", None)
         if path:
             try:
-                _rewrite_properties(path, values)
+                rewrite_config_file(path, values)
             except OSError as e:
                 log.error("config change not written to %s: %s", path, e)
         if "brokerPermission" in values:
@@ -509,25 +509,3 @@ class Supervisor:
                         return
                 offset += 1
                 self.metadata.delay_offsets[level] = offset
-
-
-def _rewrite_properties(path: str, values: dict) -> None:
-    """Sets key=value lines of a properties file in place (other lines and comments kept, missing
-    keys appended), atomically."""
-    from mq.store.configfile import write_atomic
-    with open(path, encoding="utf-8") as f:
-        lines = f.read().splitlines()
-    left = dict(values)
-    out = []
-    for line in lines:
-        key = line.split("=", 1)[0].strip() if "=" in line and not line.lstrip().startswith(("#", "!")) else None
-        if key in left:
-            out.append(f"{key}={_prop_text(left.pop(key))}")
-        else:
-            out.append(line)
-    out += [f"{k}={_prop_text(v)}" for k, v in left.items()]
-    write_atomic(path, "\n".join(out) + "\n")
-
-
-def _prop_text(v) -> str:
-    return str(v).lower() if isinstance(v, bool) else str(v)
