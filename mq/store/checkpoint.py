@@ -16,6 +16,8 @@ import struct
 
 from mq.wire import checkpoint as W
 
+from .durable import fsync_path
+
 FILE_SIZE = W.CHECKPOINT_FILE_SIZE
 CLEAN_MAGIC = 0x4D51434C45414E31  # "MQCLEAN1"
 _Q = struct.Struct(">q")
@@ -62,7 +64,7 @@ class Checkpoint:
         self.flush()
 
     def flush(self) -> None:
-        self._mm.flush()
+        fsync_path(self.path)         # not mmap.flush(): that holds the GIL (mq.store.durable)
 
     def close(self) -> None:
         try:

@@ -14,6 +14,8 @@ import os
 import re
 import shutil
 
+from .durable import fsync_dir
+
 log = logging.getLogger("mq.store.configfile")
 
 # a bare integer key after '{' or ',' (outside strings: the config texts we
@@ -52,11 +54,7 @@ def write_atomic(path: str, text: str) -> None:
     if os.path.exists(path):
         shutil.copyfile(path, path + ".bak")
     os.replace(tmp, path)
-    dfd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    fsync_dir(directory)
 
 
 def read_config(path: str):

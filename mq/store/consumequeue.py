@@ -18,6 +18,7 @@ import os
 import struct
 
 from . import control as C
+from .durable import fsync_path
 from .native import ffi
 
 log = logging.getLogger("mq.store.consumequeue")
@@ -41,7 +42,7 @@ class ConsumeQueue:
         self.slot = ctl.queue_slot(topic, queue_id, create=writable)
         self._maps: dict[int, mmap.mmap] = {}
         self._ptrs: dict[int, object] = {}     # cffi views of writable maps handed to C dispatch
-        self._dirty: set[int] = set()
+        self._synced_max: int | None = None    # entries below are durable (sync(); None: not known yet)
         if writable:
             os.makedirs(self.dir, exist_ok=True)
 
@@ -100,7 +101,6 @@ class ConsumeQueue:
         start, off = self._locate(queue_offset)
         mm = self._maps.get(start) or self._map(start, create=True)
         ENTRY.pack_into(mm, off, phy_offset, size, tags_code)
-        self._dirty.add(start)
 
     def writable_ptr(self, queue_offset: int):
         """(pointer to the mapped file holding queue_offset, its first queue offset,
@@ -111,7 +111,6 @@ class ConsumeQueue:
         if ptr is None:
             mm = self._maps.get(start) or self._map(start, create=True)
             ptr = self._ptrs[start] = ffi.from_buffer(mm)
-        self._dirty.add(start)
         return ptr, start // ENTRY_SIZE, self.file_size // ENTRY_SIZE
 
     def _forget(self, start: int) -> None:
@@ -120,13 +119,19 @@ class ConsumeQueue:
         if mm is not None:
             mm.close()
 
-    def flush(self) -> None:
-        self._dirty.update(self._ptrs)      # C dispatch writes through these without telling Python
-        for start in list(self._dirty):
-            mm = self._maps.get(start)
-            if mm is not None:
-                mm.flush()
-        self._dirty.clear()
+    def sync(self) -> None:
+        """Makes every entry below CQ_MAX durable: fdatasync, by path, of each file written since
+        the last sync (entries are written before CQ_MAX moves past them).  Touches nothing the
+        writer uses, so it may run on a thread of its own beside dispatch (one thread at a time);
+        the first sync of a handle covers every file from CQ_MIN."""
+        hi = self.max_offset
+        lo = self.min_offset if self._synced_max is None else self._synced_max
+        if hi > lo:
+            first, _ = self._locate(lo)
+            last, _ = self._locate(hi - 1)
+            for start in range(first, last + 1, self.file_size):
+                fsync_path(os.path.join(self.dir, "%020d" % start))
+        self._synced_max = hi               # also when a truncation moved CQ_MAX back
 
     # ---- read --------------------------------------------------------------------
     def get(self, queue_offset: int, max_count: int) -> list[tuple[int, int, int]]:
@@ -177,7 +182,7 @@ class ConsumeQueue:
                 os.unlink(os.path.join(self.dir, "%020d" % start))
                 continue
             mm[first:] = bytes(self.file_size - first)
-            mm.flush()
+            fsync_path(os.path.join(self.dir, "%020d" % start))
 
     def last_phy_end(self, max_offset: int) -> int:
         """phy_offset + size of the last entry below max_offset (0 if none)."""
@@ -303,9 +308,10 @@ class ConsumeQueueSet:
     def opened(self) -> list[ConsumeQueue]:
         return list(self._by_key.values())
 
-    def flush(self) -> None:
-        for cq in self._by_key.values():
-            cq.flush()
+    def sync(self) -> None:
+        """ConsumeQueue.sync() of every queue opened (safe beside the dispatch thread)."""
+        for cq in self.opened():
+            cq.sync()
 
     def close(self) -> None:
         for cq in self._by_key.values():

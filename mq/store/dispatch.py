@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 
 from . import control as C
 from .checkpoint import Checkpoint
@@ -112,27 +111,51 @@ class Dispatcher:
         return total
 
     def flush_queues(self) -> None:
-        """Flushes ConsumeQueues, then records how far they are durable in the checkpoint."""
-        ts = self.last_store_ts_ms
+        """Makes what dispatch wrote durable (index files, ConsumeQueues), then records in the
+        checkpoint how far.  Safe on a thread beside dispatch_once(), which is where run() calls
+        it: it reads only what dispatch publishes (last_store_ts_ms, each queue's CQ_MAX) and
+        syncs files by path with the GIL released (mq.store.durable).  So a slow disk delays
+        durability, never visibility: on a disk busy with other writes one flush can take
+        seconds, and consumers would see nothing new meanwhile (RocketMQ keeps the two apart
+        too: FlushConsumeQueueService beside ReputMessageService)."""
+        ts = self.last_store_ts_ms       # read first: every entry of a record stored up to ts is written
         if self.index is not None:
             self.index.flush()
-        self.cqs.flush()
+        self.cqs.sync()
         if self.checkpoint is not None and ts:
             self.checkpoint.logics_ts_ms = ts
             self.checkpoint.flush()
 
-    def run(self, stop: threading.Event) -> None:
-        """The role's loop: dispatch whenever records are published."""
-        last_flush = time.monotonic()
-        while not stop.is_set():
-            seen = self.ctl.seq(self.end_seq)
-            self.dispatch_once()
-            now = time.monotonic()
-            if (now - last_flush) * 1000 >= self.cq_flush_interval_ms:
+    def _flush_loop(self, done: threading.Event) -> None:
+        while not done.wait(self.cq_flush_interval_ms / 1000):
+            try:
                 self.flush_queues()
-                last_flush = now
-            if self.ctl.get(C.POS_DISPATCHED) >= self.ctl.get(self.end_pos):
-                self.ctl.wait(self.end_seq, seen, 100)
+            except OSError as e:
+                # the ConsumeQueues and the index can be rebuilt from the CommitLog: a failed
+                # sync costs durability of derived data only, so it is reported and retried
+                log.error("ConsumeQueue/index flush failed (retried in %d ms): %s", self.cq_flush_interval_ms, e)
+            except BaseException as e:        # a bug: the dispatch loop raises it (the role restarts)
+                self._flush_failure = e
+                return
+
+    def run(self, stop: threading.Event) -> None:
+        """The role's loop: dispatch whenever records are published; flush_queues() every
+        cq_flush_interval_ms on a thread of its own."""
+        self._flush_failure: BaseException | None = None
+        done = threading.Event()
+        flusher = threading.Thread(target=self._flush_loop, args=(done,), name="dispatch-flush", daemon=True)
+        flusher.start()
+        try:
+            while not stop.is_set():
+                if self._flush_failure is not None:
+                    raise self._flush_failure
+                seen = self.ctl.seq(self.end_seq)
+                self.dispatch_once()
+                if self.ctl.get(C.POS_DISPATCHED) >= self.ctl.get(self.end_pos):
+                    self.ctl.wait(self.end_seq, seen, 100)
+        finally:
+            done.set()
+            flusher.join()
         self.dispatch_once()
         self.flush_queues()
         if self.index is not None:

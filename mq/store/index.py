@@ -31,10 +31,12 @@ from __future__ import annotations
 import logging
 import mmap
 import os
+import threading
 import time
 
 from mq.wire import index as W
 
+from .durable import fsync_path
 from .native import ffi, lib, check
 
 log = logging.getLogger("mq.store.index")
@@ -113,7 +115,9 @@ class IndexWriter:
         self.file_size = check_sizes(slot_num, index_num)
         self.checkpoint = checkpoint
         self.cur: _Mapped | None = None
-        self.done_files: list[_Mapped] = []      # full files not flushed since they filled
+        self._unsynced: list[str] = []           # full files closed since the last flush()
+        self._unsynced_lock = threading.Lock()   # _new_file() on the dispatch thread vs. flush()
+        self.indexed_ts_ms = 0                   # every record stored up to this time is indexed
         self.opened = False
         self.from_phy = 0                        # records below this are indexed already
         self._redo = 2 ** 63                     # redo_from() before the files were opened
@@ -179,7 +183,10 @@ class IndexWriter:
         lib.mq_index_init(m.map, prev.end_phy_offset if prev else 0, prev.end_timestamp_ms if prev else 0)
         m.map.room_num = 1
         if self.cur is not None:
-            self.done_files.append(self.cur)
+            # unmapped at once: its dirty pages stay in the page cache for flush() to sync by path
+            with self._unsynced_lock:
+                self._unsynced.append(self.cur.path)
+            self.cur.close()
         self.cur = m
         log.info("index file %s started (%d slots, %d entries)", name, self.slot_num, self.index_num)
 
@@ -199,6 +206,7 @@ class IndexWriter:
         """Indexes the scanned records recs[0:n] (those at or past from_phy)."""
         if n == 0 or time.monotonic() < self.paused_until:
             return
+        paused = False
         if not self.opened:
             self._open()
         at = 0
@@ -216,24 +224,27 @@ class IndexWriter:
                     self.paused_until = time.monotonic() + 5.0
                     log.error("message index paused for 5 s: no room for entries (%s); records stored "
                               "meanwhile get no index entries", e)
+                    paused = True
                     break
             else:
                 check(rc, "index build")
         self.from_phy = max(self.from_phy, recs[n - 1].phy_offset + 1)
+        if not paused:
+            self.indexed_ts_ms = recs[n - 1].store_ts_ms
 
     def flush(self) -> None:
-        """msync of the files written since the last flush; then the checkpoint's index time."""
-        for f in self.done_files:
-            f.mm.flush()
-            f.close()
-        self.done_files.clear()
-        if self.cur is None:
-            return
-        self.cur.mm.flush()
-        if self.checkpoint is not None:
-            ts = self.cur.header().end_timestamp_ms
-            if ts > 0:
-                self.checkpoint.index_ts_ms = ts
+        """fdatasync of the files written since the last flush, by path (mq.store.durable), then the
+        checkpoint's index time.  Safe on a thread beside build() (the dispatch role's flusher)."""
+        ts = self.indexed_ts_ms
+        with self._unsynced_lock:
+            paths, self._unsynced = self._unsynced, []
+        cur = self.cur
+        if cur is not None:
+            paths.append(cur.path)
+        for path in paths:
+            fsync_path(path)
+        if self.checkpoint is not None and ts > 0:
+            self.checkpoint.index_ts_ms = ts
 
     def close(self) -> None:
         """Flushes and unmaps; the next build() maps the newest file again."""

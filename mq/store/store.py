@@ -41,6 +41,7 @@ from .commitlog import CommitLog, list_files, SCAN_STOP_NAMES, AppendResult
 from .config import StoreConfig
 from .consumequeue import ConsumeQueueSet, ENTRY_SIZE
 from .dispatch import Dispatcher, index_writer
+from .durable import fsync_dir
 from .flush import FlushService
 from .native import (StoreError, MessageIllegal, TopicIllegal, PropertiesTooLong, StoreFatal,
                      NoSpace, MessageTooBig, NotLeader, lib)
@@ -209,7 +210,7 @@ class MessageStore:
         # running from here on: a crash from now leaves the abort file behind
         with open(self.abort_path, "w"):
             pass
-        _fsync_dir(self.root)
+        fsync_dir(self.root)
         self.checkpoint.clear_clean()
         fi = self.cl.write_pos // cfg.mappedFileSizeCommitLog
         self.cl.prepare_file(fi)
@@ -603,7 +604,7 @@ class MessageStore:
                     os.unlink(self.abort_path)
                 except FileNotFoundError:
                     pass
-                _fsync_dir(self.root)
+                fsync_dir(self.root)
             else:
                 log.error("store not closed cleanly (fatal=%s); the next start recovers abnormally",
                           self.ctl.fatal())
@@ -617,14 +618,6 @@ class MessageStore:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 __all__ = ["MessageStore", "PutStatus", "PutResult", "RecoveryReport", "ENTRY_SIZE", "put_error"]
