@@ -84,6 +84,10 @@ class Supervisor:
         cfg = self.config
         scfg = cfg.store_config()
         self.launcher.attach(asyncio.get_running_loop())
+        swept = C.sweep_dead_segments()
+        if swept:
+            log.info("removed %d shared-memory segment(s) of brokers that died without removing them: %s",
+                     len(swept), " ".join(swept))
         self.store = MessageStore.open(scfg, cfg.brokerIP1, cfg.listenPort, start_roles=False, prepare_files=False)
         if (not self.dledger and cfg.brokerRole == "SYNC_MASTER" and scfg.flushDiskType == "ASYNC_FLUSH"
                 and cfg.haTakeBackWaitMs and self.store.recovery.mode == "abnormal"):

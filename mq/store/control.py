@@ -21,7 +21,17 @@ close, and the next owner replaces the stale segment of a crashed one).
 Processes of one broker share one tracker, whose books are a set: two
 attaches interleaving as register, register, unregister, unregister would
 make it print a KeyError.  Each register/unregister pair is therefore done
-under an flock on `<root>/ctl.lock`."""
+under an flock on `<root>/ctl.lock`.
+
+Who is alive.  Every process that creates or attaches a segment holds a shared
+flock on it for as long as its handle is open, so a segment no process holds
+belongs to a dead broker (kill -9 skips the owner's unlink): `sweep_dead_segments`
+takes each `mq-*` segment's lock exclusively without waiting and removes those
+it gets -- no pid is read, so pid reuse cannot fool it.  mqbroker sweeps at every
+start, whatever its store.  Creation and the sweep serialise on one host-wide
+lock file in /dev/shm, so a segment is never swept between its creation and its
+creator's flock.  Named limit: a broker of a build older than this lock holds
+no flock, and a sweep would take its live segments."""
 
 from __future__ import annotations
 
@@ -29,6 +39,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import re
 from multiprocessing import resource_tracker
 from multiprocessing.shared_memory import SharedMemory
 
@@ -73,6 +84,56 @@ def segment_name(store_root: str) -> str:
 
 LOCK_FILE = "ctl.lock"
 _RTYPE = "shared_memory"
+SHM_DIR = "/dev/shm"
+HOST_LOCK_FILE = os.path.join(SHM_DIR, "mq.segments.lock")   # not "mq-*": never taken for a segment
+_SEGMENT_NAME = re.compile(r"mq-[0-9a-f]{20}(-[a-z]+)?")      # segment_name(), and with a suffix (stats)
+
+
+@contextlib.contextmanager
+def _host_lock():
+    """Serialises segment creation with sweep_dead_segments() across the host."""
+    fd = os.open(HOST_LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)          # drops the flock
+
+
+def _hold(shm: SharedMemory) -> SharedMemory:
+    """This process uses `shm`: a shared flock on its descriptor, dropped when the handle closes
+    (SharedMemory.close closes it) or the process dies."""
+    fcntl.flock(shm._fd, fcntl.LOCK_SH)
+    return shm
+
+
+def sweep_dead_segments() -> list[str]:
+    """Removes every mq-* segment that no live process holds (see the module docstring);
+    returns their names."""
+    removed = []
+    with _host_lock():
+        try:
+            names = sorted(os.listdir(SHM_DIR))
+        except FileNotFoundError:
+            return removed
+        for name in names:
+            if not _SEGMENT_NAME.fullmatch(name):
+                continue
+            path = os.path.join(SHM_DIR, name)
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue                      # held: its owner (or an attached process) lives
+            else:
+                os.unlink(path)               # shm_unlink of a POSIX segment, on Linux
+                removed.append(name)
+            finally:
+                os.close(fd)
+    return removed
 
 
 @contextlib.contextmanager
@@ -110,16 +171,17 @@ def open_segment(store_root: str, name: str, create: bool, size: int = 0) -> Sha
     """A segment of this store, untracked (see the module docstring): create=True makes a fresh
     one of `size` bytes, replacing the stale segment a crashed owner left under that name;
     otherwise attaches (FileNotFoundError when there is none)."""
-    with _tracker_lock(store_root):
-        if not create:
-            return _untracked(name)
+    if not create:
+        with _tracker_lock(store_root):
+            return _hold(_untracked(name))
+    with _host_lock(), _tracker_lock(store_root):
         try:
-            return _untracked(name, create=True, size=size)
+            return _hold(_untracked(name, create=True, size=size))
         except FileExistsError:
             stale = _untracked(name)
             stale.close()
             _unlink(stale)
-            return _untracked(name, create=True, size=size)
+            return _hold(_untracked(name, create=True, size=size))
 
 
 def close_segment(store_root: str, shm: SharedMemory, unlink: bool) -> None:

@@ -117,3 +117,49 @@ def test_one_familys_concurrent_attaches_keep_the_tracker_quiet(tmp_path):
     assert r.returncode == 0 and "done" in r.stdout, r.stderr
     assert "KeyError" not in r.stderr and "Traceback" not in r.stderr and "leaked" not in r.stderr, r.stderr
     assert not segment_exists(root)
+
+
+def _owner_process(root: str) -> subprocess.Popen:
+    """A fresh interpreter that creates the control block of `root` and the stats block beside
+    it, says "ready" and waits."""
+    p = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import sys, time
+        from mq.store import control as C
+        from mq.store.stats import StatsBlock
+        ctl = C.ControlBlock(sys.argv[1], 65536, create=True)
+        st = StatsBlock(sys.argv[1], regions=1, create=True)
+        print("ready", flush=True)
+        time.sleep(60)
+        """), root], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "ready"
+    return p
+
+
+def test_the_sweep_removes_the_segments_of_dead_owners_only(tmp_path):
+    """Proves the host-wide sweep (mqbroker runs it at every start): the control and stats
+    blocks of an owner killed with SIGKILL go; those of a live owner, and of a dead owner's
+    segment that a live process still has attached, stay until nobody holds them."""
+    from mq.store.stats import stats_segment_name
+    dead, live = str(tmp_path / "dead"), str(tmp_path / "live")
+    os.makedirs(dead)
+    os.makedirs(live)
+    a, b = _owner_process(dead), _owner_process(live)
+    try:
+        os.kill(a.pid, signal.SIGKILL)
+        a.wait(10)
+        attached = C.ControlBlock(dead)              # a reader still using the dead owner's block
+        swept = C.sweep_dead_segments()
+        assert C.segment_name(dead) not in swept and segment_exists(dead)
+        assert stats_segment_name(dead) in swept, "nobody holds the dead owner's stats block"
+        attached.close()
+        swept = C.sweep_dead_segments()
+        assert C.segment_name(dead) in swept and not segment_exists(dead)
+        assert C.segment_name(live) not in swept and segment_exists(live)
+        assert os.path.exists("/dev/shm/" + stats_segment_name(live))
+    finally:
+        for p in (a, b):
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+    assert set(C.sweep_dead_segments()) == {C.segment_name(live), stats_segment_name(live)}
+    assert not segment_exists(live)
