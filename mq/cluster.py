@@ -28,6 +28,7 @@ import time
 from mq.chaos.proxy import FaultProxy
 from mq.dledger.role import read_status
 from mq.store.commitlog import list_files
+from mq.store.control import sweep_dead_segments
 
 __all__ = ["BIN", "Broker", "NameServer", "Proc", "free_port", "port_open", "wait_for"]
 
@@ -88,7 +89,12 @@ def port_open(port: int) -> bool:
 
 class Proc:
     """A subprocess in a session of its own, its stdout and stderr appended to `log_path`,
-    its environment this process's plus `env`.  `p` is the subprocess.Popen."""
+    its environment this process's plus `env`.  `p` is the subprocess.Popen.
+
+    `Proc.started`: when a caller sets it to a list, every Proc appends itself there (the test
+    suite does, to show a failed test the tail of each server's log)."""
+
+    started: list | None = None
 
     def __init__(self, args: list[str], log_path: str, env: dict | None = None):
         self.args = args
@@ -96,6 +102,8 @@ class Proc:
         self.log = open(log_path, "ab")
         self.p = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT,
                                   env={**os.environ, **(env or {})}, start_new_session=True)
+        if Proc.started is not None:
+            Proc.started.append(self)
 
     def stop(self, timeout_s: float = 20.0) -> int:
         """SIGTERM (the servers' clean stop), then SIGKILL to its whole session if it has not
@@ -126,6 +134,17 @@ class Proc:
             self.log.flush()
         with open(self.log_path, "rb") as f:
             return f.read().decode("utf-8", "replace")
+
+    def tail(self, max_bytes: int = 6000) -> str:
+        """The last `max_bytes` of its log, from a line start."""
+        try:
+            with open(self.log_path, "rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                f.seek(max(0, size - max_bytes))
+                text = f.read().decode("utf-8", "replace")
+        except OSError as e:
+            return f"(log unreadable: {e})"
+        return text if size <= max_bytes else text.split("\n", 1)[-1]
 
 
 class NameServer:
@@ -210,8 +229,11 @@ class Broker:
         return self.proc.stop()
 
     def kill(self) -> None:
-        """SIGKILL to the broker and all its processes."""
+        """SIGKILL to the broker and all its processes; then, as the next mqbroker start on this
+        host would, the shared-memory segments left by dead brokers are removed."""
         self.proc.kill()
+        wait_for(lambda: not processes_of_group(self.proc.p.pid), 10, what="the killed broker's processes gone")
+        sweep_dead_segments()
 
     def restart(self) -> None:
         """A clean stop (asserted: exit status 0), then start() on the same port and store."""

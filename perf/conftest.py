@@ -15,6 +15,10 @@ import tempfile
 
 import pytest
 
+# log tails of a failed gate's servers; the run leaves no process or segment behind
+from tests.guard import (pytest_runtest_makereport, pytest_runtest_setup, pytest_sessionfinish,  # noqa: F401
+                         pytest_sessionstart)
+
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "quick: the small variant of each gate, for CI (pytest perf/ -m quick)")

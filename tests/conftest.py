@@ -1,7 +1,10 @@
-"""Shared fixtures: every test gets its own store directory under tmp_path."""
+"""Shared fixtures: every test gets its own store directory under tmp_path; the run's guard (tests/guard.py)."""
 import pytest
 
 from mq.store import MessageStore, StoreConfig
+# log tails of a failed test's servers; the run leaves no process or segment behind
+from tests.guard import (pytest_runtest_makereport, pytest_runtest_setup, pytest_sessionfinish,  # noqa: F401
+                         pytest_sessionstart)
 
 
 @pytest.fixture

@@ -1,0 +1,129 @@
+"""What every test run checks around its tests (hooks imported by tests/conftest.py and
+perf/conftest.py, so `pytest tests` and `pytest perf` both have them):
+
+* A failed test shows the tail of the log of every server (mq.cluster.Proc: mqnamesrv, mqbroker)
+  it started, and of every one still running when it failed (a module fixture's), as report
+  sections: the reason a broker stalled or exited is in the output, not lost with the tmp dir.
+* The run leaves nothing behind.  Every process started under it inherits MQ_TEST_RUN=<token>
+  in its environment, whatever started it (a fixture, a helper, a role forked by a broker); at
+  the end no such process may be alive, and no shared-memory segment `mq-*` that appeared
+  during the run may remain (brokers killed with -9 leave theirs until a sweep:
+  mq.store.control.sweep_dead_segments).  A leftover is named, removed, and fails the run."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+
+import pytest
+
+from mq.cluster import Proc
+from mq.store.control import SHM_DIR
+
+RUN_ENV = "MQ_TEST_RUN"
+LOG_TAIL_BYTES = 6000
+LOG_TAILS_MAX = 8                 # servers shown per failed test, the newest first
+EXIT_GRACE_S = float(os.environ.get("MQ_TEST_EXIT_GRACE_S", "10"))  # for processes of the run to exit after its last test
+_first_proc = pytest.StashKey[int]()
+_shm_before: set[str] = set()
+
+
+def _segments() -> set[str]:
+    try:
+        return {n for n in os.listdir(SHM_DIR) if n.startswith("mq-")}
+    except FileNotFoundError:
+        return set()
+
+
+def pytest_sessionstart(session):
+    if Proc.started is not None:
+        return                  # both conftests registered these hooks (`pytest tests perf`)
+    os.environ[RUN_ENV] = uuid.uuid4().hex
+    Proc.started = []
+    _shm_before.clear()
+    _shm_before.update(_segments())
+
+
+def pytest_runtest_setup(item):
+    item.stash[_first_proc] = len(Proc.started or [])
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if not report.failed or Proc.started is None:
+        return
+    first = item.stash.get(_first_proc, len(Proc.started))
+    shown = [p for i, p in enumerate(Proc.started) if i >= first or p.p.poll() is None]
+    titled = {title for title, _ in report.sections}
+    for p in shown[-LOG_TAILS_MAX:][::-1]:
+        state = "running" if p.p.poll() is None else f"exit status {p.p.returncode}"
+        title = f"log tail: {p.log_path} ({state})"
+        if title not in titled:
+            report.sections.append((title, p.tail(LOG_TAIL_BYTES)))
+
+
+def _processes_of_run(token: str) -> list[tuple[int, str]]:
+    """(pid, command line) of every live process carrying this run's token, but this one and
+    its own multiprocessing helpers (the resource tracker lives until this process exits)."""
+    marker = f"{RUN_ENV}={token}".encode()
+    me = os.getpid()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        pid = int(entry)
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if marker not in f.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+        except OSError:
+            continue                                  # gone meanwhile, or not ours to read
+        if fields[0] == "Z":
+            continue
+        if int(fields[1]) == me and "multiprocessing" in cmd:
+            continue
+        found.append((pid, cmd))
+    return found
+
+
+def pytest_sessionfinish(session, exitstatus):
+    from mq.store.control import sweep_dead_segments
+    token = os.environ.get(RUN_ENV)
+    problems = []
+    # a process killed or stopped by the last test may still be exiting (orphaned roles, a
+    # resource tracker reading its EOF): only what is alive after the grace period is left over
+    deadline = time.monotonic() + EXIT_GRACE_S
+    while True:
+        left = _processes_of_run(token) if token else []
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    if left:
+        problems.append(f"{len(left)} process(es) started by the run are still alive (killed now):")
+        problems += [f"  {pid} {cmd[:200]}" for pid, cmd in left]
+        for pid, _ in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.2)                               # the kernel drops their segment locks
+    new = sorted(_segments() - _shm_before)
+    if new:
+        problems.append(f"{len(new)} shared-memory segment(s) made during the run remain: {' '.join(new)}")
+        sweep_dead_segments()
+    if problems:
+        tr = session.config.pluginmanager.get_plugin("terminalreporter")
+        text = "the run left things behind:\n" + "\n".join(problems)
+        if tr is not None:
+            tr.write_sep("=", "leftovers", red=True)
+            tr.write_line(text)
+        else:
+            print(text)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

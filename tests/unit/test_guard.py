@@ -1,0 +1,83 @@
+"""The suite's guard (tests/guard.py), run on small suites of its own in a fresh pytest:
+a failed test shows its servers' log tails; a run that leaves a process or a shared-memory
+segment behind fails, naming it, and removes it."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CONFTEST = """
+from tests.guard import (pytest_runtest_makereport, pytest_runtest_setup, pytest_sessionfinish,
+                         pytest_sessionstart)
+"""
+
+
+def run_suite(tmp_path, body: str) -> subprocess.CompletedProcess:
+    (tmp_path / "conftest.py").write_text(CONFTEST)
+    (tmp_path / "test_inner.py").write_text(textwrap.dedent(body))
+    env = {**os.environ, "PYTHONPATH": REPO, "MQ_TEST_EXIT_GRACE_S": "1"}
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_a_failed_test_shows_its_servers_log_tails(tmp_path):
+    r = run_suite(tmp_path, """
+        from mq.cluster import NameServer
+
+        def test_fails(tmp_path):
+            ns = NameServer(str(tmp_path))
+            try:
+                assert False, "on purpose"
+            finally:
+                ns.stop()
+        """)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "log tail: " in r.stdout and "namesrv.log (exit status 0)" in r.stdout, r.stdout
+    assert "The Name Server boot success" in r.stdout or "mq.namesrv" in r.stdout, r.stdout
+    assert "leftovers" not in r.stdout
+
+
+def test_a_passing_run_that_leaves_nothing_passes(tmp_path):
+    r = run_suite(tmp_path, """
+        import subprocess
+
+        def test_clean():
+            subprocess.run(["true"], check=True)
+        """)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "leftovers" not in r.stdout
+
+
+def test_a_process_left_running_fails_the_run_and_is_killed(tmp_path):
+    marker = tmp_path / "pid"
+    r = run_suite(tmp_path, f"""
+        import subprocess
+
+        def test_leaks():
+            p = subprocess.Popen(["sleep", "300"], start_new_session=True)
+            open({str(marker)!r}, "w").write(str(p.pid))
+        """)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "leftovers" in r.stdout and "sleep 300" in r.stdout, r.stdout
+    pid = int(marker.read_text())
+    assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+
+
+def test_a_segment_left_behind_fails_the_run_and_is_removed(tmp_path):
+    root = tmp_path / "store"
+    root.mkdir()
+    r = run_suite(tmp_path, f"""
+        import subprocess, sys
+
+        def test_leaks_a_segment():
+            code = "from mq.store import control as C; C.ControlBlock({str(root)!r}, 65536, create=True)"
+            subprocess.run([sys.executable, "-c", code], check=True)   # exits without closing it
+        """)
+    from mq.store import control as C
+    name = C.segment_name(str(root))
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "shared-memory segment(s) made during the run remain: " + name in r.stdout, r.stdout
+    assert not os.path.exists("/dev/shm/" + name)
