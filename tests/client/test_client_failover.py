@@ -96,7 +96,13 @@ def test_producer_retries_on_another_broker_when_one_dies(tmp_path):
             on_a += len(after)
         async with PullConsumer(uniq("CGP"), ns.addr) as pc:
             queues = [q for q in await pc.fetch_queues(topic) if q.broker_name == "broker-a"]
-            stored = sum([await pc.max_offset(q) for q in queues])
+
+            async def visible():
+                n = sum([await pc.max_offset(q) for q in queues])
+                return n if n >= on_a else None
+            # SEND_OK means stored; the max offset counts what dispatch has put in the queues, which
+            # follows within milliseconds (the answer does not wait for it, in RocketMQ either)
+            stored = await until(visible, 10, "broker-a's queues to hold what it acknowledged")
         return on_a, stored
 
     try:
