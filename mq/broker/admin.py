@@ -17,7 +17,9 @@ from mq.remoting import ResponseCode as RC, make_response
 from mq.store import StoreError
 
 from .metadata import dumps, topic_config
-from .send import BadRequest, as_bool, as_int, TOPIC_RE, TOPIC_LEN_MAX
+from mq.store.commitlog import INT64_MAX, INT64_MIN
+
+from .send import BadRequest, as_bool, as_int, check_group, header_int, TOPIC_RE, TOPIC_LEN_MAX
 
 log = logging.getLogger("mq.broker.admin")
 
@@ -32,6 +34,56 @@ def _json_body(cmd) -> dict:
     if not isinstance(data, dict):
         raise BadRequest(RC.INVALID_PARAMETER, "body is not a JSON object")
     return data
+
+
+def check_heartbeat(body: dict) -> None:
+    """HEART_BEAT's body has the shapes of RocketMQ's HeartbeatData, which its broker's JSON
+    decoder insists on: anything else is refused (SYSTEM_ERROR naming the field) here, before
+    the supervisor reads it; group names are checked (they name store directories)."""
+    def bad(path: str, kind: str):
+        raise BadRequest(RC.SYSTEM_ERROR, f"heartbeat body: {path} is not {kind}")
+
+    def scalar(v) -> bool:
+        return v is None or isinstance(v, (str, int, float, bool))
+
+    if not scalar(body.get("clientID")):
+        bad("clientID", "a string")
+    for name in ("producerDataSet", "consumerDataSet"):
+        items = body.get(name)
+        if items is None:
+            continue
+        if not isinstance(items, list):
+            bad(name, "a list")
+        for k, item in enumerate(items):
+            where = f"{name}[{k}]"
+            if not isinstance(item, dict):
+                bad(where, "an object")
+            check_group(item.get("groupName"))
+            if name == "producerDataSet":
+                continue
+            for key in ("consumeType", "messageModel", "consumeFromWhere"):
+                if not scalar(item.get(key)):
+                    bad(f"{where}.{key}", "a name or an ordinal")
+            subs = item.get("subscriptionDataSet")
+            if subs is None:
+                continue
+            if not isinstance(subs, list):
+                bad(f"{where}.subscriptionDataSet", "a list")
+            for j, sd in enumerate(subs):
+                sw = f"{where}.subscriptionDataSet[{j}]"
+                if not isinstance(sd, dict):
+                    bad(sw, "an object")
+                if not isinstance(sd.get("topic"), str) or not scalar(sd.get("subString")):
+                    bad(f"{sw}.topic", "a string")
+                tags = sd.get("tagsSet")
+                if tags is not None and (not isinstance(tags, list) or not all(scalar(t) for t in tags)):
+                    bad(f"{sw}.tagsSet", "a list of strings")
+                version = sd.get("subVersion")
+                if version is not None:
+                    try:
+                        int(version)
+                    except (TypeError, ValueError):
+                        bad(f"{sw}.subVersion", "a number")
 
 
 class Processor:
@@ -110,6 +162,7 @@ class AdminProcessor(Processor):
         from mq.wire.remoting import LANGUAGE_NAMES
         from .metadata import CONN_INFO_KEY
         body = _json_body(cmd)
+        check_heartbeat(body)
         peer = conn.peer or ("", 0)
         body[CONN_INFO_KEY] = {"clientAddr": f"{peer[0]}:{peer[1]}",
                                "language": LANGUAGE_NAMES.get(cmd.language, "OTHER"), "version": cmd.version}
@@ -290,9 +343,11 @@ class AdminProcessor(Processor):
 
     async def view_message(self, conn, cmd):
         try:
-            off = as_int((cmd.ext_fields or {})["offset"])
+            off = header_int(cmd.ext_fields or {}, "offset", -1, INT64_MIN, INT64_MAX)
             view = self.store.cl.read_record(off)
-        except (KeyError, ValueError, StoreError) as e:
+        except BadRequest as e:
+            return make_response(cmd, e.code, e.remark)
+        except StoreError as e:
             return make_response(cmd, RC.SYSTEM_ERROR, f"no message at that offset: {e}")
         return make_response(cmd, RC.SUCCESS, body=bytes(view))
 

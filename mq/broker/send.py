@@ -23,11 +23,12 @@ import orjson
 
 from mq.remoting import ResponseCode as RC, make_response
 from mq.remoting.server import DEFERRED
-from mq.store import PutStatus, PutResult
-from mq.store.commitlog import host_bytes
+from mq.store import PutStatus, PutResult, StoreError
+from mq.store.commitlog import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, host_bytes
 from mq.store.stats import HIST_BUCKETS, HIST_SUM
 from mq.store.store import put_error
 from mq.wire import commitlog as wcl
+from mq.wire.errors import WireError
 from mq.wire.msgid import offset_msg_id
 from mq.wire.properties import decode_properties, encode_properties
 from mq.wire.remoting import LANGUAGE_NAMES, RPC_RESPONSE, SERIALIZE_JSON, SERIALIZE_ROCKETMQ
@@ -40,6 +41,7 @@ log = logging.getLogger("mq.broker.send")
 
 TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 TOPIC_LEN_MAX = 127
+GROUP_LEN_MAX = 255          # RocketMQ's Validators.checkGroup: the topic's characters, at most 255
 SYSFLAG_COMPRESSED = 0x1
 SYSFLAG_COMPRESSION_TYPE = 0x700
 V2_NAMES = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums",
@@ -93,6 +95,40 @@ def as_int(value, default: int = 0) -> int:
     if value is None or value == "":
         return default
     return int(str(value).strip())
+
+
+def header_int(h: dict, name: str, default: int, lo: int = INT32_MIN, hi: int = INT32_MAX) -> int:
+    """A request header's integer field (int32 unless told), `default` when absent or empty.
+    One that is not a decimal integer in [lo, hi] is refused as RocketMQ refuses a header it
+    cannot decode: SYSTEM_ERROR, the field named in the remark (before it reaches the store)."""
+    v = h.get(name)
+    if v is None or v == "":
+        return default
+    try:
+        n = int(str(v).strip())
+    except ValueError:
+        n = None
+    if n is None or not lo <= n <= hi:
+        raise BadRequest(RC.SYSTEM_ERROR, f"the header field {name}={str(v)[:64]!r} is not an integer "
+                                          f"in [{lo}, {hi}]")
+    return n
+
+
+def check_group(group) -> str:
+    """A consumer or producer group name as RocketMQ's clients validate it; INVALID_PARAMETER
+    otherwise.  It names directories under the store (its %RETRY% topic), so this is a guard."""
+    if not isinstance(group, str) or not group or len(group) > GROUP_LEN_MAX or not TOPIC_RE.match(group):
+        raise BadRequest(RC.INVALID_PARAMETER, f"the group name {str(group)[:300]!r} is illegal: 1 to "
+                                               f"{GROUP_LEN_MAX} characters of [%|a-zA-Z0-9_-]")
+    return group
+
+
+def utf8(text: str, what: str) -> bytes:
+    """`text` as UTF-8; MESSAGE_ILLEGAL when it cannot be (a lone surrogate a JSON header can carry)."""
+    try:
+        return text.encode()
+    except UnicodeEncodeError as e:
+        raise BadRequest(RC.MESSAGE_ILLEGAL, f"the {what} are not valid UTF-8: {e.reason} at {e.start}") from None
 
 
 def as_bool(value) -> bool:
@@ -235,6 +271,11 @@ class SendProcessor:
             born_ts = int(born_s) if born_s else 0
             flag = int(flag_s) if flag_s else 0
             reconsume = int(reconsume_s) if reconsume_s else 0
+            if not (INT32_MIN <= qid <= INT32_MAX and INT32_MIN <= sys_flag <= INT32_MAX
+                    and INT32_MIN <= flag <= INT32_MAX and INT32_MIN <= reconsume <= INT32_MAX
+                    and INT64_MIN <= born_ts <= INT64_MAX):
+                return self.process(conn, cmd)          # the full path names the field that does not fit
+            props_b = props.encode() if props else b""
             if qid < 0:
                 qid = random.randrange(max(1, tc["writeQueueNums"]))
             if qid >= max(tc["readQueueNums"], tc["writeQueueNums"]):
@@ -245,7 +286,7 @@ class SendProcessor:
             if self.stats is not None:
                 self.stats.sent(e.code, 0)
             return make_response(cmd, e.code, e.remark)
-        except ValueError:
+        except ValueError:                              # not a number, or properties not UTF-8
             return self.process(conn, cmd)
         born = conn.attrs.get("born_c")
         if born is None:
@@ -254,8 +295,8 @@ class SendProcessor:
                 host = conn.attrs["born_host"] = normalize_host(conn.peer[0])
             packed = host_bytes(host)
             born = conn.attrs["born_c"] = (packed, group.appender.c_bytes(packed), len(packed))
-        group.add(conn, cmd, topic.encode(), qid, props.encode() if props else b"", flag, sys_flag, born_ts,
-                  born, conn.peer[1], reconsume, wait)
+        group.add(conn, cmd, topic.encode(), qid, props_b, flag, sys_flag, born_ts, born, conn.peer[1], reconsume,
+                  wait)
         return DEFERRED
 
     def respond_stored(self, conn, cmd, code: int, msg_id: bytes, qid: int, queue_offset: int, remark, times):
@@ -325,19 +366,23 @@ class SendProcessor:
             if born_host is None:
                 born_host = conn.attrs["born_host"] = normalize_host(conn.peer[0])
             born_port = conn.peer[1]
-            born_ts = as_int(h.get("bornTimestamp"), 0)
-            sys_flag = as_int(h.get("sysFlag"), 0)
-            props = decode_properties(h.get("properties") or "")
+            born_ts = header_int(h, "bornTimestamp", 0, INT64_MIN, INT64_MAX)
+            sys_flag = header_int(h, "sysFlag", 0)
+            flag = header_int(h, "flag", 0)
+            reconsume = header_int(h, "reconsumeTimes", 0)
+            max_times_h = header_int(h, "maxReconsumeTimes", -1)
+            raw_props = h.get("properties") or ""
+            utf8(raw_props, "properties")
+            props = decode_properties(raw_props)
             batch = as_bool(h.get("batch")) or cmd.code == 320
             if batch:
                 return await self._send_batch(cmd, topic, qid, props, sys_flag, born_ts, born_host, born_port)
             if not cmd.body:
                 raise BadRequest(RC.MESSAGE_ILLEGAL, "message body is empty")
-            reconsume = as_int(h.get("reconsumeTimes"), 0)
             if topic.startswith(RETRY_PREFIX):
                 group = topic[len(RETRY_PREFIX):]
                 g = await self.meta.group(group)
-                max_times = as_int(h.get("maxReconsumeTimes"), (g or {}).get("retryMaxTimes", 16))
+                max_times = max_times_h if max_times_h >= 0 else (g or {}).get("retryMaxTimes", 16)
                 if reconsume >= max_times:
                     topic = dlq_topic(group)
                     await self.meta.create_system_topic(topic, 1)
@@ -351,9 +396,8 @@ class SendProcessor:
                 store_topic, store_qid = SCHEDULE_TOPIC, delay - 1
             props["CLUSTER"] = self.config.brokerClusterName
             result = await self.broker.put_message(
-                store_topic, store_qid, cmd.body, encode_properties(props), wait=wait, flag=as_int(h.get("flag")),
-                sys_flag=sys_flag, born_ts_ms=born_ts, born_host=born_host, born_port=born_port,
-                reconsume_times=reconsume)
+                store_topic, store_qid, cmd.body, encode_properties(props), wait=wait, flag=flag, sys_flag=sys_flag,
+                born_ts_ms=born_ts, born_host=born_host, born_port=born_port, reconsume_times=reconsume)
         except BadRequest as e:
             return make_response(cmd, e.code, e.remark)
         except (ValueError, KeyError) as e:
@@ -406,23 +450,26 @@ class SendProcessor:
         levels (3 + reconsumeTimes unless given), or to %DLQ%<group>."""
         h = cmd.ext_fields or {}
         try:
-            group = h["group"]
-            phy = as_int(h.get("offset"))
-            delay_level = as_int(h.get("delayLevel"), 0)
-        except (KeyError, ValueError) as e:
-            return make_response(cmd, RC.INVALID_PARAMETER, f"bad header: {e}")
+            group = check_group(h["group"])
+            phy = header_int(h, "offset", -1, INT64_MIN, INT64_MAX)
+            delay_level = header_int(h, "delayLevel", 0)
+            max_times_h = header_int(h, "maxReconsumeTimes", -1)
+        except KeyError as e:
+            return make_response(cmd, RC.INVALID_PARAMETER, f"bad header: {e} is missing")
+        except BadRequest as e:
+            return make_response(cmd, e.code, e.remark)
         g = await self.meta.group(group)
         if g is None:
             return make_response(cmd, RC.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}")
         try:
             rec = wcl.parse_record(self.store.cl.read_record(phy))
-        except Exception as e:
+        except (StoreError, WireError) as e:
             return make_response(cmd, RC.SYSTEM_ERROR, f"look message by offset failed, {phy}: {e}")
         props = decode_properties(rec.properties)
         props.setdefault("RETRY_TOPIC", rec.topic)
         props.setdefault("ORIGIN_MESSAGE_ID", h.get("originMsgId") or offset_msg_id(rec.store_host, rec.store_port, phy))
         reconsume = rec.reconsume_times
-        max_times = as_int(h.get("maxReconsumeTimes"), g.get("retryMaxTimes", 16))
+        max_times = max_times_h if max_times_h >= 0 else g.get("retryMaxTimes", 16)
         if reconsume >= max_times or delay_level < 0:
             topic, qid = dlq_topic(group), 0
             await self.meta.create_system_topic(topic, 1)
@@ -490,24 +537,60 @@ class SendGroup:
                              wait, times))
 
     def run(self) -> None:
-        """Appends and answers the pending sends (a loop callback: runs once per iteration)."""
+        """Appends and answers the pending sends (a loop callback: runs once per iteration).
+        Every send taken is answered exactly once, whatever fails: a chunk that raises
+        anyway (a bug) answers what it had not answered with SYSTEM_ERROR, logged once."""
         pending, self.pending = self.pending, []
         cap = self.appender.capacity
         for start in range(0, len(pending), cap):
-            self._run(pending[start:start + cap])
+            chunk = pending[start:start + cap]
+            answered: set[int] = set()          # ids of the chunk's entries answered or handed to a wait
+            try:
+                self._run(chunk, answered)
+            except Exception as e:
+                log.exception("send group failed; its unanswered sends get SYSTEM_ERROR")
+                self.appender.reset()
+                for entry in chunk:
+                    if id(entry) not in answered:
+                        self._refuse(entry, RC.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
+                _flush_all(chunk)
 
-    def _run(self, batch: list[tuple]) -> None:
+    def _refuse(self, entry: tuple, code: int, remark: str) -> None:
+        """Answers one send of the group alone (never stored)."""
+        conn, cmd, times = entry[0], entry[1], entry[12]
+        if self.stats is not None:
+            self.stats.sent(code, 0)
+        conn.respond(cmd, make_response(cmd, code, remark), times)
+
+    def _run(self, batch: list[tuple], answered: set[int]) -> None:
         app = self.appender
         cluster, cluster_len = self._cluster_c, len(self.cluster)
         add = app.add
         t_store = perf_counter_ns() if self.broker.tracer is not None else 0
-        for (conn, cmd, topic, qid, props, flag, sys_flag, born_ts, born, born_port, reconsume, _w, _t) in batch:
-            add(topic, qid, cmd.body, props, cluster, cluster_len, born[1], born[2], born_port, flag=flag,
-                sys_flag=sys_flag, born_ts_ms=born_ts, reconsume_times=reconsume)
+        members = []                         # (entry, its index in the appender): answers follow the index
+        for entry in batch:
+            (conn, cmd, topic, qid, props, flag, sys_flag, born_ts, born, born_port, reconsume, _w, _t) = entry
+            try:
+                i = add(topic, qid, cmd.body, props, cluster, cluster_len, born[1], born[2], born_port, flag=flag,
+                        sys_flag=sys_flag, born_ts_ms=born_ts, reconsume_times=reconsume)
+            except ValueError as e:          # handle() checked the ranges: this is a second line
+                answered.add(id(entry))
+                self._refuse(entry, RC.SYSTEM_ERROR, str(e))
+                continue
+            assert i >= 0, "run() splits pending into chunks of the appender's capacity"
+            members.append((entry, i))
             conn._flush_scheduled = True    # its answers go out in _flush_all below, not a callback each
-        app.run()
+        try:
+            app.run()
+        except Exception as e:               # a fatal store error: nothing of the group is known stored
+            log.error("group append of %d sends failed: %s", len(members), e)
+            for entry, _ in members:
+                answered.add(id(entry))
+                self._refuse(entry, RC.SYSTEM_ERROR, f"the store refused the append: {e}")
+            _flush_all(batch)
+            return
         self.groups += 1
-        self.msgs += len(batch)
+        self.msgs += len(members)
         t_appended = perf_counter_ns() if t_store else 0
         stats = self.stats
         if stats is not None:
@@ -515,13 +598,14 @@ class SendGroup:
             latency_ns = perf_counter_ns() - self._t_first_ns
             refused = 0
         broker = self.broker
-        waiting = []                         # (entry, end offset, term) of stored sends that must wait
+        waiting = []                         # (entry, its AppendResult) of stored sends that must wait
         dledger = broker.commit_waiter is not None
         sync_flush = broker.store.config.flushDiskType == "SYNC_FLUSH"
         sync_master = broker.config.brokerRole == "SYNC_MASTER"
         respond = self.sender.respond_stored
-        for i, entry in enumerate(batch):
+        for entry, i in members:
             conn, cmd, topic, qid, wait, times = entry[0], entry[1], entry[2], entry[3], entry[11], entry[12]
+            answered.add(id(entry))
             if times is not None:
                 times.store_ns, times.appended_ns, times.msgs = t_store, t_appended, 1
             if app.rc(i) != 0:
@@ -541,11 +625,11 @@ class SendGroup:
             respond(conn, cmd, RC.SUCCESS, app.msg_id(i), qid, app.queue_offset(i), None, times)
         _flush_all(batch)
         if stats is not None:
-            answered = len(batch) - refused - len(waiting)
-            if answered:                     # IoStats.sent for SUCCESS, inline: this runs for every group
+            answered_now = len(members) - refused - len(waiting)
+            if answered_now:                 # IoStats.sent for SUCCESS, inline: this runs for every group
                 ok, k = stats.ok_row, (latency_ns // 1000).bit_length()
-                ok[k if k < HIST_BUCKETS else HIST_BUCKETS - 1] += answered
-                ok[HIST_SUM] += latency_ns * answered
+                ok[k if k < HIST_BUCKETS else HIST_BUCKETS - 1] += answered_now
+                ok[HIST_SUM] += latency_ns * answered_now
         if waiting:
             task = self.loop.create_task(self._settle(waiting, self._t_first_ns))
             self.waits.add(task)
@@ -595,7 +679,12 @@ class SendGroup:
                 entry[0].respond(entry[1], None, times)
                 continue
             entry[0]._flush_scheduled = True    # written by _flush_all below
-            self._respond_result(entry[0], entry[1], entry[3], result, times)
+            try:
+                self._respond_result(entry[0], entry[1], entry[3], result, times)
+            except Exception as e:            # never leave a client waiting
+                log.exception("answering a waited send failed")
+                entry[0].respond(entry[1], make_response(entry[1], RC.SYSTEM_ERROR, f"{type(e).__name__}: {e}"),
+                                 times)
         _flush_all(entry for entry, _ in waiting)
 
     def _respond_result(self, conn, cmd, qid: int, result: PutResult, times) -> None:
@@ -616,4 +705,5 @@ class SendGroup:
             await asyncio.wait(list(self.waits), timeout=timeout_s)
 
 
-__all__ = ["SendProcessor", "SendGroup", "header_fields", "as_int", "as_bool", "BadRequest", "PERM_READ"]
+__all__ = ["SendProcessor", "SendGroup", "header_fields", "header_int", "check_group", "as_int", "as_bool",
+           "BadRequest", "PERM_READ"]

@@ -29,6 +29,8 @@ _DL_HEAD = struct.Struct(">iiqq")            # magic, size, index, term (mq.wire
 
 BATCH_MSGS_MAX = lib.MQ_BATCH_MSGS_MAX
 GROUP_MSGS_MAX = 1024       # single sends in one group append (one io-worker loop iteration's)
+INT32_MIN, INT32_MAX = -2 ** 31, 2 ** 31 - 1
+INT64_MIN, INT64_MAX = -2 ** 63, 2 ** 63 - 1
 DL_HEADER_SIZE = lib.MQ_DL_HEADER_SIZE
 DL_INDEX_FILE_SIZE = 32 * 5 * 1024 * 1024           # DLedger's mappedFileSizeForEntryIndex
 PREPARE_CHECK_S = 0.05
@@ -241,13 +243,18 @@ class CommitLog:
 
     # ---- read ----------------------------------------------------------------
     def view(self, offset: int, size: int) -> memoryview:
-        """Zero-copy view of [offset, offset+size) inside the written range and one file."""
+        """Zero-copy view of [offset, offset+size) inside the written range and one file
+        (OutOfRange otherwise, also for a negative or oversized number a request carried)."""
+        if not (0 <= offset <= INT64_MAX and 0 <= size <= INT32_MAX):
+            raise OutOfRange(f"no bytes at {offset}+{size}")
         p = ffi.new("const uint8_t **")
         check(lib.mq_commitlog_view(self._h, offset, size, p), f"view {offset}+{size}")
         return memoryview(ffi.buffer(p[0], size))
 
     def view_raw(self, offset: int, size: int) -> memoryview:
         """Like view, but for any mapped bytes of an existing file (recovery, HA)."""
+        if not (0 <= offset <= INT64_MAX and 0 <= size <= INT32_MAX):
+            raise OutOfRange(f"no bytes at {offset}+{size}")
         p = ffi.new("const uint8_t **")
         check(lib.mq_commitlog_view_raw(self._h, offset, size, p), f"view_raw {offset}+{size}")
         return memoryview(ffi.buffer(p[0], size))
@@ -486,12 +493,16 @@ class Scanner:
 class GroupAppend:
     """Single messages of any topic-queues appended with one C call
     (mq_commitlog_append_group): the io worker's group of the sends of one event-loop
-    iteration.  add() the messages, run(), then read each one's outcome by its index
-    (rc, msg_id, queue_offset, end_offset, dl_term) before the next add().
+    iteration.  add() a message and keep the index it returns, run(), then read that
+    message's outcome by its index (rc, msg_id, queue_offset, end_offset, dl_term) before
+    the next add().
 
     The builder's arrays are reused from group to group; a group holds at most
-    GROUP_MSGS_MAX messages (add() returns False when full: run it and start over).  The
-    bytes passed to add() are kept alive until the next run()."""
+    GROUP_MSGS_MAX messages (add() returns -1 when full: run it and start over).  add()
+    checks every number against its C field before it touches the group, so a refused
+    message leaves the group as it was.  run() always leaves the builder empty; reset()
+    empties it without appending (a caller whose build failed half-way).  The bytes passed
+    to add() are kept alive until then."""
 
     __slots__ = ("cl", "n", "_msgs", "_out", "_rc", "_keep", "_topics", "_max_size")
 
@@ -518,12 +529,18 @@ class GroupAppend:
 
     def add(self, topic: bytes, queue_id: int, body: bytes, props: bytes, extra_props, extra_len: int,
             born_host, born_host_len: int, born_port: int, *, flag: int = 0, sys_flag: int = 0,
-            born_ts_ms: int = 0, reconsume_times: int = 0) -> bool:
-        """Queues one message; born_host and extra_props are c_bytes() views (extra may be None).
-        False when the group is full."""
+            born_ts_ms: int = 0, reconsume_times: int = 0) -> int:
+        """Queues one message and returns its index in this group (-1: the group is full);
+        born_host and extra_props are c_bytes() views (extra may be None).  ValueError, with
+        the group untouched, when a number does not fit its field (int32; born_ts_ms int64)."""
         i = self.n
         if i >= len(self._msgs):
-            return False
+            return -1
+        if not (INT32_MIN <= queue_id <= INT32_MAX and INT32_MIN <= flag <= INT32_MAX
+                and INT32_MIN <= sys_flag <= INT32_MAX and INT32_MIN <= reconsume_times <= INT32_MAX
+                and INT64_MIN <= born_ts_ms <= INT64_MAX and 0 <= born_port <= 0xFFFF):
+            raise ValueError(f"a field does not fit: queueId={queue_id} flag={flag} sysFlag={sys_flag} "
+                             f"reconsumeTimes={reconsume_times} bornTimestamp={born_ts_ms} bornPort={born_port}")
         m = self._msgs[i]
         t = self._topics.get(topic)
         if t is None:
@@ -555,7 +572,7 @@ class GroupAppend:
         m.born_ts_ms = born_ts_ms
         m.reconsume_times = reconsume_times
         self.n = i + 1
-        return True
+        return i
 
     def run(self) -> int:
         """Appends the queued messages (one C call, one wake); returns how many were stored.
@@ -563,10 +580,17 @@ class GroupAppend:
         n, self.n = self.n, 0
         if not n:
             return 0
-        appended = lib.mq_commitlog_append_group(self.cl._h, self._msgs, n, self._max_size, self._out, self._rc)
-        self._keep.clear()
+        try:
+            appended = lib.mq_commitlog_append_group(self.cl._h, self._msgs, n, self._max_size, self._out, self._rc)
+        finally:
+            self._keep.clear()
         check(appended if appended < 0 else 0, "group append")
         return appended
+
+    def reset(self) -> None:
+        """Drops whatever was queued and not run."""
+        self.n = 0
+        self._keep.clear()
 
     def rc(self, i: int) -> int:
         return self._rc[i]

@@ -37,89 +37,19 @@ from mq.wire.batch import build_batch
 from mq.wire.commitlog import parse_record
 from mq.wire.properties import encode_properties
 from mq.wire.remoting import (FRAME_SIZE_MAX, RPC_ONEWAY, SERIALIZE_ROCKETMQ, RemotingCommand, encode_frame,
-                              encode_json_header, decode_frame_payload, frame_payload_size)
+                              encode_json_header)
 from mq.cluster import BIN, Broker, NameServer, wait_for
+from tests.faults.rawpeer import IO_TIMEOUT_S, Peer, next_opaque
 
 MAX_MESSAGE_SIZE = 1024          # the test broker's maxMessageSize
 CLUSTER = "BadInputCluster"      # stored as the CLUSTER property of every message
 TOPIC = "BadInputTopic"          # 4 queues, created by the fixture
 LONG_TOPIC = "L" * 127           # the longest legal topic, created by the fixture
 QUEUES = 4
-IO_TIMEOUT_S = 5.0
 
 GOOD = collections.Counter()     # (topic, queueId) -> messages stored with SUCCESS
 LOG_EXPECTS = {"broker": set(), "namesrv": set()}   # what each process must have logged about garbage
-_opaque = itertools.count(1)
 _bodies = itertools.count()
-
-
-# ---- raw protocol peer -------------------------------------------------------------------------
-
-class Peer:
-    """One TCP connection speaking frames by hand (blocking, with a timeout)."""
-
-    def __init__(self, port: int):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=IO_TIMEOUT_S)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def send_raw(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    def send(self, code: int, ext: dict | None = None, body: bytes = b"", flag: int = 0,
-             serialize_type: int = 0) -> int:
-        opaque = next(_opaque)
-        self.sock.sendall(encode_frame(RemotingCommand(code=code, version=409, opaque=opaque, flag=flag,
-                                                       ext_fields=ext, body=body, serialize_type=serialize_type)))
-        return opaque
-
-    def _read_exactly(self, n: int) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = self.sock.recv(n - len(buf))
-            if not chunk:
-                raise EOFError(f"connection closed after {len(buf)} of {n} bytes")
-            buf += chunk
-        return bytes(buf)
-
-    def read(self) -> RemotingCommand:
-        prefix = self._read_exactly(4)
-        return decode_frame_payload(self._read_exactly(frame_payload_size(prefix)))
-
-    def call(self, code: int, ext: dict | None = None, body: bytes = b"", serialize_type: int = 0) -> RemotingCommand:
-        opaque = self.send(code, ext, body, serialize_type=serialize_type)
-        resp = self.read()
-        assert resp.is_response and resp.opaque == opaque, resp
-        assert resp.serialize_type == serialize_type, "a response uses the request's serialize type"
-        return resp
-
-    def closed_by_peer(self, timeout_s: float = IO_TIMEOUT_S) -> str:
-        """Waits for EOF or a reset without sending anything; fails if bytes arrive or nothing happens."""
-        self.sock.settimeout(timeout_s)
-        try:
-            data = self.sock.recv(65536)
-        except ConnectionResetError:
-            return "reset"
-        except socket.timeout:
-            pytest.fail(f"the server kept the connection open for {timeout_s}s")
-        assert data == b"", f"the server answered garbage with {data[:64]!r}"
-        return "eof"
-
-    def still_open(self, wait_s: float) -> bool:
-        """True if nothing (no bytes, no EOF) arrives within wait_s."""
-        self.sock.settimeout(wait_s)
-        try:
-            data = self.sock.recv(1)
-        except socket.timeout:
-            return True
-        except ConnectionResetError:
-            return False
-        finally:
-            self.sock.settimeout(IO_TIMEOUT_S)
-        assert data == b"", f"unexpected bytes {data!r}"
-        return False
 
 
 def tracebacks(log: str) -> list[str]:
@@ -313,7 +243,7 @@ def test_one_connections_bytes_never_reach_another(cluster):
     a, b = Peer(broker.port), Peer(broker.port)
     frames = {}
     for peer, tag in ((a, b"A"), (b, b"B")):
-        frames[tag] = encode_frame(RemotingCommand(code=310, version=409, opaque=next(_opaque),
+        frames[tag] = encode_frame(RemotingCommand(code=310, version=409, opaque=next_opaque(),
                                                    ext_fields=send_header(TOPIC, 2), body=tag * 100))
     half = len(frames[b"A"]) // 2
     a.send_raw(frames[b"A"][:half])

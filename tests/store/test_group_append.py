@@ -42,9 +42,9 @@ def test_group_records_equal_single_appends(make_store, tmp_path):
     outcomes = []
     for start in range(0, len(msgs), 64):
         chunk = msgs[start:start + 64]
-        for topic, qid, body, props, flag, born in chunk:
+        for k, (topic, qid, body, props, flag, born) in enumerate(chunk):
             assert g.add(topic.encode(), qid, body, props, cluster_c, len(CLUSTER), host_c, 4, 4242, flag=flag,
-                         born_ts_ms=born)
+                         born_ts_ms=born) == k
         assert g.run() == len(chunk)
         outcomes += [(g.rc(i), g.queue_offset(i), g.end_offset(i), g.msg_id(i)) for i in range(len(chunk))]
     for r, (rc, qoff, end, msg_id) in zip(singles, outcomes):
@@ -97,11 +97,35 @@ def test_one_wake_per_group(store):
 
 
 def test_group_capacity_and_bounds(store):
-    """add() says False once the group is full; the C call refuses more than MQ_BATCH_MSGS_MAX."""
+    """add() says -1 once the group is full; the C call refuses more than MQ_BATCH_MSGS_MAX."""
     g = store.cl.group()
     small = type(g)(store.cl, capacity=3)
     host_c = small.c_bytes(host_bytes("127.0.0.1"))
-    assert [small.add(b"TopicC", 0, b"m", b"", None, 0, host_c, 4, 1) for _ in range(4)] == [True, True, True, False]
+    assert [small.add(b"TopicC", 0, b"m", b"", None, 0, host_c, 4, 1) for _ in range(4)] == [0, 1, 2, -1]
     assert small.run() == 3 and small.run() == 0
     assert lib.mq_commitlog_append_group(store.cl._h, g._msgs, lib.MQ_BATCH_MSGS_MAX + 1, 1024, g._out,
                                          g._rc) == lib.MQ_E_INVAL
+
+
+@pytest.mark.parametrize("field,value", [("flag", 2 ** 31), ("flag", -2 ** 31 - 1), ("sys_flag", 2 ** 31),
+                                         ("reconsume_times", 2 ** 40), ("born_ts_ms", 2 ** 63),
+                                         ("born_ts_ms", -2 ** 63 - 1)])
+def test_a_number_that_does_not_fit_leaves_the_group_as_it_was(store, field, value):
+    """add() checks every number against its C field before touching the group: the refused
+    message takes no index, the ones before and after it keep theirs, and each outcome read by
+    its index is that message's own (the broker's wrong-ack defect: a refusal half-way used to
+    shift every later answer)."""
+    g = store.cl.group()
+    host_c = g.c_bytes(host_bytes("127.0.0.1"))
+    first = g.add(b"TopicF", 0, b"first", b"", None, 0, host_c, 4, 1)
+    with pytest.raises(ValueError):
+        g.add(b"TopicF", 0, b"refused", b"", None, 0, host_c, 4, 1, **{field: value})
+    second = g.add(b"TopicF", 0, b"second", b"", None, 0, host_c, 4, 1)
+    assert (first, second) == (0, 1)
+    assert g.run() == 2
+    bodies = [bytes(wcl.parse_record(store.cl.read_record(g.end_offset(i) - g._out[i].size)).body)
+              for i in (first, second)]
+    assert bodies == [b"first", b"second"]
+    g.add(b"TopicF", 0, b"dropped", b"", None, 0, host_c, 4, 1)
+    g.reset()
+    assert g.run() == 0
