@@ -16,6 +16,7 @@ from mq import loop as mq_loop
 from mq.broker.launcher import Launcher
 from mq.broker.supervisor import Supervisor
 from mq.broker.config import BrokerConfig, load_config_file
+from mq.store import StoreError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,7 +40,11 @@ def load(args) -> BrokerConfig:
 async def serve(cfg: BrokerConfig, launcher: Launcher) -> int:
     from mq.cli import sdnotify
     broker = Supervisor(cfg, launcher)
-    await broker.start()
+    try:
+        await broker.start()
+    except StoreError as e:          # the store cannot be opened (in use, a file of another size): one line
+        print(f"mqbroker: the store cannot be opened: {e}", file=sys.stderr)
+        return 1
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

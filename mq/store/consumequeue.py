@@ -12,9 +12,11 @@ never read an entry before it is complete: dispatch writes the entry, then
 advances CQ_MAX."""
 from __future__ import annotations
 
+import json
 import logging
 import mmap
 import os
+import re
 import struct
 
 from . import control as C
@@ -25,6 +27,8 @@ log = logging.getLogger("mq.store.consumequeue")
 
 ENTRY = struct.Struct(">qiq")
 ENTRY_SIZE = 20
+CHECK_TAIL_ENTRIES = 1024       # entries recovery checks at the end of each queue (damage())
+_NON_ZERO = re.compile(rb"[^\x00]")
 EMPTY_ENTRY = b"\0" * ENTRY_SIZE
 FILLER = (0, 0x7FFFFFFF, 0)
 
@@ -167,6 +171,53 @@ class ConsumeQueue:
                 return lo, (start + end) // ENTRY_SIZE
         return lo, lo
 
+    def damage(self, lo: int, hi: int, min_phy: int, record_at) -> str | None:
+        """Why this queue's files cannot be trusted, or None when they can (recovery rebuilds a
+        queue that has a reason from the CommitLog).  lo, hi: recover_bounds().  Checked:
+          * every file has the queue's file size and is named on a file boundary, and none is
+            missing between the first and the last;
+          * nothing but zeros follows the last entry in the last file (a hole in the middle,
+            a zeroed range, makes recover_bounds() stop short);
+          * the last CHECK_TAIL_ENTRIES entries are whole (size > 0) and in CommitLog order;
+          * the last entry names a record of this queue at this queue offset:
+            record_at(phy, size) -> (topic, queue_id, queue_offset) or None (no record there);
+            not checked when retention already deleted that CommitLog file."""
+        starts = self.file_starts()
+        for start in starts:
+            size = os.path.getsize(os.path.join(self.dir, "%020d" % start))
+            if start % self.file_size or size != self.file_size:
+                return f"file {start:020d} has {size} bytes (files are {self.file_size}, named on their boundaries)"
+        if starts and (starts[-1] - starts[0]) // self.file_size + 1 != len(starts):
+            return f"files are missing between {starts[0]:020d} and {starts[-1]:020d}"
+        if starts:
+            last_file = starts[-1]
+            mm = self._map(last_file, create=False)
+            after = max(0, hi * ENTRY_SIZE - last_file)
+            if mm is not None and _NON_ZERO.search(mm, after) is not None:
+                return f"entries follow a hole at queue offset {hi}"
+        if hi <= lo:
+            return None
+        prev = -1
+        for q in range(max(lo, hi - CHECK_TAIL_ENTRIES), hi):
+            e = self.get_raw(q)
+            if e is None or e[1] <= 0 or e[0] < prev:
+                return f"entry {q} is {e}: not a whole entry in CommitLog order"
+            prev = e[0]
+        phy, size, _ = self.get_raw(hi - 1)
+        if phy >= min_phy:
+            found = record_at(phy, size)
+            if found != (self.topic, self.queue_id, hi - 1):
+                return f"the last entry ({hi - 1}) points at {phy}, which holds {found}"
+        return None
+
+    def remove_files(self) -> None:
+        """Deletes every file of the queue (it is rebuilt from the CommitLog)."""
+        assert self.writable
+        for start in self.file_starts():
+            self._forget(start)
+            os.unlink(os.path.join(self.dir, "%020d" % start))
+        self._synced_max = None
+
     def truncate_from(self, queue_offset: int) -> None:
         """Zeroes entries from queue_offset on (recovery: they point past the CommitLog end)."""
         assert self.writable
@@ -254,6 +305,37 @@ def _first_empty(mm: mmap.mmap) -> int:
         if mm[aligned:aligned + ENTRY_SIZE] == EMPTY_ENTRY:
             return aligned
         pos = i + 1
+
+
+MANIFEST_FILE = "consumequeues.json"      # under the store's config/ directory
+
+
+def write_manifest(config_dir: str, maxima: dict[tuple[str, int], int]) -> None:
+    """Records every queue and its max offset (at the end of recovery and at a clean stop), so
+    the next start can tell a queue whose files were deleted or cut from one that is empty:
+    {"topic": {"queueId": max offset}}."""
+    from .configfile import write_atomic
+    table: dict[str, dict[str, int]] = {}
+    for (topic, qid), max_offset in sorted(maxima.items()):
+        table.setdefault(topic, {})[str(qid)] = max_offset
+    try:
+        write_atomic(os.path.join(config_dir, MANIFEST_FILE), json.dumps(table, indent=1))
+    except OSError as e:                  # a hint for the next start, not data: a full disk is no reason to fail
+        log.error("ConsumeQueue manifest not written: %s", e)
+
+
+def read_manifest(config_dir: str) -> dict[tuple[str, int], int]:
+    """write_manifest's table, or {} when there is none (or it does not parse: it is a hint)."""
+    path = os.path.join(config_dir, MANIFEST_FILE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            table = json.load(f)
+        return {(topic, int(qid)): int(n) for topic, queues in table.items() for qid, n in queues.items()}
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError, AttributeError, TypeError) as e:
+        log.warning("ConsumeQueue manifest %s unreadable (%s): ignored", path, e)
+        return {}
 
 
 class ConsumeQueueSet:

@@ -298,6 +298,15 @@ class ControlBlock:
         check(lib.mq_queue_info(self.ptr, slot, buf, n, qid))
         return ffi.buffer(buf, n[0])[:].decode(), qid[0]
 
+    def queues(self):
+        """(slot, topic, queueId) of every queue in the table."""
+        buf = ffi.new("char[128]")
+        n = ffi.new("uint32_t *")
+        qid = ffi.new("int32_t *")
+        for slot in range(lib.MQ_QUEUE_SLOTS):
+            if lib.mq_queue_info(self.ptr, slot, buf, n, qid) == 0:
+                yield slot, ffi.buffer(buf, n[0])[:].decode(), qid[0]
+
     def close(self) -> None:
         """Unmaps this handle; the owner also unlinks the segment."""
         if self._shm is None:

@@ -35,11 +35,14 @@ import time
 from time import perf_counter_ns
 from dataclasses import dataclass, field
 
+from mq.wire import commitlog as wcl
+from mq.wire.errors import WireError
+
 from . import control as C
 from .checkpoint import Checkpoint
 from .commitlog import CommitLog, list_files, SCAN_STOP_NAMES, AppendResult
 from .config import StoreConfig
-from .consumequeue import ConsumeQueueSet, ENTRY_SIZE
+from .consumequeue import ConsumeQueueSet, ENTRY_SIZE, read_manifest, write_manifest
 from .dispatch import Dispatcher, index_writer
 from .durable import fsync_dir
 from .flush import FlushService
@@ -89,6 +92,8 @@ class RecoveryReport:
     stop: str = ""                    # why validation stopped
     removed_files: list[str] = field(default_factory=list)
     cq_entries_truncated: int = 0
+    repaired: list[str] = field(default_factory=list)   # one line per file repaired (also logged)
+    queues_rebuilt: list[str] = field(default_factory=list)   # "topic:queueId" rebuilt from the CommitLog
     seconds: float = 0.0
 
 
@@ -240,52 +245,60 @@ class MessageStore:
         self.ctl.set(C.POS_MIN, min_pos)
         clean_end = self.checkpoint.clean_end()
 
-        # DLedger mode has no clean-stop shortcut: the index files and the entry count are rebuilt
-        # from the data files on every start (normal recovery scans the last three files)
-        if not abort and clean_end is not None and not self.dledger and self._clean_end_ok(clean_end, files):
-            rep.mode = "clean"
-            rep.start_offset = rep.end_offset = clean_end
-            end, last_ts = clean_end, self.checkpoint.physic_ts_ms
+        # Every start validates, a clean one too (RocketMQ's recoverNormally re-checks the last
+        # three files): a missing abort file proves the broker stopped cleanly, not that the
+        # bytes are still what it wrote.  A clean stop is named in the report, nothing more.
+        if abort:
+            rep.mode = "abnormal"
+            start = self._abnormal_start(files)
         else:
-            if abort:
-                rep.mode = "abnormal"
-                start = self._abnormal_start(files)
-            else:
-                rep.mode = "normal"
-                # RocketMQ validates the last three files; trailing files that hold no record
-                # (created ahead, or left by an HA truncation) do not count, or three of them
-                # would put the start past the real end and keep the zeros before it as data
-                data = self._without_empty_tail(files)
-                start = data[max(0, len(data) - 3)]
+            rep.mode = "clean" if clean_end is not None else "normal"
+            # the last three files; trailing files that hold no record (created ahead, or left
+            # by an HA truncation) do not count, or three of them would put the start past the
+            # real end and keep the zeros before it as data
+            data = self._without_empty_tail(files)
+            start = data[max(0, len(data) - 3)]
+        rep.start_offset = start
+        end, stop, last_ts = self._validate(start, rep)
+        while self.dledger and end == start and start > min_pos:
+            # nothing valid in the start file: the entry count must come from the file before
+            start -= fs
             rep.start_offset = start
             end, stop, last_ts = self._validate(start, rep)
-            while self.dledger and end == start and start > min_pos:
-                # nothing valid in the start file: the entry count must come from the file before
-                start -= fs
-                rep.start_offset = start
-                end, stop, last_ts = self._validate(start, rep)
-            rep.stop = SCAN_STOP_NAMES.get(stop, str(stop))
-            if stop != lib.MQ_SCAN_END and stop != lib.MQ_SCAN_LIMIT:
-                rep.dropped_bytes = fs - end % fs
-                log.warning("commitlog recovery: bad record at %d (%s); truncating, dropping up to %d bytes",
-                            end, rep.stop, rep.dropped_bytes)
-                self.cl.zero_tail(end)
-            end_file = end - end % fs
-            for start_off in files:
-                if start_off > end_file:
-                    self._remove_file(start_off, rep)
-            self.cl.release(from_index=end // fs + 1)
+        rep.stop = SCAN_STOP_NAMES.get(stop, str(stop))
+        if stop != lib.MQ_SCAN_END and stop != lib.MQ_SCAN_LIMIT:
+            rep.dropped_bytes = self._data_after(end, files)
+            self.cl.zero_tail(end)
+        elif rep.mode == "clean" and end != clean_end:
+            log.warning("commitlog recovery: the clean stop recorded the end at %d, the files end at %d",
+                        clean_end, end)
+        end_file = end - end % fs
+        for start_off in files:
+            if start_off > end_file:
+                self._remove_file(start_off, rep)
+        self.cl.release(from_index=end // fs + 1)
 
         self._set_positions(end, min_pos, last_ts)
-        redispatch_from = self._recover_queues(end, min_pos, rep)
+        redispatch_from, rebuild = self._recover_queues(end, min_pos, rep)
+        if rep.dropped_bytes:
+            # one line that says exactly what the damage cost
+            log.warning("commitlog recovery: the record at %d is damaged (%s): truncated there; %d bytes of data "
+                        "after it dropped (to %d, %d later file(s) removed), %d ConsumeQueue entries cut "
+                        "(messages consumers could see)", end, rep.stop, rep.dropped_bytes, end + rep.dropped_bytes,
+                        len(rep.removed_files), rep.cq_entries_truncated)
         if self.dledger:
             self._recover_dledger(rep.start_offset, end, min_pos, redispatch_from)
         if rep.mode == "abnormal":
             redispatch_from = min(redispatch_from, rep.start_offset)
-        self.ctl.set(C.POS_DISPATCHED, max(min_pos, min(redispatch_from, end)))
+        redispatch_from = max(min_pos, min(redispatch_from, end))
+        t_rebuild = time.monotonic()
+        walked = self._rebuild_queues(rebuild, min_pos, redispatch_from)
+        self.ctl.set(C.POS_DISPATCHED, redispatch_from)
         n = self.dispatcher.dispatch_once()
         rep.records_redispatched = n
+        self._rebuilt(rebuild, min_pos, walked, t_rebuild)
         self._sync_next_offsets()
+        write_manifest(self.config_dir, self._queue_maxima())
         self.dispatcher.flush_queues()
         if self.dispatcher.index is not None:
             self.dispatcher.index.close()       # the dispatch role writes it from here on
@@ -296,23 +309,55 @@ class MessageStore:
         return rep
 
     def _checked_files(self, rep: RecoveryReport) -> list[int]:
+        """The CommitLog's files, each of its full size.  A file cut short (a half-finished
+        creation, or one truncated while the broker was stopped) is extended with zeros: the
+        records before the cut stay, and validation stops where the zeros begin.  A file
+        longer than mappedFileSizeCommitLog, or named off a file boundary, is refused: that is
+        a configuration that changed, not damage."""
         fs = self.config.mappedFileSizeCommitLog
         files = list_files(self.config.commitlog_dir)
-        good = []
-        for i, start in enumerate(files):
+        for start in files:
             path = os.path.join(self.config.commitlog_dir, "%020d" % start)
             size = os.path.getsize(path)
-            if size != fs or start % fs:
-                if i == len(files) - 1 and size < fs:
-                    # a file whose creation was cut short holds no data: appends only ever
-                    # write into files that reached their full size
-                    log.warning("removing half-created commitlog file %s (%d bytes)", path, size)
-                    self._remove_file(start, rep)
-                    continue
+            if size > fs or start % fs:
                 raise StoreError(f"commitlog file {path} has size {size}, expected {fs} "
                                  "(mappedFileSizeCommitLog changed?)")
-            good.append(start)
-        return good
+            if size < fs:
+                fd = os.open(path, os.O_RDWR)
+                try:
+                    os.posix_fallocate(fd, 0, fs)
+                    os.fsync(fd)
+                except OSError as e:
+                    raise StoreError(f"commitlog file {path} is {size} bytes, cut short; extending it to {fs} "
+                                     f"failed: {e}") from None
+                finally:
+                    os.close(fd)
+                line = f"commitlog file {os.path.basename(path)} was {size} bytes, cut short: extended to {fs}"
+                rep.repaired.append(line)
+                log.warning("repaired: %s (the records before the cut are kept)", line)
+        return files
+
+    def _data_after(self, end: int, files: list[int]) -> int:
+        """Bytes from `end` up to the last non-zero byte of the files (what a truncation at
+        `end` drops), found from the end of each file backwards."""
+        fs = self.config.mappedFileSizeCommitLog
+        last = end
+        for start in files:
+            if start + fs <= end:
+                continue
+            path = os.path.join(self.config.commitlog_dir, "%020d" % start)
+            with open(path, "rb") as f:
+                hi = fs
+                lo = max(0, end - start)
+                while hi > lo:                        # the last non-zero byte, 1 MiB at a time
+                    at = max(lo, hi - (1 << 20))
+                    f.seek(at)
+                    chunk = f.read(hi - at).rstrip(b"\0")
+                    if chunk:
+                        last = max(last, start + at + len(chunk))
+                        break
+                    hi = at
+        return last - end
 
     def _remove_file(self, start: int, rep: RecoveryReport) -> None:
         path = os.path.join(self.config.commitlog_dir, "%020d" % start)
@@ -321,15 +366,6 @@ class MessageStore:
             rep.removed_files.append(os.path.basename(path))
         except FileNotFoundError:
             pass
-
-    def _clean_end_ok(self, end: int, files: list[int]) -> bool:
-        fs = self.config.mappedFileSizeCommitLog
-        if end < files[0] or end > files[-1] + fs:
-            return False
-        if end % fs == 0 and end // fs * fs not in files:
-            return end == files[-1] + fs
-        n, nxt, stop = self.cl.scanner(1).scan(end, end + 1, check_crc=False, resolve_slots=0)
-        return n == 0 and stop in (lib.MQ_SCAN_END,)
 
     def _without_empty_tail(self, files: list[int]) -> list[int]:
         """`files` without the trailing ones that have no record at their start (all
@@ -403,13 +439,20 @@ class MessageStore:
         log.info("DLedger log recovered: entries %d..%d (last term %d), committed up to %d",
                  begin, next_index - 1, end_term, commit_next - 1)
 
-    def _recover_queues(self, end: int, min_pos: int, rep: RecoveryReport) -> int:
-        """Loads every ConsumeQueue's bounds into the control block, cutting
-        entries that point at or past `end`.  Returns the lowest CommitLog
-        offset from which dispatch must run so that every queue is complete."""
+    def _recover_queues(self, end: int, min_pos: int, rep: RecoveryReport) -> tuple[int, list]:
+        """Loads every ConsumeQueue's bounds into the control block, cutting entries that
+        point at or past `end`, and checks each queue against the CommitLog (see
+        ConsumeQueue.damage) and against the manifest of queues known at the last start or
+        clean stop (a queue whose files are gone or shorter than it was).  Returns (the lowest
+        CommitLog offset from which dispatch must run so that every sound queue is complete,
+        the queues to rebuild from the whole CommitLog: their files are already removed)."""
         redispatch_from = end
         highest_indexed = min_pos
+        known = read_manifest(self.config_dir)
+        rebuild = []
+        seen = set()
         for topic, qid in self.cqs.on_disk():
+            seen.add((topic, qid))
             cq = self.cqs.get(topic, qid)
             lo, hi = cq.recover_bounds()
             # entries are in CommitLog order: binary search the first one at or past `end`
@@ -418,15 +461,71 @@ class MessageStore:
                 rep.cq_entries_truncated += hi - cut
                 cq.truncate_from(cut)
                 hi = cut
+            why = cq.damage(lo, hi, min_pos, self._record_at)
+            if why is None and hi < known.get((topic, qid), 0) and end > min_pos:
+                why = f"it ends at {hi}, it held {known[(topic, qid)]} at the last start or clean stop"
+            if why is not None:
+                rebuild.append((cq, why))
+                continue
             first_live = cq.first_entry_at_or_after(lo, hi, min_pos)
             self.ctl.queue_set(cq.slot, C.Q_CQ_MIN, first_live if first_live < hi else hi)
             self.ctl.queue_set(cq.slot, C.Q_CQ_MAX, hi)
             self.ctl.queue_set(cq.slot, C.Q_NEXT_OFFSET, hi)
             highest_indexed = max(highest_indexed, cq.last_phy_end(hi))
+        for (topic, qid), max_offset in sorted(known.items()):
+            if (topic, qid) not in seen and max_offset > 0 and end > min_pos:
+                rebuild.append((self.cqs.get(topic, qid), f"its files are gone (it held {max_offset} entries)"))
+        for cq, why in rebuild:
+            cq.remove_files()
+            for field_ in (C.Q_CQ_MIN, C.Q_CQ_MAX, C.Q_NEXT_OFFSET):
+                self.ctl.queue_set(cq.slot, field_, 0)
+            line = f"{cq.topic}:{cq.queue_id}"
+            rep.queues_rebuilt.append(line)
+            log.warning("ConsumeQueue %s cannot be trusted (%s): rebuilding it from the CommitLog", line, why)
         # dispatch resumes after the highest record any queue indexed (RocketMQ's
         # reputFromOffset); queues behind it get their entries from re-dispatch too
         # because dispatch writes each record at its own queue offset.
-        return min(redispatch_from, highest_indexed)
+        return min(redispatch_from, highest_indexed), [cq for cq, _ in rebuild]
+
+    def _record_at(self, phy: int, size: int) -> tuple[str, int, int] | None:
+        """(topic, queueId, queue offset) of the record at phy, if a whole one of `size` starts there."""
+        try:
+            rec = wcl.parse_record(self.cl.view_raw(phy, size))
+        except (StoreError, WireError):
+            return None
+        if rec.physical_offset != phy:
+            return None
+        return rec.topic, rec.queue_id, rec.queue_offset
+
+    def _rebuild_queues(self, queues: list, min_pos: int, up_to: int) -> int:
+        """Entries of `queues` (files removed) for every record in [min_pos, up_to): one
+        dispatch walk over that range without the message index (built there already);
+        dispatch is idempotent, so the other queues' entries are rewritten as they were.
+        Recovery's own dispatch from up_to does the rest.  Returns the records walked."""
+        if not queues or up_to <= min_pos:
+            return 0
+        index, self.dispatcher.index = self.dispatcher.index, None
+        try:
+            self.ctl.set(C.POS_DISPATCHED, min_pos)
+            return self.dispatcher.dispatch_once(limit=up_to)
+        finally:
+            self.dispatcher.index = index
+
+    def _rebuilt(self, queues: list, min_pos: int, walked: int, t0: float) -> None:
+        """After recovery's dispatch: the rebuilt queues' first live entries, and one line."""
+        if not queues:
+            return
+        for cq in queues:
+            lo, hi = cq.recover_bounds()
+            first_live = cq.first_entry_at_or_after(lo, hi, min_pos)
+            self.ctl.queue_set(cq.slot, C.Q_CQ_MIN, first_live if first_live < hi else hi)
+        log.warning("rebuilt %d ConsumeQueue(s) from the CommitLog (%d more records walked) in %.3f s: %s",
+                    len(queues), walked, time.monotonic() - t0,
+                    ", ".join(f"{cq.topic}:{cq.queue_id} ({cq.max_offset} entries)" for cq in queues))
+
+    def _queue_maxima(self) -> dict[tuple[str, int], int]:
+        """Every queue the control block knows, with its ConsumeQueue's max offset."""
+        return {(topic, qid): self.ctl.queue_get(slot, C.Q_CQ_MAX) for slot, topic, qid in self.ctl.queues()}
 
     def _sync_next_offsets(self) -> None:
         """After dispatch: the next queue offset of each queue follows its CQ."""
@@ -597,6 +696,7 @@ class MessageStore:
             self.dispatcher.flush_queues()
             if self.dispatcher.index is not None:
                 self.dispatcher.index.close()
+            write_manifest(self.config_dir, self._queue_maxima())
             self.checkpoint.physic_ts_ms = self.ctl.get(C.POS_FLUSHED_STORE_TS)
             if healthy and self.ctl.get(C.POS_DISPATCHED) >= self.ctl.get(self.visible_end_pos):
                 self.checkpoint.mark_clean(self.ctl.get(C.POS_WRITE))
