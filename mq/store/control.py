@@ -107,6 +107,21 @@ def _hold(shm: SharedMemory) -> SharedMemory:
     return shm
 
 
+def segment_in_use(name: str) -> bool:
+    """Whether a live process holds segment `name` (False when there is none)."""
+    try:
+        fd = os.open(os.path.join(SHM_DIR, name), os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)          # drops our probe's lock, if we got it
+    return False
+
+
 def sweep_dead_segments() -> list[str]:
     """Removes every mq-* segment that no live process holds (see the module docstring);
     returns their names."""
