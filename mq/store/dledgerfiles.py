@@ -4,17 +4,36 @@
     checkpoint    endIndex, committedIndex: a hint for recovery (what is committed is also known
                   from the ConsumeQueues and, at last, from the leader)
 
-Both are replaced atomically (temp file, fsync, rename, directory fsync): currterm is durable
-before the Raft role sends anything that depends on it."""
+Both are replaced atomically (a file renamed over the old one): currterm is fsynced, and its
+directory, before the Raft role sends anything that depends on it.
+
+A full disk.  The new version is written into <file>.spare, a file of SPARE_BYTES whose
+block was allocated beforehand (fallocate), so the write needs no new space; the spare is
+then renamed over the file, and a new spare is allocated in the space the old version
+freed.  So a term or vote is saved on a full disk too, and the Raft role goes on.  Without
+a spare (the first save, or a disk that kept even the freed block) the save writes a fresh
+file as before, and a full disk is an OSError (ENOSPC) for the caller.  A spare exists
+under its name only once fully allocated (it is made as <file>.spare.tmp, then renamed);
+one whose size is not SPARE_BYTES (a save cut short before its rename) is made again.
+
+The DLedger data and index files are mapped by the C core (csrc/mqstore.c, seg_open), which
+allocates every file (posix_fallocate) before mapping it."""
 from __future__ import annotations
 
+import errno
+import logging
 import os
 
 from mq.store.configfile import write_atomic
+from mq.store.durable import fsync_dir
 from mq.wire import dledger as W
+
+log = logging.getLogger("mq.store.dledgerfiles")
 
 CURRTERM = "currterm"
 CHECKPOINT = "checkpoint"
+SPARE_SUFFIX = ".spare"
+SPARE_BYTES = 4096          # one block; both files' texts are a few dozen bytes
 
 
 def _read(path: str) -> str:
@@ -31,7 +50,8 @@ def load_hard_state(dledger_dir: str) -> tuple[int, str | None]:
 
 
 def save_hard_state(dledger_dir: str, term: int, vote: str | None) -> None:
-    write_atomic(os.path.join(dledger_dir, CURRTERM), W.build_currterm(term, vote))
+    """Durable when it returns (file and directory fsynced); OSError when it could not be saved."""
+    _replace(os.path.join(dledger_dir, CURRTERM), W.build_currterm(term, vote), durable=True)
 
 
 def load_checkpoint(dledger_dir: str) -> tuple[int, int]:
@@ -42,8 +62,96 @@ def load_checkpoint(dledger_dir: str) -> tuple[int, int]:
 def save_checkpoint(dledger_dir: str, end_index: int, committed_index: int) -> None:
     """Replaced atomically (rename) but not fsynced: it is a hint, written every few seconds by
     the Raft role's event loop, which must not stall on a disk flush."""
-    path = os.path.join(dledger_dir, CHECKPOINT)
+    _replace(os.path.join(dledger_dir, CHECKPOINT), W.build_checkpoint(end_index, committed_index), durable=False)
+
+
+def _replace(path: str, text: str, durable: bool) -> None:
+    """`path` becomes `text`, through its spare when there is one (module docstring)."""
+    data = text.encode("utf-8")
+    spare = path + SPARE_SUFFIX
+    fd = _open_spare(spare) if len(data) <= SPARE_BYTES else -1
+    if fd < 0:
+        if durable:
+            write_atomic(path, text)
+        else:
+            _write_fresh(path, data)
+    else:
+        try:
+            os.pwrite(fd, data, 0)
+            os.ftruncate(fd, len(data))          # shrinking frees nothing the text uses
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(spare, path)
+        if durable:
+            fsync_dir(os.path.dirname(path) or ".")
+    _make_spare(spare)
+
+
+def _open_spare(spare: str) -> int:
+    """A descriptor of the spare, or -1 when there is no usable one."""
+    try:
+        fd = os.open(spare, os.O_WRONLY)
+    except FileNotFoundError:
+        return -1
+    if os.fstat(fd).st_size != SPARE_BYTES:
+        os.close(fd)
+        os.unlink(spare)
+        return -1
+    return fd
+
+
+def _write_fresh(path: str, data: bytes) -> None:
     tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(W.build_checkpoint(end_index, committed_index))
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+_spareless: set[str] = set()      # spares a full disk kept us from making (logged once each)
+
+
+def _make_spare(spare: str) -> None:
+    """Allocates a new spare if there is none (best effort: without one the next save writes
+    a fresh file).  A full disk is logged once until a spare is made again; a file system
+    without fallocate gets no spares, silently."""
+    if os.path.exists(spare):
+        return
+    tmp = spare + ".tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        _no_spare(spare, e)
+        return
+    try:
+        os.posix_fallocate(fd, 0, SPARE_BYTES)
+    except OSError as e:
+        os.close(fd)
+        os.unlink(tmp)
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            _no_spare(spare, e)
+        elif e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+            raise
+        return
+    os.close(fd)
+    os.replace(tmp, spare)
+    if spare in _spareless:
+        _spareless.discard(spare)
+        log.info("%s has a spare again", spare[:-len(SPARE_SUFFIX)])
+
+
+def _no_spare(spare: str, e: OSError) -> None:
+    if spare not in _spareless:
+        _spareless.add(spare)
+        log.warning("no spare for %s (%s): until the disk has room, its saves need free space",
+                    spare[:-len(SPARE_SUFFIX)], e)
