@@ -92,6 +92,9 @@ enum mq_pos {                 /* uint64 positions in the control block */
     MQ_POS_HA_TAKE_BACK_UNTIL,/* a SYNC_MASTER restarted after a crash refuses writes until this
                                  CLOCK_MONOTONIC ms, or until a slave gave back what it holds beyond
                                  the master's end (mq.ha.master); 0 = not waiting */
+    MQ_POS_DISK_FULL,         /* 0: the disks have room; else a partition of the store is over
+                                 diskSpaceWarningLevelRatio and io workers refuse sends.  Set by the
+                                 supervisor's disk check; layout in mq.store.retention (pack_disk_full) */
     MQ_POS_COUNT_
 };
 enum mq_seq {                 /* futex words: bumped after the matching event */

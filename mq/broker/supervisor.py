@@ -26,8 +26,8 @@ from mq.logs import release_stuck_log_lock
 from mq.remoting import RemotingClient, RemotingError, RemotingServer, RequestCode as R, ResponseCode as RC
 from mq.store import MessageStore, PutStatus
 from mq.store import control as C
-from mq.store.configfile import loads_lenient, write_atomic
-from mq.store.retention import Retention
+from mq.store.configfile import loads_lenient, retry_pending_writes, write_atomic
+from mq.store.retention import DISK_CHECK_INTERVAL_MAX_S, DiskCheck, Retention
 from mq.store.roles import role_main
 from mq.store.stats import StatsBlock
 from mq.ha.common import monotonic_ms, taking_back
@@ -78,6 +78,7 @@ class Supervisor:
         self.stats_block: StatsBlock | None = None     # the roles' counters (mq.store.stats)
         self.stats_history: StatsHistory | None = None  # their minute/hour/day windows (VIEW_BROKER_STATS_DATA)
         self.metrics: MetricsServer | None = None
+        self.disk: DiskCheck | None = None             # the disk ratios (mq.store.retention), run by _disk_loop
 
     # ---- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -105,6 +106,7 @@ class Supervisor:
         # metricsPort says (RocketMQ's BrokerStatsManager always counts: statsAll reads it)
         self.stats_block = StatsBlock(cfg.storePathRootDir, regions=cfg.sendMessageThreadPoolNums + 1, create=True)
         self.stats_history = StatsHistory(self.stats_block)
+        self.disk = DiskCheck(scfg, self.store.ctl)
         for role in ("flush", "dispatch", "dledger" if self.dledger else "ha"):
             self._start_role(role)
         self.metadata = Metadata(cfg, self.store.config_dir)
@@ -126,7 +128,7 @@ class Supervisor:
             await self.metrics.start(cfg.listenAddress, cfg.metricsPort)
             log.info("Prometheus metrics on http://%s:%d/metrics", cfg.listenAddress, self.metrics.port)
         loops = [self._register_loop, self._persist_loop, self._schedule_loop, self._expire_loop,
-                 self._watch_children, self._retention_loop, self.stats_history.run]
+                 self._watch_children, self._disk_loop, self._retention_loop, self.stats_history.run]
         self.slave_sync = SlaveSync(self)
         if self.dledger:
             loops.append(self._follow_dledger_role)
@@ -409,7 +411,11 @@ class Supervisor:
         """The slave's HA role reads the master's HA address from this file on each
         connect (haMasterAddress in the config wins when set)."""
         if self.config.brokerRole == "SLAVE":
-            write_atomic(os.path.join(self.config.storePathRootDir, HA_MASTER_FILE), self.master_ha_addr + "\n")
+            try:
+                write_atomic(os.path.join(self.config.storePathRootDir, HA_MASTER_FILE), self.master_ha_addr + "\n")
+            except OSError as e:      # a full disk must not end the registration loop; the next registration retries
+                log.error("writing %s failed: %s", HA_MASTER_FILE, e)
+                self.master_ha_addr = None
 
     async def _unregister_all(self) -> None:
         cfg = self.config
@@ -445,11 +451,33 @@ class Supervisor:
             except OSError as e:
                 log.error("persisting metadata failed: %s", e)
 
+    async def _disk_loop(self) -> None:
+        """The disk check (RocketMQ's CleanCommitLogService.isSpaceFull) from boot on, every
+        cleanResourceInterval but at least every DISK_CHECK_INTERVAL_MAX_S: over
+        diskSpaceWarningLevelRatio the io workers refuse sends until the disk has room again
+        (mq.store.retention).  Config files a full disk kept from being written are written
+        again here (mq.store.configfile).  statvfs may block on a sick disk: in a thread."""
+        interval_s = min(DISK_CHECK_INTERVAL_MAX_S, self.store.config.cleanResourceInterval / 1000)
+        failing = False
+        while True:
+            try:
+                await asyncio.to_thread(self.disk.check)
+                failing = False
+            except OSError as e:
+                if not failing:
+                    log.error("disk check failed: %s (the disk state stays as it was)", e)
+                failing = True
+            try:
+                await asyncio.to_thread(retry_pending_writes)
+            except OSError as e:
+                log.error("writing a config file again failed: %s", e)
+            await asyncio.sleep(interval_s)
+
     async def _retention_loop(self) -> None:
         """Expired CommitLog and ConsumeQueue files go every cleanResourceInterval,
         the first pass RETENTION_FIRST_DELAY_S after boot (RocketMQ's schedule).
         A pass touches the disk, so it runs in a thread."""
-        retention = Retention(self.store)
+        retention = Retention(self.store, disk=self.disk)
         await asyncio.sleep(RETENTION_FIRST_DELAY_S)
         while True:
             try:
@@ -473,6 +501,8 @@ class Supervisor:
             await asyncio.sleep(SCHEDULE_TICK_S)
             if not self.writable():
                 continue                 # a DLedger follower: the leader delivers
+            if self.disk.full:
+                continue                 # delivered once the disk has room (RocketMQ's puts fail meanwhile)
             try:
                 await self._deliver_due()
             except Exception:

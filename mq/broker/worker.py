@@ -23,6 +23,7 @@ from mq.remoting import RemotingServer, RequestCode as R, ResponseCode as RC, ma
 from mq.store import MessageStore, PutResult, PutStatus
 from mq.store import control as C
 from mq.store.notify import CommitWaiter, PositionWaiter
+from mq.store.retention import service_not_available_remark
 from mq.store.stats import PUBLISH_INTERVAL_S, StatsBlock, region_of
 
 from .admin import AdminProcessor
@@ -154,6 +155,9 @@ class IoWorker:
 
     # ---- what the processors use ---------------------------------------------------------------
     async def put_message(self, topic, queue_id, body, properties, *, wait=True, **kw):
+        disk_full = self.store.ctl.get(C.POS_DISK_FULL)
+        if disk_full:      # CONSUMER_SEND_MSG_BACK reaches the store here without writable()
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, None, service_not_available_remark(disk_full))
         times = CURRENT.get() if self.tracer is not None else None
         r = await self.store.put_async(topic, queue_id, body, properties, wait=wait, trace=times, **kw)
         return await self._replicated(r, wait, times)
@@ -165,10 +169,20 @@ class IoWorker:
 
     def writable(self) -> bool:
         """May this broker accept writes now?  DLedger mode: only a ready leader (the C append
-        checks the same term under the lock; this is the early, cheap answer)."""
+        checks the same term under the lock; this is the early, cheap answer).  A writable
+        broker whose disk is full (POS_DISK_FULL, set by the supervisor's disk check,
+        mq.store.retention) raises BadRequest(SERVICE_NOT_AVAILABLE, RocketMQ's remark with the
+        disk shares): the send path calls this inside its BadRequest handlers, on the fast path
+        and the full path alike, so the refusal costs one shared-memory read per send."""
+        ctl = self.store.ctl
         if self.commit_waiter is not None:
-            return self.store.ctl.get(C.POS_DL_APPEND_TERM) != 0
-        return self.config.brokerRole != "SLAVE" and not taking_back(self.store.ctl)
+            ok = ctl.get(C.POS_DL_APPEND_TERM) != 0
+        else:
+            ok = self.config.brokerRole != "SLAVE" and not taking_back(ctl)
+        disk_full = ctl.get(C.POS_DISK_FULL) if ok else 0
+        if disk_full:
+            raise BadRequest(RC.SERVICE_NOT_AVAILABLE, service_not_available_remark(disk_full))
+        return ok
 
     async def _committed(self, r, times=None):
         """DLedger mode: SEND_OK only once the group committed the entries, in the term they

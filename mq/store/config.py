@@ -12,7 +12,7 @@ from typing import Any, Callable
 @dataclass(frozen=True)
 class Option:
     name: str
-    kind: type | tuple           # int, bool, str, or a tuple of allowed strings
+    kind: type | tuple           # int, float, bool, str, or a tuple of allowed strings
     default: Any
     doc: str
     check: Callable[[Any], bool] | None = None
@@ -37,6 +37,11 @@ class Option:
                 value = int(str(raw).strip())
             except ValueError:
                 raise ValueError(f"{self.name}={raw!r}: must be an integer") from None
+        elif self.kind is float:
+            try:
+                value = float(str(raw).strip())
+            except ValueError:
+                raise ValueError(f"{self.name}={raw!r}: must be a number") from None
         else:
             value = str(raw).strip()
         if self.check and not self.check(value):
@@ -46,6 +51,7 @@ class Option:
 
 def _positive(v): return v > 0
 def _non_negative(v): return v >= 0
+def _fraction(v): return 0.0 < v <= 1.0
 
 
 STORE_OPTIONS: list[Option] = [
@@ -76,6 +82,16 @@ STORE_OPTIONS: list[Option] = [
            "must be hours 0-23 separated by ';'"),
     Option("diskMaxUsedSpaceRatio", int, 75, "disk use (%) above which expired files go at once (10..95)",
            lambda v: 10 <= v <= 95, "must be between 10 and 95"),
+    # RocketMQ 4.x reads these two as JVM system properties (rocketmq.broker.diskSpace...); here they are
+    # broker.conf keys with the same fractions as defaults.  mq.store.retention.DiskCheck applies them.
+    Option("diskSpaceWarningLevelRatio", float, 0.90, "disk use (fraction of the CommitLog or ConsumeQueue "
+           "partition) above which sends are refused with SERVICE_NOT_AVAILABLE until it drops",
+           _fraction, "must be a fraction above 0 and at most 1 (0.90 = 90%)"),
+    Option("diskSpaceCleanForciblyRatio", float, 0.85, "disk use (fraction) above which retention deletes the "
+           "oldest files at once, whatever fileReservedTime says (with cleanFileForciblyEnable)",
+           _fraction, "must be a fraction above 0 and at most 1 (0.85 = 85%)"),
+    Option("cleanFileForciblyEnable", bool, True, "over diskSpaceCleanForciblyRatio (or the warning ratio), "
+           "retention ignores fileReservedTime"),
     Option("cleanResourceInterval", int, 10000, "ms between retention checks", _positive, "must be > 0"),
     Option("deleteCommitLogFilesInterval", int, 100, "ms between two file deletions in one pass",
            _non_negative, "must be >= 0"),

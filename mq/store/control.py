@@ -64,6 +64,8 @@ POS_DL_FLUSHED_INDEX = lib.MQ_POS_DL_FLUSHED_INDEX
 POS_DL_BEGIN_INDEX = lib.MQ_POS_DL_BEGIN_INDEX
 # master/slave: writes wait for a slave's give-back until this time.monotonic() ms (mq.ha.master)
 POS_HA_TAKE_BACK_UNTIL = lib.MQ_POS_HA_TAKE_BACK_UNTIL
+# 0, or the disk shares of a store over diskSpaceWarningLevelRatio: sends refused (mq.store.retention)
+POS_DISK_FULL = lib.MQ_POS_DISK_FULL
 
 SEQ_WRITE = lib.MQ_SEQ_WRITE
 SEQ_FLUSH = lib.MQ_SEQ_FLUSH

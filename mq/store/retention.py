@@ -1,23 +1,42 @@
-"""Retention: deletes expired CommitLog files and the ConsumeQueue files
-wholly below the new minimum (RocketMQ's CleanCommitLogService and
-CleanConsumeQueueService).
+"""Retention and the disk check: RocketMQ's CleanCommitLogService and
+CleanConsumeQueueService.
 
-A pass runs when the local hour is in deleteWhen, when disk use passes
-diskMaxUsedSpaceRatio, or when forced.  It deletes files oldest first whose
-mtime + fileReservedTime hours is past (every file, regardless of age, when
-disk use is over CLEAN_FORCIBLY_RATIO), stops at the first file still too
-young, never touches the newest file or one not yet flushed and dispatched,
-and deletes at most FILES_PER_PASS_MAX files a pass.  min_pos moves before
-the unlink, so no process starts a read into a file being deleted.  In DLedger
-mode the first retained entry's index (DL_BEGIN_INDEX) moves first, and index
-files wholly below it go too.  Message index files (mq.store.index) whose last
-entry is below the new minimum go after the ConsumeQueue files."""
+The disk check (DiskCheck) measures the used share of the partitions the
+CommitLog and the ConsumeQueues are on (statvfs: (blocks - free) / blocks, as
+Java's File.getTotalSpace/getFreeSpace), and the index's for the refusal's
+remark.  The supervisor runs it every DISK_CHECK_INTERVAL_MAX_S at most (RocketMQ's
+isSpaceFull) and retention runs it again at each pass (isSpaceToDelete).  With
+u the larger of the CommitLog's and the ConsumeQueues' shares:
+
+  | u                                    | what the broker does                                  |
+  |--------------------------------------|-------------------------------------------------------|
+  | > diskMaxUsedSpaceRatio (75 %)       | a retention pass runs whatever the hour (deleteWhen)  |
+  | > diskSpaceCleanForciblyRatio (0.85) | the pass ignores fileReservedTime when                |
+  |                                      | cleanFileForciblyEnable (the oldest files go at once) |
+  | > diskSpaceWarningLevelRatio (0.90)  | also: the disk is full; io workers refuse sends with  |
+  |                                      | SERVICE_NOT_AVAILABLE (14) until u is back under it   |
+
+The full state reaches the io workers through the control block
+(POS_DISK_FULL: 0, or pack_disk_full() of the three shares, for the remark), so
+a send pays one shared-memory read, never a syscall.  Each change of state is
+logged once, when it happens.
+
+A pass deletes files oldest first whose mtime + fileReservedTime hours is past
+(every file, regardless of age, when cleaning forcibly), stops at the first file
+still too young, never touches the newest file or one not yet flushed and
+dispatched, and deletes at most FILES_PER_PASS_MAX files a pass.  min_pos moves
+before the unlink, so no process starts a read into a file being deleted.  In
+DLedger mode the first retained entry's index (DL_BEGIN_INDEX) moves first, and
+index files wholly below it go too.  Message index files (mq.store.index) whose
+last entry is below the new minimum go after the ConsumeQueue files."""
 from __future__ import annotations
 
 import logging
 import os
 import shutil
+import threading
 import time
+from dataclasses import dataclass
 
 from . import control as C
 from .commitlog import list_files
@@ -25,8 +44,14 @@ from .commitlog import list_files
 log = logging.getLogger("mq.store.retention")
 
 FILES_PER_PASS_MAX = 10
-CLEAN_FORCIBLY_RATIO = 0.85      # rocketmq.broker.diskSpaceCleanForciblyRatio
-DISK_FULL_RATIO = 0.90           # rocketmq.broker.diskSpaceWarningLevelRatio
+DISK_CHECK_INTERVAL_MAX_S = 10.0   # RocketMQ checks for a full disk every 10 s (isSpaceFull)
+
+# POS_DISK_FULL: FULL_FLAG | CL << 32 | CQ << 16 | INDEX, each share in 1/10000 (0..10000)
+_FULL_FLAG = 1 << 48
+_SHARE_UNITS = 10000
+SERVICE_NOT_AVAILABLE_REMARK = (  # RocketMQ 4.9's SendMessageProcessor, with its diskUtil()
+    "service not available now. It may be caused by one of the following reasons: the broker's disk is full "
+    "[{}], messages are put to the slave, message store has been shut down, etc.")
 
 
 def disk_usage_ratio(path: str) -> float:
@@ -34,26 +59,137 @@ def disk_usage_ratio(path: str) -> float:
     return u.used / u.total if u.total else 0.0
 
 
+@dataclass(frozen=True)
+class DiskUsage:
+    """Used shares (0..1) of the partitions of the CommitLog, the ConsumeQueues and the index."""
+    commitlog: float
+    consumequeue: float
+    index: float
+
+    @property
+    def worst(self) -> float:
+        """The share the ratios are compared with: the CommitLog's or the ConsumeQueues', whichever is fuller."""
+        return max(self.commitlog, self.consumequeue)
+
+    def util(self) -> str:
+        """RocketMQ's diskUtil(): 'CL:  0.93 CQ:  0.93 INDEX:  0.93'."""
+        return "CL: %5.2f CQ: %5.2f INDEX: %5.2f" % (self.commitlog, self.consumequeue, self.index)
+
+
+def pack_disk_full(usage: DiskUsage) -> int:
+    """The POS_DISK_FULL value of a full disk: never 0 (the flag), the shares for the remark."""
+    def units(share: float) -> int:
+        return min(_SHARE_UNITS, max(0, round(share * _SHARE_UNITS)))
+    v = _FULL_FLAG | units(usage.commitlog) << 32 | units(usage.consumequeue) << 16 | units(usage.index)
+    assert v != 0 and v < 1 << 49
+    return v
+
+
+def unpack_disk_full(value: int) -> DiskUsage:
+    assert value & _FULL_FLAG, value
+    return DiskUsage(((value >> 32) & 0xFFFF) / _SHARE_UNITS, ((value >> 16) & 0xFFFF) / _SHARE_UNITS,
+                     (value & 0xFFFF) / _SHARE_UNITS)
+
+
+def service_not_available_remark(disk_full: int) -> str:
+    """The remark of a send refused because POS_DISK_FULL is `disk_full` (non-zero)."""
+    return SERVICE_NOT_AVAILABLE_REMARK.format(unpack_disk_full(disk_full).util())
+
+
+def _existing(path: str) -> str:
+    """`path`, or its nearest existing ancestor (a directory not made yet lives on that partition)."""
+    while not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path
+
+
+class DiskCheck:
+    """The disk ratios of one store (RocketMQ's CleanCommitLogService.isSpaceFull / isSpaceToDelete).
+
+    check() measures, updates `full` (sends refused) and `forcibly` (retention ignores
+    fileReservedTime), logs each change once, and with a control block publishes the full
+    state in POS_DISK_FULL for the io workers.  Safe to call from several threads."""
+
+    def __init__(self, config, ctl: C.ControlBlock | None = None, usage_fn=disk_usage_ratio):
+        self.config = config
+        self.ctl = ctl
+        self.usage_fn = usage_fn
+        self.full = False
+        self.forcibly = False
+        self.usage: DiskUsage | None = None
+        self._lock = threading.Lock()
+        root = config.storePathRootDir
+        self.paths = (config.commitlog_dir, os.path.join(root, "consumequeue"), os.path.join(root, "index"))
+
+    def measure(self) -> DiskUsage:
+        """The three shares now (OSError when a partition cannot be asked)."""
+        return DiskUsage(*(self.usage_fn(_existing(p)) for p in self.paths))
+
+    def check(self) -> DiskUsage:
+        u = self.measure()
+        cfg = self.config
+        warning, forcibly_ratio = cfg.diskSpaceWarningLevelRatio, cfg.diskSpaceCleanForciblyRatio
+        full = u.worst > warning
+        forcibly = full or u.worst > forcibly_ratio        # over the warning ratio RocketMQ cleans at once too
+        with self._lock:
+            if self.ctl is not None and (full or self.full):
+                self.ctl.set(C.POS_DISK_FULL, pack_disk_full(u) if full else 0)
+            if full and not self.full:
+                log.error("disk full: %s over diskSpaceWarningLevelRatio %.2f: sends are refused with "
+                          "SERVICE_NOT_AVAILABLE until it drops", u.util(), warning)
+            elif self.full and not full:
+                log.warning("disk no longer full: %s at or under diskSpaceWarningLevelRatio %.2f: sends are "
+                            "accepted again", u.util(), warning)
+            if forcibly and not self.forcibly:
+                log.warning("disk use %s over diskSpaceCleanForciblyRatio %.2f: retention %s", u.util(),
+                            forcibly_ratio, "deletes the oldest files whatever their age"
+                            if cfg.cleanFileForciblyEnable else "would delete the oldest files whatever their "
+                            "age, but cleanFileForciblyEnable=false")
+            elif self.forcibly and not forcibly:
+                log.info("disk use %s at or under diskSpaceCleanForciblyRatio %.2f: retention keeps files for "
+                         "fileReservedTime again", u.util(), forcibly_ratio)
+            self.full, self.forcibly, self.usage = full, forcibly, u
+        return u
+
+
 class Retention:
-    def __init__(self, store, usage_fn=disk_usage_ratio, clock=time.time):
+    """Retention passes over one store.  `disk`: the DiskCheck to consult (the supervisor's, which
+    publishes the full state); by default one of its own over `usage_fn`, publishing nothing."""
+
+    def __init__(self, store, usage_fn=disk_usage_ratio, clock=time.time, disk: DiskCheck | None = None):
         self.store = store
         self.config = store.config
-        self.usage_fn = usage_fn
+        self.disk = disk if disk is not None else DiskCheck(store.config, usage_fn=usage_fn)
         self.clock = clock
+        self._stuck = False             # cleaning forcibly found nothing it may delete (logged once)
 
     def due(self) -> tuple[bool, bool]:
-        """(run a pass, ignore reserve time)."""
-        hours = {int(h) for h in self.config.deleteWhen.split(";") if h.strip()}
-        usage = self.usage_fn(self.config.commitlog_dir)
+        """(run a pass, ignore reserve time).  A pass is due at a deleteWhen hour, over
+        diskMaxUsedSpaceRatio, or over diskSpaceCleanForciblyRatio; it ignores the files'
+        age over diskSpaceCleanForciblyRatio when cleanFileForciblyEnable."""
+        cfg = self.config
+        hours = {int(h) for h in cfg.deleteWhen.split(";") if h.strip()}
+        usage = self.disk.check()
         hour_due = time.localtime(self.clock()).tm_hour in hours
-        space_due = usage > self.config.diskMaxUsedSpaceRatio / 100
-        return hour_due or space_due or usage > CLEAN_FORCIBLY_RATIO, usage > CLEAN_FORCIBLY_RATIO
+        space_due = usage.worst > cfg.diskMaxUsedSpaceRatio / 100 or self.disk.forcibly
+        return hour_due or space_due, self.disk.forcibly and cfg.cleanFileForciblyEnable
 
     def run_once(self, force: bool = False) -> list[str]:
         """One pass; returns the names of the CommitLog files deleted."""
         due, forcibly = self.due()
         if not (due or force):
             return []
+        deleted = self._delete(forcibly)
+        if forcibly and not deleted and not self._stuck:
+            log.warning("disk use is over diskSpaceCleanForciblyRatio but no CommitLog file can go (only the "
+                        "newest is left, or the older ones are not yet flushed and dispatched)")
+        self._stuck = forcibly and not deleted
+        return deleted
+
+    def _delete(self, forcibly: bool) -> list[str]:
         store, cfg = self.store, self.config
         fs = cfg.mappedFileSizeCommitLog
         ctl = store.ctl
