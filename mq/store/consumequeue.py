@@ -9,7 +9,12 @@ Only the dispatch role writes entries; any process reads them.  The number of
 entries present (max offset) and the first one still kept (min offset) live
 in the topic-queue slot of the control block, so readers in other processes
 never read an entry before it is complete: dispatch writes the entry, then
-advances CQ_MAX."""
+advances CQ_MAX.
+
+Space: a file is created at its full size but sparse, and its blocks are allocated
+(fallocate) CQ_ALLOC_ENTRIES at a time ahead of the writer, so a full disk is ENOSPC
+when a step is allocated -- dispatch pauses and retries -- never a SIGBUS in a mapped
+write."""
 from __future__ import annotations
 
 import json
@@ -28,6 +33,7 @@ log = logging.getLogger("mq.store.consumequeue")
 ENTRY = struct.Struct(">qiq")
 ENTRY_SIZE = 20
 CHECK_TAIL_ENTRIES = 1024       # entries recovery checks at the end of each queue (damage())
+CQ_ALLOC_ENTRIES = 4096         # entries whose blocks are allocated ahead of the writer (80 KiB a step)
 _NON_ZERO = re.compile(rb"[^\x00]")
 EMPTY_ENTRY = b"\0" * ENTRY_SIZE
 FILLER = (0, 0x7FFFFFFF, 0)
@@ -47,6 +53,7 @@ class ConsumeQueue:
         self._maps: dict[int, mmap.mmap] = {}
         self._ptrs: dict[int, object] = {}     # cffi views of writable maps handed to C dispatch
         self._synced_max: int | None = None    # entries below are durable (sync(); None: not known yet)
+        self._allocated: dict[int, int] = {}   # file start -> entries whose blocks are allocated
         if writable:
             os.makedirs(self.dir, exist_ok=True)
 
@@ -104,21 +111,41 @@ class ConsumeQueue:
         assert self.writable and queue_offset >= 0 and size > 0
         start, off = self._locate(queue_offset)
         mm = self._maps.get(start) or self._map(start, create=True)
+        self._allocate(start, off // ENTRY_SIZE + 1)
         ENTRY.pack_into(mm, off, phy_offset, size, tags_code)
 
     def writable_ptr(self, queue_offset: int):
-        """(pointer to the mapped file holding queue_offset, its first queue offset,
-        entries per file) for C dispatch; the file is created if needed."""
+        """(pointer to the mapped file holding queue_offset, its first queue offset, entries
+        the writer may use in it) for C dispatch; the file is created if needed, and its blocks
+        allocated up to past queue_offset (C comes back here when it reaches their end).
+        OSError (ENOSPC) when the disk refuses: nothing was written."""
         assert self.writable
-        start, _ = self._locate(queue_offset)
+        start, off = self._locate(queue_offset)
         ptr = self._ptrs.get(start)
         if ptr is None:
             mm = self._maps.get(start) or self._map(start, create=True)
             ptr = self._ptrs[start] = ffi.from_buffer(mm)
-        return ptr, start // ENTRY_SIZE, self.file_size // ENTRY_SIZE
+        return ptr, start // ENTRY_SIZE, self._allocate(start, off // ENTRY_SIZE + 1)
+
+    def _allocate(self, start: int, entries: int) -> int:
+        """Blocks of file `start` allocated for its first `entries` entries at least, in steps
+        of CQ_ALLOC_ENTRIES (a file is mapped whole but allocated as it fills, so a full disk
+        is ENOSPC here, never a SIGBUS in a mapped write); returns the entries allocated."""
+        have = self._allocated.get(start, 0)
+        if entries <= have:
+            return have
+        want = min(self.file_size // ENTRY_SIZE, -(-entries // CQ_ALLOC_ENTRIES) * CQ_ALLOC_ENTRIES)
+        fd = os.open(os.path.join(self.dir, "%020d" % start), os.O_RDWR)
+        try:
+            os.posix_fallocate(fd, have * ENTRY_SIZE, (want - have) * ENTRY_SIZE)
+        finally:
+            os.close(fd)
+        self._allocated[start] = want
+        return want
 
     def _forget(self, start: int) -> None:
         self._ptrs.pop(start, None)
+        self._allocated.pop(start, None)
         mm = self._maps.pop(start, None)
         if mm is not None:
             mm.close()

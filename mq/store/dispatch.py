@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from . import control as C
 from .checkpoint import Checkpoint
@@ -33,6 +34,7 @@ log = logging.getLogger("mq.store.dispatch")
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 SCAN_BATCH_RECORDS = 16384
+SPACE_RETRY_S = 0.5            # how often a dispatch paused for disk space tries again
 
 
 class Dispatcher:
@@ -57,6 +59,7 @@ class Dispatcher:
         self._done = ffi.new("uint32_t *")
         self._need_slot = ffi.new("uint32_t *")
         self._need_qoff = ffi.new("int64_t *")
+        self._refused_since: float | None = None     # monotonic s: the disk refused CQ space
 
     def _map_for(self, slot: int, queue_offset: int) -> None:
         """Points maps[slot] at the CQ file holding queue_offset (creating it)."""
@@ -73,7 +76,10 @@ class Dispatcher:
     def dispatch_once(self, limit: int | None = None) -> int:
         """Dispatches what is published (up to `limit`); returns records dispatched.
         The per-record work (entry encoding, CQ_MAX) is one C call per scan batch;
-        Python only maps a CQ file when C reaches one it has not seen."""
+        Python only maps a CQ file (or allocates more of it) when C reaches its end.
+        When the disk refuses that space, dispatch stops before the record that needs it
+        and the next call tries again (logged once per episode): it never dies of a full
+        disk, and what it dispatched stays readable."""
         start = self.ctl.get(C.POS_DISPATCHED)
         end = self.ctl.get(self.end_pos) if limit is None else limit
         total = 0
@@ -88,15 +94,28 @@ class Dispatcher:
                                            self._done, self._need_slot, self._need_qoff)
                 at += self._done[0]
                 if rc == lib.MQ_E_RANGE:
-                    self._map_for(self._need_slot[0], self._need_qoff[0])
+                    try:
+                        self._map_for(self._need_slot[0], self._need_qoff[0])
+                    except OSError as e:
+                        self._space_refused(e)
+                        break
                 else:
                     check(rc, "dispatch")
+            if at < n:                         # stopped for space: resume at recs[at]
+                nxt = recs[at].dl_pos if self.end_pos == C.POS_COMMITTED else recs[at].phy_offset
+                n = at
+            elif self._refused_since is not None:
+                log.warning("dispatch resumed: the disk gives ConsumeQueue space again (paused %.1f s)",
+                            time.monotonic() - self._refused_since)
+                self._refused_since = None
             if n:
                 self.last_store_ts_ms = recs[n - 1].store_ts_ms
                 if self.index is not None:
                     self.index.build(self.cl, recs, n)
             self.ctl.advance(C.POS_DISPATCHED, nxt)
             total += n
+            if self._refused_since is not None:
+                break
             if stop not in SCAN_CLEAN_STOPS:
                 # below write_pos every byte is valid (C invariant): this is a bug or disk damage
                 msg = f"dispatch stopped at {nxt}: {SCAN_STOP_NAMES.get(stop, stop)}"
@@ -109,6 +128,12 @@ class Dispatcher:
             self.records_dispatched += total
             self.ctl.wake(C.SEQ_DISPATCH)
         return total
+
+    def _space_refused(self, e: OSError) -> None:
+        if self._refused_since is None:
+            self._refused_since = time.monotonic()
+            log.error("dispatch paused: no disk space for ConsumeQueue entries (%s); what is dispatched stays "
+                      "readable, and dispatch retries until space is freed", e)
 
     def flush_queues(self) -> None:
         """Makes what dispatch wrote durable (index files, ConsumeQueues), then records in the
@@ -151,7 +176,9 @@ class Dispatcher:
                     raise self._flush_failure
                 seen = self.ctl.seq(self.end_seq)
                 self.dispatch_once()
-                if self.ctl.get(C.POS_DISPATCHED) >= self.ctl.get(self.end_pos):
+                if self._refused_since is not None:
+                    stop.wait(SPACE_RETRY_S)          # the disk refused space: retry, without spinning
+                elif self.ctl.get(C.POS_DISPATCHED) >= self.ctl.get(self.end_pos):
                     self.ctl.wait(self.end_seq, seen, 100)
         finally:
             done.set()
