@@ -1095,6 +1095,16 @@ int mq_commitlog_view(mq_commitlog *cl, uint64_t offset, uint32_t size, const ui
     return mq_commitlog_view_raw(cl, offset, size, ptr);
 }
 
+int mq_commitlog_read_record(mq_commitlog *cl, uint64_t offset, uint32_t size, const uint8_t **ptr) {
+    int rc = mq_commitlog_view(cl, offset, size, ptr);
+    if (rc) return rc;
+    mq_scan_rec rec;
+    int stop;
+    if (mq_record_check(*ptr, size, 1, &rec, &stop) != MQ_OK || rec.phy_offset != offset || rec.size != size)
+        return MQ_E_CORRUPT;
+    return MQ_OK;
+}
+
 int mq_record_check(const uint8_t *p, size_t avail, int check_crc, mq_scan_rec *rec, int *stop) {
     *stop = MQ_SCAN_LIMIT;
     if (avail < 8) { *stop = MQ_SCAN_TORN; return MQ_E_CORRUPT; }

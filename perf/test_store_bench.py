@@ -3,6 +3,7 @@
   1. C batch append of 1 KiB messages vs a pre-touched MAP_SHARED mmap memcpy  (>= 20%)
   2. SYNC_FLUSH group commit: 64 concurrent producers vs one producer           (expect > 5x)
   3. abnormal recovery of a 1 GiB CommitLog                                     (<= 1 s)
+  4. the read path's check of a 1 KiB record (lengths + BODYCRC in C) vs a bare view   (<= 1.3x)
 
 The machines are shared and noisy, so every gate compares two things measured in
 the same run, and the baseline rounds run in pytest-benchmark's (untimed) setup,
@@ -495,7 +496,7 @@ def test_abnormal_recovery(benchmark, store_dir, need_disk, scale):
     open_s = statistics.median(wall for _, wall in reports)
     per_gib = rec_s * GIB / validated_bytes
 
-    store = MessageStore.open(cfg, start_roles=False)   # clean now: nothing rescanned
+    store = MessageStore.open(cfg, start_roles=False)   # clean now: the last files validated, nothing re-dispatched
     try:
         scanned, scan_s = scan_with_crc(store, rep.start_offset)
     finally:
@@ -514,3 +515,45 @@ def test_abnormal_recovery(benchmark, store_dir, need_disk, scale):
                                  "crc_scan_s": scan_s, "records": records, "bytes": validated_bytes})
     judge("abnormal recovery s/GiB", per_gib, RECOVERY_S_PER_GIB_TARGET, RECOVERY_S_PER_GIB_CEILING,
           higher_is_better=False)
+
+
+READ_CHECK_RATIO_TARGET = 1.3           # a checked read of a 1 KiB record against a bare view
+READ_CHECK_RATIO_CEILING = 2.0
+
+
+@pytest.mark.parametrize("records", [pytest.param(2000, id="quick", marks=pytest.mark.quick),
+                                     pytest.param(20000, id="full")])
+def test_read_check_cost(benchmark, store_dir, records):
+    """Gate 4: what the read path pays to never serve a damaged record.  Every record a pull,
+    a query or a delayed delivery serves is checked whole in C (CommitLog.read_record:
+    magic, lengths, BODYCRC, PHYSICALOFFSET); the same 1 KiB records read with a bare view
+    (what the read path did before) in alternating rounds of one run."""
+    benchmark.group = "gate 4: read check"
+    store = MessageStore.open(StoreConfig(storePathRootDir=store_dir, mappedFileSizeCommitLog=64 * MIB))
+    try:
+        offsets = []
+        for _ in range(records):
+            r = store.put("ReadCheck", 0, b"x" * KIB).result
+            offsets.append((r.phy_offset(), r.size()))
+        view, checked = store.cl.view, store.cl.read_record
+        bare, with_check = [], []
+
+        def round_of(fn) -> float:
+            t0 = time.perf_counter_ns()
+            for phy, size in offsets:
+                fn(phy, size)
+            return (time.perf_counter_ns() - t0) / len(offsets)
+
+        def measured():
+            bare.append(round_of(view))
+            with_check.append(round_of(checked))
+        benchmark.pedantic(measured, rounds=9)
+    finally:
+        store.close()
+    bare_ns, checked_ns = statistics.median(bare), statistics.median(with_check)
+    extra = checked_ns - bare_ns
+    print(f"\nread check: {records} records of 1 KiB, 9 rounds, medians: view {bare_ns:.0f} ns, "
+          f"checked read {checked_ns:.0f} ns: +{extra:.0f} ns a record ({checked_ns / bare_ns:.2f}x)")
+    benchmark.extra_info.update({"view_ns": bare_ns, "checked_ns": checked_ns, "extra_ns": extra})
+    judge("read check: checked read / bare view, 1 KiB", checked_ns / bare_ns, READ_CHECK_RATIO_TARGET,
+          READ_CHECK_RATIO_CEILING, higher_is_better=False)

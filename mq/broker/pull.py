@@ -10,6 +10,11 @@ Lookup statuses and their codes follow RocketMQ (spec 2.3):
 Filtering is by tag *strings* from the subscription (their Java hashes
 against the ConsumeQueue tags code): the C++ client sends zero hash codes.
 
+Every record served is checked whole in C first (CommitLog.read_record: lengths,
+BODYCRC, PHYSICALOFFSET): one damaged since it was written -- on disk, or in memory
+under a live broker -- is skipped like a filtered message, logged once and counted,
+never served.
+
 Long polling: a PULL_NOT_FOUND with the SUSPEND flag is parked per
 (topic, queueId) and re-run the moment dispatch makes the queue grow.  The
 dispatch role bumps the SEQ_DISPATCH futex in the control block; one thread
@@ -24,7 +29,7 @@ import threading
 import time
 
 from mq.remoting import ResponseCode as RC, make_response
-from mq.store import control as C
+from mq.store import CorruptRecord, control as C
 from mq.store.store import TOTAL_PHYSICAL_MEMORY
 from mq.wire.consumequeue import java_string_hashcode
 
@@ -38,6 +43,7 @@ log = logging.getLogger("mq.broker.pull")
 SYSFLAG_COMMIT_OFFSET, SYSFLAG_SUSPEND, SYSFLAG_SUBSCRIPTION = 1, 2, 4
 CQ_SCAN_BYTES_MIN = 16000
 PULLS_HELD_MAX = 100_000
+DAMAGED_REPORTED_MAX = 10_000      # damaged records remembered as reported (one log line each)
 _MISSING = object()
 
 
@@ -147,6 +153,8 @@ class PullProcessor:
         self.hold_service: PullHoldService | None = None
         self._sub_codes: dict = {}
         self.stats = getattr(broker, "stats", None)     # mq.broker.iostats.IoStats, or None (no stats block)
+        self.damaged_records = 0                        # reads the check refused (never served)
+        self._damaged_seen: set[int] = set()            # CommitLog offsets already reported
 
     def start(self, loop) -> None:
         self.hold_service = PullHoldService(self.store, loop)
@@ -304,6 +312,18 @@ class PullProcessor:
             self.store.cl.write_pos - last_phy > ram * cfg.accessMessageInMemoryMaxRatio // 100
         return int(group.get("whichBrokerWhenConsumeSlowly", 1)) if slow else int(group.get("brokerId", 0))
 
+    def _damaged(self, topic: str, qid: int, queue_offset: int, phy: int, size: int) -> None:
+        """A record the read check refused (damaged since it was written): never served, logged
+        once per record (the set is bounded), counted for the metrics."""
+        self.damaged_records += 1
+        if phy in self._damaged_seen:
+            return
+        if len(self._damaged_seen) >= DAMAGED_REPORTED_MAX:
+            self._damaged_seen.clear()
+        self._damaged_seen.add(phy)
+        log.error("damaged record skipped, not served: %s:%d queue offset %d, CommitLog %d (%d bytes) fails its "
+                  "check (CRC or lengths); consumers move past it", topic, qid, queue_offset, phy, size)
+
     def get_messages(self, topic: str, qid: int, offset: int, max_nums: int, codes: frozenset | None,
                      group: str | None = None):
         """(code, status name, nextBeginOffset, min, max, body, physical offset of
@@ -335,7 +355,11 @@ class PullProcessor:
                 continue     # the file behind it was deleted
             if codes is not None and tags not in codes:
                 continue
-            parts.append(self.store.cl.view(phy, msg_size))
+            try:
+                parts.append(self.store.cl.read_record(phy, msg_size))
+            except CorruptRecord:
+                self._damaged(topic, qid, offset + scanned - 1, phy, msg_size)
+                continue             # skipped like a filtered message: the consumer moves past it
             size += msg_size
         next_off = offset + scanned
         if not parts:

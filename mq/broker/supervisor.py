@@ -24,7 +24,7 @@ import time
 
 from mq.logs import release_stuck_log_lock
 from mq.remoting import RemotingClient, RemotingError, RemotingServer, RequestCode as R, ResponseCode as RC
-from mq.store import MessageStore, PutStatus
+from mq.store import MessageStore, PutStatus, StoreError
 from mq.store import control as C
 from mq.store.configfile import loads_lenient, retry_pending_writes, write_atomic
 from mq.store.retention import DISK_CHECK_INTERVAL_MAX_S, DiskCheck, Retention
@@ -519,7 +519,14 @@ class Supervisor:
             for phy, size, deliver_ms in cq.get(offset, SCHEDULE_BATCH_MAX):
                 if deliver_ms > now:
                     break
-                rec = wcl.parse_record(self.store.cl.view(phy, size))
+                try:
+                    rec = wcl.parse_record(self.store.cl.read_record(phy, size))
+                except StoreError as e:       # damaged since it was stored: skipped, never delivered
+                    log.error("delayed message at %d (level %d, queue offset %d) is damaged and skipped: %s",
+                              phy, level, offset, e)
+                    offset += 1
+                    self.metadata.delay_offsets[level] = offset
+                    continue
                 props = decode_properties(rec.properties)
                 topic = props.pop("REAL_TOPIC", None)
                 qid = int(props.pop("REAL_QID", "0"))

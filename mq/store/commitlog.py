@@ -259,13 +259,21 @@ class CommitLog:
         check(lib.mq_commitlog_view_raw(self._h, offset, size, p), f"view_raw {offset}+{size}")
         return memoryview(ffi.buffer(p[0], size))
 
-    def read_record(self, offset: int) -> memoryview:
-        """The whole record at `offset` (a view), or OutOfRange/CorruptRecord."""
-        head = self.view(offset, 8)
-        size = int.from_bytes(head[:4], "big")
-        if int.from_bytes(head[4:8], "big") != lib.MQ_MESSAGE_MAGIC or size < 91:
-            raise OutOfRange(f"no record starts at {offset}")
-        return self.view(offset, size)
+    def read_record(self, offset: int, size: int | None = None) -> memoryview:
+        """The whole record at `offset` (a view), checked whole by C (mq_commitlog_read_record:
+        lengths, BODYCRC, PHYSICALOFFSET, and its size when given, as a ConsumeQueue entry gives
+        it), or OutOfRange when no record starts there / CorruptRecord when the one there is
+        damaged: what the read path serves is never a damaged record."""
+        if size is None:
+            head = self.view(offset, 8)
+            size = int.from_bytes(head[:4], "big")
+            if int.from_bytes(head[4:8], "big") != lib.MQ_MESSAGE_MAGIC or size < 91:
+                raise OutOfRange(f"no record starts at {offset}")
+        elif not (0 <= offset <= INT64_MAX and 0 <= size <= INT32_MAX):
+            raise OutOfRange(f"no bytes at {offset}+{size}")
+        p = ffi.new("const uint8_t **")
+        check(lib.mq_commitlog_read_record(self._h, offset, size, p), f"record at {offset} ({size} bytes)")
+        return memoryview(ffi.buffer(p[0], size))
 
     def scanner(self, capacity: int = 4096) -> "Scanner":
         return Scanner(self, capacity)

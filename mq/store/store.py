@@ -46,7 +46,7 @@ from .consumequeue import ConsumeQueueSet, ENTRY_SIZE, read_manifest, write_mani
 from .dispatch import Dispatcher, index_writer
 from .durable import fsync_dir
 from .flush import FlushService
-from .native import (StoreError, MessageIllegal, TopicIllegal, PropertiesTooLong, StoreFatal,
+from .native import (StoreError, CorruptRecord, MessageIllegal, TopicIllegal, PropertiesTooLong, StoreFatal,
                      NoSpace, MessageTooBig, NotLeader, lib)
 from .notify import PositionWaiter
 
@@ -617,13 +617,18 @@ class MessageStore:
         return self.cqs.get(topic, queue_id).min_offset
 
     def get_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int) -> list[tuple[int, memoryview]]:
-        """(queue offset, zero-copy record view) for up to max_count messages."""
+        """(queue offset, zero-copy record view) for up to max_count messages; a record that fails
+        its check (damaged since it was written) is left out and logged."""
         cq = self.cqs.get(topic, queue_id)
         out = []
         for i, (phy, size, _tags) in enumerate(cq.get(queue_offset, max_count)):
             if phy < self.cl.min_pos:
                 continue
-            out.append((queue_offset + i, self.cl.view(phy, size)))
+            try:
+                out.append((queue_offset + i, self.cl.read_record(phy, size)))
+            except CorruptRecord:
+                log.error("damaged record skipped: %s:%d queue offset %d at %d", topic, queue_id, queue_offset + i,
+                          phy)
         return out
 
     def wait_dispatched(self, timeout_s: float = 10.0) -> bool:
