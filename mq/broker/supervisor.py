@@ -107,6 +107,10 @@ class Supervisor:
         self.stats_block = StatsBlock(cfg.storePathRootDir, regions=cfg.sendMessageThreadPoolNums + 1, create=True)
         self.stats_history = StatsHistory(self.stats_block)
         self.disk = DiskCheck(scfg, self.store.ctl)
+        try:
+            self.disk.check()            # before any io worker serves: a broker started on a full disk refuses at once
+        except OSError as e:
+            log.error("disk check failed: %s", e)
         for role in ("flush", "dispatch", "dledger" if self.dledger else "ha"):
             self._start_role(role)
         self.metadata = Metadata(cfg, self.store.config_dir)

@@ -4,9 +4,10 @@ CleanConsumeQueueService.
 The disk check (DiskCheck) measures the used share of the partitions the
 CommitLog and the ConsumeQueues are on (statvfs: (blocks - free) / blocks, as
 Java's File.getTotalSpace/getFreeSpace), and the index's for the refusal's
-remark.  The supervisor runs it every DISK_CHECK_INTERVAL_MAX_S at most (RocketMQ's
-isSpaceFull) and retention runs it again at each pass (isSpaceToDelete).  With
-u the larger of the CommitLog's and the ConsumeQueues' shares:
+remark.  The supervisor runs it at start, then every cleanResourceInterval and at
+most DISK_CHECK_INTERVAL_MAX_S apart (RocketMQ's isSpaceFull); retention runs it
+again at each pass (isSpaceToDelete).  With u the larger of the CommitLog's and
+the ConsumeQueues' shares:
 
   | u                                    | what the broker does                                  |
   |--------------------------------------|-------------------------------------------------------|
