@@ -120,13 +120,17 @@ class Proc:
 
     def kill(self) -> None:
         """SIGKILL to the process and everything in its session (a crash, as far as the
-        store can tell)."""
+        store can tell); once they are gone, the shared-memory segments of dead brokers are
+        removed, as the next mqbroker start on this host would (a caller that still wants
+        to read a killed broker's control block attaches to it before the kill)."""
         if self.p.poll() is None:
             try:
                 os.killpg(self.p.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
             self.p.wait(10)
+            wait_for(lambda: not processes_of_group(self.p.pid), 10, what="the killed processes gone")
+            sweep_dead_segments()
 
     def output(self) -> str:
         """Everything it has written so far (the whole log file)."""
@@ -229,11 +233,8 @@ class Broker:
         return self.proc.stop()
 
     def kill(self) -> None:
-        """SIGKILL to the broker and all its processes; then, as the next mqbroker start on this
-        host would, the shared-memory segments left by dead brokers are removed."""
+        """SIGKILL to the broker and all its processes (Proc.kill)."""
         self.proc.kill()
-        wait_for(lambda: not processes_of_group(self.proc.p.pid), 10, what="the killed broker's processes gone")
-        sweep_dead_segments()
 
     def restart(self) -> None:
         """A clean stop (asserted: exit status 0), then start() on the same port and store."""

@@ -93,6 +93,18 @@ def _processes_of_run(token: str) -> list[tuple[int, str]]:
     return found
 
 
+def _segment_owners() -> dict[str, str]:
+    """segment name -> the log of the server whose store it is (a broker keeps broker.conf and its
+    log in its store directory; mq.cluster.Broker)."""
+    from mq.store.control import segment_name
+    out = {}
+    for p in Proc.started or []:
+        root = os.path.dirname(p.log_path)
+        for name in (segment_name(root), segment_name(root) + "-st"):
+            out[name] = p.log_path
+    return out
+
+
 def pytest_sessionfinish(session, exitstatus):
     from mq.store.control import segment_in_use, sweep_dead_segments
     token = os.environ.get(RUN_ENV)
@@ -119,6 +131,8 @@ def pytest_sessionfinish(session, exitstatus):
     new = sorted(n for n in _segments() - _shm_before if not segment_in_use(n))
     if new:
         problems.append(f"{len(new)} shared-memory segment(s) made during the run remain: {' '.join(new)}")
+        owners = _segment_owners()
+        problems += [f"  {n}: the store of {owners[n]}" for n in new if n in owners]
         sweep_dead_segments()
     if problems:
         tr = session.config.pluginmanager.get_plugin("terminalreporter")

@@ -203,17 +203,25 @@ class Cluster:
         return path
 
 
-def drop_unflushed(store_root: str) -> tuple[int, int]:
-    """Power loss for a killed broker's store: the log bytes past the flushed position its control
-    block (still in shared memory after the kill) recorded are zeroed and later files removed,
-    ConsumeQueue entries pointing at or past it zeroed, and in DLedger mode the index units past
-    the flushed index zeroed too.  Returns (flushed position, log bytes dropped)."""
-    ctl = ControlBlock(store_root)
+def kill_with_power_loss(broker) -> tuple[int, int]:
+    """kill -9 of `broker` (mq.cluster.Broker), then the power loss of its store (drop_unflushed).
+    Its control block is attached before the kill: a handle holds the segment, so no sweep of
+    dead brokers' segments (Broker.kill's, or any mqbroker's start) takes it before it is read."""
+    ctl = ControlBlock(broker.dir)
     try:
-        flushed, written = ctl.get(C.POS_FLUSHED), ctl.get(C.POS_WRITE)
-        flushed_index = ctl.get(C.POS_DL_FLUSHED_INDEX)
+        broker.kill()
+        return drop_unflushed(broker.dir, ctl)
     finally:
         ctl.close()
+
+
+def drop_unflushed(store_root: str, ctl: ControlBlock) -> tuple[int, int]:
+    """Power loss for a killed broker's store: the log bytes past the flushed position its control
+    block `ctl` (attached before the kill) recorded are zeroed and later files removed,
+    ConsumeQueue entries pointing at or past it zeroed, and in DLedger mode the index units past
+    the flushed index zeroed too.  Returns (flushed position, log bytes dropped)."""
+    flushed, written = ctl.get(C.POS_FLUSHED), ctl.get(C.POS_WRITE)
+    flushed_index = ctl.get(C.POS_DL_FLUSHED_INDEX)
     dledger = sorted(glob.glob(os.path.join(store_root, "dledger-*")))
     log_dir = os.path.join(dledger[0], "data") if dledger else os.path.join(store_root, "commitlog")
     for start in list_files(log_dir):
@@ -298,11 +306,12 @@ class Nemesis(threading.Thread):
             b = c.target()
             what = f"{self.kind} {b.name}:{b.port}"
             if self.kind in ("kill", "powerloss"):
-                b.kill()
-                self.history.record("info", "start", what)
                 if self.kind == "powerloss":
-                    flushed, dropped = drop_unflushed(b.dir)
+                    flushed, dropped = kill_with_power_loss(b)
                     what += f" (dropped {dropped} bytes past {flushed})"
+                else:
+                    b.kill()
+                self.history.record("info", "start", what)
                 time.sleep(FAULT_S)
                 b.start()
             elif self.kind == "diskfull":

@@ -6,7 +6,7 @@ acknowledged tail was gone (the ✘ of the fault matrix)."""
 import json
 import time
 
-from mq.chaos.run import drop_unflushed
+from mq.chaos.run import kill_with_power_loss
 from mq.cluster import Broker, NameServer, wait_for
 
 from test_broker_ha import call, pull_bodies, send
@@ -39,8 +39,7 @@ def test_power_loss_of_a_sync_master_loses_nothing_acknowledged(tmp_path):
             assert r.code == 0, (r.code, r.remark)
             acked.append(b"tb-%d" % i)
         before = max_offsets(master.addr, "TB")
-        master.kill()
-        flushed, dropped = drop_unflushed(master.dir)
+        flushed, dropped = kill_with_power_loss(master)
         assert dropped > 200 * 100, f"the power loss took the tail ({dropped} bytes past {flushed})"
         master.start()
         # the slave reconnects within its retry interval; until it has given back, no writes
@@ -84,8 +83,7 @@ def test_writes_open_when_no_slave_comes_back_in_time(tmp_path):
                     slaveTimeout=500, **NO_FLUSH)
     try:
         assert send(master.addr, "TW", b"x").code in (0, 11)     # stored; SLAVE_NOT_AVAILABLE without a slave
-        master.kill()
-        drop_unflushed(master.dir)
+        kill_with_power_loss(master)
         master.start()
         assert "writes wait up to 1500 ms" in master.proc.output()
         wait_for(lambda: send(master.addr, "TW", b"y").code in (0, 11), 10, 0.1, "writes open")
