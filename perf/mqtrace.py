@@ -81,6 +81,7 @@ import math
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -211,6 +212,32 @@ def spark_session(master: str = "local[2]", driver_memory: str | None = None):
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def stop_spark(spark, timeout_s: float = 30.0) -> None:
+    """Stops the session and the JVM behind it.  SparkSession.stop() ends the SparkContext but
+    keeps the JVM until this Python process exits; the JVM ends when the pipe to its stdin
+    closes, so that is closed and the JVM awaited (a test run must not leave it behind)."""
+    from pyspark import SparkContext
+    spark.stop()
+    gateway = SparkContext._gateway
+    if gateway is None:
+        return
+    proc = getattr(gateway, "proc", None)
+    try:
+        gateway.shutdown()
+    except Exception:           # noqa: BLE001 - already gone; the pipe below still ends the JVM
+        pass
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+    if proc is not None:
+        if proc.stdin is not None:
+            proc.stdin.close()
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout_s)
 
 
 def spark_schema():
@@ -887,7 +914,7 @@ def main(argv=None) -> int:
         print(f"mqtrace: {e}", file=sys.stderr)
         return 2
     finally:
-        spark.stop()
+        stop_spark(spark)
     print(f"mqtrace: {sum(mined.counts.values()):,} records from {mined.files} file(s) in "
           f"{mined.seconds['total']:.1f} s; report {mined.report_path}, {len(mined.plots)} plot(s), "
           f"aggregates under {os.path.join(mined.out_dir, 'aggregates')}")

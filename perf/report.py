@@ -73,7 +73,7 @@ def run(out_dir: str, scale: float = 1.0, keep_trace: bool = False) -> str:
             mined = mqtrace.mine(spark, trace_dir, out_dir, "md",
                                  "mq perf report: SYNC_MASTER + SLAVE, SYNC_FLUSH, 1 KiB messages (make report)")
         finally:
-            spark.stop()
+            mqtrace.stop_spark(spark)
         if keep_trace:
             shutil.copytree(trace_dir, os.path.join(out_dir, "trace"), dirs_exist_ok=True)
         return mined.report_path

@@ -179,7 +179,7 @@ def trace(tmp_path_factory):
 def spark():
     s = mqtrace.spark_session("local[2]")
     yield s
-    s.stop()
+    mqtrace.stop_spark(s)
 
 
 @pytest.fixture(scope="module")
