@@ -1095,13 +1095,15 @@ int mq_commitlog_view(mq_commitlog *cl, uint64_t offset, uint32_t size, const ui
     return mq_commitlog_view_raw(cl, offset, size, ptr);
 }
 
-int mq_commitlog_read_record(mq_commitlog *cl, uint64_t offset, uint32_t size, const uint8_t **ptr) {
+int mq_commitlog_read_record(mq_commitlog *cl, uint64_t offset, uint32_t size, int32_t queue_id,
+                             int64_t queue_offset, const uint8_t **ptr) {
     int rc = mq_commitlog_view(cl, offset, size, ptr);
     if (rc) return rc;
     mq_scan_rec rec;
     int stop;
     if (mq_record_check(*ptr, size, 1, &rec, &stop) != MQ_OK || rec.phy_offset != offset || rec.size != size)
         return MQ_E_CORRUPT;
+    if (queue_id >= 0 && (rec.queue_id != queue_id || rec.queue_offset != queue_offset)) return MQ_E_CORRUPT;
     return MQ_OK;
 }
 

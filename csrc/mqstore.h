@@ -260,10 +260,14 @@ int      mq_commitlog_append_group(mq_commitlog *cl, const mq_group_msg *msgs, u
 int      mq_commitlog_view(mq_commitlog *cl, uint64_t offset, uint32_t size, const uint8_t **ptr);
 int      mq_commitlog_view_raw(mq_commitlog *cl, uint64_t offset, uint32_t size, const uint8_t **ptr);
 /* The read path's view of one record: as mq_commitlog_view, then the record is checked whole --
- * magic, every length, BODYCRC, PHYSICALOFFSET == offset and TOTALSIZE == size -- so bytes
- * damaged on disk or in memory since they were written are never served.  MQ_E_CORRUPT when
- * the check fails (*ptr is then set, for a report); one CRC of the body per call. */
-int      mq_commitlog_read_record(mq_commitlog *cl, uint64_t offset, uint32_t size, const uint8_t **ptr);
+ * magic, every length, BODYCRC, PHYSICALOFFSET == offset, TOTALSIZE == size, and when queue_id
+ * >= 0 QUEUEID == queue_id and QUEUEOFFSET == queue_offset (what its ConsumeQueue entry says) --
+ * so bytes damaged on disk or in memory since they were written are never served.  MQ_E_CORRUPT
+ * when the check fails (*ptr is then set, for a report); one CRC of the body per call.  Not
+ * covered (RocketMQ's v1 record has no checksum for them): the topic, properties, timestamps,
+ * hosts and flags. */
+int      mq_commitlog_read_record(mq_commitlog *cl, uint64_t offset, uint32_t size, int32_t queue_id,
+                                  int64_t queue_offset, const uint8_t **ptr);
 int      mq_commitlog_prepare_file(mq_commitlog *cl, uint64_t file_index);
 int      mq_commitlog_scan(mq_commitlog *cl, uint64_t from, uint64_t limit, int check_crc,
                            int resolve_slots, mq_scan_rec *out, uint32_t cap, uint32_t *n_out,

@@ -356,7 +356,7 @@ class PullProcessor:
             if codes is not None and tags not in codes:
                 continue
             try:
-                parts.append(self.store.cl.read_record(phy, msg_size))
+                parts.append(self.store.cl.read_record(phy, msg_size, qid, offset + scanned - 1))
             except CorruptRecord:
                 self._damaged(topic, qid, offset + scanned - 1, phy, msg_size)
                 continue             # skipped like a filtered message: the consumer moves past it

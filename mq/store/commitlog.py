@@ -259,11 +259,13 @@ class CommitLog:
         check(lib.mq_commitlog_view_raw(self._h, offset, size, p), f"view_raw {offset}+{size}")
         return memoryview(ffi.buffer(p[0], size))
 
-    def read_record(self, offset: int, size: int | None = None) -> memoryview:
+    def read_record(self, offset: int, size: int | None = None, queue_id: int = -1,
+                    queue_offset: int = -1) -> memoryview:
         """The whole record at `offset` (a view), checked whole by C (mq_commitlog_read_record:
-        lengths, BODYCRC, PHYSICALOFFSET, and its size when given, as a ConsumeQueue entry gives
-        it), or OutOfRange when no record starts there / CorruptRecord when the one there is
-        damaged: what the read path serves is never a damaged record."""
+        lengths, BODYCRC, PHYSICALOFFSET, and what its ConsumeQueue entry says when given: its
+        size, queue id and queue offset), or OutOfRange when no record starts there /
+        CorruptRecord when the one there is damaged: the read path never serves a damaged
+        record."""
         if size is None:
             head = self.view(offset, 8)
             size = int.from_bytes(head[:4], "big")
@@ -272,7 +274,8 @@ class CommitLog:
         elif not (0 <= offset <= INT64_MAX and 0 <= size <= INT32_MAX):
             raise OutOfRange(f"no bytes at {offset}+{size}")
         p = ffi.new("const uint8_t **")
-        check(lib.mq_commitlog_read_record(self._h, offset, size, p), f"record at {offset} ({size} bytes)")
+        check(lib.mq_commitlog_read_record(self._h, offset, size, queue_id, queue_offset, p),
+              f"record at {offset} ({size} bytes)")
         return memoryview(ffi.buffer(p[0], size))
 
     def scanner(self, capacity: int = 4096) -> "Scanner":

@@ -625,7 +625,7 @@ class MessageStore:
             if phy < self.cl.min_pos:
                 continue
             try:
-                out.append((queue_offset + i, self.cl.read_record(phy, size)))
+                out.append((queue_offset + i, self.cl.read_record(phy, size, queue_id, queue_offset + i)))
             except CorruptRecord:
                 log.error("damaged record skipped: %s:%d queue offset %d at %d", topic, queue_id, queue_offset + i,
                           phy)

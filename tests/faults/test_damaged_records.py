@@ -1,16 +1,17 @@
 """Bit rot under a live broker: bytes of a stored record change after it was written (the
 CommitLog file is flipped in place, so the broker's own mapping sees it at once).  What it
 proves: the read path checks every record in C before it serves it (lengths, BODYCRC,
-PHYSICALOFFSET), so a damaged one is never served -- not by a pull (skipped like a filtered
-message: the consumer moves past it and gets every intact one), not by viewMessageById
-(SYSTEM_ERROR) -- and the broker logs it once."""
+PHYSICALOFFSET, and its QUEUEID/QUEUEOFFSET against the ConsumeQueue entry), so a damaged one
+is never served -- not by a pull (skipped like a filtered message: the consumer moves past it
+and gets every intact one), not by viewMessageById (SYSTEM_ERROR) -- and the broker logs it
+once."""
 from __future__ import annotations
 
 import os
 
 import pytest
 
-from mq.cluster import Broker, NameServer
+from mq.cluster import Broker, NameServer, wait_for
 from mq.wire.commitlog import parse_record
 from mq.wire.msgid import decode_offset_msg_id
 from tests.faults.rawpeer import Peer
@@ -64,8 +65,9 @@ def test_a_record_damaged_under_a_live_broker_is_never_served(broker):
     p = Peer(broker.port)
     try:
         sent = [send(p, b"rot-%03d-" % i + b"x" * 200) for i in range(30)]
-        got = pull(p, 0, 30)
-        assert got.code == 0 and len(records(got.body)) == 30
+        got = wait_for(lambda: (lambda r: r if len(records(r.body)) == 30 else None)(pull(p, 0, 30)), 10,
+                       what="all 30 dispatched")
+        assert got.code == 0
         victim = sent[10]
         phy = decode_offset_msg_id(victim["msgId"])[2]
         flip(broker, phy, 120)                      # a body byte: BODYCRC no longer matches
@@ -82,5 +84,20 @@ def test_a_record_damaged_under_a_live_broker_is_never_served(broker):
         log = broker.proc.output()
         assert log.count(f"CommitLog {phy} ") == 1, "reported once"
         assert "Traceback" not in log
+    finally:
+        p.close()
+
+
+def test_a_record_whose_queue_offset_changed_is_never_served(broker):
+    """A flipped byte of QUEUEOFFSET (outside the body CRC): the record no longer matches the
+    ConsumeQueue entry that points at it, and is skipped."""
+    p = Peer(broker.port)
+    try:
+        sent = [send(p, b"qo-%03d" % i) for i in range(5)]
+        wait_for(lambda: len(records(pull(p, 0, 30).body)) == 5, 10, what="all five dispatched")
+        phy = decode_offset_msg_id(sent[2]["msgId"])[2]
+        flip(broker, phy, 27)                       # QUEUEOFFSET is bytes 20..27, big-endian
+        got = pull(p, 0, 30)
+        assert [r.queue_offset for r in records(got.body)] == [0, 1, 3, 4]
     finally:
         p.close()
