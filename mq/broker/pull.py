@@ -210,7 +210,7 @@ class PullProcessor:
             meta.commit_offset_nowait(group, topic, qid, commit)
         code, status, next_off, lo, hi, body, last_phy = self.get_messages(topic, qid, offset, max_nums, codes, group)
         if code == RC.PULL_NOT_FOUND and sys_flag & SYSFLAG_SUSPEND and self.hold_service is not None:
-            return self._held(cmd, g, topic, qid, offset, max_nums, codes, suspend_ms)
+            return self._held(conn, cmd, g, topic, qid, offset, max_nums, codes, suspend_ms)
         ext = {"suggestWhichBrokerId": self.suggest_broker(g, last_phy), "nextBeginOffset": next_off,
                "minOffset": lo, "maxOffset": hi}
         return make_response(cmd, code, status, ext, body)
@@ -225,10 +225,15 @@ class PullProcessor:
             codes = cache[sub] = parse_subscription(sub)
         return codes
 
-    async def _held(self, cmd, g, topic, qid, offset, max_nums, codes, suspend_ms):
-        """A long poll the fast path parked: hold, then answer with whatever is there."""
+    async def _held(self, conn, cmd, g, topic, qid, offset, max_nums, codes, suspend_ms):
+        """A long poll the fast path parked: hold, then answer with whatever is there (once
+        the connection has room for it: Connection.drained)."""
         hold_s = (suspend_ms if self.config.longPollingEnable else self.config.shortPollingTimeMills) / 1000
         await self.hold_service.hold(topic, qid, offset, hold_s)
+        if conn.congested():                 # the answer is built only once the connection has room
+            await conn.drained()
+            if conn.closed:
+                return None
         code, status, next_off, lo, hi, body, last_phy = self.get_messages(topic, qid, offset, max_nums, codes,
                                                                            g.get("groupName"))
         ext = {"suggestWhichBrokerId": self.suggest_broker(g, last_phy), "nextBeginOffset": next_off,
@@ -288,6 +293,10 @@ class PullProcessor:
         allow_suspend = bool(sys_flag & SYSFLAG_SUSPEND)
         hold_s = (suspend_ms if self.config.longPollingEnable else self.config.shortPollingTimeMills) / 1000
         while True:
+            if conn.congested():             # the answer is built only once the connection has room
+                await conn.drained()
+                if conn.closed:
+                    return None
             code, status, next_off, lo, hi, body, last_phy = self.get_messages(topic, qid, offset, max_nums, codes,
                                                                                group)
             if code == RC.PULL_NOT_FOUND and allow_suspend and self.hold_service is not None:

@@ -24,13 +24,30 @@ Rules (spec 1.5, RELIABILITY.md):
   * unknown code -> REQUEST_CODE_NOT_SUPPORTED; a handler exception or a response that cannot be
     encoded -> SYSTEM_ERROR with its text; all logged;
   * a TCP connection idle for idle_timeout_s (serverChannelMaxIdleTimeSeconds, 120 s) is closed
-    and logged: idle means no bytes read, nothing written and no request of it in flight.
+    and logged: idle means no bytes read, nothing written and no request of it in flight (or
+    only requests waiting for its client to read: it is paused by the unsent caps below).  The
+    answers such a client left unread are dropped with it (abort), as Netty's close fails the
+    writes still queued, so they stop counting against the process.
     Connections on a unix socket (links between the processes of one node) are never
     idle-closed: they live as long as the processes at both ends.
-Bounds: IN_FLIGHT_PER_CONNECTION_MAX requests of one connection in flight at once; at the bound
-the connection stops reading (the rest of the read waits, then TCP backpressure) until one is
-answered.  A connection whose unsent responses pass WRITE_BUFFER_HIGH_BYTES stops reading until
-they drain below WRITE_BUFFER_LOW_BYTES.
+Bounds (memory per connection and per process, RELIABILITY.md "Bad input"): a request is always
+read whole before it is handled and answered exactly once, so what bounds memory is when the
+server stops reading.  A connection is not read (the rest of its read waits in its FrameBuffer,
+then TCP backpressure holds the client) while
+  * IN_FLIGHT_PER_CONNECTION_MAX of its requests are in flight, until one is answered;
+  * its unsent answers (queued here or in the transport: not yet taken by the kernel) pass
+    UNSENT_BYTES_PER_CONNECTION_MAX, until they drain to UNSENT_BYTES_PER_CONNECTION_RESUME.
+    This is checked before each frame of a read, not only at its end: one read can hold
+    hundreds of pipelined pulls whose answers are a few hundred KiB each;
+  * the unsent answers of all connections of the process (an UnsentBudget; an io worker's two
+    servers share the process's one) pass UNSENT_BYTES_PER_PROCESS_MAX and this connection has
+    some of them, until its own have left.  Idle connections, and those whose answers the
+    kernel takes at once, are never paused for the total.
+Answers built after an await (a Task, a long poll that woke) wait in Connection.drained() before
+they are built while their connection is over its cap, so requests already in flight cannot pile
+up answers either.  Bound on unsent answer bytes: per connection, the cap plus its last answer;
+per process, about UNSENT_BYTES_PER_PROCESS_MAX plus, for each connection not yet paused,
+UNSENT_BYTES_FLUSH_MIN and one answer.  The per-frame cost is one integer compare.
 
 Tracing (optional, the broker's perfTraceEnable): with a `tracer`, each request's frame decode is
 timed, `tracer.begin(cmd, t0_ns, t1_ns)` runs just before its handler (it sets the request's
@@ -57,9 +74,16 @@ from .framing import FrameBuffer, frame_end
 
 log = logging.getLogger("mq.remoting.server")
 
+# ---- the bounds of the module docstring, in one place ------------------------------------------
 IN_FLIGHT_PER_CONNECTION_MAX = 1024
-WRITE_BUFFER_HIGH_BYTES = 4 * 1024 * 1024   # stop reading a connection whose answers are not leaving
-WRITE_BUFFER_LOW_BYTES = 1024 * 1024
+UNSENT_BYTES_PER_CONNECTION_MAX = 4 * 1024 * 1024      # stop reading a connection whose answers are not leaving
+UNSENT_BYTES_PER_CONNECTION_RESUME = 1024 * 1024       # ... and read it again once they drained to this
+UNSENT_BYTES_PER_PROCESS_MAX = 64 * 1024 * 1024        # all connections of one process (an io worker) together
+# a read's answers go to the transport at least every UNSENT_BYTES_FLUSH_MAX (the transport keeps a
+# whole write until its last byte is taken), and every UNSENT_BYTES_FLUSH_MIN over the process total
+UNSENT_BYTES_FLUSH_MAX = 1024 * 1024
+UNSENT_BYTES_FLUSH_MIN = 64 * 1024
+UNSENT_SWEEP_INTERVAL_S = 0.01        # over the total, shares are measured again at most this often
 IDLE_TIMEOUT_S_DEFAULT = 120.0   # serverChannelMaxIdleTimeSeconds
 IDLE_SWEEP_S_MAX = 5.0           # an idle connection is closed within idle_timeout_s + this
 Handler = Callable[["Connection", RemotingCommand], object]
@@ -85,11 +109,62 @@ def make_response(request: RemotingCommand, code: int = ResponseCode.SUCCESS, re
                            body=body, serialize_type=request.serialize_type)
 
 
+class UnsentBudget:
+    """The unsent answer bytes of every connection of one process, for UNSENT_BYTES_PER_PROCESS_MAX.
+
+    A connection's share is what its transport still held after its last write (the transport
+    says nothing as the kernel takes bytes), noted after each flush and when its transport
+    drains; a share is never below the truth at the moment it is noted, but can be stale-high
+    later.  So before a connection is paused for the total, over_max() measures every share
+    again (at most every UNSENT_SWEEP_INTERVAL_S): a connection whose answers left counts 0.
+    Only connections that hold a share are in `holders`: an idle connection costs nothing.
+    Invariant: total_bytes == sum of c._unsent_counted over holders."""
+    __slots__ = ("max_bytes", "total_bytes", "room_bytes", "holders", "_swept_s")
+
+    def __init__(self, max_bytes: int = UNSENT_BYTES_PER_PROCESS_MAX):
+        assert max_bytes > 0, max_bytes
+        self.max_bytes = max_bytes
+        self.total_bytes = 0
+        # what one read may queue before its answers are handed to the transport and the total checked
+        self.room_bytes = UNSENT_BYTES_FLUSH_MAX
+        self.holders: set[Connection] = set()
+        self._swept_s = 0.0
+
+    def note(self, conn: "Connection", size: int) -> None:
+        """conn's transport holds `size` unsent bytes now."""
+        self.total_bytes += size - conn._unsent_counted
+        conn._unsent_counted = size
+        if size:
+            self.holders.add(conn)
+        else:
+            self.holders.discard(conn)
+        self.room_bytes = min(max(self.max_bytes - self.total_bytes, UNSENT_BYTES_FLUSH_MIN), UNSENT_BYTES_FLUSH_MAX)
+        assert self.total_bytes >= 0, self.total_bytes
+
+    def over_max(self) -> bool:
+        """Is the total over max_bytes, measured afresh unless that was done just now?"""
+        if self.total_bytes <= self.max_bytes:
+            return False
+        now = time.monotonic()
+        if now - self._swept_s >= UNSENT_SWEEP_INTERVAL_S:
+            self._swept_s = now
+            for c in list(self.holders):
+                self.note(c, 0 if c.closed else c.transport.get_write_buffer_size())
+        return self.total_bytes > self.max_bytes
+
+
+# the process's budget: every RemotingServer that is not given one shares it.  One event loop per
+# budget; a process forked while it serves would inherit shares of connections it does not have
+# (mq.broker.launcher forks the io workers from a process that serves nothing).
+PROCESS_BUDGET = UnsentBudget()
+
+
 class Connection:
     """One client connection; handlers get it to learn the peer, push requests, or answer a
     deferred request (respond)."""
     __slots__ = ("id", "peer", "transport", "server", "closed", "attrs", "idle_close", "last_active_s",
-                 "in_flight", "_opaque", "_out", "_flush_scheduled", "_protocol")
+                 "in_flight", "_opaque", "_out", "_out_bytes", "_flush_scheduled", "_protocol", "_budget",
+                 "_unsent_counted", "_drain_waiters")
 
     def __init__(self, conn_id: int, peer: tuple[str, int], transport, server: "RemotingServer", protocol=None):
         self.id = conn_id
@@ -103,8 +178,12 @@ class Connection:
         self.in_flight = 0                 # requests of this connection being handled
         self._opaque = itertools.count(1 << 24)
         self._out: list[bytes] = []        # frames queued and not yet written
+        self._out_bytes = 0                # their size
         self._flush_scheduled = False
         self._protocol = protocol
+        self._budget: UnsentBudget = server.budget
+        self._unsent_counted = 0           # this connection's share of _budget (its transport's, at the last note)
+        self._drain_waiters: list[asyncio.Future] = []   # drained() callers
 
     def write(self, cmd: RemotingCommand) -> None:
         """Queues the frame of `cmd` (raises EncodeError if it cannot be encoded)."""
@@ -116,26 +195,61 @@ class Connection:
         if self.closed:
             return
         self._out.append(frame)
+        self._out_bytes += len(frame)
         if not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self.flush)
 
     def flush(self) -> None:
-        """Writes every queued frame now, in one write."""
+        """Writes every queued frame now, in one write.  The transport pauses reading (through
+        pause_writing) when it then holds over UNSENT_BYTES_PER_CONNECTION_MAX; what it holds is
+        this connection's share of the process budget, and pauses reading too when the budget
+        is over (see the module docstring)."""
         self._flush_scheduled = False
         out = self._out
         if not out:
             return
         data = out[0] if len(out) == 1 else b"".join(out)
         out.clear()
+        self._out_bytes = 0
         if self.closed:
             return
         self.last_active_s = time.monotonic()
+        transport = self.transport
         try:
-            self.transport.write(data)
+            transport.write(data)
         except (ConnectionError, RuntimeError) as e:
             log.debug("write to %s failed: %s", self.peer, e)
             self.closed = True
+            return
+        unsent = transport.get_write_buffer_size()
+        if unsent or self._unsent_counted:
+            budget = self._budget
+            budget.note(self, unsent)
+            if unsent and budget.total_bytes > budget.max_bytes and budget.over_max() and self._unsent_counted:
+                self._protocol._pause_for_total()
+        if self._drain_waiters and not self.congested():
+            self._wake_drain_waiters()
+
+    def congested(self) -> bool:
+        """Would an answer now go past this connection's cap, or the process's (module docstring)?"""
+        return (self._out_bytes + self._unsent_counted > UNSENT_BYTES_PER_CONNECTION_MAX
+                or (self._protocol is not None and self._protocol._write_paused))
+
+    async def drained(self) -> None:
+        """Returns once this connection may take another answer (not congested()), or is closed.
+        A handler that builds a large answer after an await (a parked pull that woke) waits here
+        first, so the requests a paused connection has in flight cannot pile up answers."""
+        while self.congested() and not self.closed:
+            waiter = asyncio.get_running_loop().create_future()
+            self._drain_waiters.append(waiter)
+            await waiter
+
+    def _wake_drain_waiters(self) -> None:
+        waiters, self._drain_waiters = self._drain_waiters, []
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
 
     def respond(self, cmd: RemotingCommand, resp: RemotingCommand | bytes | None, times=None) -> None:
         """Answers a request its handler DEFERRED (once): `resp` is a RemotingCommand, an encoded
@@ -163,6 +277,8 @@ class _ServerProtocol(asyncio.Protocol):
         self.conn: Connection | None = None
         self._held = FrameBuffer()         # bytes not parsed yet: an incomplete frame, or a paused read
         self._paused_by = set()            # "inflight" / "write": why reading is paused
+        self._write_paused = False         # between the transport's pause_writing and resume_writing
+        self._total_paused = False         # its limits lowered to 0 for the process budget (_pause_for_total)
 
     # ---- connection -----------------------------------------------------------------------
     def connection_made(self, transport) -> None:
@@ -179,7 +295,7 @@ class _ServerProtocol(asyncio.Protocol):
                     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 except OSError:
                     pass
-        transport.set_write_buffer_limits(WRITE_BUFFER_HIGH_BYTES, WRITE_BUFFER_LOW_BYTES)
+        transport.set_write_buffer_limits(UNSENT_BYTES_PER_CONNECTION_MAX, UNSENT_BYTES_PER_CONNECTION_RESUME)
         self.conn = conn
         server._conns.add(conn)
 
@@ -187,6 +303,10 @@ class _ServerProtocol(asyncio.Protocol):
         conn = self.conn
         conn.closed = True
         conn._out.clear()
+        conn._out_bytes = 0
+        conn._budget.note(conn, 0)
+        if conn._drain_waiters:
+            conn._wake_drain_waiters()     # they see it closed
         server = self.server
         server._conns.discard(conn)
         if server.on_close:
@@ -196,10 +316,39 @@ class _ServerProtocol(asyncio.Protocol):
                 log.exception("%s: on_close failed", server.name)
 
     def pause_writing(self) -> None:
+        self._write_paused = True
         self._pause("write")
 
     def resume_writing(self) -> None:
+        """The transport drained to its low-water mark (to nothing after _pause_for_total)."""
+        self._write_paused = False
+        conn = self.conn
+        if self._total_paused:
+            self._set_limits(UNSENT_BYTES_PER_CONNECTION_MAX, UNSENT_BYTES_PER_CONNECTION_RESUME)
+        if not conn.closed:
+            conn._budget.note(conn, conn.transport.get_write_buffer_size())
         self._resume("write")
+        if conn._drain_waiters:
+            conn._wake_drain_waiters()     # each checks congested() again
+
+    def _pause_for_total(self) -> None:
+        """The process budget is over and this connection's transport holds some of it: stop
+        reading until it holds nothing.  Lowering its limits to 0 makes the transport call
+        pause_writing now and resume_writing once its last byte is taken (the transport has no
+        other way to say so)."""
+        if self._write_paused or self.conn.closed:
+            return
+        self._set_limits(0, 0)
+        if not self._write_paused:         # it held nothing after all
+            self._set_limits(UNSENT_BYTES_PER_CONNECTION_MAX, UNSENT_BYTES_PER_CONNECTION_RESUME)
+
+    def _set_limits(self, high_bytes: int, low_bytes: int) -> None:
+        """The transport's write-buffer limits: the connection's cap, or 0 while paused for the total."""
+        self._total_paused = high_bytes == 0
+        try:
+            self.conn.transport.set_write_buffer_limits(high_bytes, low_bytes)
+        except RuntimeError:               # closed meanwhile
+            pass
 
     def _pause(self, why: str) -> None:
         if not self._paused_by:
@@ -239,6 +388,11 @@ class _ServerProtocol(asyncio.Protocol):
         view = memoryview(data)
         tracer = server.tracer
         conn._flush_scheduled = True        # answers of this read go out in the flush below, together
+        # the answer bytes this read may queue before they are handed to the transport mid-read,
+        # which pauses the connection if they then pass its cap or the process's (flush)
+        room = UNSENT_BYTES_PER_CONNECTION_MAX - conn._unsent_counted
+        if conn._budget.room_bytes < room:
+            room = conn._budget.room_bytes
         try:
             while size - pos >= 4:
                 end = frame_end(data, pos, size)
@@ -247,6 +401,16 @@ class _ServerProtocol(asyncio.Protocol):
                 if conn.in_flight >= IN_FLIGHT_PER_CONNECTION_MAX:
                     self._pause("inflight")
                     break
+                if conn._out_bytes > room:          # the one per-frame cost of the unsent caps
+                    conn.flush()
+                    if conn.closed:
+                        return
+                    if self._paused_by:
+                        break
+                    conn._flush_scheduled = True
+                    room = UNSENT_BYTES_PER_CONNECTION_MAX - conn._unsent_counted
+                    if conn._budget.room_bytes < room:
+                        room = conn._budget.room_bytes
                 if tracer is None:
                     cmd = decode_frame_payload(view[pos + 4:end])
                     pos = end
@@ -281,9 +445,12 @@ class _ServerProtocol(asyncio.Protocol):
 class RemotingServer:
     def __init__(self, name: str, handlers: dict[int, Handler] | None = None,
                  on_close: Callable[[Connection], None] | None = None,
-                 idle_timeout_s: float | None = IDLE_TIMEOUT_S_DEFAULT, tracer=None):
+                 idle_timeout_s: float | None = IDLE_TIMEOUT_S_DEFAULT, tracer=None,
+                 budget: UnsentBudget | None = None):
         """idle_timeout_s: close TCP connections idle this long (see the module docstring); None never.
-        tracer: times every request (see the module docstring); None does not."""
+        tracer: times every request (see the module docstring); None does not.
+        budget: the unsent answers this server's connections share with others; None: the
+        process's (PROCESS_BUDGET)."""
         if idle_timeout_s is not None and not idle_timeout_s > 0:
             raise ValueError(f"idle_timeout_s must be > 0 or None, not {idle_timeout_s!r}")
         self.name = name
@@ -291,6 +458,7 @@ class RemotingServer:
         self.handlers: dict[int, Handler] = dict(handlers or {})
         self.on_close = on_close
         self.tracer = tracer
+        self.budget = budget if budget is not None else PROCESS_BUDGET
         self._server: asyncio.base_events.Server | None = None
         self._conns: set[Connection] = set()
         self._ids = itertools.count(1)
@@ -371,6 +539,14 @@ class RemotingServer:
             conn._protocol._resume("inflight")
 
     async def _wait(self, conn: Connection, cmd: RemotingCommand, coro, times) -> None:
+        if conn.congested():
+            # a handler that answers without awaiting first builds its answer in its first step,
+            # and a read can start hundreds: they wait for room one by one
+            await conn.drained()
+            if conn.closed:
+                coro.close()
+                self._answer(conn, cmd, None, times)
+                return
         try:
             resp = await coro
         except Exception as e:
@@ -405,7 +581,12 @@ class RemotingServer:
             now = time.monotonic()
             for conn in list(self._conns):
                 idle_s = now - conn.last_active_s
-                if conn.idle_close and not conn.in_flight and not conn.closed and idle_s >= self.idle_timeout_s:
+                if conn.idle_close and not conn.closed and idle_s >= self.idle_timeout_s \
+                        and (not conn.in_flight or conn._protocol._write_paused):
                     self.idle_closes += 1
-                    log.info("%s: closing connection %s: idle for %.1f s", self.name, conn.peer, idle_s)
                     conn.close()
+                    unread = conn.transport.get_write_buffer_size()
+                    log.info("%s: closing connection %s: idle for %.1f s%s", self.name, conn.peer, idle_s,
+                             f", dropping {unread} bytes of answers its client did not read" if unread else "")
+                    if unread:
+                        conn.transport.abort()
