@@ -49,6 +49,12 @@ mq.dledger.log):
     append_noop(term) -> int         append the leader's no-op; its index
 A batch (the Append's payload) offers: first_index, last_index, term_of(i).
 
+Messages of an older term (from a leader or candidate that was paused, cut off
+or slow) are answered, when they are requests, with the response of their own
+kind carrying the current term (RESPONSE_TO), so that the sender steps down;
+the driver sends a response on the request's connection, so a step never
+produces any other answer.
+
 Invariants asserted here (a violation is a bug, never input): a committed
 entry is never truncated; commit never moves back; at most one vote per term;
 the term never moves back."""
@@ -280,14 +286,24 @@ class RaftNode:
                 leader = m.src if isinstance(m, (Append, Heartbeat, TimeoutNow)) else None
                 self._become_follower(m.term, leader)
         elif m.term < self.term:
-            if isinstance(m, (Append, Heartbeat)):
-                # a stale leader: tell it our term so it steps down
-                self._send(AppendResp(self.term, self.id, m.src, False, -1, reject_index=-1, hint_index=-1))
-            elif isinstance(m, VoteReq) and m.pre:
-                self._send(VoteResp(self.term, self.id, m.src, False, pre=True))
+            self._answer_stale(m)
             return
         handler = _HANDLERS[type(m)]
         handler(self, m)
+
+    def _answer_stale(self, m: Message) -> None:
+        """A message of an older term: its sender was paused, cut off or slow while a newer term
+        began.  A request is refused in the response of its own kind (RESPONSE_TO) carrying our
+        term, so that the sender learns the term and steps down -- a stale Heartbeat is answered
+        with a HeartbeatResp, never an AppendResp: the driver sends a response on the request's
+        own connection, as the answer to that request.  A stale response or TimeoutNow is
+        dropped: it answers, or asks for, something of a term that is over."""
+        if isinstance(m, Append):
+            self._send(AppendResp(self.term, self.id, m.src, False, -1, reject_index=-1, hint_index=-1))
+        elif isinstance(m, Heartbeat):
+            self._send(HeartbeatResp(self.term, self.id, m.src))
+        elif isinstance(m, VoteReq):
+            self._send(VoteResp(self.term, self.id, m.src, False, pre=m.pre))
 
     # ---- timers and elections ---------------------------------------------------------------------
     def _reset_timeout(self) -> None:
@@ -603,5 +619,14 @@ _HANDLERS = {
     TimeoutNow: RaftNode._on_timeout_now,
 }
 
+# The answer to each request kind (None: not answered).  A step of a request produces at most one
+# response, of this kind and to the request's source, and possibly requests to anyone; a step of a
+# response, a tick or log_progress produces requests only.  The broker relies on it (a response
+# leaves on the request's connection, with the request's opaque: mq.dledger.role) and the simulator
+# checks it on every step.
+RESPONSE_TO: dict[type, type | None] = {Append: AppendResp, Heartbeat: HeartbeatResp, VoteReq: VoteResp,
+                                        TimeoutNow: None}
+RESPONSES = (AppendResp, HeartbeatResp, VoteResp)
+
 __all__ = ["Role", "Config", "RaftNode", "Ready", "Message", "VoteReq", "VoteResp", "Append", "AppendResp",
-           "Heartbeat", "HeartbeatResp", "TimeoutNow", "Progress"]
+           "Heartbeat", "HeartbeatResp", "TimeoutNow", "Progress", "RESPONSE_TO", "RESPONSES"]

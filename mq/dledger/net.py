@@ -12,7 +12,17 @@ socket itself.  One event-loop thread does everything; nothing here blocks.
 
 Limits: an incoming frame larger than FRAME_IN_MAX closes its connection (a PUSH carries at most
 mq.wire.dledger_rpc.PUSH_BYTES_MAX of entries); a connection with more than OUT_QUEUE_MAX items
-unsent is closed (a peer that stopped reading).  A dial gives up after DIAL_TIMEOUT_S."""
+unsent is closed (a peer that stopped reading).  A dial gives up after DIAL_TIMEOUT_S.
+
+What a frame can cost (a link must survive any frame a peer sends, in any state):
+    bad framing (length, serialize type, header JSON)   the connection: closed, logged
+    on_frame raises WireError (a malformed message)      the connection: closed, logged
+    on_frame raises anything else                        that frame only: logged with the peer and
+                                                         the message kind; the next frame is read
+A frame is consumed -- the read position moved past it -- before on_frame sees it, so no outcome
+of the handler can make the connection read it again.  Output: an item the sender cannot write
+(an OSError, or any other error from the C sendfile path) closes the connection, because the
+stream may hold part of it; the Link dials again and the Raft core resends."""
 from __future__ import annotations
 
 import errno
@@ -79,6 +89,8 @@ class Conn:
         self.on_batch_end = on_batch_end     # after the frames of one read were handled
         self.replies: list[bytes] = []       # what the owner queues to send after the batch
         self.name = name
+        self.peer: str | None = None    # the member id, once a frame named it (for log lines)
+        self.frame_errors = 0           # frames whose handler raised (each cost that frame only)
         self.sender = sender            # callable(fd, head, pos, n, progress) -> done?  (C sendfile)
         self.rbuf = bytearray()
         self.out: deque = deque()
@@ -88,6 +100,10 @@ class Conn:
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         loop.add_reader(self.fd, self._on_readable)
+
+    @property
+    def label(self) -> str:
+        return self.name if self.peer is None else f"{self.name} (member {self.peer})"
 
     # ---- output -------------------------------------------------------------------------------------
     def send(self, data: bytes) -> None:
@@ -124,6 +140,10 @@ class Conn:
             except OSError as e:
                 self.close(f"send failed: {e}")
                 return
+            except Exception as e:          # the C send path (StoreError) or a bug: part of the item may be out
+                log.exception("peer connection %s: sending failed", self.label)
+                self.close(f"send failed: {e!r}")
+                return
             if not done:
                 if not self.writing:
                     self.writing = True
@@ -151,37 +171,68 @@ class Conn:
         self._frames()
 
     def _frames(self) -> None:
+        """Hands every whole frame in rbuf to on_frame, then calls on_batch_end once.  `at` is the
+        read position: it moves past a frame before the frame is handed over, and the bytes
+        before it leave rbuf in `finally`, so a frame is handled at most once whatever happens."""
         buf = self.rbuf
         at = 0
-        while not self.closed and len(buf) - at >= FRAME_PREFIX_SIZE + 4:
-            total, word = _PREFIX.unpack_from(buf, at)
-            if total > FRAME_IN_MAX or total < 4:
-                self.close(f"frame of {total} bytes (limit {FRAME_IN_MAX})")
-                return
-            if len(buf) - at < FRAME_PREFIX_SIZE + total:
-                break
-            hlen = word & HEADER_LENGTH_MAX
-            if (word >> 24) != SERIALIZE_JSON or hlen > total - 4:
-                self.close("not a JSON remoting frame")
-                return
-            h0 = at + FRAME_PREFIX_SIZE + 4
-            try:
-                cmd = decode_header(bytes(buf[h0:h0 + hlen]))
-            except WireError as e:
-                self.close(f"bad frame header: {e}")
-                return
-            body_at, body_end = h0 + hlen, at + FRAME_PREFIX_SIZE + total
-            with memoryview(buf) as mv, mv[body_at:body_end] as body:
-                try:
-                    self.on_frame(self, cmd, body)
-                except WireError as e:
-                    self.close(f"bad {RPC.CODE_NAMES.get(cmd.code, cmd.code)} frame: {e}")
+        handled = 0
+        try:
+            while not self.closed and len(buf) - at >= FRAME_PREFIX_SIZE + 4:
+                total, word = _PREFIX.unpack_from(buf, at)
+                if total > FRAME_IN_MAX or total < 4:
+                    self.close(f"frame of {total} bytes (limit {FRAME_IN_MAX})")
                     return
-            at = body_end
-        if at:
-            del buf[:at]
-            if self.on_batch_end is not None and not self.closed:
+                if len(buf) - at < FRAME_PREFIX_SIZE + total:
+                    break
+                hlen = word & HEADER_LENGTH_MAX
+                if (word >> 24) != SERIALIZE_JSON or hlen > total - 4:
+                    self.close("not a JSON remoting frame")
+                    return
+                h0 = at + FRAME_PREFIX_SIZE + 4
+                body_at, body_end = h0 + hlen, at + FRAME_PREFIX_SIZE + total
+                try:
+                    cmd = decode_header(bytes(buf[h0:h0 + hlen]))
+                except WireError as e:
+                    self.close(f"bad frame header: {e}")
+                    return
+                at = body_end                   # consumed: from here on it costs itself at most
+                handled += 1
+                with memoryview(buf) as mv, mv[body_at:body_end] as body:
+                    try:
+                        self.on_frame(self, cmd, body)
+                    except WireError as e:
+                        self.close(f"bad {self._kind(cmd)} frame: {e}")
+                        return
+                    except Exception as e:      # noqa: BLE001 - a handler's failure costs its frame only
+                        self._frame_failed(cmd, e)
+        finally:
+            if at:
+                try:
+                    del buf[:at]
+                except BufferError:         # a view of it outlived its handler: leave the old buffer to it
+                    self.rbuf = buf[at:]
+        if handled and self.on_batch_end is not None and not self.closed:
+            try:
                 self.on_batch_end(self)
+            except Exception:
+                self.frame_errors += 1
+                log.exception("peer connection %s: answering the frames of one read failed; %d answers dropped, "
+                              "the connection goes on", self.label, len(self.replies))
+                self.replies.clear()
+
+    @staticmethod
+    def _kind(cmd) -> str:
+        name = RPC.CODE_NAMES.get(cmd.code, str(cmd.code))
+        return f"{name} response" if cmd.is_response else name
+
+    def _frame_failed(self, cmd, e: Exception) -> None:
+        """A handler raised: one log line for that frame (the traceback with the first of the
+        connection), and the connection reads on."""
+        self.frame_errors += 1
+        log.error("peer connection %s: a %s frame (opaque %d) failed: %r; that frame is dropped, the connection "
+                  "goes on (%d failed on it)", self.label, self._kind(cmd), cmd.opaque, e, self.frame_errors,
+                  exc_info=e if self.frame_errors == 1 else None)
 
     # ---- closing ------------------------------------------------------------------------------------
     def close(self, why: str) -> None:

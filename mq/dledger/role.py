@@ -54,7 +54,8 @@ from mq.store.native import CorruptRecord, StoreError
 from mq.wire import dledger_rpc as RPC
 from mq.wire.errors import WireError
 
-from .core import Append, AppendResp, Config, Heartbeat, HeartbeatResp, RaftNode, Role, TimeoutNow, VoteReq, VoteResp
+from .core import (RESPONSE_TO, RESPONSES, Append, AppendResp, Config, Heartbeat, HeartbeatResp, RaftNode, Role,
+                   TimeoutNow, VoteReq, VoteResp)
 from .log import DLedgerLog, InBatch
 from .net import Conn, Link, Listener, request_frame, response_frame
 
@@ -124,7 +125,8 @@ class DLedgerRole:
         self._next_tick = 0.0
         self._last_status = 0.0
         self._last_checkpoint = 0.0
-        self.stats = {"pushes_in": 0, "pushes_out": 0, "elections": 0}
+        self.stats = {"pushes_in": 0, "pushes_out": 0, "elections": 0, "responses_dropped": 0, "tick_errors": 0,
+                      "stale_requests_in": 0}        # requests of an older term (refused with our term)
 
     # ---- lifecycle --------------------------------------------------------------------------------
     async def run(self, stop) -> None:
@@ -183,8 +185,20 @@ class DLedgerRole:
 
     # ---- time -------------------------------------------------------------------------------------
     def _on_tick(self) -> None:
+        """Replays the ticks due, then housekeeping.  The next tick is scheduled whatever this one
+        raised: a failed tick costs that tick, never the timer (without it the node would never
+        campaign again)."""
         if self._stopping:
             return
+        try:
+            self._tick_once()
+        except Exception:
+            self.stats["tick_errors"] += 1
+            log.exception("DLedger %s: a tick failed", self.self_id)
+        self._tick_handle = self.loop.call_at(self.loop.time() + max(0.0, self._next_tick - time.monotonic()),
+                                              self._on_tick)
+
+    def _tick_once(self) -> None:
         now = time.monotonic()
         n = 0
         while self._next_tick <= now and n < CATCHUP_TICKS_MAX:
@@ -204,8 +218,6 @@ class DLedgerRole:
         for link in self.links.values():
             if not link.up:
                 link.dial()
-        self._tick_handle = self.loop.call_at(self.loop.time() + max(0.0, self._next_tick - time.monotonic()),
-                                              self._on_tick)
 
     def _log_grew(self) -> None:
         self._grew_pending = False
@@ -214,19 +226,27 @@ class DLedgerRole:
             self._after_step()
 
     # ---- after every step ---------------------------------------------------------------------------
-    def _after_step(self, reply_to: tuple | None = None) -> list:
-        """Persist, publish, send.  reply_to = (request source, expected reply type): the reply the
-        step produced is returned (for the caller to send on the request's connection)."""
+    def _after_step(self, request=None) -> list:
+        """Persist, publish, send.  request: the core message the step handled, if it was a
+        request; the response the core produced for it is returned, for the caller to send on
+        the request's connection with its opaque.  Requests go out on our links.  A response
+        that answers no request in hand (the core promises none: mq.dledger.core.RESPONSE_TO)
+        is logged and dropped -- Raft survives a lost message, a link does not survive a raise."""
         rd = self.node.ready()
         if rd.hard_state is not None:
             save_hard_state(self.dir, *rd.hard_state)
         self._publish()
+        want = RESPONSE_TO.get(type(request)) if request is not None else None
         replies = []
         for m in rd.messages:
-            if reply_to is not None and m.dst == reply_to[0] and isinstance(m, reply_to[1]):
+            if not isinstance(m, RESPONSES):
+                self._send(m)
+            elif want is not None and isinstance(m, want) and m.dst == request.src and not replies:
                 replies.append(m)
             else:
-                self._send(m)
+                self.stats["responses_dropped"] += 1
+                log.error("DLedger %s: the core answered %s with %r: not a response to it; dropped", self.self_id,
+                          type(request).__name__ if request is not None else "no request", m)
         return replies
 
     def _publish(self, force: bool = False, tick: bool = False) -> None:
@@ -275,6 +295,7 @@ class DLedgerRole:
         return {"group": self.group, "localId": self.self_id, "remoteId": m.dst, "term": m.term}
 
     def _send(self, m) -> None:
+        """A request of ours to its destination's link (responses never come here: _after_step)."""
         link = self.links.get(m.dst)
         if link is None:
             return
@@ -307,7 +328,7 @@ class DLedgerRole:
             frame = request_frame(code, opaque, RPC.encode(code, False, {
                 **self._common(m), "leaderId": m.src, "transfereeId": m.dst}))
         else:
-            raise AssertionError(f"not a request: {m!r}")
+            raise AssertionError(f"no wire form for request {m!r}")      # a message kind added to the core only
         self._remember(m.dst, opaque, code)
         link.send(frame)
 
@@ -356,6 +377,8 @@ class DLedgerRole:
 
     def _conn_closed(self, conn: Conn, why: str) -> None:
         self.conns.discard(conn)
+        if not self._stopping:
+            log.info("DLedger %s: connection %s closed: %s", self.self_id, conn.label, why)
 
     def _on_request(self, conn: Conn, cmd, body) -> None:
         if cmd.is_response:
@@ -379,6 +402,7 @@ class DLedgerRole:
                         RPC.CODE_NAMES[code], src, f["group"], f["remoteId"])
             conn.close("not a member of this group")
             return
+        conn.peer = src
         me = self.self_id
         if code == RPC.PUSH:
             count, size = f["count"], f["bodySize"]
@@ -389,34 +413,41 @@ class DLedgerRole:
             m = Append(f["term"], src, me, f["prevIndex"], f["prevTerm"], batch, f["commitIndex"])
             self.log.set_term_bound(f["term"])
             self.stats["pushes_in"] += 1
-            want = AppendResp
         elif code == RPC.HEART_BEAT:
             m = Heartbeat(f["term"], src, me, f["commitIndex"])
-            want = HeartbeatResp
         elif code == RPC.VOTE:
             m = VoteReq(f["term"], src, me, f["ledgerEndIndex"], f["ledgerEndTerm"], pre=bool(f["preVote"]),
                         transfer=bool(f["transfer"]))
-            want = VoteResp
         else:
+            if f["term"] is None:
+                raise WireError(f"LEADERSHIP_TRANSFER from member {src} without a term")
             m = TimeoutNow(f["term"], src, me)
-            want = type(None)
+        if m.term < self.node.term:
+            self.stats["stale_requests_in"] += 1
         try:
             self.node.step(m)
         except CorruptRecord as e:
             log.error("DLedger %s: entries from %s refused (%s); dropping the connection", me, src, e)
             conn.close("corrupt entries")
-            self._after_step()
+            self._after_step(m)
             return
-        for r in self._after_step((src, want)):
+        except Exception:
+            # what the step did before it raised is persisted and its requests leave now; an
+            # answer it made is dropped (the peer resends), so no later request can take it for its own
+            self._after_step(m)
+            raise
+        for r in self._after_step(m):
             conn.replies.append(self._reply_frame(cmd.opaque, r))
 
     def _reply_frame(self, opaque: int, r) -> bytes:
+        """The response frame of r (of the request's kind: _after_step)."""
         if isinstance(r, AppendResp):
             ext = RPC.push_resp_ext(r.term, r.success, r.index, r.reject_index, r.hint_index)
         elif isinstance(r, VoteResp):
             ext = RPC.encode(RPC.VOTE, True, {"term": r.term, "voteResult": RPC.ACCEPT if r.granted else RPC.REJECT,
                                               "preVote": r.pre})
         else:
+            assert isinstance(r, HeartbeatResp), r
             ext = RPC.encode(RPC.HEART_BEAT, True, {"term": r.term, "code": RPC.SUCCESS})
         return response_frame(opaque, ext)
 

@@ -2,7 +2,8 @@
 name server.  What is proved: election and registration, the official C++ client producing
 and consuming, no acknowledged message lost across a leader kill under load, a frozen leader
 and a partitioned leader never acknowledging, a restarted member ending byte-identical, a
-whole-group restart keeping committed data, the preferred leader and leadership transfer."""
+whole-group restart keeping committed data, the preferred leader and leadership transfer, and
+a leader resumed after a pause (its stale heartbeats refused) not costing the next failover."""
 from __future__ import annotations
 
 import asyncio
@@ -350,3 +351,42 @@ def test_members_may_be_named_as_users_like(group, ns):
     assert send(g.addr(leader), b"named").code == 0
     want = {"0": g.addr(leader), **{str(int(i[1:]) + 1): g.addr(i) for i in g.ids if i != leader}}
     wait_for(lambda: _route_master(ns.addr, TOPIC) == want, 40, 0.2, f"the route {want}")
+
+
+def test_after_a_paused_leader_resumes_the_next_failover_does_not_wait_for_the_dead(group):
+    """A leader paused (SIGSTOP) until another member leads, then resumed, sends heartbeats of
+    its old term on its way down (its timer catches up before it reads anything); the others
+    answer them with their newer term.  When the new leader is then killed while the old one
+    holds the longest log (the third member was cut off from the new leader's pushes, so only
+    the old leader can win), the two survivors elect it within a few seconds, without the
+    killed member.  Before, the stale heartbeat's answer hit an assertion that left the frame
+    at the front of the peer connection's buffer: the old leader's link to each member was
+    dead for good, and the survivors stayed CANDIDATE until the killed member came back."""
+    g = group(proxied=True)
+    old = g.wait_leader()
+    assert send(g.addr(old), b"before").code == 0
+    g.freeze(old)
+    try:
+        new = g.wait_leader(15, among=[i for i in g.ids if i != old])
+    finally:
+        g.thaw(old)
+    other = next(i for i in g.ids if i not in (old, new))
+    wait_for(lambda: g.status(old).get("role") == "FOLLOWER" and g.status(old).get("leader") == new, 15, 0.02,
+             "the resumed leader following the new one")
+    # the third member stops hearing the new leader: what is written now is on the new and the old only
+    g.proxies[(new, other)].blackhole()
+    assert send(g.addr(new), b"after").code == 0
+    wait_for(lambda: g.status(old).get("lastIndex", -1) > g.status(other).get("lastIndex", -1), 10, 0.02,
+             "the old leader ahead of the third member")
+    t0 = time.monotonic()
+    g.kill(new)
+    leader = g.wait_leader(15, among=[old, other])
+    failover_s = time.monotonic() - t0
+    print(f"failover after the pause: {failover_s:.2f} s to a ready leader ({leader})")
+    assert leader == old
+    assert failover_s < 5, f"a ready leader {failover_s:.2f}s after the kill"
+    # the scenario happened: the third member refused requests of the old leader's old term
+    assert g.status(other)["stats"]["stale_requests_in"] > 0
+    assert send(g.addr(old), b"last").code == 0
+    got = pull_all(g.addr(old))
+    assert b"before" in got and b"after" in got and b"last" in got
