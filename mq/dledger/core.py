@@ -53,7 +53,8 @@ Messages of an older term (from a leader or candidate that was paused, cut off
 or slow) are answered, when they are requests, with the response of their own
 kind carrying the current term (RESPONSE_TO), so that the sender steps down;
 the driver sends a response on the request's connection, so a step never
-produces any other answer.
+produces any other answer.  The election timer is reset by a leader heard, a
+vote granted or a campaign started, never by a refused candidate's higher term.
 
 Invariants asserted here (a violation is a bug, never input): a committed
 entry is never truncated; commit never moves back; at most one vote per term;
@@ -279,7 +280,11 @@ class RaftNode:
                 if m.pre:
                     self._on_vote_req(m)    # a pre-vote never changes our term
                     return
-                self._become_follower(m.term, None)
+                # the term moves on, the election timer does not: only a vote granted (below) or
+                # a leader heard resets it (Raft, figure 2).  Else a candidate whose log is behind,
+                # campaigning again and again, would keep resetting the timer of the member that
+                # could win, and no one would ever lead (without pre-vote; found by the simulator)
+                self._become_follower(m.term, None, reset_timer=False)
             elif isinstance(m, VoteResp) and m.pre and m.granted:
                 pass                        # a pre-vote grant carries the term we would take
             else:
@@ -345,7 +350,7 @@ class RaftNode:
         self.leader_id = None
         self.election_elapsed = 0
 
-    def _become_follower(self, term: int, leader: str | None) -> None:
+    def _become_follower(self, term: int, leader: str | None, reset_timer: bool = True) -> None:
         assert term >= self.term
         if term > self.term:
             self.term = term
@@ -356,8 +361,9 @@ class RaftNode:
         self.progress = {}
         self.transferee = None
         self.noop_index = -1
-        self.election_elapsed = 0
-        self._reset_timeout()
+        if reset_timer:
+            self.election_elapsed = 0
+            self._reset_timeout()
 
     def _become_leader(self) -> None:
         assert self.role is Role.CANDIDATE and not self.pre_candidate

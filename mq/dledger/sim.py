@@ -4,9 +4,19 @@ delays, duplicates and reorders messages and partitions nodes, with nodes
 crashing and restarting from their persisted state.
 
 One seed = one run: a fault phase (random partitions, heals, crashes,
-restarts, loss and delay changes, client proposals), then a calm phase (all
-healed and up) that must end with a ready leader and a fresh proposal
-committed everywhere.  Checked all along:
+restarts, pauses, loss and delay changes, client proposals), then a calm phase
+(all healed, up and running) that must end with a ready leader and a fresh
+proposal committed everywhere.
+
+A pause is a SIGSTOP of a member's process (mostly the leader's): it neither
+ticks nor reads; what is sent to it waits (TCP keeps it), and what it had sent
+may be held too and arrive late.  When it resumes it replays the ticks it
+missed (at most catchup_ticks, as the broker's role does) and sends what they
+made -- heartbeats and appends of a term that may be over by then -- before or
+after it reads what waited (the broker's event loop runs timers first; the
+order is drawn per resume).
+
+Checked all along:
   * election safety: at most one leader per term;
   * commit safety: an index, once committed anywhere, holds the same entry
     forever, on every node whose commit covers it; a node that becomes
@@ -15,6 +25,15 @@ committed everywhere.  Checked all along:
     leader's commit covered it while the leader was still leading in the
     term it was appended in -- the broker's SEND_OK rule) is in the
     committed log at its index at the end;
+  * routing: a step of a request produces at most one response, of the
+    request's own kind and to its source; any other step produces none
+    (mq.dledger.core.RESPONSE_TO: the broker sends a response on the
+    request's connection as the answer to that request, so anything else
+    could not go out);
+  * liveness during the faults: whenever a majority of the members run and
+    reach each other over a network good enough for Raft's timing (loss and
+    delays well inside an election timeout) for liveness_timeouts election
+    timeouts, one of them is a ready leader at some point in every such window;
   * liveness after the faults stop.
 
 A failing seed raises SimFailure with the seed and the last events; replay
@@ -28,9 +47,19 @@ import sys
 from collections import deque
 from dataclasses import dataclass
 
-from .core import Config, RaftNode, Role
+from .core import RESPONSE_TO, RESPONSES, Append, Config, Heartbeat, RaftNode, Role
 
 NOOP = "noop"
+
+# What the liveness check holds the group to (Raft's timing requirement, §5.6: broadcast time much
+# shorter than the election timeout): a majority that reaches itself with at most this loss and
+# delays of at most this many ticks, and election timeouts spread over at least
+# LIVENESS_SPREAD_PER_DELAY ticks per tick of delay -- else candidates that start within one
+# round trip of each other split the vote round after round (the narrow-window seeds exist to
+# produce split votes; they are held to safety and to the calm phase's liveness only).
+LIVENESS_DROP_MAX = 0.05
+LIVENESS_DELAY_MAX = 2
+LIVENESS_SPREAD_PER_DELAY = 4
 
 
 class SimFailure(AssertionError):
@@ -113,6 +142,18 @@ class SimNetwork:
         self.dup = 0.0
         self.delay_max = 1          # ticks; >1 reorders
         self.cut: set = set()       # (src, dst) pairs that lose everything
+        self.version = 0            # bumped by partition and heal
+
+    def hold(self, src: str, until: int) -> int:
+        """What `src` sent and is still in flight arrives at `until` or later (a paused sender
+        whose bytes sat in its buffers).  Returns how many messages were held."""
+        held = 0
+        for i, (at, seq, m) in enumerate(self.queue):
+            if m.src == src and at < until:
+                self.queue[i] = (until + self.rng.randint(0, self.delay_max), seq, m)
+                held += 1
+        heapq.heapify(self.queue)
+        return held
 
     def send(self, m, now: int) -> None:
         if (m.src, m.dst) in self.cut or self.rng.random() < self.drop:
@@ -132,9 +173,11 @@ class SimNetwork:
 
     def partition(self, groups: list[list[str]]) -> None:
         self.cut = {(a, b) for g in groups for h in groups if g is not h for a in g for b in h}
+        self.version += 1
 
     def heal(self) -> None:
         self.cut = set()
+        self.version += 1
 
 
 # ---- the cluster ------------------------------------------------------------------------------------
@@ -150,6 +193,10 @@ class SimParams:
     check_quorum: bool = True
     propose_every: int = 3         # ticks between client proposals (on average)
     batch_max: int = 8             # entries per Append
+    pause_weight: float = 0.15     # pauses of a member (mostly the leader) per fault draw of another kind
+    pause_ticks_max: int = 80      # a pause lasts election_ticks_min..this
+    catchup_ticks: int = 40        # ticks a resumed member replays at most (the role: 200 of 10 ms)
+    liveness_timeouts: int = 6     # election timeouts (max) a talking majority may go without a leader
 
 
 class SimNode:
@@ -160,6 +207,13 @@ class SimNode:
         self.hard = (0, None)      # persisted (term, vote)
         self.raft: RaftNode | None = None
         self.checked_commit = -1
+        self.paused_since: int | None = None     # tick the pause began; None: running (or down)
+        self.resume_at = 0
+        self.inbox: list = []                    # what arrived while paused, in arrival order
+
+    @property
+    def running(self) -> bool:
+        return self.raft is not None and self.paused_since is None
 
     def start(self) -> None:
         c = self.cluster
@@ -169,6 +223,8 @@ class SimNode:
                      max_inflight=4)
         self.raft = RaftNode(cfg, self.log, random.Random(c.rng.random()), term=self.hard[0], vote=self.hard[1])
         self.checked_commit = -1
+        self.paused_since = None
+        self.inbox = []
 
 
 class SimCluster:
@@ -186,7 +242,13 @@ class SimCluster:
         self.acked: dict = {}                      # payload -> index
         self.pending: list = []                    # (node, term, index, payload) proposals awaiting commit
         self.next_value = 0
+        # what a run exercised (a sweep asserts it is not vacuous)
+        self.counts = {"pauses": 0, "stale_heartbeats": 0, "stale_appends": 0, "liveness_ticks": 0}
         self.events: deque = deque(maxlen=60)
+        self._majority_cache: dict = {}
+        self._talking: frozenset | None = None     # the talking majority of the liveness check
+        self._talking_since = 0
+        self._leader_seen = 0                      # last tick it had a ready leader
         self.note(f"{self.params}")
         for n in self.nodes.values():
             n.start()
@@ -202,10 +264,12 @@ class SimCluster:
         raise SimFailure(f"seed {self.seed}: {why}\nlast events:\n  " + "\n  ".join(self.events)
                          + f"\nreplay: python -m mq.dledger.sim --seed {self.seed} --verbose")
 
-    def _drain(self, node: SimNode) -> None:
-        """Applies a node's Ready: persist first, then send; then check invariants."""
+    def _drain(self, node: SimNode, request=None, was_leader: bool | None = None) -> None:
+        """Applies a node's Ready: persist first, then send; then check invariants.  request: the
+        message the step handled (None: a tick, a proposal); its response must be of its kind."""
         r = node.raft
-        was_leader = r.role is Role.LEADER
+        if was_leader is None:
+            was_leader = r.role is Role.LEADER
         rd = r.ready()
         if rd.hard_state is not None:
             if rd.hard_state[0] < node.hard[0]:
@@ -213,9 +277,23 @@ class SimCluster:
             if rd.hard_state[0] == node.hard[0] and node.hard[1] not in (None, rd.hard_state[1]):
                 self.fail(f"{node.id} voted twice in term {node.hard[0]}")
             node.hard = rd.hard_state
+        self._check_routing(node, request, rd.messages)
         for m in rd.messages:
             self.net.send(m, self.now)
         self._check_node(node, was_leader)
+
+    def _check_routing(self, node: SimNode, request, messages: list) -> None:
+        """The broker's rule: a response leaves on the connection of the request it answers."""
+        answers = [m for m in messages if isinstance(m, RESPONSES)]
+        if not answers:
+            return
+        want = RESPONSE_TO.get(type(request)) if request is not None else None
+        for m in answers:
+            if want is None or not isinstance(m, want) or m.dst != request.src:
+                self.fail(f"{node.id} answered {request if request is not None else 'no request'} with {m}: "
+                          "the broker has no connection to send that on")
+        if len(answers) > 1:
+            self.fail(f"{node.id} answered {request} {len(answers)} times: {answers}")
 
     def _check_node(self, node: SimNode, was_leader: bool) -> None:
         r = node.raft
@@ -241,21 +319,38 @@ class SimCluster:
     def alive(self) -> list[SimNode]:
         return [n for n in self.nodes.values() if n.raft is not None]
 
+    def running(self) -> list[SimNode]:
+        return [n for n in self.nodes.values() if n.running]
+
     def tick(self) -> None:
         self.now += 1
-        for n in self.alive():
-            n.raft.tick()
-            self._drain(n)
+        for n in self.nodes.values():
+            if n.raft is None:
+                continue
+            if n.paused_since is None:
+                n.raft.tick()
+                self._drain(n)
+            elif n.resume_at <= self.now:
+                self.resume(n)               # its replay includes this tick
         for m in self.net.due(self.now):
             n = self.nodes[m.dst]
-            if n.raft is not None:
-                n.raft.step(m)
-                self._drain(n)
+            if n.raft is None:
+                continue
+            if n.paused_since is not None:
+                n.inbox.append(m)            # the kernel keeps it until the process reads again
+                continue
+            self._deliver(n, m)
         self._settle_proposals()
+
+    def _deliver(self, n: SimNode, m) -> None:
+        if m.term < n.raft.term and isinstance(m, (Heartbeat, Append)):
+            self.counts["stale_heartbeats" if isinstance(m, Heartbeat) else "stale_appends"] += 1
+        n.raft.step(m)
+        self._drain(n, m)
 
     def propose(self) -> str | None:
         """A client proposal to a ready leader, if there is one; its value."""
-        for n in self.alive():
+        for n in self.running():
             if n.raft.is_ready_leader:
                 self.next_value += 1
                 value = f"v{self.next_value}"
@@ -283,6 +378,42 @@ class SimCluster:
     def crash(self, node: SimNode) -> None:
         self.note(f"crash {node.id}")
         node.raft = None
+        node.paused_since = None
+        node.inbox = []
+
+    def pause(self, node: SimNode, ticks: int, hold_sent: bool) -> None:
+        """SIGSTOP for `ticks` ticks: no ticks, no reads; with hold_sent, what it sent and is
+        still in flight arrives only after the pause too."""
+        assert node.running, node.id
+        node.paused_since = self.now
+        node.resume_at = self.now + ticks
+        held = self.net.hold(node.id, node.resume_at) if hold_sent else 0
+        self.counts["pauses"] += 1
+        self.note(f"pause {node.id} ({node.raft.role.value} t{node.raft.term}) for {ticks} ticks"
+                  + (f", {held} sent messages held" if hold_sent else ""))
+
+    def resume(self, node: SimNode, timers_first: bool | None = None) -> None:
+        """SIGCONT: replay the ticks missed (at most catchup_ticks, then one Ready, as the role's
+        timer does), and handle what waited -- after the ticks (timers first: uvloop's order) or
+        before (asyncio's); drawn when not given."""
+        missed = self.now - node.paused_since
+        replay = min(missed, self.params.catchup_ticks)
+        inbox, node.inbox = node.inbox, []
+        node.paused_since = None
+        if timers_first is None:
+            timers_first = self.rng.random() < 0.75
+        self.note(f"resume {node.id} ({node.raft.role.value} t{node.raft.term}): {replay} ticks replayed "
+                  f"{'before' if timers_first else 'after'} {len(inbox)} waiting messages")
+        if not timers_first:
+            for m in inbox:
+                self._deliver(node, m)
+        was_leader = node.raft.role is Role.LEADER
+        for _ in range(replay):
+            node.raft.tick()
+        self._drain(node, was_leader=was_leader)
+        if timers_first:
+            for m in inbox:
+                self._deliver(node, m)
 
     def restart(self, node: SimNode) -> None:
         self.note(f"restart {node.id} (term {node.hard[0]}, log {node.log.last_index()})")
@@ -290,9 +421,15 @@ class SimCluster:
 
     # ---- one run ------------------------------------------------------------------------------------
     def random_fault(self) -> None:
-        rng = self.rng
-        k = rng.random()
-        if k < 0.25:
+        rng, p = self.rng, self.params
+        k = rng.random() * (1 + p.pause_weight)
+        if k >= 1:
+            up = self.running()
+            leaders = [n for n in up if n.raft.role is Role.LEADER]
+            if up:
+                target = leaders[0] if leaders and rng.random() < 0.8 else rng.choice(up)
+                self.pause(target, rng.randint(p.election_ticks_min, p.pause_ticks_max), hold_sent=rng.random() < 0.5)
+        elif k < 0.25:
             ids = self.ids[:]
             rng.shuffle(ids)
             cut = rng.randint(1, len(ids) - 1)
@@ -318,6 +455,45 @@ class SimCluster:
             self.net.delay_max = rng.choice([1, 2, 5, 15])
             self.note(f"delay up to {self.net.delay_max}")
 
+    # ---- liveness while faults go on -----------------------------------------------------------------
+    def talking_majority(self) -> frozenset | None:
+        """The largest set of running members that reach each other both ways, if it is a majority
+        and the network and the timeouts are good enough for Raft's timing (LIVENESS_*)."""
+        net, p = self.net, self.params
+        if net.drop > LIVENESS_DROP_MAX or net.delay_max > LIVENESS_DELAY_MAX \
+                or p.election_ticks_max - p.election_ticks_min < LIVENESS_SPREAD_PER_DELAY * net.delay_max:
+            return None
+        up = tuple(n.id for n in self.nodes.values() if n.running)
+        key = (net.version, up)
+        if key not in self._majority_cache:
+            best: tuple = ()
+            for mask in range(1, 1 << len(up)):
+                s = tuple(x for i, x in enumerate(up) if mask >> i & 1)
+                if len(s) > len(best) and all((a, b) not in net.cut for a in s for b in s if a != b):
+                    best = s
+            quorum = len(self.ids) // 2 + 1
+            self._majority_cache[key] = frozenset(best) if len(best) >= quorum else None
+        return self._majority_cache[key]
+
+    def check_liveness(self) -> None:
+        """A majority that can talk must not go liveness_timeouts election timeouts without a
+        ready leader among it."""
+        s = self.talking_majority()
+        if s != self._talking:
+            self._talking = s
+            self._talking_since = self.now
+        if s is None:
+            return
+        self.counts["liveness_ticks"] += 1
+        if any(self.nodes[i].raft.is_ready_leader for i in s):
+            self._leader_seen = self.now
+            return
+        window = self.params.liveness_timeouts * self.params.election_ticks_max
+        if self.now - max(self._talking_since, self._leader_seen) > window:
+            self.fail(f"no ready leader for {window} ticks while {sorted(s)} could talk: "
+                      + ", ".join(f"{n.id}={n.raft.role.value}/t{n.raft.term}/c{n.raft.commit}/l{n.log.last_index()}"
+                                  for n in self.alive()))
+
     def run(self) -> None:
         p = self.params
         rng = self.rng
@@ -327,18 +503,22 @@ class SimCluster:
             if rng.random() < 1 / p.propose_every:
                 self.propose()
             self.tick()
-        # calm: everything healed and up; a ready leader and a fresh proposal committed everywhere
+            self.check_liveness()
+        # calm: everything healed, up and running; a ready leader and a fresh proposal committed everywhere
         self.net.heal()
         self.net.drop = self.net.dup = 0.0
         self.net.delay_max = 1
         for n in self.nodes.values():
             if n.raft is None:
                 self.restart(n)
+            elif n.paused_since is not None:
+                self.resume(n)
         self.note("calm")
         deadline = self.now + p.calm_ticks
         marker = None
         while self.now < deadline:
             self.tick()
+            self.check_liveness()
             if marker is None:
                 marker = self.propose()
             elif marker in self.acked:
@@ -403,7 +583,7 @@ def main(argv=None) -> int:
             c = run_seed(s, params, args.verbose)
             if args.seed is not None:
                 print(f"seed {s}: ok; {len(c.committed)} committed, {len(c.acked)} acknowledged, "
-                      f"{len(c.leaders)} terms with a leader")
+                      f"{len(c.leaders)} terms with a leader; {c.counts}")
         except SimFailure as e:
             failed += 1
             print(e, file=sys.stderr)

@@ -10,10 +10,13 @@ import os
 import pytest
 
 from mq.dledger import core
-from mq.dledger.core import Append, AppendResp, Config, RaftNode, Role, TimeoutNow
-from mq.dledger.sim import NOOP, SimCluster, SimFailure, SimLog, SimParams, run_seed
+from mq.dledger.core import (Append, AppendResp, Config, Heartbeat, HeartbeatResp, RaftNode, Role, TimeoutNow, VoteReq,
+                             VoteResp)
+from mq.dledger.sim import NOOP, SimCluster, SimFailure, SimLog, SimParams, params_for, run_seed
 
 SEEDS = int(os.environ.get("MQ_RAFT_SEEDS", "2000"))
+PAUSE_SEEDS = int(os.environ.get("MQ_RAFT_PAUSE_SEEDS", "300"))
+PAUSE_SEED_BASE = 100_000          # a range of its own: these runs differ from the main sweep's anyway
 
 
 def _run_range(bounds: tuple[int, int]) -> list[str]:
@@ -24,6 +27,22 @@ def _run_range(bounds: tuple[int, int]) -> list[str]:
         except SimFailure as e:
             failures.append(str(e))
     return failures
+
+
+def _run_paused_range(bounds: tuple[int, int]) -> tuple[list[str], dict]:
+    """Seeds whose faults are half pauses (pause_weight 1: as many pauses as all other faults)."""
+    failures, counts = [], {}
+    for seed in range(*bounds):
+        params = params_for(seed)
+        params.pause_weight = 1.0
+        try:
+            c = run_seed(seed, params)
+        except SimFailure as e:
+            failures.append(str(e) + f"\n(pause_weight=1.0: replay with run_seed({seed}, params) as in this test)")
+            continue
+        for k, v in c.counts.items():
+            counts[k] = counts.get(k, 0) + v
+    return failures, counts
 
 
 def test_thousands_of_seeded_runs_keep_every_safety_property_and_recover():
@@ -37,6 +56,26 @@ def test_thousands_of_seeded_runs_keep_every_safety_property_and_recover():
     with mp.get_context("fork").Pool(2) as pool:
         failures = sum(pool.map(_run_range, [(0, half), (half, SEEDS)]), [])
     assert not failures, f"{len(failures)} of {SEEDS} seeds failed; the first:\n{failures[0]}"
+
+
+def test_paused_leaders_their_stale_messages_and_liveness_over_many_seeds():
+    """Proves, over PAUSE_SEEDS seeded runs where every other fault is a pause (a SIGSTOP of a
+    member, mostly the leader: it misses its ticks and reads, what it had sent may arrive late,
+    and on resuming it replays its ticks and sends heartbeats and appends of a term that is
+    over): every safety property of the main sweep; every answer is of its request's kind and
+    to its source (what the broker can send back on the request's connection); and whenever a
+    majority runs and can talk over a good network for six election timeouts, one of them is a
+    ready leader.  The counts prove the runs delivered stale-term heartbeats and appends and
+    spent ticks under the liveness check (the test cannot pass by exercising nothing)."""
+    half = PAUSE_SEED_BASE + PAUSE_SEEDS // 2
+    with mp.get_context("fork").Pool(2) as pool:
+        parts = pool.map(_run_paused_range, [(PAUSE_SEED_BASE, half), (half, PAUSE_SEED_BASE + PAUSE_SEEDS)])
+    failures = sum((f for f, _ in parts), [])
+    assert not failures, f"{len(failures)} of {PAUSE_SEEDS} seeds failed; the first:\n{failures[0]}"
+    counts = {k: sum(c.get(k, 0) for _, c in parts) for k in parts[0][1]}
+    assert counts["pauses"] >= PAUSE_SEEDS, counts
+    assert counts["stale_heartbeats"] >= PAUSE_SEEDS and counts["stale_appends"] >= PAUSE_SEEDS // 4, counts
+    assert counts["liveness_ticks"] >= 50 * PAUSE_SEEDS, counts
 
 
 def test_a_failing_seed_names_itself_and_replays_identically(monkeypatch):
@@ -234,3 +273,105 @@ def test_a_follower_never_truncates_on_a_stale_or_duplicated_append():
     resp = [m for m in f.ready().messages if isinstance(m, AppendResp)]
     assert [r.index for r in resp] == [2, 0] and all(r.success for r in resp)
     assert not any(isinstance(m, TimeoutNow) for m in resp)
+
+
+def test_a_message_of_an_older_term_is_refused_in_its_own_response_kind():
+    """A member in term 5 answers each request of term 3 with the response of that request's
+    kind carrying term 5 (so the broker can send it back on the request's connection, and the
+    sender steps down): Append -> AppendResp, Heartbeat -> HeartbeatResp (before: an
+    AppendResp, which the broker could not send -- it asserted, and the frame wedged the peer
+    link), VoteReq and pre-VoteReq -> a refusing VoteResp.  A stale TimeoutNow or response is
+    dropped.  The old leader that gets the HeartbeatResp follows in term 5."""
+    cfg = Config("n1", ["n0", "n1", "n2"])
+    f = RaftNode(cfg, SimLog(), __import__("random").Random(0), term=5)
+    cases = [(Append(3, "n0", "n1", -1, 0, None, -1), AppendResp), (Heartbeat(3, "n0", "n1", -1), HeartbeatResp),
+             (VoteReq(3, "n0", "n1", 10, 3), VoteResp), (VoteReq(3, "n0", "n1", 10, 3, pre=True), VoteResp),
+             (TimeoutNow(3, "n0", "n1"), None), (AppendResp(3, "n0", "n1", True, 0), None),
+             (HeartbeatResp(3, "n0", "n1"), None), (VoteResp(3, "n0", "n1", True), None)]
+    for m, want in cases:
+        f.step(m)
+        out = f.ready().messages
+        assert core.RESPONSE_TO.get(type(m)) is want
+        if want is None:
+            assert out == [], (m, out)
+            continue
+        assert len(out) == 1 and type(out[0]) is want and out[0].dst == "n0" and out[0].term == 5, (m, out)
+        assert not getattr(out[0], "granted", False) and not getattr(out[0], "success", False)
+        assert getattr(out[0], "pre", m.__dict__.get("pre")) == m.__dict__.get("pre")
+    assert f.term == 5 and f.role is Role.FOLLOWER
+    old = RaftNode(Config("n0", ["n0", "n1", "n2"]), SimLog(), __import__("random").Random(0), term=3)
+    old.role, old.leader_id = Role.LEADER, "n0"
+    old.step(HeartbeatResp(5, "n1", "n0"))
+    assert old.role is Role.FOLLOWER and old.term == 5 and old.leader_id is None
+
+
+def test_a_paused_leader_resumes_and_the_next_failover_needs_only_the_two_left():
+    """The real-process scenario of test_dledger_cluster, in the simulator: the leader pauses
+    until another leads; on resuming it replays its ticks first and sends heartbeats of its old
+    term, which are refused with the new term (as HeartbeatResps: the routing check would fail
+    on anything else) and it follows; the third member is cut off from the new leader, which
+    commits an entry with the old leader only; the new leader crashes; the old leader, holding
+    the longest log, is elected by the third within a few election timeouts."""
+    c = group(3)
+    run_until(c, lambda: leader_of(c) is not None and leader_of(c).raft.is_ready_leader)
+    old = leader_of(c)
+    c.pause(old, 10 ** 6, hold_sent=True)
+
+    def new_leader():
+        return next((n for n in c.running() if n.raft.is_ready_leader), None)
+    run_until(c, lambda: new_leader() is not None)
+    new = new_leader()
+    third = next(n for n in c.alive() if n not in (old, new))
+    assert old.raft.role is Role.LEADER and old.raft.term < new.raft.term
+    stale_before = c.counts["stale_heartbeats"]
+    c.resume(old, timers_first=True)
+    run_until(c, lambda: old.raft.role is Role.FOLLOWER and old.raft.leader_id == new.id
+              and c.counts["stale_heartbeats"] > stale_before, 5)
+    c.net.cut |= {(new.id, third.id), (third.id, new.id)}
+    c.propose()
+    idx = new.log.last_index()
+    run_until(c, lambda: new.raft.commit >= idx)
+    assert old.log.last_index() > third.log.last_index()
+    c.crash(new)
+    t0 = c.now
+    run_until(c, lambda: leader_of(c) is old and old.raft.is_ready_leader, 4 * c.params.election_ticks_max)
+    assert c.now - t0 <= 3 * c.params.election_ticks_max
+
+
+def test_a_refused_candidate_does_not_starve_the_member_that_could_win():
+    """Without pre-vote, a member whose log is behind campaigns again and again and is refused;
+    its vote requests raise the others' term but must not reset their election timers (Raft,
+    figure 2: only a granted vote or a leader does), else the member with the longest log never
+    times out first and no one ever leads.  With the old reset the simulator's liveness check
+    fails here: it proves the check can fail."""
+    def scenario():
+        c = group(3, pre_vote=False)
+        n0, n1, n2 = (c.nodes[f"n{i}"] for i in range(3))
+        n0.log.items = [(1, "a")]
+        n1.log.items = [(1, "a"), (1, "b")]
+        for n in (n0, n1, n2):
+            n.hard = (1, None)
+            n.start()
+        c.crash(n2)
+        n0.raft.cfg.election_ticks_max = 10            # n0 (behind) always times out first ...
+        n0.raft.timeout = 10
+        n1.raft.cfg.election_ticks_min = 15            # ... n1 (ahead) only after 15 ticks
+        n1.raft.timeout = 15
+        for _ in range(10 * c.params.election_ticks_max):
+            c.tick()
+            c.check_liveness()
+            if leader_of(c) is n1 and n1.raft.is_ready_leader:
+                return c
+        raise AssertionError("no leader, and the liveness check did not fail")
+
+    scenario()
+    original = RaftNode._become_follower
+
+    def always_reset(self, term, leader, reset_timer=True):
+        original(self, term, leader)
+
+    mp_ = pytest.MonkeyPatch()
+    with mp_.context() as m:
+        m.setattr(RaftNode, "_become_follower", always_reset)
+        with pytest.raises(SimFailure, match="no ready leader for 120 ticks while"):
+            scenario()
