@@ -90,14 +90,18 @@ class Supervisor:
             log.info("removed %d shared-memory segment(s) of brokers that died without removing them: %s",
                      len(swept), " ".join(swept))
         self.store = MessageStore.open(scfg, cfg.brokerIP1, cfg.listenPort, start_roles=False, prepare_files=False)
-        if (not self.dledger and cfg.brokerRole == "SYNC_MASTER" and scfg.flushDiskType == "ASYNC_FLUSH"
-                and cfg.haTakeBackWaitMs and self.store.recovery.mode == "abnormal"):
-            # the crash may have cost us a tail the slave acknowledged: writes wait until a slave
-            # gives it back or the window ends (mq.ha.master, "take-back")
+        rep = self.store.recovery
+        crash_tail = cfg.brokerRole == "SYNC_MASTER" and scfg.flushDiskType == "ASYNC_FLUSH" and rep.mode == "abnormal"
+        damaged_tail = cfg.brokerRole in ("SYNC_MASTER", "ASYNC_MASTER") and rep.dropped_bytes > 0
+        if not self.dledger and cfg.haTakeBackWaitMs and (crash_tail or damaged_tail):
+            # the crash, or a damaged record that recovery truncated at, may have cost us a tail a
+            # slave holds intact: writes wait until a slave gives it back or the window ends
+            # (mq.ha.master, "take-back")
             self.store.ctl.set(C.POS_HA_TAKE_BACK_UNTIL, monotonic_ms() + cfg.haTakeBackWaitMs)
-            log.warning("restarted after a crash as SYNC_MASTER with ASYNC_FLUSH: writes wait up to %d ms for a "
-                        "slave to give back what it holds beyond our end (%d)", cfg.haTakeBackWaitMs,
-                        self.store.ctl.get(C.POS_WRITE))
+            why = (f"recovery truncated a damaged tail ({rep.dropped_bytes} bytes at {rep.end_offset})"
+                   if damaged_tail else "restarted after a crash as SYNC_MASTER with ASYNC_FLUSH")
+            log.warning("%s: writes wait up to %d ms for a slave to give back what it holds beyond our end (%d)",
+                        why, cfg.haTakeBackWaitMs, self.store.ctl.get(C.POS_WRITE))
         if self.dledger:
             # a DLedger member starts as a follower; the Raft role tells when it leads
             cfg.brokerRole, cfg.brokerId = "SLAVE", dledger_follower_id(scfg)
