@@ -15,7 +15,7 @@ from mq.dledger.core import (Append, AppendResp, Config, Heartbeat, HeartbeatRes
 from mq.dledger.sim import NOOP, SimCluster, SimFailure, SimLog, SimParams, params_for, run_seed
 
 SEEDS = int(os.environ.get("MQ_RAFT_SEEDS", "2000"))
-PAUSE_SEEDS = int(os.environ.get("MQ_RAFT_PAUSE_SEEDS", "300"))
+PAUSE_SEEDS = int(os.environ.get("MQ_RAFT_PAUSE_SEEDS", "200"))
 PAUSE_SEED_BASE = 100_000          # a range of its own: these runs differ from the main sweep's anyway
 
 
