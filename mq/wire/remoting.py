@@ -194,14 +194,19 @@ def _check_int(name: str, value: object, low: int, high: int) -> int:
 
 
 def _to_text(value: object) -> str:
-    """fastjson's stringification of a JSON value read into a String field."""
+    """fastjson's stringification of a JSON value read into a String field.  A list or object nested
+    deeper than the json module writes (orjson reads up to 1024 levels, json.dumps stops near the
+    recursion limit, ~1000) is a FrameError, as when it is too deep to read."""
     if isinstance(value, str):
         return value
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):
         return str(value)
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    try:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    except RecursionError:
+        raise FrameError("JSON header: a value is nested too deep to be read as text") from None
 
 
 def _ext_items(cmd: RemotingCommand) -> list[tuple[str, str]]:
