@@ -92,7 +92,9 @@ class Supervisor:
         self.store = MessageStore.open(scfg, cfg.brokerIP1, cfg.listenPort, start_roles=False, prepare_files=False)
         rep = self.store.recovery
         crash_tail = cfg.brokerRole == "SYNC_MASTER" and scfg.flushDiskType == "ASYNC_FLUSH" and rep.mode == "abnormal"
-        damaged_tail = cfg.brokerRole in ("SYNC_MASTER", "ASYNC_MASTER") and rep.dropped_bytes > 0
+        # (SYNC_MASTER only: it promises a slave holds what it acknowledged; an ASYNC_MASTER is
+        # also what a lone broker runs as, and would wait for a slave it does not have)
+        damaged_tail = cfg.brokerRole == "SYNC_MASTER" and rep.dropped_bytes > 0
         if not self.dledger and cfg.haTakeBackWaitMs and (crash_tail or damaged_tail):
             # the crash, or a damaged record that recovery truncated at, may have cost us a tail a
             # slave holds intact: writes wait until a slave gives it back or the window ends

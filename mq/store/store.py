@@ -457,12 +457,14 @@ class MessageStore:
             lo, hi = cq.recover_bounds()
             # entries are in CommitLog order: binary search the first one at or past `end`
             cut = cq.first_entry_at_or_after(lo, hi, end)
-            if cut < hi:
+            cut_here = cut < hi
+            if cut_here:
                 rep.cq_entries_truncated += hi - cut
                 cq.truncate_from(cut)
                 hi = cut
             why = cq.damage(lo, hi, min_pos, self._record_at)
-            if why is None and hi < known.get((topic, qid), 0) and end > min_pos:
+            # shorter than the manifest says: lost entries -- unless a truncated log took them
+            if why is None and not cut_here and hi < known.get((topic, qid), 0) and end > min_pos:
                 why = f"it ends at {hi}, it held {known[(topic, qid)]} at the last start or clean stop"
             if why is not None:
                 rebuild.append((cq, why))

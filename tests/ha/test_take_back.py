@@ -119,7 +119,7 @@ def test_kill_without_power_loss_opens_writes_as_soon_as_the_slave_is_back(tmp_p
 
 
 def test_a_master_whose_last_file_was_damaged_takes_the_tail_back_from_its_slave(tmp_path):
-    """Bit rot on the master's disk while it was stopped: a body byte flipped in the middle of
+    """Bit rot on a SYNC_MASTER's disk while it was stopped: a body byte flipped in the middle of
     its last CommitLog file.  The restart's validation truncates at the damaged record, which
     would cost every acknowledged message after it; instead the master waits for its slave,
     which holds them intact, takes them back (validated like any replication), and serves every
