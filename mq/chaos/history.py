@@ -11,6 +11,10 @@ One JSON object a line, one file per recording process, merged by time:
     {"t_us": ..., "process": "nemesis", "type": "info", "f": "start", "value": "kill broker-a"}   (in effect from here)
     {"t_us": ..., "process": "nemesis", "type": "info", "f": "stop", "value": "kill broker-a"}
     {"t_us": ..., "process": "drain", "type": "info", "f": "expired", "value": "b@2", "queue": "b@2", "offset": 900}
+    {"t_us": ..., "process": "nemesis", "type": "info", "f": "damage", "value": "p1-40", "store": "127.0.0.1:10911",
+     "phy": 81920, "how": "flip", "at": 81999}                      (a byte-level fault hit this message)
+Sends' `ok` and reads also carry "msgid" (the offset message id: store address + CommitLog
+offset), and reads "intact" (the body matches its BODYCRC).
 
 `ok` send: acknowledged (SEND_OK) at that queue and offset; `fail`: definitely not stored (a
 refusal); `info`: the outcome is unknown (timeout, connection lost), so the message may or may
@@ -27,6 +31,14 @@ Verdicts (check()):
   reordered    per queue, a send acknowledged before another was invoked but stored after it
                (a later offset), both read - real-time order broken             (must be empty)
   failed_read  sends refused (`fail`) that were read anyway                    (must be empty)
+  damaged_served  reads whose body does not match its BODYCRC                 (must be empty)
+  offset_reused   (queue, offset) places at which two different values were read (must be empty)
+  wrong_ack       acknowledged sends read, but at none of the places (queue, offset, msgId)
+                  their acknowledgement named                                 (must be empty)
+  damaged      acknowledged sends a byte-level fault hit, never read: allowed (never served)
+  cut          acknowledged sends never read that lay after a damaged record in the same store's
+               log (recovery truncates at the first damaged record): allowed only where the mode
+               has no replica that must hold them (check(cut_allowed=True)); otherwise lost
   max_unavailable_s  the longest time without an acknowledged send while sends ran
   recovery_s   per fault, from its start to the acknowledgement of the first send invoked after
                it started (a failover's length, or a fault's length plus the restart), None if
@@ -97,6 +109,11 @@ class Verdict:
     duplicated: list[str] = field(default_factory=list)
     reordered: list[tuple[str, str]] = field(default_factory=list)
     failed_read: list[str] = field(default_factory=list)
+    damaged_served: list[str] = field(default_factory=list)
+    offset_reused: list[str] = field(default_factory=list)
+    wrong_ack: list[str] = field(default_factory=list)
+    damaged: list[str] = field(default_factory=list)
+    cut: list[str] = field(default_factory=list)
     suffix_loss: bool = True
     max_unavailable_s: float = 0.0
     recovery_s: list[tuple[str, float | None]] = field(default_factory=list)
@@ -104,24 +121,30 @@ class Verdict:
     @property
     def valid(self) -> bool:
         """No acknowledged message lost, nothing unexpected, duplicated, reordered or resurrected."""
-        return not (self.lost or self.unexpected or self.duplicated or self.reordered or self.failed_read)
+        return not (self.lost or self.unexpected or self.duplicated or self.reordered or self.failed_read
+                    or self.damaged_served or self.offset_reused or self.wrong_ack)
 
     def summary(self) -> dict:
         return {"sends": self.sends, "acked": self.acked, "failed": self.failed, "unknown": self.unknown,
                 "read": self.read, "expired": self.expired, "lost": len(self.lost), "unexpected": len(self.unexpected),
                 "duplicated": len(self.duplicated), "reordered": len(self.reordered),
-                "failed_read": len(self.failed_read), "suffix_loss": self.suffix_loss,
+                "failed_read": len(self.failed_read), "damaged_served": len(self.damaged_served),
+                "offset_reused": len(self.offset_reused), "wrong_ack": len(self.wrong_ack),
+                "damaged": len(self.damaged), "cut": len(self.cut), "suffix_loss": self.suffix_loss,
                 "max_unavailable_s": round(self.max_unavailable_s, 3),
                 "recovery_s": [(what, None if s is None else round(s, 3)) for what, s in self.recovery_s],
                 "valid": self.valid}
 
 
-def check(ops: list[dict]) -> Verdict:
+def check(ops: list[dict], cut_allowed: bool = False) -> Verdict:
     """Judges a history (see the module docstring)."""
     v = Verdict()
     invoked: dict[str, dict] = {}
     outcome: dict[str, dict] = {}
     reads: dict[str, set] = {}
+    read_ids: dict[str, set] = {}            # value -> msgIds it was read with
+    at_place: dict[tuple, set] = {}          # (queue, offset) -> values read there
+    damage: list[dict] = []
     ok_times: list[int] = []
     sends = [op["t_us"] for op in ops if op["f"] == "send"]
     start_us, end_us = (sends[0], sends[-1]) if sends else (0, 0)     # the run: the drain comes after
@@ -138,6 +161,13 @@ def check(ops: list[dict]) -> Verdict:
                     ok_times.append(op["t_us"])
         elif f == "read" and kind == "ok":
             reads.setdefault(value, set()).add((op["queue"], op["offset"]))
+            at_place.setdefault((op["queue"], op["offset"]), set()).add(value)
+            if "msgid" in op:
+                read_ids.setdefault(value, set()).add(op["msgid"])
+            if op.get("intact") is False:
+                v.damaged_served.append(value)
+        elif f == "damage":
+            damage.append(op)
         elif f == "expired":
             expired_below[op["queue"]] = max(expired_below.get(op["queue"], 0), op["offset"])
         elif op.get("process") == "nemesis" and f == "start":
@@ -149,7 +179,18 @@ def check(ops: list[dict]) -> Verdict:
     v.read = len(reads)
     unread = [(val, o) for val, o in outcome.items() if o["type"] == "ok" and val not in reads]
     v.expired = sum(1 for _, o in unread if o["offset"] < expired_below.get(o["queue"], 0))
-    v.lost = sorted(val for val, o in unread if o["offset"] >= expired_below.get(o["queue"], 0))
+    missing = [(val, o) for val, o in unread if o["offset"] >= expired_below.get(o["queue"], 0)]
+    damaged_values = {d["value"] for d in damage}
+    v.damaged = sorted(val for val, _ in missing if val in damaged_values)
+    v.cut = sorted(val for val, o in missing if val not in damaged_values and _after_damage(o, damage))
+    excused = set(v.damaged) | (set(v.cut) if cut_allowed else set())
+    v.lost = sorted(val for val, _ in missing if val not in excused)
+    v.damaged_served = sorted(set(v.damaged_served))
+    v.offset_reused = sorted(f"{q}@{off}: {' '.join(sorted(vals))}" for (q, off), vals in at_place.items()
+                             if len(vals) > 1)
+    v.wrong_ack = sorted(val for val, o in outcome.items() if o["type"] == "ok" and val in reads
+                         and ((o["queue"], o["offset"]) not in reads[val]
+                              or ("msgid" in o and val in read_ids and o["msgid"] not in read_ids[val])))
     v.unexpected = sorted(val for val in reads if val not in invoked)
     v.duplicated = sorted(val for val, places in reads.items() if len(places) > 1)
     v.failed_read = sorted(val for val, o in outcome.items() if o["type"] == "fail" and val in reads)
@@ -164,6 +205,20 @@ def check(ops: list[dict]) -> Verdict:
         later = [ack for inv, ack in acks if inv >= start_us]
         v.recovery_s.append((what, (min(later) - start_us) / 1e6 if later else None))
     return v
+
+
+def _after_damage(ok: dict, damage: list[dict]) -> bool:
+    """Did this acknowledged send lie at or after a damaged record in the same store's log (its
+    offset msgId names the store and the CommitLog offset)?"""
+    msgid = ok.get("msgid")
+    if not msgid or not damage:
+        return False
+    from mq.wire.msgid import decode_offset_msg_id
+    try:
+        host, port, phy = decode_offset_msg_id(msgid.split(",")[0])
+    except ValueError:
+        return False
+    return any(d["store"] == f"{host}:{port}" and phy >= d["phy"] for d in damage)
 
 
 def _reordered(invoked: dict, outcome: dict, reads: dict) -> list[tuple[str, str]]:

@@ -30,10 +30,24 @@ is the broker, the master or the current DLedger leader:
     clock       the target's wall clock (CLOCK_REALTIME, for it alone: an LD_PRELOAD shim,
                 mq/chaos/clock.py) jumps CLOCK_JUMP_S ahead, or behind on every other fault,
                 then back; monotonic clocks do not move, as with an NTP step
+  byte-level (mq/chaos/damage.py; every other fault hits the slave or a DLedger follower
+  instead of the master or leader, where there is one):
+    corrupt     one byte of a workload record's body flipped in the newest data file: with the
+                broker stopped cleanly (then restarted: its validation must find it), or under
+                the running broker (its read check must never serve it), in turn
+    truncate    kill -9, then the newest data file cut short in the middle of a record, restart
+    cqloss      a clean stop or a kill -9 in turn, then one queue's ConsumeQueue directory
+                removed, restart (rebuilt from the CommitLog; no queue offset handed out twice)
+    hostile     for the whole run, a client per broker sending malformed requests pipelined
+                between each other and garbage frames (mq/chaos/hostile.py); none may be stored
 Promises (RELIABILITY.md): no acknowledged message lost, except power loss on ASYNC_FLUSH
 without a synchronous slave, where only a suffix of what was acknowledged before the fault may
-go (never a hole); in every cell nothing unexpected, duplicated or reordered.  A broken promise
-makes the run exit 1.
+go (never a hole); in every cell nothing unexpected, duplicated or reordered.  Byte-level cells:
+no damaged message ever served, no queue offset used twice, no acknowledgement carrying another
+message's place; a damaged message may be missing, and without a replica to give it back (one
+broker, or an ASYNC_MASTER's unreplicated tail) so may what followed it in the damaged file
+(recovery truncates at the first damaged record); nothing else.  A broken promise makes the run
+exit 1.
 
 The producers use mq.client with no retries (one attempt per recorded invoke, so a duplicate
 in the history is the broker's, not a retry's); a send answered with a code that says nothing
@@ -45,12 +59,14 @@ import asyncio
 import glob
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import zlib
 
 from mq import loop as mq_loop
 from mq.client import Message, MQBrokerError, MQClientError, Producer, PullConsumer
@@ -63,11 +79,15 @@ from mq.store.control import ControlBlock
 from mq.wire.consumequeue import CQ_ENTRY_SIZE
 from mq.wire.dledger import INDEX_UNIT_SIZE as DL_INDEX_UNIT_SIZE
 
+from . import damage
 from .clock import ClockShift
 from .history import HistoryWriter, check, load
+from .hostile import HostileClient
 
 MODES = ("async", "sync", "async_master", "sync_master", "sync_master_sync_flush", "dledger")
-NEMESES = ("none", "kill", "pause", "partition", "namesrv", "powerloss", "diskfull", "clock")
+NEMESES = ("none", "kill", "pause", "partition", "namesrv", "powerloss", "diskfull", "clock",
+           "corrupt", "truncate", "cqloss", "hostile")
+BYTE_LEVEL = ("corrupt", "truncate", "cqloss")
 CLOCK_JUMP_S = 600      # the clock nemesis's jump: past the 120 s client and channel expiries
 DISK_BYTES = 96 * 1024 * 1024           # the diskfull nemesis's tmpfs
 DISK_COMMITLOG_FILE_BYTES = 1024 * 1024  # files roll every ~1k messages there, so a full disk bites at once
@@ -81,6 +101,9 @@ MASTER_ROLES = {"async_master": ("ASYNC_MASTER", "ASYNC_FLUSH"), "sync_master": 
 NOT_APPLICABLE = {("async", "partition"), ("sync", "partition")}
 # cells whose promise allows losing a suffix of what was acknowledged before the fault
 SUFFIX_LOSS_ALLOWED = {("async", "powerloss"), ("async_master", "powerloss")}
+# modes where what followed a damaged record in the damaged file may go with it (no replica
+# holds it for sure: recovery truncates at the first damaged record)
+CUT_WITH_DAMAGE_ALLOWED = {"async", "sync", "async_master"}
 TOPIC = "ChaosTopic"
 QUEUES = 4
 FAULT_S = 2.0          # how long a fault lasts
@@ -160,6 +183,13 @@ class Cluster:
         if self.group is None:
             return self.broker
         return self.group.brokers[self.group.wait_leader(HEAL_S)]
+
+    def replica(self) -> Broker | None:
+        """The slave, or a DLedger follower now; None for a lone broker."""
+        if self.group is not None:
+            leader = self.group.wait_leader(HEAL_S)
+            return next(b for i, b in sorted(self.group.brokers.items()) if i != leader)
+        return self.slave
 
     def cut(self, target: Broker) -> None:
         if self.group is not None:
@@ -268,6 +298,7 @@ class Nemesis(threading.Thread):
         super().__init__(name="nemesis", daemon=True)
         self.cluster, self.kind, self.history, self.deadline = cluster, kind, history, deadline
         self.faults = 0
+        self.rng = random.Random(0x6d71)      # which record, which byte: reproducible per cell
         self.error: BaseException | None = None
         self.done = threading.Event()       # no fault is or will be under way
         self.last_end = 0.0                 # monotonic time the last fault ended
@@ -275,7 +306,7 @@ class Nemesis(threading.Thread):
     def run(self) -> None:
         """Faults every CYCLE_S until the deadline; none starts after it."""
         try:
-            if self.kind != "none":
+            if self.kind not in ("none", "hostile"):    # hostile: clients for the whole run instead
                 time.sleep(CYCLE_S / 2)
                 while time.monotonic() < self.deadline:
                     self._one_fault()
@@ -332,6 +363,11 @@ class Nemesis(threading.Thread):
                 self.history.record("info", "start", what)
                 time.sleep(FAULT_S)
                 c.heal()
+            elif self.kind in BYTE_LEVEL:
+                if self.faults % 2 and c.replica() is not None:
+                    b = c.replica()
+                    what = f"{self.kind} {b.name}:{b.port} (replica)"
+                what += self._damage(b, self.kind, stopped=self.kind != "corrupt" or (self.faults // 2) % 2 == 0)
             else:
                 os.killpg(b.proc.p.pid, signal.SIGSTOP)
                 self.history.record("info", "start", what)
@@ -339,6 +375,32 @@ class Nemesis(threading.Thread):
                 os.killpg(b.proc.p.pid, signal.SIGCONT)
         self.history.record("info", "stop", what)
         self.faults += 1
+
+    def _damage(self, b: Broker, kind: str, stopped: bool) -> str:
+        """One byte-level fault on broker b; records what it damaged (f "damage": the record's
+        value and place, so the checker can tell damaged from intact) and returns a note."""
+        store = f"127.0.0.1:{b.port}"
+        if stopped:
+            if kind == "corrupt" or (kind == "cqloss" and self.faults % 4 < 2):
+                b.stop()                          # a clean stop: the damage comes while it is down
+            else:
+                b.kill()
+        if kind == "cqloss":
+            lost = damage.drop_consume_queue(b.dir, TOPIC, self.rng)
+            note = f": {lost or 'no queue yet'} removed"
+        else:
+            hit = (damage.flip_body_byte if kind == "corrupt" else damage.cut_mid_record)(b.dir, TOPIC, self.rng)
+            if hit is None:
+                note = ": no record to damage yet"
+            else:
+                self.history.record("info", "damage", hit.value, store=store, phy=hit.phy, how=hit.what,
+                                    at=hit.at)
+                note = f": {hit.what} of {hit.value!r} at {hit.phy}" + ("" if stopped else " (live)")
+        self.history.record("info", "start", f"{kind} {b.name}:{b.port}{note}")
+        time.sleep(FAULT_S)
+        if stopped:
+            b.start()
+        return note
 
 
 async def produce(ns_addr: str, history: HistoryWriter, deadline: float, name: str, nemesis: "Nemesis") -> None:
@@ -364,7 +426,7 @@ async def produce(ns_addr: str, history: HistoryWriter, deadline: float, name: s
                 await asyncio.sleep(0.05)
                 continue
             history.record("ok", "send", value, queue=f"{r.queue.broker_name}@{r.queue.queue_id}",
-                           offset=r.queue_offset)
+                           offset=r.queue_offset, msgid=r.offset_msg_id)
     finally:
         await producer.shutdown()
 
@@ -390,8 +452,9 @@ async def drain(ns_addr: str, history: HistoryWriter) -> int:
                             continue
                     break
                 for m in r.messages:
-                    history.record("ok", "read", m.body.decode(), queue=f"{mq.broker_name}@{mq.queue_id}",
-                                   offset=m.queue_offset)
+                    history.record("ok", "read", m.body.decode("utf-8", "replace"),
+                                   queue=f"{mq.broker_name}@{mq.queue_id}", offset=m.queue_offset,
+                                   msgid=m.offset_msg_id, intact=zlib.crc32(m.body) & 0x7FFFFFFF == m.body_crc)
                     read += 1
                 offset = r.next_begin_offset
     finally:
@@ -434,8 +497,18 @@ def run_cell(mode: str, nemesis: str, seconds: float, directory: str, producers:
             await asyncio.gather(*(produce(cluster.ns.addr, w, deadline, f"p{i}", nem)
                                    for i, w in enumerate(writers)))
 
+        hostiles = [HostileClient(b.port, TOPIC, seed=i) for i, b in enumerate(cluster.brokers())] \
+            if nemesis == "hostile" else []
+        for h in hostiles:
+            h.start()
         nem.start()
-        mq_loop.run(workload())
+        try:
+            mq_loop.run(workload())
+        finally:
+            for h in hostiles:
+                h.stop()
+            for h in hostiles:
+                h.join(10)
         nem.join(FAULT_S + HEAL_S)
         if nem.error is not None:
             raise RuntimeError(f"the nemesis failed: {nem.error!r}")
@@ -453,8 +526,12 @@ def run_cell(mode: str, nemesis: str, seconds: float, directory: str, producers:
             w.close()
     finally:
         cluster.close()
-    verdict = check(load(hist_dir))
+    verdict = check(load(hist_dir), cut_allowed=mode in CUT_WITH_DAMAGE_ALLOWED)
     summary = verdict.summary()
+    if hostiles:
+        summary["hostile"] = {k: sum(h.stats[k] for h in hostiles) for k in hostiles[0].stats}
+        if summary["hostile"]["accepted"]:
+            summary["valid"] = False
     # the cell's promise: the checker's verdict, except where a lost suffix is allowed
     if (mode, nemesis) in SUFFIX_LOSS_ALLOWED and verdict.lost and verdict.suffix_loss:
         summary["valid"] = not (verdict.unexpected or verdict.duplicated or verdict.reordered or verdict.failed_read)
@@ -501,7 +578,9 @@ def matrix_table(results: list[dict], seconds: float) -> str:
     nemeses = [n for n in NEMESES if any(r["nemesis"] == n for r in results)]
     lines = [f"Each cell: {seconds:g} s of 2 producers, a fault every {CYCLE_S:g} s lasting {FAULT_S:g} s; "
              "acked / lost / longest time without an acknowledged send; ✔ the promise held, ✘ it broke "
-             "(lost is allowed only as a suffix under power loss without a synchronous copy).", "",
+             "(lost is allowed only as a suffix under power loss without a synchronous copy; `damaged`: "
+             "messages a byte-level fault hit, missing and never served; `cut`: what followed a damaged "
+             "record in a log without a replica that must hold it).", "",
              "| mode | " + " | ".join(nemeses) + " |", "|---|" + "---|" * len(nemeses)]
     for mode in MODES:
         row = []
@@ -512,7 +591,9 @@ def matrix_table(results: list[dict], seconds: float) -> str:
             elif "error" in r:
                 row.append(f"✘ {r['error'][:60]}")
             else:
-                extra = "".join(f", {r[k]} {k}" for k in ("duplicated", "reordered", "unexpected") if r[k])
+                extra = "".join(f", {r[k]} {k.replace('_', ' ')}" for k in
+                                ("damaged", "cut", "duplicated", "reordered", "unexpected", "damaged_served",
+                                 "offset_reused", "wrong_ack") if r.get(k))
                 row.append(f"{'✔' if r['valid'] else '✘'} {r['acked']} / {r['lost']}{extra} / "
                            f"{r['max_unavailable_s']:.1f} s")
         if any(c != "–" for c in row):
@@ -525,9 +606,17 @@ def _line(r: dict) -> str:
         return f"{r['mode']:22s} {r['nemesis']:9s} could not run: {r['error']}"
     return (f"{r['mode']:22s} {r['nemesis']:9s} faults {r['faults']}: acked {r['acked']} of {r['sends']} sends "
             f"({r['failed']} refused, {r['unknown']} unknown), read {r['read']}, expired {r['expired']}; lost {r['lost']}, "
-            f"unexpected {r['unexpected']}, duplicated {r['duplicated']}, reordered {r['reordered']}; "
+            f"unexpected {r['unexpected']}, duplicated {r['duplicated']}, reordered {r['reordered']}, "
+            f"damaged {r['damaged']} (served {r['damaged_served']}), cut {r['cut']}, offsets reused "
+            f"{r['offset_reused']}, wrong acks {r['wrong_ack']}{_hostile(r)}; "
             f"max unavailable {r['max_unavailable_s']} s; recovery {r['recovery_s']}; "
             f"{'OK' if r['valid'] else 'PROMISE BROKEN'}")
+
+
+def _hostile(r: dict) -> str:
+    h = r.get("hostile")
+    return "" if not h else (f"; hostile: {h['requests']} malformed requests, {h['refused']} refused, "
+                             f"{h['accepted']} accepted, {h['garbage']} garbage frames")
 
 
 def main(argv: list[str] | None = None) -> int:

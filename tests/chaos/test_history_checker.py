@@ -160,3 +160,70 @@ def test_expired_is_not_lost():
     h.op("drain", "info", "expired", "q0", queue="q0", offset=2).read("v3", offset=3)
     v = check(h.ops)
     assert (v.expired, v.lost) == (2, ["v2"])
+
+
+def _msgid(phy: int, port: int = 10911) -> str:
+    from mq.wire.msgid import offset_msg_id
+    return offset_msg_id("127.0.0.1", port, phy)
+
+
+def _acked(h: H, value: str, offset: int, phy: int, queue: str = "q0") -> H:
+    h.op("p", "invoke", "send", value)
+    return h.op("p", "ok", "send", value, queue=queue, offset=offset, msgid=_msgid(phy))
+
+
+def test_byte_level_verdicts_fire_only_on_their_histories():
+    """damaged_served (a read whose body fails its CRC), offset_reused (two values read at one
+    place), wrong_ack (read elsewhere than, or with another msgId than, its acknowledgement said):
+    each breaks the promise; a clean byte-level history does not."""
+    clean = H()
+    for i in range(3):
+        _acked(clean, f"v{i}", i, 100 * i)
+        clean.op("c", "ok", "read", f"v{i}", queue="q0", offset=i, msgid=_msgid(100 * i), intact=True)
+    v = check(clean.ops)
+    assert v.valid and not (v.damaged_served or v.offset_reused or v.wrong_ack)
+
+    served = H()
+    _acked(served, "v0", 0, 0)
+    served.op("c", "ok", "read", "v0", queue="q0", offset=0, msgid=_msgid(0), intact=False)
+    assert check(served.ops).damaged_served == ["v0"] and not check(served.ops).valid
+
+    reused = H()
+    _acked(reused, "a", 0, 0)
+    _acked(reused, "b", 1, 100)
+    reused.op("c", "ok", "read", "a", queue="q0", offset=0, msgid=_msgid(0))
+    reused.op("c", "ok", "read", "b", queue="q0", offset=0, msgid=_msgid(100))
+    v = check(reused.ops)
+    assert v.offset_reused == ["q0@0: a b"] and v.wrong_ack == ["b"] and not v.valid
+
+    wrong_id = H()
+    _acked(wrong_id, "a", 0, 0)
+    wrong_id.op("c", "ok", "read", "a", queue="q0", offset=0, msgid=_msgid(4096))
+    v = check(wrong_id.ops)
+    assert v.wrong_ack == ["a"] and not v.offset_reused and not v.valid
+
+
+def test_damaged_and_cut_messages_are_told_from_intact_ones():
+    """A damage event excuses its own message (missing, never served) everywhere, and what lay
+    after it in the same store's log only where cut_allowed; what lay before it, or in another
+    store's log, is lost."""
+    h = H()
+    for i in range(6):
+        _acked(h, f"v{i}", i, 100 * i)
+    h.op("nemesis", "info", "damage", "v3", store="127.0.0.1:10911", phy=300, how="flip", at=390)
+    for i in (0, 1):                      # v2 before the damage is missing: really lost
+        h.op("c", "ok", "read", f"v{i}", queue="q0", offset=i, msgid=_msgid(100 * i))
+    v = check(h.ops)
+    assert v.damaged == ["v3"] and v.cut == ["v4", "v5"] and v.lost == ["v2", "v4", "v5"] and not v.valid
+    v = check(h.ops, cut_allowed=True)
+    assert v.damaged == ["v3"] and v.cut == ["v4", "v5"] and v.lost == ["v2"] and not v.valid
+    h.op("c", "ok", "read", "v2", queue="q0", offset=2, msgid=_msgid(200))
+    assert check(h.ops, cut_allowed=True).valid
+    # damage in another store (a slave's) excuses nothing after it in the master's log
+    other = H()
+    for i in range(3):
+        _acked(other, f"v{i}", i, 100 * i)
+    other.op("nemesis", "info", "damage", "v1", store="127.0.0.1:10999", phy=0, how="cut", at=10)
+    other.op("c", "ok", "read", "v0", queue="q0", offset=0, msgid=_msgid(0))
+    v = check(other.ops, cut_allowed=True)
+    assert v.damaged == ["v1"] and v.cut == [] and v.lost == ["v2"]
