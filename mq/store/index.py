@@ -23,6 +23,10 @@ writer (fallocate), so a full disk shows up as ENOSPC here, never as a SIGBUS in
 mapped write.  While the disk refuses, records are dispatched without index entries
 (logged): a named limit.
 
+Damage: a file whose size or header cannot be right is set aside (renamed <name>.damaged,
+logged) when the writer opens it, and skipped by readers; queries then miss the messages it
+indexed (a named limit: they are not indexed again), and the writer starts a new file.
+
 Readers (io workers, mqdump) map the files read-only (IndexReader); the C writer
 stores an entry before its slot and the slot before INDEXCOUNT, so a reader never
 follows a slot into an unwritten entry."""
@@ -45,6 +49,7 @@ INDEX_DIR = W.INDEX_DIR_NAME
 ALLOC_ENTRIES = 65536          # entries allocated ahead of the writer (1.25 MiB)
 QUERY_MAX_NUM = 64             # maxMsgsNumBatch: most offsets one query returns
 FILE_SIZE_MAX = 2 ** 31 - 1    # Java maps an index file with an int size
+DAMAGED_SUFFIX = ".damaged"    # a damaged file set aside (its name no longer lists as an index file)
 
 
 def file_name(ms: int) -> str:
@@ -58,6 +63,19 @@ def list_index_files(d: str) -> list[str]:
         return sorted(n for n in os.listdir(d) if W.is_index_file_name(n))
     except FileNotFoundError:
         return []
+
+
+def header_damage(h: "W.IndexHeaderValues", slot_num: int, index_num: int) -> str | None:
+    """Why an index file's header cannot be right, or None."""
+    if not 1 <= h.index_count <= index_num:
+        return f"INDEXCOUNT {h.index_count} outside [1, {index_num}]"
+    if not 0 <= h.hash_slot_count <= slot_num:
+        return f"HASHSLOTCOUNT {h.hash_slot_count} outside [0, {slot_num}]"
+    if h.begin_phy_offset < 0 or h.end_phy_offset < h.begin_phy_offset:
+        return f"phy offsets {h.begin_phy_offset}..{h.end_phy_offset} out of order"
+    if h.begin_timestamp_ms < 0 or h.end_timestamp_ms < h.begin_timestamp_ms:
+        return f"timestamps {h.begin_timestamp_ms}..{h.end_timestamp_ms} out of order"
+    return None
 
 
 def check_sizes(slot_num: int, index_num: int) -> int:
@@ -130,8 +148,24 @@ class IndexWriter:
         dispatch role) may have written and started files meanwhile."""
         names = list_index_files(self.dir)
         self.from_phy = 0
-        if names:
-            self.cur = _Mapped(os.path.join(self.dir, names[-1]), self.slot_num, self.index_num, writable=True)
+        while names and self.cur is None:
+            path = os.path.join(self.dir, names.pop())
+            try:
+                cur = _Mapped(path, self.slot_num, self.index_num, writable=True)
+            except ValueError as e:
+                cur, why = None, str(e)
+            else:
+                why = header_damage(cur.header(), self.slot_num, self.index_num)
+            if why is None:
+                self.cur = cur
+                break
+            if cur is not None:
+                cur.close()
+            os.rename(path, path + DAMAGED_SUFFIX)
+            log.warning("repaired: index file %s is damaged (%s): set aside as %s%s; queries by key miss the "
+                        "messages it indexed (the messages themselves are intact)", os.path.basename(path), why,
+                        os.path.basename(path), DAMAGED_SUFFIX)
+        if self.cur is not None:
             self._finish_torn_put()
             h = self.cur.header()
             self.cur.map.room_num = min(self.index_num, max(h.index_count, 1))
@@ -263,6 +297,7 @@ class IndexReader:
         self.dir = os.path.join(store_root, INDEX_DIR)
         self.slot_num, self.index_num = slot_num, index_num
         self._files: dict[str, _Mapped] = {}
+        self._reported: set[str] = set()         # damaged files already logged
         self._out = ffi.new("int64_t[]", QUERY_MAX_NUM * 4)
         self._n = ffi.new("uint32_t *")
 
@@ -312,7 +347,13 @@ class IndexReader:
                 if h.end_timestamp_ms < lo:
                     break
                 continue
-            check(lib.mq_index_query(f.map, full, len(full), lo, end_ms, self._out, cap, self._n), "index query")
+            rc = lib.mq_index_query(f.map, full, len(full), lo, end_ms, self._out, cap, self._n)
+            if rc == lib.MQ_E_CORRUPT:            # a damaged file: the others still answer
+                if f.name not in self._reported:
+                    self._reported.add(f.name)
+                    log.warning("index file %s is damaged: skipped by queries", f.name)
+                continue
+            check(rc, "index query")
             if self._n[0] >= cap or h.begin_timestamp_ms < lo:
                 break
         seen, out = set(), []

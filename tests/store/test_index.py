@@ -266,3 +266,37 @@ def test_a_put_cut_short_by_a_crash_keeps_the_chains_whole(make_store):
         r.close()
     finally:
         s2.close()
+
+
+@pytest.mark.parametrize("damage", ["short file", "bad count"])
+def test_a_damaged_index_file_is_set_aside_and_the_index_goes_on(make_store, damage):
+    """The newest index file damaged while the store was stopped (cut short, or INDEXCOUNT
+    garbage): the writer sets it aside (<name>.damaged, one log line) instead of failing at every
+    dispatch, starts a new file, and new messages are found by key; the other files still
+    answer, and queries never fail on the damaged one."""
+    s = make_store(**_opts())
+    offs = [_put(s, i) for i in range(250)]
+    assert s.wait_dispatched()
+    root = s.config.storePathRootDir
+    s.close()
+    d = os.path.join(root, "index")
+    names = list_index_files(d)
+    newest = os.path.join(d, names[-1])
+    with open(newest, "r+b") as f:
+        if damage == "short file":
+            f.truncate(1000)
+        else:
+            f.seek(W.INDEX_COUNT_OFFSET)
+            f.write(struct.pack(">i", 2 ** 30))
+    s2 = MessageStore.open(StoreConfig(storePathRootDir=root, **_opts()))
+    try:
+        more = [_put(s2, i) for i in range(250, 260)]
+        assert s2.wait_dispatched()
+        r = _reader(s2)
+        assert os.path.exists(newest + ".damaged") and names[-1] not in list_index_files(d)
+        for i, off in zip(range(250, 260), more):
+            assert r.query("IX", f"k{i}", 64, 0, 2 ** 62) == [off]
+        assert r.query("IX", "k0", 64, 0, 2 ** 62) == [offs[0]], "the older files still answer"
+        r.close()
+    finally:
+        s2.close()
