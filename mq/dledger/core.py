@@ -208,12 +208,18 @@ class RaftNode:
 
     # ---- outputs ----------------------------------------------------------------------------------
     def ready(self) -> Ready:
-        """What to do now: persist the hard state (if it changed), then send the messages."""
+        """What to do now: persist the hard state (if it changed) and say so with saved(), then
+        send the messages.  Until saved() confirms a hard state, every ready() asks for it
+        again; a driver that could not persist it sends nothing (Raft survives lost messages,
+        not a vote or a term that a crash forgets)."""
         hs = (self.term, self.vote)
         changed = hs if hs != self._persisted else None
-        self._persisted = hs
         msgs, self._msgs = self._msgs, []
         return Ready(changed, msgs)
+
+    def saved(self, hard_state: tuple[int, str | None]) -> None:
+        """The driver made `hard_state` (from ready()) durable."""
+        self._persisted = hard_state
 
     @property
     def is_ready_leader(self) -> bool:

@@ -234,7 +234,16 @@ class DLedgerRole:
         is logged and dropped -- Raft survives a lost message, a link does not survive a raise."""
         rd = self.node.ready()
         if rd.hard_state is not None:
-            save_hard_state(self.dir, *rd.hard_state)
+            try:
+                save_hard_state(self.dir, *rd.hard_state)
+            except OSError as e:
+                # nothing that depends on it may leave: a vote or a term a crash would forget
+                self.stats["hard_state_failures"] = self.stats.get("hard_state_failures", 0) + 1
+                log.error("DLedger %s: term %d / vote %s not saved (%s): %d message(s) not sent; the next "
+                          "step tries again", self.self_id, rd.hard_state[0], rd.hard_state[1], e,
+                          len(rd.messages))
+                return []
+            self.node.saved(rd.hard_state)
         self._publish()
         want = RESPONSE_TO.get(type(request)) if request is not None else None
         replies = []

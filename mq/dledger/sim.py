@@ -277,6 +277,7 @@ class SimCluster:
             if rd.hard_state[0] == node.hard[0] and node.hard[1] not in (None, rd.hard_state[1]):
                 self.fail(f"{node.id} voted twice in term {node.hard[0]}")
             node.hard = rd.hard_state
+            r.saved(rd.hard_state)
         self._check_routing(node, request, rd.messages)
         for m in rd.messages:
             self.net.send(m, self.now)

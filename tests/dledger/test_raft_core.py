@@ -375,3 +375,19 @@ def test_a_refused_candidate_does_not_starve_the_member_that_could_win():
         m.setattr(RaftNode, "_become_follower", always_reset)
         with pytest.raises(SimFailure, match="no ready leader for 120 ticks while"):
             scenario()
+
+
+def test_a_hard_state_counts_as_saved_only_once_the_driver_says_so():
+    """ready() asks for the same (term, vote) until saved() confirms it: a driver whose fsync
+    failed sends nothing and is asked again on the next step, so no message ever depends on a
+    vote or a term a crash could forget."""
+    n0 = RaftNode(Config("n0", ["n0", "n1", "n2"]), SimLog(), __import__("random").Random(0))
+    n0.step(core.VoteReq(1, "n1", "n0", -1, 0))
+    first = n0.ready()
+    assert first.hard_state == (1, "n1") and first.messages
+    n0.step(core.Heartbeat(1, "n1", "n0", -1))          # the driver could not save: it sent nothing
+    again = n0.ready()
+    assert again.hard_state == (1, "n1"), "asked again until confirmed"
+    n0.saved(again.hard_state)
+    n0.step(core.Heartbeat(1, "n1", "n0", -1))
+    assert n0.ready().hard_state is None
