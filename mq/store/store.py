@@ -15,14 +15,16 @@ Two ways to hold a store:
   * attachers (`MessageStore.attach`, io workers and role processes of the same
     broker) map the same files and the same control block.
 
-Recovery decision table (RocketMQ's, plus one shortcut):
-  | abort file | checkpoint clean mark | what happens                                        |
-  | absent     | valid for end E       | trust E; nothing is rescanned or re-dispatched     |
-  | absent     | missing               | normal: validate from the 3rd-last file, truncate   |
-  | present    | (ignored)             | abnormal: validate from the checkpoint's file,      |
-  |            |                       | truncate at the first bad record, re-dispatch       |
-In every case ConsumeQueue entries that point past the recovered end are cut,
-and queues are rebuilt from the CommitLog where their files lag or are gone."""
+Recovery decision table (RocketMQ's; every start validates, a clean one too):
+  | abort file | what happens                                                            |
+  | absent     | "clean" (the checkpoint's clean mark) or "normal": validate the last    |
+  |            | three files that hold records, truncate at the first bad record         |
+  | present    | "abnormal": validate from the checkpoint's file, truncate at the first  |
+  |            | bad record, re-dispatch from there                                      |
+Files cut short are extended first (the records before the cut are kept).  In every
+case ConsumeQueue entries that point past the recovered end are cut, every queue is
+checked against the CommitLog and config/consumequeues.json, and a queue that fails
+(files gone, cut or wrong) is rebuilt from the whole CommitLog."""
 from __future__ import annotations
 
 import enum
