@@ -38,6 +38,7 @@ from time import perf_counter_ns
 from dataclasses import dataclass, field
 
 from mq.wire import commitlog as wcl
+from mq.wire.dledger import INDEX_UNIT_SIZE
 from mq.wire.errors import WireError
 
 from . import control as C
@@ -427,6 +428,12 @@ class MessageStore:
         checkpoint's committedIndex, or what dispatch had reached (it never passes a commit),
         whichever is further, but never past the recovered end (an unflushed tail may be gone)."""
         from .dledgerfiles import load_checkpoint
+        if start > min_pos and end > min_pos:
+            # the units below `start` are trusted as they are: unless a file of them is gone or cut
+            why = self._dledger_index_damage(self.cl.dledger_entry_at(min_pos)[0], self.cl.dledger_entry_at(start)[0])
+            if why is not None:
+                log.warning("repaired: the DLedger index %s: rewritten from the first data file", why)
+                start = min_pos
         next_index, end_term = self.cl.dledger_recover_index(start, end)
         begin = self.cl.dledger_entry_at(min_pos)[0] if end > min_pos else next_index
         self._set_dledger_positions(next_index, end_term, begin, 0)
@@ -440,6 +447,23 @@ class MessageStore:
             self.cl.dledger_set_commit(commit_next)
         log.info("DLedger log recovered: entries %d..%d (last term %d), committed up to %d",
                  begin, next_index - 1, end_term, commit_next - 1)
+
+    def _dledger_index_damage(self, first: int, upto: int) -> str | None:
+        """Why the DLedger index files holding the units of entries [first, upto) cannot be
+        trusted (one missing or of the wrong size; a cut one is removed here, for the rewrite to
+        make again), or None."""
+        ifs = self.config.mappedFileSizeForEntryIndex
+        unit = INDEX_UNIT_SIZE
+        for at in range(first * unit - first * unit % ifs, upto * unit, ifs):
+            path = os.path.join(self.config.dledger_index_dir, "%020d" % at)
+            try:
+                size = os.path.getsize(path)
+            except FileNotFoundError:
+                return f"file {os.path.basename(path)} is missing"
+            if size != ifs:
+                os.unlink(path)           # not mapped yet: recovery reads no unit before this
+                return f"file {os.path.basename(path)} has {size} bytes, not {ifs}"
+        return None
 
     def _recover_queues(self, end: int, min_pos: int, rep: RecoveryReport) -> tuple[int, list]:
         """Loads every ConsumeQueue's bounds into the control block, cutting entries that

@@ -437,3 +437,35 @@ def test_retention_in_dledger_mode_moves_the_first_index(tmp_path):
         assert store.get_messages("R", 0, store.min_offset("R", 0), 1)
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("damage", ["cut", "missing"])
+def test_a_damaged_older_index_file_is_rewritten_at_start(tmp_path, damage):
+    """An index file below the files recovery validates, cut short or deleted while the store was
+    stopped: entry lookups there (what a leader reads to catch a follower up) failed for good;
+    now recovery notices the file and rewrites the units from the first data file."""
+    from mq.store import MessageStore, StoreConfig
+    cfg = StoreConfig(storePathRootDir=str(tmp_path / "s"), mappedFileSizeCommitLog=FS, enableDLegerCommitLog=True,
+                      dLegerPeers="n0-127.0.0.1:1;n1-127.0.0.1:2;n2-127.0.0.1:3", dLegerSelfId="n0",
+                      mappedFileSizeForEntryIndex=4096)
+    store = MessageStore.open(cfg)
+    store.cl.dledger_set_append_term(1)
+    for _ in range(1500):
+        store.cl.append("R", 0, b"r" * 400)
+    store.cl.dledger_set_commit(store.ctl.get(C.POS_DL_NEXT_INDEX))
+    store.cl.flush(0)
+    assert store.wait_dispatched(10)
+    want = [store.cl.dledger_entry(i) for i in (0, 5, 100)]
+    store.close()
+    first = os.path.join(cfg.dledger_index_dir, "%020d" % 0)
+    if damage == "cut":
+        with open(first, "r+b") as f:
+            f.truncate(100)
+    else:
+        os.unlink(first)
+    store = MessageStore.open(cfg)
+    try:
+        assert [store.cl.dledger_entry(i) for i in (0, 5, 100)] == want
+        assert os.path.getsize(first) == 4096
+    finally:
+        store.close()
