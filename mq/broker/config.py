@@ -93,8 +93,8 @@ BROKER_OPTIONS: list[Option] = [
 
 ALL_OPTIONS = {o.name: o for o in STORE_OPTIONS + BROKER_OPTIONS}
 # keys RocketMQ knows that we accept and ignore (they change nothing here)
-IGNORED_KEYS = {"messageIndexEnable", "messageIndexSafe", "transientStorePoolEnable", "transferMsgByHeap",
-                "cleanFileForciblyEnable", "offsetCheckInSlave", "serverWorkerThreads", "serverSelectorThreads",
+IGNORED_KEYS = {"messageIndexSafe", "transientStorePoolEnable", "transferMsgByHeap",
+                "offsetCheckInSlave", "serverWorkerThreads", "serverSelectorThreads",
                 "forceRegister", "compressedRegister", "haListenPort",
                 "brokerFastFailureEnable", "waitTimeMillsInSendQueue", "useReentrantLockWhenPutMessage"}
 

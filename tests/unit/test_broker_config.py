@@ -63,3 +63,10 @@ def test_mqbroker_p_prints_every_option_and_refuses_bad_files(tmp_path):
     conf.write_text("flushDiskType=NEVER\n")
     bad = subprocess.run([exe, "-c", str(conf), "-p"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "flushDiskType" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_no_ignored_key_is_a_real_option():
+    """A key both in the options table and among the accepted-but-ignored keys would be
+    documented as doing nothing while it does something (messageIndexEnable, cleanFileForciblyEnable were)."""
+    from mq.broker.config import IGNORED_KEYS
+    assert not IGNORED_KEYS & set(ALL_OPTIONS)
