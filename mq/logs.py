@@ -81,3 +81,24 @@ def flush_logs() -> None:
         if queue is not None and hasattr(queue, "join_thread"):
             queue.close()
             queue.join_thread()
+
+
+class Episode:
+    """A failure that repeats every few seconds while its cause lasts (a full disk, a peer that is
+    down) is logged once when it starts and once when it ends, not at every retry: `failed(err)`
+    at each failure, `ok()` at each success.  Not thread-safe: one per loop that retries."""
+
+    def __init__(self, logger: logging.Logger, what: str):
+        self.log = logger
+        self.what = what
+        self.failures = 0           # in the episode under way (0: none)
+
+    def failed(self, err) -> None:
+        if not self.failures:
+            self.log.error("%s failed: %s (logged once until it works again)", self.what, err)
+        self.failures += 1
+
+    def ok(self) -> None:
+        if self.failures:
+            self.log.warning("%s works again (after %d failure(s))", self.what, self.failures)
+            self.failures = 0

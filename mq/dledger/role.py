@@ -38,6 +38,7 @@ A clean stop of a ready leader first hands leadership to the most caught-up foll
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import logging
@@ -47,6 +48,7 @@ import threading
 import time
 
 from mq import loop as mq_loop
+from mq.logs import Episode
 from mq.store import control as C
 from mq.store.config import StoreConfig
 from mq.store.dledgerfiles import load_hard_state, save_checkpoint, save_hard_state
@@ -107,6 +109,8 @@ class DLedgerRole:
         self.peers = cfg.dledger_peers
         self.dir = cfg.dledger_dir
         self.sync_durable = cfg.flushDiskType == "SYNC_FLUSH"
+        self._status_episode = Episode(log, "writing the DLedger status file")
+        self._checkpoint_episode = Episode(log, "writing the DLedger checkpoint")
         self.log = DLedgerLog(self.cl, self.sync_durable)
         term, vote = load_hard_state(self.dir)
         commit = self.ctl.get(C.POS_DL_COMMIT_INDEX) - 1
@@ -509,18 +513,27 @@ class DLedgerRole:
         try:
             path = os.path.join(self.cfg.storePathRootDir, STATUS_FILE)
             tmp = path + ".tmp"
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(self.status(), f)
-            os.replace(tmp, path)
+            try:
+                with open(tmp, "w", encoding="utf-8") as f:
+                    json.dump(self.status(), f)
+                os.replace(tmp, path)
+            except OSError:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)              # a full disk leaves no half-written tmp file behind
+                raise
         except OSError as e:
-            log.error("DLedger status file: %s", e)
+            self._status_episode.failed(e)
+        else:
+            self._status_episode.ok()
 
     def _write_checkpoint(self) -> None:
         self._last_checkpoint = time.monotonic()
         try:
             save_checkpoint(self.dir, self.log.last_index(), self.node.commit)
         except OSError as e:
-            log.error("DLedger checkpoint: %s", e)
+            self._checkpoint_episode.failed(e)
+        else:
+            self._checkpoint_episode.ok()
 
 
 def dledger_role_main(store_config_values: dict, store_host: str, store_port: int, stop) -> None:

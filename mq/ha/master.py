@@ -54,6 +54,7 @@ import socket
 import threading
 import time
 
+from mq.logs import Episode
 from mq.store import control as C
 from mq.store.commitlog import CommitLog
 from mq.store.configfile import write_atomic
@@ -318,6 +319,7 @@ class HAMaster:
         self._threads: list[threading.Thread] = []
         self.connections_total = 0
         self.violations = 0
+        self._status_episode = Episode(log, "writing the HA status file")
         self._take_back_lock = threading.Lock()   # one give-back at a time
         self.taken_back: list[tuple[int, int]] = []   # (from, to) per completed take-back
         self.gated_at_start = ctl.get(C.POS_HA_TAKE_BACK_UNTIL) != 0
@@ -507,7 +509,9 @@ class HAMaster:
             try:
                 write_atomic(self.status_path, json.dumps(doc))
             except OSError as e:
-                log.error("writing %s failed: %s", self.status_path, e)
+                self._status_episode.failed(e)
+            else:
+                self._status_episode.ok()
 
     def _status_loop(self) -> None:
         while not self._stopping:
