@@ -50,8 +50,9 @@ def link_address(store_root: str) -> str:
 
 
 class RemoteMeta:
-    """The worker's face of the supervisor's Metadata: the same awaitable
-    methods as LocalMeta, over the link."""
+    """The worker's face of the supervisor's Metadata (mq.broker.metadata): its reads and
+    changes as awaitable calls over the link, the reads cached until the supervisor pushes a
+    change."""
 
     def __init__(self, address: str, worker_id: int, on_notify, on_role=None, on_other=None):
         self.address = address
@@ -61,7 +62,9 @@ class RemoteMeta:
         self.client.push_handlers[LINK_PUSH] = self._on_push
         self.on_notify = on_notify
         self.on_role = on_role
-        self._topics: dict[str, dict] = {}
+        # topic configs this worker has read (dropped when the supervisor says topics changed):
+        # the fast paths of send and pull look here without a call; read-only outside this class
+        self.cached_topics: dict[str, dict] = {}
         self._groups: dict[str, dict] = {}
         self._subs: dict[tuple[str, str], tuple[float, dict | None]] = {}
         self._tasks: set = set()
@@ -82,7 +85,7 @@ class RemoteMeta:
         if kind == "notify":
             self.on_notify(msg["group"], msg["conns"])
         elif kind == "topics":
-            self._topics.clear()
+            self.cached_topics.clear()
         elif kind == "groups":
             self._groups.clear()
         elif kind == "role" and self.on_role is not None:
@@ -95,11 +98,11 @@ class RemoteMeta:
 
     # ---- cached reads ----------------------------------------------------------------------
     async def topic(self, name: str):
-        tc = self._topics.get(name)
+        tc = self.cached_topics.get(name)
         if tc is None:
             tc = await self._call("topic", name)
             if tc is not None:
-                self._topics[name] = tc
+                self.cached_topics[name] = tc
         return tc
 
     async def group(self, name: str, create: bool = True):

@@ -191,7 +191,7 @@ class PullProcessor:
             return self.process(conn, cmd)
         cfg = self.config
         g = meta._groups.get(group)
-        tc = meta._topics.get(topic)
+        tc = meta.cached_topics.get(topic)
         if (g is None or tc is None or not cfg.brokerPermission & PERM_READ or not g.get("consumeEnable", True)
                 or not tc["perm"] & PERM_READ or qid < 0 or qid >= tc["readQueueNums"]):
             return self.process(conn, cmd)

@@ -16,6 +16,7 @@ import logging
 import random
 import re
 import struct
+import types
 import zlib
 from time import perf_counter_ns
 
@@ -47,20 +48,22 @@ SYSFLAG_COMPRESSION_TYPE = 0x700
 V2_NAMES = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums",
             "e": "queueId", "f": "sysFlag", "g": "bornTimestamp", "h": "flag", "i": "properties",
             "j": "reconsumeTimes", "k": "unitMode", "l": "maxReconsumeTimes", "m": "batch", "n": "brokerName"}
-STATUS_CODES = {
-    PutStatus.PUT_OK: RC.SUCCESS, PutStatus.FLUSH_DISK_TIMEOUT: RC.FLUSH_DISK_TIMEOUT,
-    PutStatus.FLUSH_SLAVE_TIMEOUT: RC.FLUSH_SLAVE_TIMEOUT, PutStatus.SLAVE_NOT_AVAILABLE: RC.SLAVE_NOT_AVAILABLE,
-    PutStatus.MESSAGE_ILLEGAL: RC.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED: RC.MESSAGE_ILLEGAL,
-    PutStatus.SERVICE_NOT_AVAILABLE: RC.SERVICE_NOT_AVAILABLE,
-    PutStatus.CREATE_MAPPED_FILE_FAILED: RC.SYSTEM_ERROR, PutStatus.UNKNOWN_ERROR: RC.SYSTEM_ERROR,
-    PutStatus.OS_PAGECACHE_BUSY: RC.SYSTEM_ERROR,
+# RocketMQ's SendMessageProcessor, in one table: a store status's response code, its remark
+# (None: the store's reason alone), and whether the message was stored (the answer then carries
+# its msgId, queueId and queueOffset: codes 10/11/12 too)
+SEND_STATUS: dict[PutStatus, tuple[int, str | None, bool]] = {
+    PutStatus.PUT_OK: (RC.SUCCESS, None, True),
+    PutStatus.FLUSH_DISK_TIMEOUT: (RC.FLUSH_DISK_TIMEOUT, None, True),
+    PutStatus.FLUSH_SLAVE_TIMEOUT: (RC.FLUSH_SLAVE_TIMEOUT, None, True),
+    PutStatus.SLAVE_NOT_AVAILABLE: (RC.SLAVE_NOT_AVAILABLE, None, True),
+    PutStatus.MESSAGE_ILLEGAL: (RC.MESSAGE_ILLEGAL, None, False),
+    PutStatus.PROPERTIES_SIZE_EXCEEDED: (RC.MESSAGE_ILLEGAL, None, False),
+    PutStatus.SERVICE_NOT_AVAILABLE: (RC.SERVICE_NOT_AVAILABLE, None, False),
+    PutStatus.CREATE_MAPPED_FILE_FAILED: (RC.SYSTEM_ERROR, None, False),
+    PutStatus.UNKNOWN_ERROR: (RC.SYSTEM_ERROR, "UNKNOWN_ERROR", False),        # DLedger: the term changed
+    PutStatus.OS_PAGECACHE_BUSY: (RC.SYSTEM_ERROR, "[PC_SYNCHRONIZED]broker busy, start flow control for a while",
+                                  False),                                   # DLedger: no quorum in time
 }
-# RocketMQ's remarks for the statuses a DLedger commit wait can end in (SendMessageProcessor)
-STATUS_REMARKS = {
-    PutStatus.OS_PAGECACHE_BUSY: "[PC_SYNCHRONIZED]broker busy, start flow control for a while",
-    PutStatus.UNKNOWN_ERROR: "UNKNOWN_ERROR",
-}
-STORED_CODES = (RC.SUCCESS, RC.FLUSH_DISK_TIMEOUT, RC.FLUSH_SLAVE_TIMEOUT, RC.SLAVE_NOT_AVAILABLE)
 SEND_MESSAGE, SEND_MESSAGE_V2 = 10, 310
 GOOD_TOPICS_MAX = 10_000
 _FRAME_HEAD = struct.Struct(">II").pack
@@ -76,11 +79,13 @@ def _bin_entry(key: bytes, value: bytes) -> bytes:
 _K_MSGID, _K_QUEUE_ID, _K_QUEUE_OFFSET = (struct.pack(">h", len(k)) + k for k in (b"msgId", b"queueId", b"queueOffset"))
 
 
-def _remark(result) -> str | None:
-    remark = STATUS_REMARKS.get(result.status)
+def send_status(result: PutResult) -> tuple[int, str | None, bool]:
+    """(response code, remark, stored) of a store outcome (SEND_STATUS; the remark with the
+    store's reason)."""
+    code, remark, stored = SEND_STATUS[result.status]
     if remark is not None:
-        return f"{remark}: {result.reason}" if result.reason else remark
-    return result.reason or None
+        return code, (f"{remark}: {result.reason}" if result.reason else remark), stored
+    return code, result.reason or None, stored
 
 
 def header_fields(cmd) -> dict[str, str]:
@@ -215,9 +220,11 @@ class SendProcessor:
             raise BadRequest(RC.NO_PERMISSION, f"the topic[{tc['topicName']}] sending message is forbidden")
         return qid
 
-    def _response(self, cmd, code: int, res=None, queue_id: int = 0, remark: str | None = None, batch=False):
+    def _response(self, cmd, result: PutResult, queue_id: int = 0, batch=False):
+        code, remark, stored = send_status(result)
+        res = result.result
         ext = None
-        if res is not None and code in STORED_CODES:
+        if res is not None and stored:
             msg_id = ",".join(res.msg_ids()) if batch else res.msg_id()
             ext = {"msgId": msg_id, "queueId": queue_id, "queueOffset": res.queue_offset(0),
                    "MSG_REGION": self.config.regionId, "TRACE_ON": self.config.traceOn}
@@ -246,7 +253,7 @@ class SendProcessor:
             flag_s, reconsume_s = ext.get("flag"), ext.get("reconsumeTimes")
         if not topic or (batch and batch.strip().lower() in ("true", "1")) or topic.startswith(RETRY_PREFIX):
             return self.process(conn, cmd)
-        tc = self.meta._topics.get(topic)
+        tc = self.meta.cached_topics.get(topic)
         if tc is None or not cmd.body:
             return self.process(conn, cmd)
         props = props or ""
@@ -300,7 +307,7 @@ class SendProcessor:
         return DEFERRED
 
     def respond_stored(self, conn, cmd, code: int, msg_id: bytes, qid: int, queue_offset: int, remark, times):
-        """The response to a stored single send (code in STORED_CODES), from a template when the
+        """The response to a stored single send (a `stored` status of SEND_STATUS), from a template when the
         request came in a JSON header: the same bytes make_response + encode_frame would give."""
         if remark is None:
             frame = None
@@ -402,12 +409,11 @@ class SendProcessor:
             return make_response(cmd, e.code, e.remark)
         except (ValueError, KeyError) as e:
             return make_response(cmd, RC.INVALID_PARAMETER, f"bad send header: {e}")
-        code = STATUS_CODES[result.status]
-        if code not in STORED_CODES:
+        if not SEND_STATUS[result.status][2]:
             log.info("send refused (%s): header=%s body=%d bytes", result.reason, h, len(cmd.body))
         elif self.stats is not None:
             self.stats.put(topic, 1, len(cmd.body))
-        return self._response(cmd, code, result.result, qid, _remark(result))
+        return self._response(cmd, result, qid)
 
     async def _send_batch(self, cmd, topic, qid, props, sys_flag, born_ts, born_host, born_port):
         if props.get("DELAY") or (sys_flag & 0xC):
@@ -425,13 +431,12 @@ class SendProcessor:
         result = await self.broker.put_batch(topic, qid, body, extra_props=encode_properties(props),
                                              sys_flag=sys_flag, born_ts_ms=born_ts, born_host=born_host,
                                              born_port=born_port)
-        code = STATUS_CODES[result.status]
-        if code not in STORED_CODES:
+        if not SEND_STATUS[result.status][2]:
             log.info("batch send refused (%s): sysFlag=%d body=%d bytes, head %s", result.reason, sys_flag,
                      len(cmd.body), cmd.body[:32].hex())
         elif self.stats is not None and result.result is not None:
             self.stats.put(topic, result.result.count, len(body))
-        return self._response(cmd, code, result.result, qid, _remark(result), batch=True)
+        return self._response(cmd, result, qid, batch=True)
 
     def _inflate_batch(self, body: bytes) -> bytes:
         limit = self.store.config.maxMessageSize
@@ -613,7 +618,7 @@ class SendGroup:
                 self._respond_result(conn, cmd, qid, result, times)
                 if stats is not None:
                     refused += 1
-                    stats.sent(STATUS_CODES[result.status], latency_ns)
+                    stats.sent(SEND_STATUS[result.status][0], latency_ns)
                 continue
             if stats is not None:
                 row = put_rows.get(topic) or stats.put_row(topic)
@@ -639,37 +644,20 @@ class SendGroup:
         """One wait for the whole group (its last end), then every send's answer.  t_first_ns:
         when the group's first send came (metrics)."""
         broker = self.broker
-        last = waiting[-1][1]
-        end = max(r.end_offset for _, r in waiting)
-        traced = broker.tracer is not None
-        t_flushed = t_acked = 0
+        last = waiting[-1][1]                 # appended last: its end covers every earlier one
+        span = types.SimpleNamespace(flushed_ns=0, acked_ns=0) if broker.tracer is not None else None
         try:
-            if broker.commit_waiter is not None:
-                # DLedger: the last entry committed in its term covers every earlier one
-                outcome = await broker._committed(PutResult(PutStatus.PUT_OK, last))
-                t_acked = perf_counter_ns() if traced else 0
-                statuses = [outcome if outcome.result is None else PutResult(PutStatus.PUT_OK, r)
-                            for _, r in waiting]
-            else:
-                status, reason = PutStatus.PUT_OK, ""
-                store = broker.store
-                if store.config.flushDiskType == "SYNC_FLUSH":
-                    if not await store.flush_waiter.wait_async(end, store.config.syncFlushTimeout / 1000):
-                        status, reason = PutStatus.FLUSH_DISK_TIMEOUT, store.ctl.fatal() or "flush timed out"
-                    t_flushed = perf_counter_ns() if traced else 0
-                if broker.config.brokerRole == "SYNC_MASTER":
-                    probe = await broker._replicated(PutResult(status, last, reason), True)
-                    t_acked = perf_counter_ns() if traced else 0
-                    if probe.status in (PutStatus.SLAVE_NOT_AVAILABLE, PutStatus.FLUSH_SLAVE_TIMEOUT):
-                        status, reason = probe.status, probe.reason
-                statuses = [PutResult(status, r, reason) for _, r in waiting]
+            outcome = await broker.settle(await broker.store.durable(last, True), True, span)
+            statuses = [outcome if outcome.result is None else PutResult(outcome.status, r, outcome.reason)
+                        for _, r in waiting]
         except Exception as e:                # never leave a client waiting
             log.exception("group wait failed")
             statuses = [PutResult(PutStatus.UNKNOWN_ERROR, None, f"{type(e).__name__}: {e}") for _ in waiting]
+        t_flushed, t_acked = (span.flushed_ns, span.acked_ns) if span is not None else (0, 0)
         if self.stats is not None:
             latency_ns = perf_counter_ns() - t_first_ns
             for result in statuses:
-                self.stats.sent(STATUS_CODES[result.status], latency_ns)
+                self.stats.sent(SEND_STATUS[result.status][0], latency_ns)
         for (entry, _), result in zip(waiting, statuses):
             times = entry[12]
             if times is not None:
@@ -688,14 +676,14 @@ class SendGroup:
         _flush_all(entry for entry, _ in waiting)
 
     def _respond_result(self, conn, cmd, qid: int, result: PutResult, times) -> None:
-        code = STATUS_CODES[result.status]
-        if code in STORED_CODES and result.result is not None:
+        code, remark, stored = send_status(result)
+        if stored and result.result is not None:
             res = result.result
-            self.sender.respond_stored(conn, cmd, code, res.msg_id().encode(), qid, res.queue_offset(0),
-                                       _remark(result), times)
+            self.sender.respond_stored(conn, cmd, code, res.msg_id().encode(), qid, res.queue_offset(0), remark,
+                                       times)
             return
         log.info("send refused (%s): code=%d body=%d bytes", result.reason, cmd.code, len(cmd.body))
-        conn.respond(cmd, make_response(cmd, code, _remark(result)), times)
+        conn.respond(cmd, make_response(cmd, code, remark), times)
 
     async def drain(self, timeout_s: float = 3.0) -> None:
         """Appends what is pending and waits for the group waits (stopping)."""

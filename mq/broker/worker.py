@@ -160,12 +160,12 @@ class IoWorker:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, None, service_not_available_remark(disk_full))
         times = CURRENT.get() if self.tracer is not None else None
         r = await self.store.put_async(topic, queue_id, body, properties, wait=wait, trace=times, **kw)
-        return await self._replicated(r, wait, times)
+        return await self.settle(r, wait, times)
 
     async def put_batch(self, topic, queue_id, batch_body, **kw):
         times = CURRENT.get() if self.tracer is not None else None
         r = await self.store.put_batch_async(topic, queue_id, batch_body, trace=times, **kw)
-        return await self._replicated(r, True, times)
+        return await self.settle(r, True, times)
 
     def writable(self) -> bool:
         """May this broker accept writes now?  DLedger mode: only a ready leader (the C append
@@ -184,7 +184,7 @@ class IoWorker:
             raise BadRequest(RC.SERVICE_NOT_AVAILABLE, service_not_available_remark(disk_full))
         return ok
 
-    async def _committed(self, r, times=None):
+    async def committed(self, r, times=None):
         """DLedger mode: SEND_OK only once the group committed the entries, in the term they
         were appended in.  No quorum within maxWaitAckTimeMs -> SYSTEM_ERROR
         '[PC_SYNCHRONIZED]broker busy' (OS_PAGECACHE_BUSY, as RocketMQ maps
@@ -201,18 +201,21 @@ class IoWorker:
             return PutResult(PutStatus.OS_PAGECACHE_BUSY, None, "wait quorum ack timeout")
         return PutResult(PutStatus.UNKNOWN_ERROR, None, "the leader's term changed before the commit")
 
-    async def _replicated(self, r, wait: bool, times=None):
-        """SYNC_MASTER: SEND_OK only once a slave acknowledged the message's end
-        offset.  No slave, or one more than haSlaveFallbehindMax behind ->
-        SLAVE_NOT_AVAILABLE at once; no ack within slaveTimeout ->
-        FLUSH_SLAVE_TIMEOUT.  The message is stored either way.  A flush failure
-        and a replication failure together report the replication status.
-        Tracing: `times` (the request's RequestTimes, or None) gets the end of the
-        store call (= of any flush wait) and, when there was one, of the ack wait."""
+    async def settle(self, r, wait: bool, times=None):
+        """The outcome of a stored append, after the store's part (MessageStore.durable gave `r`):
+        the one place where a send learns whether it may be answered SEND_OK (the full path's
+        put_message and put_batch, and the fast path's send groups, all settle here).
+        DLedger: committed().  SYNC_MASTER (and `wait`): SEND_OK only once a slave acknowledged
+        the message's end offset.  No slave, or one more than haSlaveFallbehindMax behind ->
+        SLAVE_NOT_AVAILABLE at once; no ack within slaveTimeout -> FLUSH_SLAVE_TIMEOUT.  The
+        message is stored either way.  A flush failure and a replication failure together
+        report the replication status.  Tracing: `times` (a RequestTimes, or anything with
+        flushed_ns and acked_ns; None) gets the end of the store's part and, when there was
+        one, of the ack or commit wait."""
         if times is not None:
             times.flushed_ns = perf_counter_ns()
         if self.commit_waiter is not None and r.result is not None:
-            return await self._committed(r, times)       # WAIT=false too: SEND_OK means committed
+            return await self.committed(r, times)       # WAIT=false too: SEND_OK means committed
         if self.config.brokerRole != "SYNC_MASTER" or not wait or r.result is None:
             return r
         end = r.result.end_offset

@@ -592,10 +592,20 @@ class MessageStore:
             return put_error(e)
         return self._after_put(res, True)
 
+    def _waits_for_flush(self, wait: bool) -> bool:
+        """Does an append's outcome wait for its flush?  Under SYNC_FLUSH, unless the message said
+        WAIT=false; never in DLedger mode, where the commit decides (under SYNC_FLUSH a member
+        counts itself only up to its flushed entries)."""
+        return wait and self.config.flushDiskType == "SYNC_FLUSH" and not self.dledger
+
+    def _flush_timed_out(self, res: AppendResult) -> PutResult:
+        return PutResult(PutStatus.FLUSH_DISK_TIMEOUT, res, self.ctl.fatal() or "flush timed out")
+
     def _after_put(self, res: AppendResult, wait: bool) -> PutResult:
-        if self.config.flushDiskType == "SYNC_FLUSH" and wait:
-            if not self.flush_waiter.wait(res.end_offset, self.config.syncFlushTimeout / 1000):
-                return PutResult(PutStatus.FLUSH_DISK_TIMEOUT, res, self.ctl.fatal() or "flush timed out")
+        """durable(), blocking (put and put_batch: tests and tools)."""
+        if self._waits_for_flush(wait) and not self.flush_waiter.wait(res.end_offset,
+                                                                       self.config.syncFlushTimeout / 1000):
+            return self._flush_timed_out(res)
         return PutResult(PutStatus.PUT_OK, res)
 
     async def put_async(self, topic: str, queue_id: int, body: bytes, properties: bytes = b"", *,
@@ -614,7 +624,7 @@ class MessageStore:
         if trace is not None:
             trace.appended_ns = perf_counter_ns()
             trace.msgs = 1
-        return await self._after_put_async(res, self._wait_kind(properties) if wait is None else wait)
+        return await self.durable(res, self._wait_kind(properties) if wait is None else wait)
 
     async def put_batch_async(self, topic: str, queue_id: int, batch_body: bytes, *, trace=None,
                               **kw) -> PutResult:
@@ -628,13 +638,16 @@ class MessageStore:
         if trace is not None:
             trace.appended_ns = perf_counter_ns()
             trace.msgs = res.count
-        return await self._after_put_async(res, True)
+        return await self.durable(res, True)
 
-    async def _after_put_async(self, res: AppendResult, wait: bool) -> PutResult:
-        if self.config.flushDiskType == "SYNC_FLUSH" and wait:
-            ok = await self.flush_waiter.wait_async(res.end_offset, self.config.syncFlushTimeout / 1000)
-            if not ok:
-                return PutResult(PutStatus.FLUSH_DISK_TIMEOUT, res, self.ctl.fatal() or "flush timed out")
+    async def durable(self, res: AppendResult, wait: bool = True) -> PutResult:
+        """The store's part of an append's outcome (the broker's settle() adds replication or
+        the commit): once the flush passed its end when the outcome waits for it
+        (_waits_for_flush), FLUSH_DISK_TIMEOUT after syncFlushTimeout (with the sticky error as
+        the reason when there is one); PUT_OK at once otherwise.  Without blocking the loop."""
+        if self._waits_for_flush(wait) and not await self.flush_waiter.wait_async(
+                res.end_offset, self.config.syncFlushTimeout / 1000):
+            return self._flush_timed_out(res)
         return PutResult(PutStatus.PUT_OK, res)
 
     # ---- get -----------------------------------------------------------------------------------
