@@ -91,17 +91,18 @@ class Supervisor:
                      len(swept), " ".join(swept))
         self.store = MessageStore.open(scfg, cfg.brokerIP1, cfg.listenPort, start_roles=False, prepare_files=False)
         rep = self.store.recovery
-        crash_tail = cfg.brokerRole == "SYNC_MASTER" and scfg.flushDiskType == "ASYNC_FLUSH" and rep.mode == "abnormal"
-        # (SYNC_MASTER only: it promises a slave holds what it acknowledged; an ASYNC_MASTER is
-        # also what a lone broker runs as, and would wait for a slave it does not have)
-        damaged_tail = cfg.brokerRole == "SYNC_MASTER" and rep.dropped_bytes > 0
-        if not self.dledger and cfg.haTakeBackWaitMs and (crash_tail or damaged_tail):
-            # the crash, or a damaged record that recovery truncated at, may have cost us a tail a
-            # slave holds intact: writes wait until a slave gives it back or the window ends
-            # (mq.ha.master, "take-back")
+        # A SYNC_MASTER promises that a slave holds what it acknowledged.  After a crash (an
+        # unflushed tail lost with ASYNC_FLUSH; with SYNC_FLUSH too, a tail the disk lost or a
+        # record torn where no checksum looks: the v1 record's covers its body only), or after a
+        # damaged record recovery truncated at, a slave may hold a tail we lack: writes wait until
+        # a slave gives it back or says it holds nothing more, or the window ends (mq.ha.master,
+        # "take-back").  An ASYNC_MASTER does not: it is also what a lone broker runs as, and would
+        # wait for a slave it does not have.
+        if (not self.dledger and cfg.haTakeBackWaitMs and cfg.brokerRole == "SYNC_MASTER"
+                and (rep.mode == "abnormal" or rep.dropped_bytes > 0)):
             self.store.ctl.set(C.POS_HA_TAKE_BACK_UNTIL, monotonic_ms() + cfg.haTakeBackWaitMs)
             why = (f"recovery truncated a damaged tail ({rep.dropped_bytes} bytes at {rep.end_offset})"
-                   if damaged_tail else "restarted after a crash as SYNC_MASTER with ASYNC_FLUSH")
+                   if rep.dropped_bytes else "restarted after a crash as SYNC_MASTER")
             log.warning("%s: writes wait up to %d ms for a slave to give back what it holds beyond our end (%d)",
                         why, cfg.haTakeBackWaitMs, self.store.ctl.get(C.POS_WRITE))
         if self.dledger:

@@ -28,16 +28,18 @@ frame (a periodic report of a diverged slave) is ignored.  A connection that
 sends nothing for housekeeping_interval_ms is closed; a slave that stops
 reading makes the writer's send fail after the same interval (SO_SNDTIMEO).
 
-Take-back (ours; mq.wire.ha has the frames).  A SYNC_MASTER with ASYNC_FLUSH acknowledges a
-send once its slave has the bytes, flushed or not; if the master then loses power, it restarts
-without a tail its slave holds and its clients were told is safe.  So after such a restart the
-supervisor refuses writes for a while (POS_HA_TAKE_BACK_UNTIL, haTakeBackWaitMs) and when a
+Take-back (ours; mq.wire.ha has the frames).  A SYNC_MASTER acknowledges a send once its slave
+has the bytes, with ASYNC_FLUSH flushed or not; if the master then loses power, or its disk loses
+or damages a tail (recovery cuts at the first damaged record, and a record torn where no checksum
+looks passes as whole), it restarts without a tail its slave holds and its clients were told is
+safe.  So after a crash or a cut damaged tail the supervisor refuses writes for a while
+(POS_HA_TAKE_BACK_UNTIL, haTakeBackWaitMs) and when a
 slave's first report is beyond our end in that window, the reader thread asks for the surplus
 instead of telling the slave to truncate: it receives the slave's frames into the CommitLog with
 the slave's own C receive path (every record validated before it is published), waits until the
 dispatch role has them in the ConsumeQueues, resets the queues' next offsets from there and opens
 writes; only then does the writer start streaming, from the slave's end.  A first report at or
-below our end opens writes at once (a kill -9 loses nothing written: only the power can).  A slave that reports
+below our end opens writes at once (a kill -9 loses nothing written: only the power or the disk can).  A slave that reports
 beyond our end after the window is truncated as before (logged as possible loss).
 
 Status for other processes (io workers decide SLAVE_NOT_AVAILABLE from it):

@@ -16,7 +16,7 @@ CELLS = [("sync", "kill", 8.0), ("async", "pause", 6.0), ("dledger", "kill", 10.
          ("async_master", "namesrv", 6.0), ("sync_master_sync_flush", "kill", 8.0),
          # byte-level: damage at rest found at the restart (a lone broker truncates; a SYNC_MASTER
          # takes its tail back from the slave), a cut file, a lost ConsumeQueue, hostile requests
-         ("async", "corrupt", 8.0), ("sync_master", "truncate", 8.0), ("dledger", "cqloss", 8.0),
+         ("async", "corrupt", 8.0), ("sync_master_sync_flush", "truncate", 8.0), ("dledger", "cqloss", 8.0),
          ("sync", "hostile", 6.0)]
 
 
