@@ -21,7 +21,7 @@ setup(
     # every config file at any depth: a new layout directory needs no change here
     package_data={"mq.conf": ["*.conf", "*.properties", "*.yml", "**/*.conf", "**/*.properties", "systemd/*.service",
                               "grafana/*.json"],
-                  "mq.perf": ["mqload.c"], "mq.chaos": ["clockshift.c", "slowsync.c"]},
+                  "mq.perf": ["mqload.c"], "mq.chaos": ["clockshift.c", "slowsync.c", "shimfile.h"]},
     cffi_modules=["csrc/build_ffi.py:ffibuilder"],
     zip_safe=False,
 )

@@ -32,7 +32,7 @@ def build_shim(directory: str, name: str = "clockshift") -> str:
         if not os.path.exists(out):
             os.makedirs(directory, exist_ok=True)
             try:
-                subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-Wall", "-o", out + ".tmp",
+                subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-Wall", "-I", HERE, "-o", out + ".tmp",
                                 os.path.join(HERE, f"{name}.c"), "-ldl"],
                                check=True, capture_output=True, text=True, timeout=120)
             except (OSError, subprocess.CalledProcessError) as e:

@@ -5,8 +5,8 @@
  * gettimeofday, time) gets the offset added; CLOCK_MONOTONIC and the others are left alone, so
  * this jumps exactly the clock an NTP step or an operator's `date -s` would.
  *
- * The file is mapped once, at the first reading; a reading costs one atomic load more.  Without
- * the variable, or when the file cannot be mapped, the offset is 0 (the process runs as usual).
+ * The file is mapped once, at the first reading (shimfile.h); a reading costs one atomic load
+ * more.  Without the variable, or when the file cannot be mapped, the offset is 0.
  *
  * Built by mq/chaos/clock.py with the machine's gcc (gcc -shared -fPIC -O2 ... -ldl). */
 #define _GNU_SOURCE
@@ -19,33 +19,20 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "shimfile.h"
+
 typedef int (*clock_gettime_fn)(clockid_t, struct timespec *);
 
 static clock_gettime_fn real_clock_gettime;
-static const int64_t *shift_ms;          /* NULL: not mapped (yet, or at all) */
-static int tried;
+static struct shim_file shift_file = {"MQ_CLOCK_SHIFT_FILE", NULL, 0};
 
 static void init(void) {
     if (!real_clock_gettime)
         real_clock_gettime = (clock_gettime_fn)dlsym(RTLD_NEXT, "clock_gettime");
-    if (__atomic_load_n(&tried, __ATOMIC_ACQUIRE))
-        return;
-    const char *path = getenv("MQ_CLOCK_SHIFT_FILE");
-    if (path) {
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd >= 0) {
-            void *p = mmap(NULL, sizeof(int64_t), PROT_READ, MAP_SHARED, fd, 0);
-            close(fd);
-            if (p != MAP_FAILED)
-                __atomic_store_n(&shift_ms, (const int64_t *)p, __ATOMIC_RELEASE);
-        }
-    }
-    __atomic_store_n(&tried, 1, __ATOMIC_RELEASE);
 }
 
 static int64_t offset_ms(void) {
-    const int64_t *p = __atomic_load_n(&shift_ms, __ATOMIC_ACQUIRE);
-    return p ? __atomic_load_n(p, __ATOMIC_RELAXED) : 0;
+    return shim_file_value(&shift_file);
 }
 
 static void shift(struct timespec *ts) {

@@ -5,8 +5,8 @@
  * Nothing else is slowed: reads, writes and page faults go at the machine's speed, so what it
  * shows is which work of a process waits on its syncs.
  *
- * The file is mapped once, at the first sync; a sync costs one atomic load more.  Without the
- * variable, or when the file cannot be mapped, the delay is 0.
+ * The file is mapped once, at the first sync (shimfile.h); a sync costs one atomic load more.
+ * Without the variable, or when the file cannot be mapped, the delay is 0.
  *
  * Built by mq/chaos/clock.py (build_shim) with the machine's gcc. */
 #define _GNU_SOURCE
@@ -18,29 +18,12 @@
 #include <time.h>
 #include <unistd.h>
 
-static const int64_t *delay_ms;          /* NULL: not mapped (yet, or at all) */
-static int tried;
+#include "shimfile.h"
 
-static void init(void) {
-    if (__atomic_load_n(&tried, __ATOMIC_ACQUIRE))
-        return;
-    const char *path = getenv("MQ_SLOW_SYNC_FILE");
-    if (path) {
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd >= 0) {
-            void *p = mmap(NULL, sizeof(int64_t), PROT_READ, MAP_SHARED, fd, 0);
-            close(fd);
-            if (p != MAP_FAILED)
-                __atomic_store_n(&delay_ms, (const int64_t *)p, __ATOMIC_RELEASE);
-        }
-    }
-    __atomic_store_n(&tried, 1, __ATOMIC_RELEASE);
-}
+static struct shim_file delay_file = {"MQ_SLOW_SYNC_FILE", NULL, 0};
 
 static void stall(void) {
-    init();
-    const int64_t *p = __atomic_load_n(&delay_ms, __ATOMIC_ACQUIRE);
-    int64_t ms = p ? __atomic_load_n(p, __ATOMIC_RELAXED) : 0;
+    int64_t ms = shim_file_value(&delay_file);
     if (ms <= 0)
         return;
     struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
