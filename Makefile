@@ -1,8 +1,10 @@
 # Two commands a new machine needs (Debian, Python 3.11, gcc):
 #   make run    the main job: a local cluster (name server + broker) on loopback, embedded default config
 #   make test   every test, plus the quick performance gates
-# Both create .venv and install the project (building the C core) on first use;
-# `make test` also installs a JRE (for PySpark, used by the trace miner) when java is missing.
+# Both create .venv and install the project (building the C core) on first use: `make run` only
+# what the broker needs (~50 MB), `make test` also the test and perf extras (pytest, pyspark,
+# the official C++ client...: ~600 MB) and a JRE (for PySpark, used by the trace miner) when java
+# is missing.
 # More:
 #   make perf     every performance gate (pytest-benchmark; ratios measured in one run)
 #   make peers    our broker side by side with Redis Streams and NATS JetStream (installs them if missing)
@@ -12,19 +14,31 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
+# One stamp per install, each newer than what it installed from: BASE is `pip install -e .`,
+# EXTRAS is `pip install -e '.[test]'` (which also counts as BASE: it touches both).  A venv made
+# by `make run` gets the extras at the first `make test`; a change to a source below redoes each
+# on its next use.
+BASE   := $(VENV)/.installed-base
+EXTRAS := $(VENV)/.installed-test
+SOURCES := pyproject.toml setup.py csrc/mqstore.c csrc/mqstore.h csrc/build_ffi.py
 
 .PHONY: run test perf peers report chaos java clean
 
-$(STAMP): pyproject.toml setup.py csrc/mqstore.c csrc/mqstore.h csrc/build_ffi.py
+$(BIN)/python:
 	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { \
 	  echo "python3 -m venv failed: installing python3-venv"; \
 	  apt-get update -qq && apt-get install -y -qq python3-venv && $(PYTHON) -m venv $(VENV); }
 	$(BIN)/pip install -q --upgrade pip setuptools wheel
-	$(BIN)/pip install -q -e '.[test]'
+
+$(BASE): $(SOURCES) | $(BIN)/python
+	$(BIN)/pip install -q -e .
 	@touch $@
 
-run: $(STAMP)
+$(EXTRAS): $(SOURCES) | $(BIN)/python
+	$(BIN)/pip install -q -e '.[test]'
+	@touch $(BASE) $@
+
+run: $(BASE)
 	$(BIN)/python -m mq.cli.local
 
 # PySpark needs a Java runtime; Debian's headless JRE when none is on PATH
@@ -33,20 +47,20 @@ java:
 	  echo "java not found: installing default-jre-headless (for PySpark)"; \
 	  apt-get update -qq && apt-get install -y -qq default-jre-headless; }
 
-test: $(STAMP) java
+test: $(EXTRAS) java
 	$(BIN)/pytest -q tests
 	$(BIN)/pytest -q perf -m quick -p no:cacheprovider
 
-perf: $(STAMP) java
+perf: $(EXTRAS) java
 	$(BIN)/pytest -q -s perf
 
-peers: $(STAMP)
+peers: $(EXTRAS)
 	$(BIN)/mqpeers
 
-chaos: $(STAMP)
+chaos: $(BASE)
 	$(BIN)/mqchaos matrix --seconds 10 --out perf/reports/chaos.md
 
-report: $(STAMP) java
+report: $(EXTRAS) java
 	$(BIN)/python -m perf.report perf/reports/latest
 
 clean:
