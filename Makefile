@@ -20,7 +20,8 @@ BIN    := $(VENV)/bin
 # on its next use.
 BASE   := $(VENV)/.installed-base
 EXTRAS := $(VENV)/.installed-test
-SOURCES := pyproject.toml setup.py csrc/mqstore.c csrc/mqstore.h csrc/build_ffi.py
+# every file the build reads, the whole C core included (one .c and .h per subsystem)
+SOURCES := pyproject.toml setup.py MANIFEST.in $(wildcard csrc/*.c csrc/*.h csrc/*.py)
 
 .PHONY: run test perf peers report chaos java clean
 

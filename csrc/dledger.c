@@ -1,0 +1,417 @@
+/*
+ * dledger.c -- DLedger mode: entries and index units, the follower's raw append, truncation,
+ * commit, the append term, index recovery and pushes.  Contract and layouts in dledger.h; the
+ * leader's appends are the CommitLog's (commitlog.c, append_planned), which calls back here for
+ * the index units, as its scan does for the entry check.
+ */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+/* ---- index units, entry check (used by commitlog.c too) ------------------------------------ */
+int dl_write_unit(mq_commitlog *cl, uint64_t index, uint64_t pos, uint32_t size, int64_t term) {
+    const uint64_t at = index * MQ_DL_INDEX_UNIT, ifs = cl->index.file_size;
+    uint8_t *base;
+    int rc = tseg_get(cl, &cl->index, at / ifs, 1, &base);
+    if (rc) return rc;
+    uint8_t *u = base + at % ifs;
+    be32w(u, MQ_DL_MAGIC);
+    be64w(u + 4, pos);
+    be32w(u + 12, size);
+    be64w(u + 16, index);
+    be64w(u + 24, (uint64_t)term);
+    return MQ_OK;
+}
+
+int dl_entry_check(const uint8_t *p, uint64_t pos, uint64_t room, uint64_t avail, int check_crc,
+                   mq_scan_rec *rec, int *stop) {
+    uint32_t magic = be32r(p), size = be32r(p + 4);
+    if (magic != MQ_DL_MAGIC) { *stop = MQ_SCAN_BAD_MAGIC; return MQ_E_CORRUPT; }
+    if (size < MQ_DL_HEADER_SIZE + MQ_RECORD_SIZE_MIN || (uint64_t)size + MQ_DL_BLANK_LEN_MIN > room) {
+        *stop = MQ_SCAN_BAD_SIZE;
+        return MQ_E_CORRUPT;
+    }
+    if (size > avail) { *stop = MQ_SCAN_TORN; return MQ_E_CORRUPT; }
+    if (be32r(p + 44) + MQ_DL_HEADER_SIZE != size) { *stop = MQ_SCAN_BAD_SIZE; return MQ_E_CORRUPT; }
+    if (be64r(p + 24) != pos) { *stop = MQ_SCAN_BAD_OFFSET; return MQ_E_CORRUPT; }
+    const uint32_t body = size - MQ_DL_HEADER_SIZE;
+    if (mq_record_check(p + MQ_DL_HEADER_SIZE, body, check_crc, rec, stop) != MQ_OK) {
+        if (*stop == MQ_SCAN_TORN) *stop = MQ_SCAN_BAD_SIZE;      /* the record overruns its entry */
+        return MQ_E_CORRUPT;
+    }
+    if (rec->size != body) { *stop = MQ_SCAN_BAD_SIZE; return MQ_E_CORRUPT; }
+    if (rec->phy_offset != pos + MQ_DL_HEADER_SIZE) { *stop = MQ_SCAN_BAD_OFFSET; return MQ_E_CORRUPT; }
+    rec->dl_index = (int64_t)be64r(p + 8);
+    rec->dl_term = (int64_t)be64r(p + 16);
+    rec->dl_pos = pos;
+    return MQ_OK;
+}
+
+/* ---- the Raft role's calls ------------------------------------------------------------------- */
+static const char DL_NOOP_TOPIC[] = "RMQ_SYS_DLEDGER_NOOP";
+
+int mq_dledger_append_noop(mq_commitlog *cl, int64_t term, mq_append_out *out) {
+    assert(cl->dledger && out);
+    if (term <= 0) return MQ_E_INVAL;
+    uint8_t body[8];
+    be64w(body, (uint64_t)term);
+    mq_append_req r;
+    memset(&r, 0, sizeof r);
+    r.topic = DL_NOOP_TOPIC;
+    r.topic_len = (uint32_t)strlen(DL_NOOP_TOPIC);
+    r.queue_id = 0;
+    r.sys_flag = MQ_SYSFLAG_TX_ROLLBACK;     /* no ConsumeQueue entry anywhere */
+    memcpy(r.born_host, cl->store_host, 4);
+    r.born_host_len = 4;
+    r.born_port = cl->store_port;
+    r.born_ts_ms = now_ms();
+    r.max_message_size = sizeof body;
+    msg_plan m = {.body = body, .body_len = sizeof body};
+    int rc = plan_msg(&r, &m);
+    if (rc) return rc;
+    m.crc = body_crc(body, sizeof body);
+    return append_planned(cl, &r, &m, 1, out, term, 1);
+}
+
+/* Reads entry `index`'s unit (no range check against the control block). */
+static int dl_read_unit(mq_commitlog *cl, uint64_t index, uint64_t *pos, uint32_t *size, int64_t *term) {
+    const uint64_t at = index * MQ_DL_INDEX_UNIT, ifs = cl->index.file_size;
+    uint8_t *base;
+    int rc = tseg_get(cl, &cl->index, at / ifs, 0, &base);
+    if (rc == MQ_E_RANGE) return MQ_E_CORRUPT;          /* a published entry without its index file */
+    if (rc) return rc;
+    const uint8_t *u = base + at % ifs;
+    if (be32r(u) != MQ_DL_MAGIC || be64r(u + 16) != index) return MQ_E_CORRUPT;
+    *pos = be64r(u + 4);
+    *size = be32r(u + 12);
+    *term = (int64_t)be64r(u + 24);
+    return MQ_OK;
+}
+
+int mq_dledger_entry(mq_commitlog *cl, uint64_t index, uint64_t *pos_out, uint32_t *size_out, int64_t *term_out) {
+    assert(cl->dledger && pos_out && size_out && term_out);
+    mq_ctl *c = cl->ctl;
+    if (index < ctl_load(c, MQ_POS_DL_BEGIN_INDEX) || index >= ctl_load(c, MQ_POS_DL_NEXT_INDEX))
+        return MQ_E_RANGE;
+    return dl_read_unit(cl, index, pos_out, size_out, term_out);
+}
+
+int mq_dledger_append_raw(mq_commitlog *cl, const uint8_t *buf, size_t len, uint64_t first_index,
+                          uint64_t first_pos, int64_t max_term, uint32_t *n_out) {
+    mq_ctl *c = cl->ctl;
+    const uint64_t fs = cl->file_size;
+    assert(cl->dledger && (buf || len == 0) && n_out);
+    *n_out = 0;
+    int rc = ctl_lock(c);
+    if (rc) return rc;
+    if (c->pos[MQ_POS_DL_APPEND_TERM]) { ctl_unlock(c); return MQ_E_INVAL; }   /* io workers may append */
+    /* The entries start at our end, or at the start of the next file when ours ends where the
+     * leader rolled over: it wrote the filler of our last file after we had taken that file's
+     * last entry, and a push starts at an entry, never at a filler.  We then write the same
+     * filler ourselves (the roll-over rule is deterministic; checked below against the first
+     * entry's size). */
+    const uint64_t w0 = c->pos[MQ_POS_WRITE];
+    const int rollover = w0 != first_pos && first_pos % fs == 0 && w0 < first_pos && first_pos - w0 == fs - w0 % fs;
+    if ((w0 != first_pos && !rollover) || c->pos[MQ_POS_DL_NEXT_INDEX] != first_index) {
+        ctl_unlock(c);
+        return MQ_E_RANGE;
+    }
+    int64_t prev_term = (int64_t)c->pos[MQ_POS_DL_END_TERM];
+    uint64_t epoch = c->trunc_epoch;
+    ctl_unlock(c);
+    if (len == 0) return MQ_OK;
+    if (rollover) {       /* the leader rolls only for an entry that does not fit (append_planned) */
+        if (len < 8 || be32r(buf) == MQ_DL_BLANK_MAGIC || (uint64_t)be32r(buf + 4) + MQ_DL_BLANK_LEN_MIN <= fs - w0 % fs)
+            return MQ_E_CORRUPT;
+    }
+
+    /* 1. validate everything before writing anything */
+    size_t at = 0;
+    uint64_t pos = first_pos, index = first_index;
+    uint32_t n = 0;
+    int64_t last_ts = 0, term = prev_term;
+    while (at < len) {
+        const uint8_t *p = buf + at;
+        const uint64_t room = fs - pos % fs;
+        if (len - at < 8) return MQ_E_CORRUPT;
+        if (be32r(p) == MQ_DL_BLANK_MAGIC) {              /* a filler: it reaches its file's end */
+            if (be32r(p + 4) != room || len - at < room) return MQ_E_CORRUPT;
+            at += room;
+            pos += room;
+            continue;
+        }
+        mq_scan_rec rec;
+        int stop;
+        if (dl_entry_check(p, pos, room, len - at, 1, &rec, &stop) != MQ_OK) return MQ_E_CORRUPT;
+        if ((uint64_t)rec.dl_index != index || rec.dl_term < term || rec.dl_term > max_term) return MQ_E_CORRUPT;
+        term = rec.dl_term;
+        last_ts = rec.store_ts_ms;
+        const uint32_t size = be32r(p + 4);
+        at += size;
+        pos += size;
+        index++;
+        n++;
+    }
+    const uint64_t end = pos;
+
+    /* 2. copy the bytes (beyond WRITE: invisible until published) and write the index units */
+    if (rollover) {
+        uint8_t *base;
+        rc = seg_get(cl, w0 / fs, 1, &base);
+        if (rc) return rc;
+        dl_write_blank(base + w0 % fs, fs - w0 % fs);
+    }
+    at = 0;
+    pos = first_pos;
+    while (at < len) {
+        uint8_t *base;
+        rc = seg_get(cl, pos / fs, 1, &base);
+        if (rc) return rc;
+        size_t chunk = fs - pos % fs;
+        if (chunk > len - at) chunk = len - at;
+        memcpy(base + pos % fs, buf + at, chunk);
+        at += chunk;
+        pos += chunk;
+    }
+    at = 0;
+    pos = first_pos;
+    while (at < len) {
+        const uint8_t *p = buf + at;
+        if (be32r(p) == MQ_DL_BLANK_MAGIC) {
+            uint64_t room = fs - pos % fs;
+            at += room;
+            pos += room;
+            continue;
+        }
+        const uint32_t size = be32r(p + 4);
+        rc = dl_write_unit(cl, be64r(p + 8), pos, size, (int64_t)be64r(p + 16));
+        if (rc) return rc;
+        at += size;
+        pos += size;
+    }
+
+    /* 3. publish, if nothing moved meanwhile (only this thread appends here: a change is a bug or a race
+     *    with a truncation of this same log, which must not happen) */
+    rc = ctl_lock(c);
+    if (rc) return rc;
+    if (c->pos[MQ_POS_WRITE] != w0 || c->pos[MQ_POS_DL_NEXT_INDEX] != first_index ||
+        c->trunc_epoch != epoch || c->pos[MQ_POS_DL_APPEND_TERM]) {
+        ctl_unlock(c);
+        return MQ_E_RANGE;
+    }
+    if (n) {
+        __atomic_store_n(&c->pos[MQ_POS_LAST_STORE_TS], (uint64_t)last_ts, __ATOMIC_RELEASE);
+        __atomic_store_n(&c->pos[MQ_POS_DL_END_TERM], (uint64_t)term, __ATOMIC_RELEASE);
+    }
+    __atomic_add_fetch(&c->pos[MQ_POS_MSGS], n, __ATOMIC_RELEASE);
+    __atomic_store_n(&c->pos[MQ_POS_DL_NEXT_INDEX], index, __ATOMIC_RELEASE);
+    __atomic_store_n(&c->pos[MQ_POS_WRITE], end, __ATOMIC_RELEASE);
+    ctl_unlock(c);
+    mq_ctl_wake(c, MQ_SEQ_WRITE);
+    *n_out = n;
+    return MQ_OK;
+}
+
+/* Zeroes [from, to) of the data files (only pages that hold non-zero bytes are written)
+ * and makes it durable. */
+static int dl_zero_range(mq_commitlog *cl, uint64_t from, uint64_t to) {
+    const uint64_t fs = cl->file_size;
+    while (from < to) {
+        uint8_t *base;
+        uint64_t fend = from - from % fs + fs;
+        uint64_t end = to < fend ? to : fend;
+        int rc = seg_get(cl, from / fs, 0, &base);
+        if (rc == MQ_E_RANGE) { from = end; continue; }
+        if (rc) return rc;
+        uint64_t a = from % fs, b = end - (from - from % fs);
+        int dirty = 0;
+        for (uint64_t i = a; i < b; i++) if (base[i]) { dirty = 1; break; }
+        if (dirty) {
+            memset(base + a, 0, b - a);
+            uint64_t pa = a & ~(uint64_t)(MQ_PAGE - 1);
+            if (msync(base + pa, b - pa, MS_SYNC) != 0) return io_fail(cl, errno);
+        }
+        from = end;
+    }
+    return MQ_OK;
+}
+
+/* Zeroes the index units of entries [from, to). */
+static int dl_zero_units(mq_commitlog *cl, uint64_t from, uint64_t to) {
+    const uint64_t ifs = cl->index.file_size;
+    for (uint64_t i = from; i < to;) {
+        uint64_t at = i * MQ_DL_INDEX_UNIT;
+        uint64_t file_end_index = (at / ifs + 1) * ifs / MQ_DL_INDEX_UNIT;
+        uint64_t stop = to < file_end_index ? to : file_end_index;
+        uint8_t *base;
+        int rc = tseg_get(cl, &cl->index, at / ifs, 0, &base);
+        if (rc == MQ_E_RANGE) { i = stop; continue; }
+        if (rc) return rc;
+        memset(base + at % ifs, 0, (stop - i) * MQ_DL_INDEX_UNIT);
+        i = stop;
+    }
+    return MQ_OK;
+}
+
+int mq_dledger_truncate(mq_commitlog *cl, uint64_t next_index) {
+    mq_ctl *c = cl->ctl;
+    assert(cl->dledger);
+    int rc = ctl_lock(c);
+    if (rc) return rc;
+    const uint64_t cur_next = c->pos[MQ_POS_DL_NEXT_INDEX];
+    if (next_index == cur_next) { ctl_unlock(c); return MQ_OK; }
+    if (next_index > cur_next || next_index < c->pos[MQ_POS_DL_COMMIT_INDEX] ||
+        next_index < c->pos[MQ_POS_DL_BEGIN_INDEX] || c->pos[MQ_POS_DL_APPEND_TERM]) {
+        ctl_unlock(c);
+        return MQ_E_INVAL;
+    }
+    uint64_t new_write;
+    uint32_t size;
+    int64_t term;
+    rc = dl_read_unit(cl, next_index, &new_write, &size, &term);
+    int64_t end_term = 0;
+    if (rc == MQ_OK && next_index > c->pos[MQ_POS_DL_BEGIN_INDEX]) {
+        uint64_t ppos;
+        uint32_t psize;
+        rc = dl_read_unit(cl, next_index - 1, &ppos, &psize, &end_term);
+    }
+    const uint64_t old_write = c->pos[MQ_POS_WRITE];
+    if (rc == MQ_OK && (new_write > old_write || new_write < c->pos[MQ_POS_COMMITTED])) rc = MQ_E_CORRUPT;
+    if (rc == MQ_OK) rc = dl_zero_range(cl, new_write, old_write);
+    if (rc == MQ_OK) rc = dl_zero_units(cl, next_index, cur_next);
+    if (rc) { ctl_unlock(c); return rc; }
+    c->trunc_epoch++;
+    __atomic_store_n(&c->pos[MQ_POS_DL_NEXT_INDEX], next_index, __ATOMIC_RELEASE);
+    __atomic_store_n(&c->pos[MQ_POS_DL_END_TERM], (uint64_t)end_term, __ATOMIC_RELEASE);
+    __atomic_store_n(&c->pos[MQ_POS_WRITE], new_write, __ATOMIC_RELEASE);
+    /* the one place positions move back: nothing past the end stays "flushed" */
+    if (c->pos[MQ_POS_FLUSHED] > new_write) __atomic_store_n(&c->pos[MQ_POS_FLUSHED], new_write, __ATOMIC_RELEASE);
+    if (c->pos[MQ_POS_DL_FLUSHED_INDEX] > next_index)
+        __atomic_store_n(&c->pos[MQ_POS_DL_FLUSHED_INDEX], next_index, __ATOMIC_RELEASE);
+    ctl_unlock(c);
+    return MQ_OK;
+}
+
+/* No lock: the one caller (the Raft role's thread) is also the only one that truncates, the
+ * entries below DL_NEXT_INDEX it reads are published and immutable meanwhile, and both positions
+ * only move forward (advance).  Taking the lock here made every commit wait for appends. */
+int mq_dledger_set_commit(mq_commitlog *cl, uint64_t commit_next_index) {
+    mq_ctl *c = cl->ctl;
+    assert(cl->dledger);
+    if (commit_next_index > ctl_load(c, MQ_POS_DL_NEXT_INDEX)) return MQ_E_RANGE;
+    if (commit_next_index <= ctl_load(c, MQ_POS_DL_COMMIT_INDEX) ||
+        commit_next_index <= ctl_load(c, MQ_POS_DL_BEGIN_INDEX))
+        return MQ_OK;
+    uint64_t pos;
+    uint32_t size;
+    int64_t term;
+    int rc = dl_read_unit(cl, commit_next_index - 1, &pos, &size, &term);
+    if (rc) return rc;
+    /* COMMITTED first: a reader that sees the new index also sees the position */
+    mq_ctl_advance(c, MQ_POS_COMMITTED, pos + size);
+    mq_ctl_advance(c, MQ_POS_DL_COMMIT_INDEX, commit_next_index);
+    mq_ctl_wake(c, MQ_SEQ_COMMIT);
+    return MQ_OK;
+}
+
+int mq_dledger_set_append_term(mq_commitlog *cl, int64_t term) {
+    mq_ctl *c = cl->ctl;
+    assert(cl->dledger);
+    if (term < 0) return MQ_E_INVAL;
+    int rc = ctl_lock(c);
+    if (rc) return rc;
+    __atomic_store_n(&c->pos[MQ_POS_DL_APPEND_TERM], (uint64_t)term, __ATOMIC_RELEASE);
+    ctl_unlock(c);
+    mq_ctl_wake(c, MQ_SEQ_COMMIT);
+    return MQ_OK;
+}
+
+int mq_dledger_recover_index(mq_commitlog *cl, uint64_t from_pos, uint64_t end_pos,
+                             uint64_t *next_index_out, int64_t *end_term_out) {
+    assert(cl->dledger && next_index_out && end_term_out);
+    const uint64_t fs = cl->file_size;
+    uint64_t pos = from_pos, next = 0;
+    int64_t term = 0;
+    int any = 0;
+    while (pos < end_pos) {
+        uint8_t *base;
+        int rc = seg_get(cl, pos / fs, 0, &base);
+        if (rc) return rc;
+        const uint8_t *p = base + pos % fs;
+        uint32_t magic = be32r(p), size = be32r(p + 4);
+        if (magic == MQ_DL_BLANK_MAGIC) { pos += fs - pos % fs; continue; }
+        if (magic != MQ_DL_MAGIC || size < MQ_DL_HEADER_SIZE || pos + size > end_pos) return MQ_E_CORRUPT;
+        uint64_t index = be64r(p + 8);
+        term = (int64_t)be64r(p + 16);
+        rc = dl_write_unit(cl, index, pos, size, term);
+        if (rc) return rc;
+        next = index + 1;
+        any = 1;
+        pos += size;
+    }
+    if (any) {
+        /* units past the last entry, to the end of its index file, are zero (a later start finds no stale one) */
+        const uint64_t ifs = cl->index.file_size;
+        uint64_t file_end_index = (next * MQ_DL_INDEX_UNIT / ifs + 1) * ifs / MQ_DL_INDEX_UNIT;
+        int rc = dl_zero_units(cl, next, file_end_index);
+        if (rc) return rc;
+    }
+    *next_index_out = next;
+    *end_term_out = term;
+    return MQ_OK;
+}
+
+int mq_dledger_send(mq_commitlog *cl, int sock_fd, const uint8_t *head, uint32_t head_len,
+                    uint64_t from_pos, uint32_t body_len, uint64_t *done_io) {
+    assert(cl->dledger && (head || head_len == 0) && done_io);
+    const uint64_t fs = cl->file_size;
+    if (body_len && (from_pos % fs + body_len > fs || from_pos + body_len > ctl_load(cl->ctl, MQ_POS_WRITE) ||
+                     from_pos < ctl_load(cl->ctl, MQ_POS_MIN)))
+        return MQ_E_RANGE;
+    const uint64_t total = (uint64_t)head_len + body_len;
+    uint8_t *base = NULL;
+    int fd = -1;
+    if (body_len) {
+        int rc = seg_get(cl, from_pos / fs, 0, &base);
+        if (rc) return rc;
+        fd = seg_fd(cl, from_pos / fs);
+    }
+    while (*done_io < total) {
+        ssize_t w;
+        if (body_len > MQ_DL_SENDFILE_MIN) {
+            if (*done_io < head_len) {
+                w = send(sock_fd, head + *done_io, head_len - *done_io, MSG_NOSIGNAL | MSG_MORE);
+            } else {
+                off_t file_off = (off_t)(from_pos % fs + (*done_io - head_len));
+                w = sendfile(sock_fd, fd, &file_off, total - *done_io);
+                if (w == 0) return io_fail(cl, EPIPE);
+            }
+        } else {
+            /* a small push: head and body (straight from the mapping) in one writev */
+            struct iovec iov[2];
+            int k = 0;
+            if (*done_io < head_len) {
+                iov[k].iov_base = (void *)(head + *done_io);
+                iov[k++].iov_len = head_len - *done_io;
+            }
+            uint64_t body_done = *done_io > head_len ? *done_io - head_len : 0;
+            if (body_done < body_len) {
+                iov[k].iov_base = base + from_pos % fs + body_done;
+                iov[k++].iov_len = body_len - body_done;
+            }
+            struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)k};
+            w = sendmsg(sock_fd, &mh, MSG_NOSIGNAL);
+        }
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) return MQ_E_AGAIN;
+            return io_fail(cl, errno);
+        }
+        *done_io += (uint64_t)w;
+    }
+    return MQ_OK;
+}

@@ -1,0 +1,100 @@
+/*
+ * dledger.h -- DLedger mode: the CommitLog as DLedger's data and index files, and the calls the
+ * Raft role makes on them (dledger.c; Python: mq.dledger, through mq.store.commitlog).
+ *
+ * A CommitLog opened with opts->dledger holds DLedger's data files: each record is the body of
+ * one entry (DLedger 0.3, big-endian; mq.wire.dledger declares it):
+ *   magic 4 (=1) | size 4 (48 + bodySize) | index 8 | term 8 | pos 8 (entry start) |
+ *   channel 4 (0) | chainCrc 4 (0) | bodyCrc 4 (0) | bodySize 4 | body = one record
+ * The record's PHYSICALOFFSET is pos + 48 (what msgIds, ConsumeQueues and reads use); its
+ * TOTALSIZE is bodySize.  Whenever entry size + 8 > room left, the filler  int32 -1 | int32 room
+ * is written and the entry opens the next file.  Index files (opts->index_dir, files of
+ * index_file_size bytes named by their 20-digit start offset): entry i's unit at byte i * 32:
+ *   magic 4 (=1) | pos 8 | size 4 (entry size) | index 8 | term 8
+ * Indexes start at 0 and are dense.  In this mode mq_commitlog_append_* add one entry per
+ * message with index DL_NEXT_INDEX++ and term DL_APPEND_TERM (MQ_E_NOT_LEADER when it is 0;
+ * MQ_E_INVAL when it is below DL_END_TERM); mq_commitlog_scan walks entries and reports the
+ * records (dl_index, dl_term, dl_pos set); mq_commitlog_flush advances DL_FLUSHED_INDEX.
+ *
+ * Threads and locks.  The Raft role's one thread calls append_raw, truncate, set_commit and
+ * recover_index; io workers append through commitlog.h while DL_APPEND_TERM is set.  Truncation
+ * and append_raw refuse to run while appends are allowed (DL_APPEND_TERM != 0), so the two kinds
+ * of writer never overlap.  Calling any of these on a handle not opened in DLedger mode is a
+ * programmer error (asserted).
+ *
+ * Returns: 0 or a negative MQ_E_*.  "File errors" as in commitlog.h (they cover index files too).
+ *
+ * mq_dledger_append_noop  a new leader's first entry, in `term` (DL_APPEND_TERM is not
+ *     consulted): a record of topic RMQ_SYS_DLEDGER_NOOP, queue 0, sysFlag TRANSACTION_ROLLBACK
+ *     (no ConsumeQueue entry, here or in a Java broker), body = the term (8 bytes).  Published as
+ *     mq_commitlog_append_one publishes.  MQ_E_INVAL when term <= 0 or term < DL_END_TERM;
+ *     otherwise append_one's outcomes.
+ * mq_dledger_entry  pos, size and term of entry `index` from its index unit.  MQ_E_RANGE outside
+ *     [DL_BEGIN_INDEX, DL_NEXT_INDEX); MQ_E_CORRUPT if the unit is not that entry's (or its index
+ *     file is missing); file errors.
+ * mq_dledger_append_raw  a follower appends the leader's bytes: `buf` holds whole entries
+ *     exactly as in the leader's files from first_pos (fillers, each reaching its file's end,
+ *     may sit between or after them).  first_pos must be WRITE, or the start of the next file
+ *     when the first entry does not fit in the rest of WRITE's file (the leader rolled over after
+ *     we had its last entry of that file: we write the same filler from WRITE), and first_index
+ *     DL_NEXT_INDEX: else MQ_E_RANGE.  MQ_E_INVAL while DL_APPEND_TERM != 0 (io workers may
+ *     append).  Every entry is checked before anything is written: magic, sizes, index
+ *     continuity, term nondecreasing from DL_END_TERM and <= max_term, pos, the room rule, the
+ *     record inside (CRC, PHYSICALOFFSET = pos + 48, TOTALSIZE = bodySize); any fault ->
+ *     MQ_E_CORRUPT, nothing published.  Then the bytes are copied, the index units written, and
+ *     WRITE, DL_NEXT_INDEX, DL_END_TERM, LAST_STORE_TS, MSGS published under the lock (SEQ_WRITE
+ *     wakes) -- unless WRITE, DL_NEXT_INDEX or DL_APPEND_TERM moved or a truncation ran
+ *     meanwhile (MQ_E_RANGE, nothing published).  *n_out = entries appended (0 on any error).
+ *     File errors.
+ * mq_dledger_truncate  DL_NEXT_INDEX becomes next_index: WRITE moves back to that entry's pos,
+ *     the data bytes and index units past the new end are zeroed and made durable, DL_END_TERM
+ *     follows, FLUSHED and DL_FLUSHED_INDEX are clamped.  Files are never deleted or shrunk
+ *     (other processes keep them mapped).  Holds the lock throughout.  MQ_OK (a no-op when
+ *     next_index == DL_NEXT_INDEX); MQ_E_INVAL when next_index is past DL_NEXT_INDEX, below
+ *     DL_COMMIT_INDEX or DL_BEGIN_INDEX, or appends are allowed; MQ_E_CORRUPT when the index
+ *     units disagree with the positions (the new end past WRITE or below COMMITTED); file errors
+ *     (positions unchanged, though bytes past the new end may already be zeroed).
+ * mq_dledger_set_commit  DL_COMMIT_INDEX to commit_next_index (monotonic: a value not past it,
+ *     or not past DL_BEGIN_INDEX, is a no-op) and COMMITTED to the end of entry
+ *     commit_next_index - 1; wakes SEQ_COMMIT.  MQ_E_RANGE past DL_NEXT_INDEX; the unit's
+ *     MQ_E_CORRUPT and file errors.  Lock-free; contract: called only by the thread that also
+ *     truncates (the Raft role's).
+ * mq_dledger_set_append_term  DL_APPEND_TERM = term under the lock (no append of the old term is
+ *     in progress once it returns); wakes SEQ_COMMIT.  MQ_E_INVAL when term < 0; MQ_E_IO (lock).
+ * mq_dledger_recover_index  rewrites the index unit of each entry in [from_pos, end_pos)
+ *     (already validated by a scan) and zeroes the units after the last one to the end of its
+ *     index file; *next_index_out and *end_term_out = the next index and last term (0 and 0 when
+ *     the range holds no entry).  MQ_E_CORRUPT when an entry's magic or size is wrong or it runs
+ *     past end_pos; file errors.
+ * mq_dledger_send  writes `head`, then body_len bytes of the data files at from_pos (sendfile(2)
+ *     above MQ_DL_SENDFILE_MIN bytes, else one sendmsg from the mapping), to a socket that may be
+ *     non-blocking: *done_io is the progress over head + body (in: where to resume).  MQ_OK when
+ *     all is sent; MQ_E_AGAIN when the socket would block; MQ_E_RANGE when the body is not inside
+ *     one file and [MIN, WRITE); MQ_E_IO on a socket error (errno in the handle); file errors.
+ */
+#ifndef MQ_DLEDGER_H
+#define MQ_DLEDGER_H
+
+#include "mqbase.h"
+#include "commitlog.h"
+
+#define MQ_DL_HEADER_SIZE   48           /* DLedgerEntry.BODY_OFFSET */
+#define MQ_DL_MAGIC         1            /* DLedgerMmapFileStore.MAGIC_1 */
+#define MQ_DL_BLANK_MAGIC   0xFFFFFFFFu  /* MmapFileList.BLANK_MAGIC_CODE, -1 */
+#define MQ_DL_BLANK_LEN_MIN 8            /* MmapFileList.MIN_BLANK_LEN: the filler's magic + room */
+#define MQ_DL_INDEX_UNIT    32           /* DLedgerMmapFileStore.INDEX_NUIT_SIZE (sic) */
+#define MQ_DL_SENDFILE_MIN  262144       /* mq_dledger_send: bigger bodies go out with sendfile */
+
+int      mq_dledger_append_noop(mq_commitlog *cl, int64_t term, mq_append_out *out);
+int      mq_dledger_entry(mq_commitlog *cl, uint64_t index, uint64_t *pos_out, uint32_t *size_out, int64_t *term_out);
+int      mq_dledger_append_raw(mq_commitlog *cl, const uint8_t *buf, size_t len, uint64_t first_index,
+                               uint64_t first_pos, int64_t max_term, uint32_t *n_out);
+int      mq_dledger_truncate(mq_commitlog *cl, uint64_t next_index);
+int      mq_dledger_set_commit(mq_commitlog *cl, uint64_t commit_next_index);
+int      mq_dledger_set_append_term(mq_commitlog *cl, int64_t term);
+int      mq_dledger_recover_index(mq_commitlog *cl, uint64_t from_pos, uint64_t end_pos,
+                                  uint64_t *next_index_out, int64_t *end_term_out);
+int      mq_dledger_send(mq_commitlog *cl, int sock_fd, const uint8_t *head, uint32_t head_len,
+                         uint64_t from_pos, uint32_t body_len, uint64_t *done_io);
+
+#endif
