@@ -43,6 +43,7 @@ log = logging.getLogger("mq.broker.pull")
 SYSFLAG_COMMIT_OFFSET, SYSFLAG_SUSPEND, SYSFLAG_SUBSCRIPTION = 1, 2, 4
 CQ_SCAN_BYTES_MIN = 16000
 PULLS_HELD_MAX = 100_000
+STOP_WAKES_MAX = 40                # stop() wakes the watch thread every 50 ms, 2 s at most
 DAMAGED_REPORTED_MAX = 10_000      # damaged records remembered as reported (one log line each)
 _MISSING = object()
 
@@ -74,7 +75,7 @@ class PullHoldService:
         ctl = self.store.ctl
         while not self._stop:
             # with nothing parked, do not wake (and take the GIL) on every dispatch
-            if not self._parked.wait(1.0):
+            if not self._parked.wait(1.0) or self._stop:
                 continue
             seen = ctl.seq(C.SEQ_DISPATCH)
             ctl.wait(C.SEQ_DISPATCH, seen, 1000)
@@ -134,9 +135,16 @@ class PullHoldService:
                 self._parked.clear()
 
     def stop(self) -> None:
+        """Answers the parked pulls and returns once the watch thread has left the control
+        block: the store is closed next, and a thread still inside it would call into a
+        closed handle (a TypeError at every Ctrl-C) or wait on unmapped memory."""
         self._stop = True
         self._parked.set()
-        self.store.ctl.wake(C.SEQ_DISPATCH)
+        for _ in range(STOP_WAKES_MAX):     # it may have read the sequence just before the wake
+            self.store.ctl.wake(C.SEQ_DISPATCH)
+            self._thread.join(0.05)
+            if not self._thread.is_alive():
+                break
         for waiters in self.held.values():
             for _, fut in waiters:
                 if not fut.done():
