@@ -360,9 +360,13 @@ class Listener:
     def __init__(self, loop, host: str, port: int, on_conn):
         self.loop = loop
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind((host, port))
-        self.sock.listen(64)
+        try:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.sock.bind((host, port))
+            self.sock.listen(64)
+        except OSError:
+            self.sock.close()               # the caller retries: no socket left behind per try
+            raise
         self.sock.setblocking(False)
         self.on_conn = on_conn
         loop.add_reader(self.sock.fileno(), self._accept)

@@ -73,6 +73,10 @@ STOP_TRANSFER_S = 1.0
 # under load a push carries many entries (per-push work dominates: two syscalls and a few Python
 # steps on each side) while one push of a lone entry still leaves at once
 PUSHES_IN_FLIGHT_MAX = 2
+# a peer port that cannot be bound (another process holds it) is retried, the wait doubling
+# between these bounds; the failure is logged once (mq.logs.Episode), each retry at DEBUG
+LISTEN_RETRY_MIN_S = 0.5
+LISTEN_RETRY_MAX_S = 5.0
 
 
 def ticks(ms: int) -> int:
@@ -137,7 +141,9 @@ class DLedgerRole:
         """Serves until `stop` (an Event-like with is_set) is set."""
         self.loop = asyncio.get_running_loop()
         host, port = self.peers[self.self_id]
-        self.listener = Listener(self.loop, host, port, self._accepted)
+        self.listener = await self._listen(host, port, stop)
+        if self.listener is None:            # stopped before the port could be bound
+            return
         for p, addr in self.peers.items():
             if p != self.self_id:
                 self.links[p] = Link(self.loop, p, addr, self._on_response, self._send_file, self._link_state)
@@ -154,6 +160,29 @@ class DLedgerRole:
         while not stop.is_set():
             await asyncio.sleep(0.05)
         await self._stop()
+
+    async def _listen(self, host: str, port: int, stop) -> Listener | None:
+        """The listener on this member's peer port, once it can be bound; None if `stop` is set
+        first.  Until then the member takes no part in the group (it neither dials nor ticks):
+        a port held by another process is one ERROR line and retries, not a crash that the
+        supervisor would restart every half second with a traceback."""
+        episode = Episode(log, f"DLedger {self.self_id}: listening on its peer port {host}:{port} "
+                               "(dLegerPeers; it stays out of the group until then)")
+        delay_s = LISTEN_RETRY_MIN_S
+        while not stop.is_set():
+            try:
+                listener = Listener(self.loop, host, port, self._accepted)
+            except OSError as e:
+                episode.failed(e)
+                log.debug("DLedger %s: peer port %s:%d: %s; retrying in %.1f s", self.self_id, host, port, e, delay_s)
+                deadline = time.monotonic() + delay_s
+                while not stop.is_set() and time.monotonic() < deadline:
+                    await asyncio.sleep(0.05)
+                delay_s = min(delay_s * 2, LISTEN_RETRY_MAX_S)
+                continue
+            episode.ok()
+            return listener
+        return None
 
     async def _stop(self) -> None:
         if self.node.role is Role.LEADER and self.enabled_term:
