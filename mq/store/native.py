@@ -8,12 +8,20 @@ from mq._mqstore import ffi, lib
 __all__ = ["ffi", "lib", "check", "StoreError", "MessageIllegal", "TopicIllegal",
            "PropertiesTooLong", "StoreFatal", "OutOfRange", "CorruptRecord",
            "QueueTableFull", "WaitTimeout", "NoSpace", "BadControlBlock", "MessageTooBig",
-           "StoreIOError", "NotLeader"]
+           "StoreIOError", "NotLeader", "WouldBlock", "IndexFull", "InvalidArgument"]
 
 
 class StoreError(Exception):
     """Base of every store error; `code` is the C MQ_E_* value."""
     code = 0
+
+
+class InvalidArgument(ValueError):
+    """MQ_E_INVAL: an argument outside its documented range (a size, count or value from
+    configuration, a request or a peer), or a call the store's current state refuses
+    (csrc/mqstore.h, "Arguments").  A ValueError and not a StoreError: the store is fine, the
+    call was not."""
+    code = lib.MQ_E_INVAL
 
 
 class StoreIOError(StoreError):
@@ -76,9 +84,22 @@ class NotLeader(StoreError):
     code = lib.MQ_E_NOT_LEADER
 
 
+class WouldBlock(StoreError):
+    """A non-blocking socket would block (mq_dledger_send): send again when it is writable."""
+    code = lib.MQ_E_AGAIN
+
+
+class IndexFull(StoreError):
+    """A message index file has no room for a record's keys (mq_index_build): the writer
+    allocates more of it or starts the next file."""
+    code = lib.MQ_E_FULL
+
+
+# every MQ_E_* of csrc/mqbase.h, each to one class (tests/unit/test_c_constants.py checks both ways)
 _BY_CODE = {cls.code: cls for cls in (
-    StoreIOError, StoreFatal, MessageIllegal, TopicIllegal, PropertiesTooLong, OutOfRange,
-    CorruptRecord, QueueTableFull, WaitTimeout, NoSpace, BadControlBlock, MessageTooBig, NotLeader)}
+    InvalidArgument, StoreIOError, StoreFatal, MessageIllegal, TopicIllegal, PropertiesTooLong, OutOfRange,
+    CorruptRecord, QueueTableFull, WaitTimeout, NoSpace, BadControlBlock, MessageTooBig, NotLeader,
+    WouldBlock, IndexFull)}
 
 
 def check(rc: int, what: str = "") -> int:
@@ -86,5 +107,5 @@ def check(rc: int, what: str = "") -> int:
     if rc >= 0:
         return rc
     if rc == lib.MQ_E_INVAL:
-        raise ValueError(f"invalid argument to the store's C core{': ' + what if what else ''}")
+        raise InvalidArgument(f"invalid argument to the store's C core{': ' + what if what else ''}")
     raise _BY_CODE.get(rc, StoreError)(what or f"store error {rc}")
