@@ -8,7 +8,12 @@ GET_ALL_DELAY_OFFSET 45, GET_ALL_SUBSCRIPTIONGROUP_CONFIG 201,
 UPDATE_AND_CREATE_SUBSCRIPTIONGROUP 200, GET_BROKER_RUNTIME_INFO 28,
 GET_BROKER_CONFIG 26, VIEW_MESSAGE_BY_ID 33, GET_TOPIC_STATS_INFO 202,
 GET_CONSUME_STATS 208; the ACL accounts: UPDATE_AND_CREATE_ACL_CONFIG 50, DELETE_ACL_CONFIG 51,
-UPDATE_GLOBAL_WHITE_ADDRS_CONFIG 53 (edits of plain_acl.yml, mq.acl.plain)."""
+UPDATE_GLOBAL_WHITE_ADDRS_CONFIG 53 (edits of plain_acl.yml, mq.acl.plain).
+
+The bodies RocketMQ's tools decode (GET_BROKER_RUNTIME_INFO's KVTable, GET_TOPIC_STATS_INFO's
+TopicStatsTable, GET_CONSUME_STATS's ConsumeStats, LOCK_BATCH_MQ's answer) are written by
+mq.wire.adminbodies, as fastjson writes RocketMQ's classes; the config wrappers (21, 43, 45,
+201) stay standard JSON (fastjson reads them alike; our slaves and tests read them with json)."""
 from __future__ import annotations
 
 import logging
@@ -16,8 +21,11 @@ import logging
 from mq.remoting import ResponseCode as RC, make_response
 from mq.store import StoreError
 
-from .metadata import dumps, topic_config
 from mq.store.commitlog import INT64_MAX, INT64_MIN
+from mq.wire.adminbodies import (RUNTIME_INFO_CAPACITY, encode_consume_stats, encode_kv_table, encode_lock_batch,
+                                 encode_topic_stats)
+
+from .metadata import dumps, topic_config
 
 from .send import BadRequest, as_bool, as_int, check_group, header_int, TOPIC_RE, TOPIC_LEN_MAX
 
@@ -246,7 +254,7 @@ class AdminProcessor(Processor):
         body = _json_body(cmd)
         ok = await self.meta.lock_batch(body.get("consumerGroup", ""), body.get("clientId", ""),
                                         body.get("mqSet") or [])
-        return make_response(cmd, RC.SUCCESS, body=dumps({"lockOKMQSet": ok}))
+        return make_response(cmd, RC.SUCCESS, body=encode_lock_batch(ok))
 
     async def unlock_batch(self, conn, cmd):
         body = _json_body(cmd)
@@ -318,7 +326,7 @@ class AdminProcessor(Processor):
         }
         table.update(await self.meta.broker_tps())          # putTps, getTransferedTps (mq.broker.statsdata)
         table.update(self.broker.extra_runtime_info())
-        return make_response(cmd, RC.SUCCESS, body=dumps({"table": table}))
+        return make_response(cmd, RC.SUCCESS, body=encode_kv_table(table, RUNTIME_INFO_CAPACITY))
 
     def _earliest_store_ts(self) -> int:
         """Store time of the oldest message still in the CommitLog (0 if none)."""
@@ -332,11 +340,6 @@ class AdminProcessor(Processor):
         if getattr(self, "_scan", None) is None:
             self._scan = self.store.cl.scanner(1)
         return self._scan
-
-    def _last_store_ts(self, topic: str, qid: int) -> int:
-        cq = self.store.cqs.get(topic, qid)
-        e = cq.entry(cq.max_offset - 1) if cq.max_offset > 0 else None
-        return (self.store._store_ts_at(e[0]) or 0) if e else 0
 
     async def broker_config(self, conn, cmd):
         return make_response(cmd, RC.SUCCESS, body=self.config.as_properties().encode())
@@ -352,8 +355,8 @@ class AdminProcessor(Processor):
         return make_response(cmd, RC.SUCCESS, body=bytes(view))
 
     async def topic_stats(self, conn, cmd):
-        """Our own JSON shape (RocketMQ keys a map by MessageQueue objects):
-        {"offsetTable":[{"topic","brokerName","queueId","minOffset","maxOffset","lastUpdateTimestamp"}]}"""
+        """TopicStatsTable (mq.wire.adminbodies): each write queue's min and max offset (0 when
+        negative) and the store time of its last message (0 when empty), as AdminBrokerProcessor."""
         topic = (cmd.ext_fields or {}).get("topic", "")
         tc = await self.meta.topic(topic)
         if tc is None:
@@ -361,39 +364,62 @@ class AdminProcessor(Processor):
         rows = []
         for q in range(tc["writeQueueNums"]):
             cq = self.store.cqs.get(topic, q)
+            mx = max(cq.max_offset, 0)
             rows.append({"topic": topic, "brokerName": self.config.brokerName, "queueId": q,
-                         "minOffset": cq.min_offset, "maxOffset": cq.max_offset,
-                         "lastUpdateTimestamp": self._last_store_ts(topic, q)})
-        return make_response(cmd, RC.SUCCESS, body=dumps({"offsetTable": rows}))
+                         "minOffset": max(cq.min_offset, 0), "maxOffset": mx,
+                         "lastUpdateTimestamp": self._store_ts(topic, q, mx - 1)})
+        return make_response(cmd, RC.SUCCESS, body=encode_topic_stats(rows))
 
     async def consume_stats(self, conn, cmd):
         h = cmd.ext_fields or {}
-        return make_response(cmd, RC.SUCCESS, body=dumps(await self.group_stats(h.get("consumerGroup", ""),
-                                                                                 h.get("topic") or None)))
+        rows, tps = await self.group_stats(h.get("consumerGroup", ""), h.get("topic") or None)
+        return make_response(cmd, RC.SUCCESS, body=encode_consume_stats(rows, tps))
 
-    async def group_stats(self, group: str, only: str | None = None) -> dict:
-        """Every queue of each topic the group has offsets for (or `only`): broker offset,
-        consumer offset (-1 if none), last message time; and the lag summed."""
-        offsets = await self.meta.offsets_wrapper()
+    async def group_stats(self, group: str, only: str | None = None, order_only: bool = False,
+                          queues_of: str = "readQueueNums", per_topic: bool = False):
+        """ConsumeStats of `group` as AdminBrokerProcessor.getConsumeStats builds it: every queue
+        of each topic the group has offsets for here (or of `only`), skipping topics with no
+        config here, and, while the group has consumers online, topics they do not subscribe;
+        per queue the broker's max offset, the group's offset (both 0 when negative) and the
+        store time of the last message consumed (0: none); consumeTps the group's pulled
+        messages a second over the last minute, summed over the topics.
+        Returns (rows, consumeTps), or with per_topic [(rows, consumeTps)] a topic (317 answers
+        one ConsumeStats per topic, over its write queues, and `order_only` skips unordered
+        topics)."""
         committed: dict[str, dict[int, int]] = {}
-        for key, table in offsets["offsetTable"].items():
+        for key, table in (await self.meta.offsets_wrapper())["offsetTable"].items():
             topic, _, g = key.rpartition("@")
-            if g == group and (only is None or topic == only):
+            if g == group:
                 committed[topic] = {int(q): int(v) for q, v in table.items()}
-        if only and only not in committed:
-            committed[only] = {}
-        rows, total = [], 0
-        for topic, table in sorted(committed.items()):
+        topics = [only] if only else sorted(committed)
+        online = await self.meta.consumer_connection(group) if topics else None
+        subscribed = set((online or {}).get("subscriptionTable") or {})
+        out, rows, tps = [], [], 0.0
+        for topic in topics:
             tc = await self.meta.topic(topic)
-            queues = range(tc["readQueueNums"]) if tc else sorted(table)
-            for q in queues:
-                mx = self.store.max_offset(topic, q)
-                off = table.get(q, -1)
-                rows.append({"topic": topic, "brokerName": self.config.brokerName, "queueId": q,
-                             "brokerOffset": mx, "consumerOffset": off,
-                             "lastTimestamp": self._last_store_ts(topic, q)})
-                total += max(0, mx - max(off, 0))
-        return {"offsetTable": rows, "consumeTps": 0.0, "diffTotal": total}
+            if tc is None or (order_only and not tc.get("order")):
+                continue
+            if subscribed and topic not in subscribed:
+                continue
+            topic_rows = []
+            for q in range(tc[queues_of]):
+                off = max(committed.get(topic, {}).get(q, 0), 0)
+                topic_rows.append({"topic": topic, "brokerName": self.config.brokerName, "queueId": q,
+                                   "brokerOffset": max(self.store.max_offset(topic, q), 0), "consumerOffset": off,
+                                   "lastTimestamp": self._store_ts(topic, q, off - 1)})
+            stats = await self.meta.stats_data("GROUP_GET_NUMS", f"{topic}@{group}")
+            topic_tps = float(stats["statsMinute"]["tps"]) if stats else 0.0
+            out.append((topic_rows, topic_tps))
+            rows += topic_rows
+            tps += topic_tps
+        return out if per_topic else (rows, tps)
+
+    def _store_ts(self, topic: str, qid: int, queue_offset: int) -> int:
+        """Store time of the message at `queue_offset` of the queue (0: none there)."""
+        if queue_offset < 0:
+            return 0
+        e = self.store.cqs.get(topic, qid).entry(queue_offset)
+        return (self.store._store_ts_at(e[0]) or 0) if e else 0
 
 
 def _disk_ratio(store) -> float:

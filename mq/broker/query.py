@@ -20,12 +20,12 @@ import logging
 from mq.remoting import ResponseCode as RC, make_response
 from mq.store import StoreError
 from mq.store.index import IndexReader, QUERY_MAX_NUM
+from mq.wire.adminbodies import encode_group_list
 from mq.wire.commitlog import parse_record
 from mq.wire.errors import WireError
 from mq.wire.properties import decode_properties
 
 from .admin import Processor
-from .metadata import dumps
 from .send import as_int
 
 log = logging.getLogger("mq.broker.query")
@@ -103,22 +103,23 @@ class QueryProcessor(Processor):
         return make_response(cmd, RC.SUCCESS, ext=ext, body=b"".join(found))
 
     async def consumed_by(self, conn, cmd):
-        """GroupList {"groupList": [...]}: groups with an offset committed for the topic, and
-        groups whose online consumers subscribe to it."""
+        """GroupList {"groupList": [...]} (a HashSet, mq.wire.adminbodies): groups whose online
+        consumers subscribe to the topic, then groups with an offset committed for it, as
+        AdminBrokerProcessor.queryTopicConsumeByWho adds them."""
         topic = (cmd.ext_fields or {}).get("topic")
         if not topic:
             return make_response(cmd, RC.INVALID_PARAMETER, "topic is required")
-        groups = set()
+        groups = []
+        wrapper = await self.meta.groups_wrapper()       # heartbeats create their groups here
+        for g in sorted(wrapper.get("subscriptionGroupTable", {})):
+            if await self.meta.subscription(g, topic) is not None:
+                groups.append(g)
         offsets = await self.meta.offsets_wrapper()
-        for key in offsets.get("offsetTable", {}):
+        for key in sorted(offsets.get("offsetTable", {})):
             t, _, g = key.rpartition("@")
             if t == topic:
-                groups.add(g)
-        wrapper = await self.meta.groups_wrapper()       # heartbeats create their groups here
-        for g in wrapper.get("subscriptionGroupTable", {}):
-            if g not in groups and await self.meta.subscription(g, topic) is not None:
-                groups.add(g)
-        return make_response(cmd, RC.SUCCESS, body=dumps({"groupList": sorted(groups)}))
+                groups.append(g)
+        return make_response(cmd, RC.SUCCESS, body=encode_group_list(groups))
 
 
 __all__ = ["QueryProcessor", "record_matches"]

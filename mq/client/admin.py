@@ -4,15 +4,17 @@
                  105 GET_ROUTEINFO_BY_TOPIC    216 DELETE_TOPIC_IN_NAMESRV (every name server)
     brokers      17 UPDATE_AND_CREATE_TOPIC (each master of a cluster, or one address)
                  215 DELETE_TOPIC_IN_BROKER (each master of the cluster)
-                 202 GET_TOPIC_STATS_INFO   -> {"offsetTable":[{"topic","brokerName","queueId","minOffset",
-                                                 "maxOffset","lastUpdateTimestamp"}]}          (our shape)
-                 208 GET_CONSUME_STATS      -> {"offsetTable":[{"topic","brokerName","queueId","brokerOffset",
-                                                 "consumerOffset"}],"consumeTps":..,"diffTotal":..}   (our shape)
+                 202 GET_TOPIC_STATS_INFO   -> TopicStatsTable          208 GET_CONSUME_STATS -> ConsumeStats
+                 203 / 204 consumer / producer connections     317 GET_BROKER_CONSUME_STATS -> ConsumeStatsList
+                 (RocketMQ's classes as fastjson writes them, object keys and all: mq.wire.adminbodies)
                  28 GET_BROKER_RUNTIME_INFO -> {"table":{..}}      26 GET_BROKER_CONFIG -> properties text
                  33 VIEW_MESSAGE_BY_ID (header offset = commit-log offset) -> one stored record
                  12 QUERY_MESSAGE (topic, key, maxNum, time range; _UNIQUE_KEY_QUERY) -> stored records
                  300 QUERY_TOPIC_CONSUME_BY_WHO -> {"groupList": [...]}
+                 314 CLONE_GROUP_OFFSET      321 QUERY_CONSUME_QUEUE -> QueryConsumeQueueResponseBody
                  11 PULL_MESSAGE of one message (queryMsgByOffset), group TOOLS_CONSUMER, no offset commit
+    name servers 100/101/102 PUT/GET/DELETE_KV_CONFIG (every name server; GET from one)
+                 318/319 UPDATE/GET_NAMESRV_CONFIG (properties text, every name server)
     DLedger      51005 LEADERSHIP_TRANSFER to the leader's DLedger peer port (mq.wire.dledger_rpc)
 
 Every method raises MQBrokerError for a failure answer, RemotingError when a server cannot be reached,
@@ -26,6 +28,7 @@ from dataclasses import dataclass, field
 from mq.remoting import RemotingError
 from mq.remoting.codes import RequestCode as R, ResponseCode as RC
 from mq.store.config import parse_properties
+from mq.wire import adminbodies as bodies
 from mq.wire import commitlog as wcl
 from mq.wire.errors import WireError
 
@@ -37,6 +40,28 @@ from .route import PERM_READ, PERM_WRITE, ClusterInfo, TopicRouteData
 
 TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"
 ADMIN_TIMEOUT_S = 5.0
+NAMESPACE_ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"     # NamesrvUtil's namespace of updateOrderConf
+# request codes mq.remoting.codes does not name (yet)
+CLONE_GROUP_OFFSET = 314
+UPDATE_NAMESRV_CONFIG = 318
+GET_NAMESRV_CONFIG = 319
+QUERY_CONSUME_QUEUE = 321
+
+
+def version_desc(version: int) -> str:
+    """MQVersion.getVersionDesc for 4.x and 5.x clients (ordinals from V4_0_0_SNAPSHOT = 212 go
+    SNAPSHOT, release for each x.y.z); the number itself for older ones."""
+    n, snapshot = divmod(version - 212, 2)
+    if version < 212 or n >= 200:
+        return str(version)
+    return f"V{4 + n // 100}_{n % 100 // 10}_{n % 10}" + ("_SNAPSHOT" if snapshot == 0 else "")
+
+
+def _body(r, what: str, decode):
+    try:
+        return decode(r.body or b"")
+    except ValueError as e:
+        raise MQClientError(f"undecodable {what}: {e}") from None
 
 
 parse_properties_text = parse_properties   # GET_BROKER_CONFIG bodies are properties text
@@ -62,7 +87,8 @@ class TopicConfig:
 
 @dataclass
 class ConsumeStats:
-    rows: list[dict] = field(default_factory=list)   # topic, brokerName, queueId, brokerOffset, consumerOffset, diff
+    # topic, brokerName, queueId, brokerOffset, consumerOffset, lastTimestamp, diff (brokerOffset - consumerOffset)
+    rows: list[dict] = field(default_factory=list)
     consume_tps: float = 0.0
     diff_total: int = 0
 
@@ -230,7 +256,7 @@ class AdminClient:
             r = await self.instance.invoke(addr, R.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": group},
                                            timeout_s=self.timeout_s)
             if r.code == RC.SUCCESS:
-                for c in json.loads(r.body or b"{}").get("connectionSet", []):
+                for c in _body(r, "ProducerConnection", bodies.decode_connections)["connectionSet"]:
                     seen[c["clientId"]] = c
         if not seen:
             raise MQClientError(f"no producer of group {group} is online at the brokers of topic {topic}")
@@ -245,16 +271,17 @@ class AdminClient:
             r = await self.instance.invoke(addr, R.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group},
                                            timeout_s=self.timeout_s)
             if r.code == RC.SUCCESS:
-                return json.loads(r.body)
+                return _body(r, "ConsumerConnection", bodies.decode_connections)
             last = MQBrokerError(r.code, r.remark, addr)
         raise last or MQClientError(f"no broker for group {group}")
 
     async def broker_consume_stats(self, addr: str, is_order: bool = False, timeout_ms: int = 50000) -> dict:
-        """GET_BROKER_CONSUME_STATS (317) of one broker."""
+        """GET_BROKER_CONSUME_STATS (317) of one broker: {"brokerAddr", "totalDiff", "groups":
+        [(group, [(rows, consumeTps) per topic])]} (mq.wire.adminbodies.decode_consume_stats_list)."""
         r = await self.instance.invoke_ok(addr, R.GET_BROKER_CONSUME_STATS,
                                           {"isOrder": str(is_order).lower(), "timeoutMillis": timeout_ms},
                                           timeout_s=max(self.timeout_s, timeout_ms / 1000))
-        return json.loads(r.body)
+        return _body(r, "ConsumeStatsList", bodies.decode_consume_stats_list)
 
     async def view_broker_stats(self, addr: str, stats_name: str, stats_key: str) -> dict | None:
         """VIEW_BROKER_STATS_DATA (315): {"statsMinute"|"statsHour"|"statsDay": {"sum", "tps", "avgpt"}},
@@ -273,13 +300,16 @@ class AdminClient:
                 continue
             r = await self.instance.invoke_ok(b.master_addr, R.GET_TOPIC_STATS_INFO, {"topic": topic},
                                               timeout_s=self.timeout_s)
-            rows.extend(json.loads(r.body).get("offsetTable") or [])
+            rows.extend(_body(r, "TopicStatsTable", bodies.decode_topic_stats))
         return sorted(rows, key=lambda x: (x.get("brokerName", ""), int(x.get("queueId", 0))))
 
     # ---- consumers ---------------------------------------------------------------------------------------
-    async def consumer_progress(self, group: str, topic: str | None = None) -> ConsumeStats:
-        """GET_CONSUME_STATS from the master of every broker of every cluster."""
-        info = await self.cluster_info()
+    async def consumer_progress(self, group: str, topic: str | None = None, *, info: ClusterInfo | None = None,
+                                allow_empty: bool = False) -> ConsumeStats:
+        """GET_CONSUME_STATS from the master of every broker of every cluster (`info`: the cluster
+        info to use, else fetched), merged; MQClientError when no broker has a row, unless
+        allow_empty."""
+        info = info or await self.cluster_info()
         stats = ConsumeStats()
         for name in sorted(info.broker_addr_table):
             addr = info.broker_addr_table[name].master_addr
@@ -287,19 +317,40 @@ class AdminClient:
                 continue
             r = await self.instance.invoke_ok(addr, R.GET_CONSUME_STATS, {"consumerGroup": group, "topic": topic},
                                               timeout_s=self.timeout_s)
-            body = json.loads(r.body or b"{}")
-            for row in body.get("offsetTable") or []:
-                row = dict(row)
-                row["diff"] = max(0, int(row.get("brokerOffset", 0)) - int(row.get("consumerOffset", 0)))
-                stats.rows.append(row)
-            stats.consume_tps += float(body.get("consumeTps") or 0.0)
+            rows, tps = _body(r, "ConsumeStats", bodies.decode_consume_stats)
+            stats.rows += rows
+            stats.consume_tps += tps
         stats.rows.sort(key=lambda x: (x.get("topic", ""), x.get("brokerName", ""), int(x.get("queueId", 0))))
         stats.diff_total = sum(r["diff"] for r in stats.rows)
-        if not stats.rows:
+        if not stats.rows and not allow_empty:
             raise MQClientError(f"no consume progress for group [{group}]"
                                 + (f" on topic [{topic}]" if topic else "")
                                 + ": the group has committed no offset (or does not exist)")
         return stats
+
+    async def groups_progress(self) -> list[dict]:
+        """consumerProgress without a group, as RocketMQ's: every group that has a %RETRY% topic at
+        the name server, with its online consumers (count, lowest version, type, model), consume
+        TPS and diff total, sorted by group.  Each: {"group", "count", "version", "consumeType",
+        "messageModel", "consumeTps", "diffTotal"} (version None when nobody is online)."""
+        info = await self.cluster_info()
+        groups = sorted(t[len("%RETRY%"):] for t in await self.topic_list() if t.startswith("%RETRY%"))
+        out = []
+        for group in groups:
+            try:
+                stats = await self.consumer_progress(group, info=info, allow_empty=True)
+            except (MQBrokerError, RemotingError):
+                continue
+            try:
+                cc = await self.consumer_connection(group)
+            except (MQClientError, MQBrokerError, RemotingError):
+                cc = {}
+            conns = cc.get("connectionSet") or []
+            out.append({"group": group, "count": len(conns),
+                        "version": min((int(c.get("version") or 0) for c in conns), default=None),
+                        "consumeType": cc.get("consumeType"), "messageModel": cc.get("messageModel"),
+                        "consumeTps": stats.consume_tps, "diffTotal": stats.diff_total})
+        return out
 
     async def consumer_ids(self, group: str, broker_addr: str) -> list[str]:
         """GET_CONSUMER_LIST_BY_GROUP at one broker ([] when nobody is registered)."""
@@ -308,6 +359,71 @@ class AdminClient:
         if r.code != RC.SUCCESS:
             return []
         return sorted(json.loads(r.body).get("consumerIdList") or [])
+
+    async def clone_group_offset(self, src: str, dest: str, topic: str | None, offline: bool) -> list[str]:
+        """CLONE_GROUP_OFFSET (314) at the master of every broker of %RETRY%<src>'s route, as
+        DefaultMQAdminExt.cloneGroupOffset; returns the addresses."""
+        ext = {"srcGroup": src, "destGroup": dest, "topic": topic, "offline": str(offline).lower()}
+        addrs = [a for _, a in await self.masters_of(f"%RETRY%{src}")]
+        for addr in addrs:
+            await self.instance.invoke_ok(addr, CLONE_GROUP_OFFSET, ext, timeout_s=self.timeout_s)
+        return addrs
+
+    async def query_consume_queue(self, addr: str, topic: str, queue_id: int, index: int, count: int,
+                                  group: str | None = None) -> tuple[dict | None, str | None]:
+        """QUERY_CONSUME_QUEUE (321) at `addr`: (QueryConsumeQueueResponseBody as plain values, or None
+        when the broker answered without one, the answer's remark)."""
+        ext = {"topic": topic, "queueId": queue_id, "index": index, "count": count, "consumerGroup": group}
+        r = await self.instance.invoke_ok(addr, QUERY_CONSUME_QUEUE, ext, timeout_s=self.timeout_s)
+        return (_body(r, "QueryConsumeQueueResponseBody", bodies.decode_query_consume_queue) if r.body else None,
+                r.remark)
+
+    # ---- name servers: KV config and their own config ---------------------------------------------------------
+    async def put_kv_config(self, namespace: str, key: str, value: str) -> list[str]:
+        """PUT_KV_CONFIG (100) at every name server (they share nothing); returns them."""
+        for ns in self.instance.namesrv_addrs:
+            await self.instance.invoke_ok(ns, R.PUT_KV_CONFIG, {"namespace": namespace, "key": key, "value": value},
+                                          timeout_s=self.timeout_s)
+        return list(self.instance.namesrv_addrs)
+
+    async def delete_kv_config(self, namespace: str, key: str) -> list[str]:
+        """DELETE_KV_CONFIG (102) at every name server."""
+        for ns in self.instance.namesrv_addrs:
+            await self.instance.invoke_ok(ns, R.DELETE_KV_CONFIG, {"namespace": namespace, "key": key},
+                                          timeout_s=self.timeout_s)
+        return list(self.instance.namesrv_addrs)
+
+    async def get_kv_config(self, namespace: str, key: str) -> str | None:
+        """GET_KV_CONFIG (101) at one name server; None when it has no such item."""
+        r = await self.instance.invoke_namesrv(R.GET_KV_CONFIG, {"namespace": namespace, "key": key},
+                                               timeout_s=self.timeout_s)
+        if r.code == RC.QUERY_NOT_FOUND:
+            return None
+        if r.code != RC.SUCCESS:
+            raise MQBrokerError(r.code, r.remark, "name server")
+        return (r.ext_fields or {}).get("value")
+
+    async def namesrv_config(self) -> dict[str, dict[str, str]]:
+        """GET_NAMESRV_CONFIG (319) of every name server: {address: {key: value}}."""
+        out = {}
+        for ns in self.instance.namesrv_addrs:
+            r = await self.instance.invoke_ok(ns, GET_NAMESRV_CONFIG, timeout_s=self.timeout_s)
+            out[ns] = parse_properties_text((r.body or b"").decode("utf-8", "replace"))
+        return out
+
+    async def update_namesrv_config(self, values: dict[str, str]) -> list[str]:
+        """UPDATE_NAMESRV_CONFIG (318), body properties text, at every name server."""
+        body = "".join(f"{k}={v}\n" for k, v in values.items()).encode()
+        for ns in self.instance.namesrv_addrs:
+            await self.instance.invoke_ok(ns, UPDATE_NAMESRV_CONFIG, None, body, timeout_s=self.timeout_s)
+        return list(self.instance.namesrv_addrs)
+
+    async def topic_clusters(self, topic: str) -> list[str]:
+        """The clusters of the brokers in the topic's route (getTopicClusterList)."""
+        route = await self.topic_route(topic)
+        info = await self.cluster_info()
+        names = {bd.broker_name for bd in route.broker_datas}
+        return sorted(c for c, brokers in info.cluster_addr_table.items() if names & set(brokers))
 
     # ---- brokers --------------------------------------------------------------------------------------------
     async def broker_runtime_info(self, addr: str) -> dict[str, str]:
@@ -448,9 +564,15 @@ class AdminClient:
                             offset: int | None = None, begin_ms: int | None = None, end_ms: int | None = None,
                             group: str | None = None, sub_expression: str = "*", batch: int = 32):
         """Messages pulled queue by queue (only broker_name's, only queue_id), from `offset`, else
-        from the one stored at begin_ms, else from the queue's start; up to the one stored at
-        end_ms, else to the queue's end (as PrintMessageSubCommand and ConsumeMessageCommand walk
-        them; group TOOLS_CONSUMER unless given).  Nothing is committed."""
+        those stored from begin_ms on; up to those stored at end_ms (inclusive), else to the
+        queue's end (group TOOLS_CONSUMER unless given).  Nothing is committed.
+
+        The time window is checked on each message's store time.  SEARCH_OFFSET_BY_TIMESTAMP
+        answers the message nearest in time, which may lie on either side of the time asked:
+        RocketMQ's tools take it as an exact bound at both ends (and leave out the message at
+        the end offset), so they drop messages inside the window.  Here the walk starts at the
+        offset found for begin_ms (nearest: at most one message early, skipped by its time) and
+        stops at the first message stored after end_ms."""
         route = await self.topic_route(topic)
         sub = SubscriptionData.build(topic, sub_expression)
         for mq in route.subscribe_queues(topic):
@@ -462,18 +584,26 @@ class AdminClient:
             if addr is None:
                 continue
             lo = offset if offset is not None else await self.queue_offset_at(mq, addr, begin_ms or 0)
-            hi = await self.queue_offset_at(mq, addr, end_ms)
-            while lo < hi:
+            hi = await self.queue_offset_at(mq, addr, None)
+            past_end = False
+            while lo < hi and not past_end:
                 try:
                     res = await pull_kernel(self.instance, group or TOOLS_CONSUMER_GROUP, mq, sub, lo, batch,
                                             suspend=False, timeout_s=self.timeout_s)
                 except WireError as e:
                     raise MQClientError(f"the broker answered an undecodable pull body: {e}") from None
+                if res.status is PullStatus.NO_MATCHED_MSG and res.next_begin_offset > lo:
+                    lo = res.next_begin_offset          # a stretch of other tags: go on after it
+                    continue
                 if res.status is not PullStatus.FOUND:
                     break
                 for m in res.messages:
-                    if m.queue_offset < hi:
-                        yield m
+                    if m.queue_offset >= hi or (end_ms is not None and m.store_timestamp_ms > end_ms):
+                        past_end = True
+                        break
+                    if offset is None and begin_ms and m.store_timestamp_ms < begin_ms:
+                        continue
+                    yield m
                 lo = res.next_begin_offset
 
     async def query_msg_by_offset(self, topic: str, broker_name: str, queue_id: int, queue_offset: int) -> MessageExt:
@@ -495,4 +625,4 @@ class AdminClient:
 
 
 __all__ = ["AdminClient", "TopicConfig", "ConsumeStats", "parse_properties_text", "TOOLS_CONSUMER_GROUP",
-           "RemotingError"]
+           "RemotingError", "version_desc", "NAMESPACE_ORDER_TOPIC_CONFIG"]
