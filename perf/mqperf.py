@@ -983,7 +983,11 @@ async def _topic_stats(c: RemotingClient, addr: str, topic: str, timeout_s: floa
         return None
     if r.code != RC.SUCCESS:
         raise MQPerfError(f"topic stats of {topic} at {addr}: {RESPONSE_NAMES.get(r.code, r.code)} {r.remark}")
-    rows = json.loads(r.body or b"{}").get("offsetTable") or []
+    from mq.wire.adminbodies import decode_topic_stats     # RocketMQ's TopicStatsTable (MessageQueue keys)
+    try:
+        rows = decode_topic_stats(r.body or b"{}")
+    except ValueError as e:
+        raise MQPerfError(f"topic stats of {topic} at {addr}: {e}") from None
     name = rows[0]["brokerName"] if rows else addr
     return (name, {int(x["queueId"]): int(x["minOffset"]) for x in rows},
             {int(x["queueId"]): int(x["maxOffset"]) for x in rows})
