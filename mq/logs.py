@@ -9,36 +9,101 @@ supervisor's stderr handler is wrapped in a queue that the role processes
 inherit when the launcher forks them, and a thread of the supervisor writes
 every record, so the lines of all processes arrive in one ordered stream.
 Other programs (mqnamesrv, tools, roles started on their own by tests) write
-to their own stderr with the same format."""
+to their own stderr with the same format.
+
+Log files (`LogFile`): with logDir set (broker.conf, namesrv.properties) the
+same lines also go to <logDir>/broker.log or namesrv.log, as RocketMQ's
+logback writes ~/logs/rocketmqlogs/broker.log, rolled by size: past
+logFileMaxBytes the file becomes broker.log.1 (.1 becomes .2 ...) and
+logFileBackups rolled files are kept.  A broker's file is written by the
+supervisor's receiving thread only, behind the one stream (the role processes
+never open it), so rolling needs no lock between processes.  stderr keeps
+every line either way."""
 from __future__ import annotations
 
 import logging
+import logging.handlers
 import multiprocessing as mp
 import os
 import sys
 
 FORMAT = "%(asctime)s %(levelname)s %(processName)s[%(process)d] %(name)s: %(message)s"
+LOG_FILE_MAX_BYTES = 128 * 1024 * 1024      # RocketMQ's logback: broker.log rolls at 128 MB ...
+LOG_FILE_BACKUPS = 10                       # ... and keeps broker.log.1 .. .10
 
 
-def setup_logging(role: str) -> None:
-    """This process's records to its stderr, tagged `role[pid]`."""
+class LogFile(logging.handlers.RotatingFileHandler):
+    """<dir>/<name>, rolled past `max_bytes`, `backups` rolled files kept.  A write that fails
+    (disk full, file removed with its directory) is reported on stderr once, not per record,
+    and once more when writing works again; logging goes on on stderr meanwhile."""
+
+    def __init__(self, directory: str, name: str, max_bytes: int = LOG_FILE_MAX_BYTES,
+                 backups: int = LOG_FILE_BACKUPS):
+        directory = os.path.expanduser(directory)
+        os.makedirs(directory, exist_ok=True)
+        super().__init__(os.path.join(directory, name), maxBytes=max_bytes, backupCount=backups,
+                         encoding="utf-8")
+        self.setFormatter(logging.Formatter(FORMAT))
+        self.failures = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        before = self.failures
+        super().emit(record)
+        if before and self.failures == before:
+            sys.stderr.write(f"log file {self.baseFilename}: writing works again "
+                             f"({before} record(s) not written)\n")
+            self.failures = 0
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        if not self.failures:
+            err = sys.exc_info()[1]
+            sys.stderr.write(f"log file {self.baseFilename}: write failed: {err} "
+                             "(reported once until it works again; stderr has every line)\n")
+        self.failures += 1
+
+
+class _Fanout(logging.Handler):
+    """Every record to each of `handlers` (stderr and the log file) behind one handler, so the
+    broker's multiprocessing stream stays one queue and one receiving thread."""
+
+    def __init__(self, handlers: list[logging.Handler]):
+        super().__init__()
+        self.handlers = handlers
+
+    def emit(self, record: logging.LogRecord) -> None:
+        for h in self.handlers:
+            h.handle(record)
+
+    def flush(self) -> None:
+        for h in self.handlers:
+            h.flush()
+
+    def close(self) -> None:
+        for h in self.handlers:
+            h.close()
+        super().close()
+
+
+def setup_logging(role: str, log_file: LogFile | None = None) -> None:
+    """This process's records to its stderr, tagged `role[pid]`, and to `log_file` if given."""
     mp.current_process().name = role
     root = logging.getLogger()
     for h in list(root.handlers):
         root.removeHandler(h)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(FORMAT))
-    root.addHandler(handler)
+    root.addHandler(handler if log_file is None else _Fanout([handler, log_file]))
     root.setLevel(os.environ.get("MQ_LOG_LEVEL", "INFO"))
 
 
-def setup_broker_logging() -> None:
+def setup_broker_logging(log_file: LogFile | None = None) -> None:
     """The supervisor's stream, shared with the role processes it forks (through
-    mq.broker.launcher).  Call first thing: it chooses the fork start method
-    explicitly, and starts the receiving thread."""
+    mq.broker.launcher), written to stderr and to `log_file` if given.  Call first
+    thing: it chooses the fork start method explicitly, and starts the receiving
+    thread."""
     import multiprocessing_logging
     mp.set_start_method("fork", force=True)
-    setup_logging("broker")
+    setup_logging("broker", log_file)
     multiprocessing_logging.install_mp_handler()
 
 

@@ -17,10 +17,50 @@ from mq.store.config import STORE_OPTIONS, Option, StoreConfig, load_properties_
 def _port(v): return 3 <= v <= 65533
 
 
-def _default_ip() -> str:
-    """RocketMQ picks the first non-loopback IPv4; we advertise loopback unless
-    told otherwise, because tests and local clusters run on 127.0.0.1."""
-    return "127.0.0.1"
+SIOCGIFADDR = 0x8915          # Linux: an interface's IPv4 address
+
+
+def host_ipv4_addresses() -> list[str]:
+    """The IPv4 address of each network interface of this host, by interface index, leaving out
+    loopback addresses and bridges (RocketMQ's RemotingUtil skips /sys/class/net/<if>/bridge);
+    [] where interfaces cannot be listed (not Linux)."""
+    import fcntl
+    import struct
+    out = []
+    try:
+        names = [name for _, name in socket.if_nameindex()]
+    except OSError:
+        return out
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for name in names:
+            if os.path.exists(f"/sys/class/net/{name}/bridge"):
+                continue
+            try:
+                res = fcntl.ioctl(s.fileno(), SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
+            except OSError:
+                continue                      # no IPv4 address on it
+            ip = socket.inet_ntoa(res[20:24])
+            if not ip.startswith("127."):
+                out.append(ip)
+    return out
+
+
+def pick_broker_ip(addresses: list[str]) -> str:
+    """RemotingUtil.getLocalAddress over IPv4: the first address not starting with 127.0 or
+    192.168, else the last one; 127.0.0.1 when there is none (RocketMQ would take an IPv6
+    address next; the CommitLog's store host here is IPv4)."""
+    for ip in addresses:
+        if not ip.startswith(("127.0", "192.168")):
+            return ip
+    return addresses[-1] if addresses else "127.0.0.1"
+
+
+def default_broker_ip(listen_address: str) -> str:
+    """brokerIP1 when broker.conf leaves it out: listenAddress when that is one address (a broker
+    bound to one interface is reached there), else the host's address as RocketMQ picks it."""
+    if listen_address and listen_address not in ("0.0.0.0", "::", "*"):
+        return listen_address
+    return pick_broker_ip(host_ipv4_addresses())
 
 
 BROKER_OPTIONS: list[Option] = [
@@ -31,7 +71,8 @@ BROKER_OPTIONS: list[Option] = [
     Option("listenPort", int, 10911, "client port; the fast port is listenPort-2, HA is listenPort+1", _port,
            "must be a port between 3 and 65533"),
     Option("namesrvAddr", str, os.environ.get("NAMESRV_ADDR", ""), "name servers, host:port separated by ';'"),
-    Option("brokerIP1", str, _default_ip(), "address advertised to clients"),
+    Option("brokerIP1", str, "", "address advertised to clients (empty: listenAddress when it is one address, "
+           "else the host's first non-loopback IPv4 address not in 192.168/16, as RocketMQ picks it)"),
     Option("brokerIP2", str, "", "address advertised for HA (empty: brokerIP1)"),
     Option("listenAddress", str, "0.0.0.0", "address the ports bind to (ours; RocketMQ binds all)"),
     Option("defaultTopicQueueNums", int, 8, "queue count of auto-created topics (TBW102)", lambda v: 1 <= v <= 1024,
@@ -89,6 +130,13 @@ BROKER_OPTIONS: list[Option] = [
     # Prometheus metrics (ours; mq.broker.metrics): the supervisor serves GET /metrics on this port
     Option("metricsPort", int, 0, "port of the Prometheus /metrics endpoint, bound on listenAddress "
            "(ours; 0: off, and the role processes count nothing)", lambda v: 0 <= v <= 65535, "must be 0..65535"),
+    # log files (ours; RocketMQ's logback writes ~/logs/rocketmqlogs/broker.log): mq.logs.  The
+    # supervisor writes every process's lines there, as on stderr
+    Option("logDir", str, "", "directory of broker.log, rolled by size; ~ is the user's home "
+           "(ours; empty: stderr only, as under systemd, where the journal keeps them)"),
+    Option("logFileMaxBytes", int, 128 * 1024 * 1024, "broker.log rolls over past this many bytes (ours)",
+           lambda v: v > 0, "must be > 0"),
+    Option("logFileBackups", int, 10, "rolled broker.log.1 .. .N files kept (ours)", lambda v: v >= 0, ">= 0"),
 ]
 
 ALL_OPTIONS = {o.name: o for o in STORE_OPTIONS + BROKER_OPTIONS}
@@ -113,6 +161,8 @@ class BrokerConfig:
                 self.unknown_keys.append(k)
                 if warn:
                     warn(f"unknown config key {k!r} ignored")
+        if not self.brokerIP1:
+            self.brokerIP1 = default_broker_ip(self.listenAddress)
         if self.brokerRole != "SLAVE":
             self.brokerId = 0
         elif self.brokerId <= 0:

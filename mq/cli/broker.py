@@ -1,5 +1,8 @@
 """mqbroker -c FILE [-n NAMESRV] [-p]: run a broker (RocketMQ's command line).
 
+Logs go to stderr, and with logDir set also to <logDir>/broker.log, rolled by size
+(logFileMaxBytes, logFileBackups; mq.logs).  An unwritable logDir exits 2.
+
 SIGTERM or SIGINT is a clean stop: unregister, stop accepting, finish
 in-flight requests, flush, checkpoint, remove the abort file.  Under systemd
 (NOTIFY_SOCKET set) it reports READY=1 once serving, STOPPING=1 on SIGTERM,
@@ -84,10 +87,17 @@ def main(argv=None) -> int:
         except AclConfigError as e:
             print(f"mqbroker: {e}", file=sys.stderr)
             return 2
-    from mq.logs import setup_broker_logging
+    from mq.logs import LogFile, setup_broker_logging
+    log_file = None
+    if cfg.logDir:                        # a directory it cannot write is a config error, said at once
+        try:
+            log_file = LogFile(cfg.logDir, "broker.log", cfg.logFileMaxBytes, cfg.logFileBackups)
+        except OSError as e:
+            print(f"mqbroker: logDir={cfg.logDir}: cannot write broker.log there: {e}", file=sys.stderr)
+            return 2
     # order matters: the log stream first (it picks the fork start method), then the
     # launcher, forked while this process has no thread but the stream's receiver
-    setup_broker_logging()
+    setup_broker_logging(log_file)
     launcher = Launcher()
     try:
         return mq_loop.run(serve(cfg, launcher))

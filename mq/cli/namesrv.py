@@ -10,7 +10,8 @@
 
 Runs until SIGTERM or SIGINT, then stops cleanly (stop accepting, finish
 in-flight requests, close connections) and exits 0.  Logs go to stderr with
-the pid.  With $NOTIFY_SOCKET set (systemd Type=notify) it sends READY=1
+the pid, and with logDir set also to <logDir>/namesrv.log, rolled by size
+(logFileMaxBytes, logFileBackups; mq.logs).  With $NOTIFY_SOCKET set (systemd Type=notify) it sends READY=1
 once listening (STATUS carries the bound address), STOPPING=1 on the signal,
 and WATCHDOG=1 every half $WATCHDOG_USEC when a watchdog is configured.
 
@@ -102,7 +103,17 @@ def main(argv: list[str] | None = None) -> int:
         for key, value in config.as_dict().items():
             print(f"{key}={_format(value)}")
         return 0
-    setup_logging("mqnamesrv")
+    if args.configFile:
+        config.config_file = os.path.abspath(args.configFile)     # UPDATE_NAMESRV_CONFIG writes changes back
+    log_file = None
+    if config.logDir:
+        from mq.logs import LogFile
+        try:
+            log_file = LogFile(config.logDir, "namesrv.log", config.logFileMaxBytes, config.logFileBackups)
+        except OSError as e:
+            print(f"mqnamesrv: logDir={config.logDir}: cannot write namesrv.log there: {e}", file=sys.stderr)
+            return 2
+    setup_logging("mqnamesrv", log_file)
     return mq_loop.run(serve(config))
 
 

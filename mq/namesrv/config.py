@@ -39,7 +39,17 @@ NAMESRV_OPTIONS: list[Option] = [
     Option("scanNotActiveBrokerInterval", int, 10000,
            "ms between scans for silent brokers (4.x: every 10 s; the first scan after half of it)",
            _positive, "must be > 0"),
+    # log files (ours; RocketMQ's logback writes ~/logs/rocketmqlogs/namesrv.log): mq.logs
+    Option("logDir", str, "", "directory of namesrv.log, rotated by size (ours; empty: stderr only)"),
+    Option("logFileMaxBytes", int, 128 * 1024 * 1024, "namesrv.log rolls over past this many bytes (ours)",
+           _positive, "must be > 0"),
+    Option("logFileBackups", int, 10, "rolled namesrv.log.1 .. .N files kept (ours)", lambda v: v >= 0,
+           "must be >= 0"),
 ]
+
+# what UPDATE_NAMESRV_CONFIG (318) may change: the keys read where they are used, never cached
+# (RocketMQ sets any key but its black list, whether or not anything reads it again)
+RUNTIME_KEYS = frozenset({"orderMessageEnable", "brokerExpiredMillis"})
 
 # Java keys of NamesrvConfig / NettyServerConfig that load without effect.
 JAVA_KEYS_IGNORED = frozenset({
@@ -58,6 +68,7 @@ class NamesrvConfig:
     OPTIONS = {o.name: o for o in NAMESRV_OPTIONS}
 
     def __init__(self, **values: Any):
+        self.config_file: str | None = None     # the -c file: UPDATE_NAMESRV_CONFIG writes changes back
         for opt in NAMESRV_OPTIONS:
             setattr(self, opt.name, opt.default)
         for k, v in values.items():
@@ -81,3 +92,45 @@ class NamesrvConfig:
 
     def as_dict(self) -> dict[str, Any]:
         return {o.name: getattr(self, o.name) for o in NAMESRV_OPTIONS}
+
+    def as_properties(self) -> str:
+        """key=value lines, sorted: GET_NAMESRV_CONFIG's body and `mqnamesrv -p`'s output."""
+        return "".join(f"{k}={_fmt(v)}\n" for k, v in sorted(self.as_dict().items()))
+
+
+def _fmt(v: Any) -> str:
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def parse_runtime_update(text: str) -> dict[str, Any]:
+    """An UPDATE_NAMESRV_CONFIG body (properties text) parsed and checked; ValueError names a key
+    that is unknown, one that cannot change while the name server runs, or a bad value."""
+    raw = parse_properties(text)
+    if not raw:
+        raise ValueError("no key=value in the body")
+    out = {}
+    for k, v in raw.items():
+        if k not in NamesrvConfig.OPTIONS:
+            ignored = " (a RocketMQ key this name server ignores)" if k in JAVA_KEYS_IGNORED else ""
+            raise ValueError(f"{k} is not a name server config key{ignored}; keys that change while it runs: "
+                             f"{', '.join(sorted(RUNTIME_KEYS))}")
+        if k not in RUNTIME_KEYS:
+            raise ValueError(f"{k} cannot change while the name server runs (set it in its config file and "
+                             f"restart); these can: {', '.join(sorted(RUNTIME_KEYS))}")
+        out[k] = NamesrvConfig.OPTIONS[k].parse(v)
+    return out
+
+
+def rewrite_config_file(path: str, values: dict[str, Any]) -> None:
+    """Sets key=value lines of a properties file in place (other lines kept, missing keys
+    appended), atomically, so a runtime change outlives a restart."""
+    from mq.store.configfile import write_atomic
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    left = dict(values)
+    out = []
+    for line in lines:
+        key = line.split("=", 1)[0].strip() if "=" in line and not line.lstrip().startswith(("#", "!")) else None
+        out.append(f"{key}={_fmt(left.pop(key))}" if key in left else line)
+    out += [f"{k}={_fmt(v)}" for k, v in left.items()]
+    write_atomic(path, "\n".join(out) + "\n")

@@ -17,6 +17,9 @@ Request code -> handler (one hop from the name):
     GET_KVLIST_BY_NAMESPACE 219  get_kvlist_by_namespace  -> KVTable, or QUERY_NOT_FOUND
     GET_TOPICS_BY_CLUSTER 224    get_topics_by_cluster    -> TopicList
     QUERY_DATA_VERSION 322       query_data_version       -> header changed; body DataVersion
+    UPDATE_NAMESRV_CONFIG 318    update_namesrv_config    body properties text (RUNTIME_KEYS only; written
+                                                          back to the -c file)
+    GET_NAMESRV_CONFIG 319       get_namesrv_config       -> body properties text of every option
 
 Deviation: unknown codes get REQUEST_CODE_NOT_SUPPORTED (3) from the
 RemotingServer; the Java name server sends nothing and lets the client time
@@ -37,11 +40,14 @@ from mq.wire.remoting import RemotingCommand
 
 from .bodies import (NAMESPACE_ORDER_TOPIC_CONFIG, STANDARD_JSON_MIN_VERSION, BodyError, DataVersion,
                      decode_register_broker_body, fastjson_dumps)
-from .config import NamesrvConfig
+from .config import NamesrvConfig, parse_runtime_update, rewrite_config_file
 from .kvconfig import KVConfigManager
 from .routeinfo import RouteInfoManager
 
 log = logging.getLogger("mq.namesrv")
+
+UPDATE_NAMESRV_CONFIG = 318      # RequestCode (not in mq.remoting.codes yet)
+GET_NAMESRV_CONFIG = 319
 
 # FAQUrl.suggestTodo(FAQUrl.APPLY_TOPIC_URL), appended to the TOPIC_NOT_EXIST remark
 _APPLY_TOPIC_HINT = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
@@ -108,6 +114,8 @@ class NameServer:
             RequestCode.GET_KVLIST_BY_NAMESPACE: self.get_kvlist_by_namespace,
             RequestCode.GET_TOPICS_BY_CLUSTER: self.get_topics_by_cluster,
             RequestCode.QUERY_DATA_VERSION: self.query_data_version,
+            UPDATE_NAMESRV_CONFIG: self.update_namesrv_config,
+            GET_NAMESRV_CONFIG: self.get_namesrv_config,
         }
         self.server = RemotingServer("namesrv", {code: self._guarded(h) for code, h in self.handlers.items()},
                                      on_close=self._on_connection_closed)
@@ -267,6 +275,29 @@ class NameServer:
             self.kv.delete(_field(cmd, "namespace"), _field(cmd, "key"))
         except OSError as e:
             return _respond(cmd, ResponseCode.SYSTEM_ERROR, f"kv config not persisted to {self.kv.path}: {e}")
+        return _respond(cmd)
+
+    async def get_namesrv_config(self, conn, cmd: RemotingCommand) -> RemotingCommand:
+        return _respond(cmd, body=self.config.as_properties().encode())
+
+    async def update_namesrv_config(self, conn, cmd: RemotingCommand) -> RemotingCommand:
+        """Keys of RUNTIME_KEYS: set here at once (the expiry scan reads brokerExpiredMillis at each
+        pass, routes read orderMessageEnable at each answer), and written to the config file
+        the name server started with, if any.  SYSTEM_ERROR naming the key otherwise."""
+        try:
+            values = parse_runtime_update(bytes(cmd.body or b"").decode("utf-8", "replace"))
+        except ValueError as e:
+            return _respond(cmd, ResponseCode.SYSTEM_ERROR, f"update name server config failed: {e}")
+        for k, v in values.items():
+            setattr(self.config, k, v)
+        self.routes.expired_ms = self.config.brokerExpiredMillis
+        log.warning("name server config changed at run time by %s: %s", conn.peer, values)
+        if self.config.config_file:
+            try:
+                rewrite_config_file(self.config.config_file, values)
+            except OSError as e:
+                return _respond(cmd, ResponseCode.SYSTEM_ERROR,
+                                f"changed, but not written to {self.config.config_file}: {e}")
         return _respond(cmd)
 
     async def get_kvlist_by_namespace(self, conn, cmd: RemotingCommand) -> RemotingCommand:
