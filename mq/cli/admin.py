@@ -1,12 +1,20 @@
 """mqadmin: RocketMQ's operator tool, the subcommands an operator reaches for first.
 
     mqadmin clusterList      -n NS
-    mqadmin topicList        -n NS
-    mqadmin topicRoute       -n NS -t TOPIC
+    mqadmin topicList        -n NS [-c]                     (-c: with clusters and consumer groups)
+    mqadmin topicRoute       -n NS -t TOPIC;  topicClusterList -n NS -t TOPIC
     mqadmin topicStatus      -n NS -t TOPIC
     mqadmin updateTopic      -n NS (-c CLUSTER | -b BROKER_ADDR) -t TOPIC [-r 8] [-w 8] [-p 6] [-o false]
+    mqadmin updateTopicPerm  -n NS (-c CLUSTER | -b BROKER_ADDR) -t TOPIC -p PERM
+    mqadmin updateOrderConf  -n NS -t TOPIC -m (get | put -v BROKER:NUM;... | delete)
     mqadmin deleteTopic      -n NS -c CLUSTER -t TOPIC
-    mqadmin consumerProgress -n NS -g GROUP [-t TOPIC]
+    mqadmin consumerProgress -n NS [-g GROUP [-t TOPIC]]    (no -g: every group, one line each)
+    mqadmin consumerStatus   -n NS -g GROUP [-i CLIENT_ID] [-b BROKER_ADDR]
+    mqadmin cloneGroupOffset -n NS -s SRC_GROUP -d DEST_GROUP [-t TOPIC] [-o true]
+    mqadmin queryCq          -n NS -t TOPIC -q QUEUE_ID -i INDEX [-c 10] [-b BROKER_ADDR] [-g GROUP]
+    mqadmin getNamesrvConfig -n NS;  updateNamesrvConfig -n NS -k KEY -v VALUE
+    mqadmin updateKvConfig   -n NS -s NAMESPACE -k KEY -v VALUE;  deleteKvConfig -n NS -s NAMESPACE -k KEY
+    mqadmin sendMsgStatus    -n NS -b BROKER_NAME [-s 128] [-c 50]
     mqadmin brokerStatus     -n NS (-b BROKER_ADDR | -c CLUSTER)
     mqadmin getBrokerConfig  -n NS (-b BROKER_ADDR | -c CLUSTER)
     mqadmin queryMsgByOffset -n NS -t TOPIC -b BROKER_NAME -i QUEUE_ID -o QUEUE_OFFSET
@@ -14,7 +22,7 @@
     mqadmin queryMsgByUniqueKey -n NS -i UNIQ_KEY -t TOPIC [-a]
     mqadmin queryMsgByKey    -n NS -t TOPIC -k KEY [-b BEGIN] [-e END] [-c MAX]
     mqadmin printMsg         -n NS -t TOPIC [-s TAGS] [-b BEGIN] [-e END] [-d true|false] [-c CHARSET]
-    mqadmin leadershipTransfer -n NS -b BROKER_NAME -t TRANSFEREE_ID   (DLedger mode)
+    mqadmin leadershipTransfer -n NS -b BROKER_NAME -t TRANSFEREE_ID [-w 10]   (DLedger mode)
     mqadmin updateSubGroup   -n NS (-b ADDR | -c CLUSTER) -g GROUP [-s -m -d -q -r -i -w -a]
     mqadmin deleteSubGroup   -n NS (-b ADDR | -c CLUSTER) -g GROUP [-r true]
     mqadmin resetOffsetByTime -n NS -g GROUP -t TOPIC -s (now | MS | yyyy-MM-dd#HH:mm:ss:SSS) [-f false]
@@ -37,8 +45,9 @@ $NAMESRV_ADDR is set, and several name servers are separated by ';'.  Long flag 
 On a broker with aclEnable=true, requests are signed with the account in
 $ROCKETMQ_HOME/conf/tools.yml (accessKey, secretKey; the working directory when ROCKETMQ_HOME is unset).
 
-Exit codes: 0 success; 1 the operation failed (unreachable server, error answer, no such topic/cluster/
-message), with one line on stderr and no traceback; 2 bad command line (usage on stderr)."""
+Exit codes: 0 success (also when stdout's reader leaves early, as in `mqadmin ... | head`); 1 the
+operation failed (unreachable server, error answer, no such topic/cluster/message), with one line on
+stderr and no traceback; 2 bad command line (usage on stderr)."""
 from __future__ import annotations
 
 import argparse
@@ -137,8 +146,36 @@ def _slave_acks(table: dict) -> str:
 
 
 async def topic_list(admin: AdminClient, args) -> int:
-    for topic in await admin.topic_list():
-        print(topic)
+    """One topic a line; with -c (TopicListSubCommand's clusterModel) the cluster and each
+    consuming group of every topic but %RETRY% and %DLQ% ones, one row a group."""
+    topics = await admin.topic_list()
+    if not args.clusterModel:
+        for topic in topics:
+            print(topic)
+        return 0
+    info = await admin.cluster_info()
+    cluster_of = {name: c for c, names in info.cluster_addr_table.items() for name in names}
+    fmt = "%-20s  %-48s  %-48s"
+    print(fmt % ("#Cluster Name", "#Topic", "#Consumer Group"))
+    for topic in topics:
+        if topic.startswith(("%RETRY%", "%DLQ%")):
+            continue
+        cluster, groups = "", []
+        try:
+            route = await admin.topic_route(topic)
+            if route.broker_datas:
+                cluster = cluster_of.get(route.broker_datas[0].broker_name, "")
+            groups = await admin.consumed_by(topic)
+        except (MQClientError, RemotingError):
+            pass
+        for group in groups or [""]:
+            print(fmt % (cluster, topic, group))
+    return 0
+
+
+async def topic_cluster_list(admin: AdminClient, args) -> int:
+    for cluster in await admin.topic_clusters(args.topic):
+        print(cluster)
     return 0
 
 
@@ -201,16 +238,35 @@ async def delete_topic(admin: AdminClient, args) -> int:
 
 
 async def consumer_progress(admin: AdminClient, args) -> int:
+    """One group's queues (with -g), or, as RocketMQ's without -g, one line per group that has a
+    %RETRY% topic: online consumers, their lowest version, type, model, TPS and diff total."""
+    if not args.groupName:
+        return await _all_groups_progress(admin)
     stats = await admin.consumer_progress(args.groupName, args.topic)
     fmt = "%-64s  %-32s  %-4s  %-20s  %-20s  %-20s %-20s  %s"
     print(fmt % ("#Topic", "#Broker Name", "#QID", "#Broker Offset", "#Consumer Offset", "#Client IP", "#Diff",
                  "#LastTime"))
     for r in stats.rows:
+        last = _int(r.get("lastTimestamp"))
         print(fmt % (r.get("topic", ""), r.get("brokerName", ""), r.get("queueId", ""), r.get("brokerOffset", ""),
-                     r.get("consumerOffset", ""), "N/A", r["diff"], "N/A"))
+                     r.get("consumerOffset", ""), "N/A", r["diff"],
+                     datetime.fromtimestamp(last / 1000).strftime("%Y-%m-%d %H:%M:%S") if last else "N/A"))
     print()
     print("Consume TPS: %.2f" % stats.consume_tps)
     print("Diff Total: %d" % stats.diff_total)
+    return 0
+
+
+async def _all_groups_progress(admin: AdminClient) -> int:
+    from mq.client.admin import version_desc
+    fmt = "%-64s  %-6s  %-24s %-5s  %-14s  %-7s  %s"
+    print(fmt % ("#Group", "#Count", "#Version", "#Type", "#Model", "#TPS", "#Diff Total"))
+    for g in await admin.groups_progress():
+        online = g["count"] > 0
+        kind = ("PULL" if g["consumeType"] == "CONSUME_ACTIVELY" else "PUSH") if online else ""
+        model = g["messageModel"] if online and g["consumeType"] == "CONSUME_PASSIVELY" else ""
+        print(fmt % (g["group"], g["count"], version_desc(g["version"]) if online else "OFFLINE", kind, model or "",
+                     int(g["consumeTps"]), g["diffTotal"]))
     return 0
 
 
@@ -428,17 +484,15 @@ async def broker_consume_stats(admin: AdminClient, args) -> int:
     fmt = "%-64s  %-64s  %-32s  %-4s  %-20s  %-20s  %-20s %s"
     print(fmt % ("#Topic", "#Group", "#Broker Name", "#QID", "#Broker Offset", "#Consumer Offset", "#Diff",
                  "#LastTime"))
-    for entry in stats.get("consumeStatsList", []):
-        for group, parts in sorted(entry.items()):
-            for part in parts:
-                for r in part.get("offsetTable", []):
-                    diff = max(0, r["brokerOffset"] - max(r["consumerOffset"], 0))
-                    if diff < args.level:
-                        continue
-                    last = r.get("lastTimestamp", 0)
-                    print(fmt % (r["topic"], group, r["brokerName"], r["queueId"], r["brokerOffset"],
-                                 r["consumerOffset"], diff, _format_ms(last) if last else "N/A"))
-    print(f"\nDiff Total: {stats.get('totalDiff', 0)}")
+    for group, parts in sorted(stats["groups"]):
+        for rows, _tps in parts:
+            for r in rows:
+                if r["diff"] < args.level:
+                    continue
+                last = r.get("lastTimestamp", 0)
+                print(fmt % (r["topic"], group, r["brokerName"], r["queueId"], r["brokerOffset"],
+                             r["consumerOffset"], r["diff"], _format_ms(last) if last else "N/A"))
+    print(f"\nDiff Total: {stats['totalDiff']}")
     return 0
 
 
@@ -552,22 +606,227 @@ async def cluster_rt(admin: AdminClient, args) -> int:
 
 
 async def leadership_transfer(admin: AdminClient, args) -> int:
-    g = await admin.dledger_group(args.brokerName)
-    if args.transfereeId not in g["peers"]:
-        raise MQClientError(f"{args.transfereeId!r} is not a member of [{args.brokerName}] "
-                            f"(members: {', '.join(sorted(g['peers']))})")
+    """Hands a DLedger group's lead to a member, and says it is done only once that member
+    leads: the leader accepts any member (code 200: "started") and gives up by itself when the
+    member does not take over within an election timeout, so "started" is not "done".  A member
+    whose broker does not answer is refused before anything is sent; a transfer that has not
+    happened after -w seconds fails (exit 1) naming who leads."""
+    name, target = args.brokerName, args.transfereeId
+    g = await admin.dledger_group(name)
+    if target not in g["peers"]:
+        raise MQClientError(f"{target!r} is not a member of [{name}] (members: {', '.join(sorted(g['peers']))})")
+    if target not in g["members"]:
+        raise MQClientError(f"{target} is a member of [{name}] but its broker does not answer (down?); "
+                            f"a transfer to it cannot complete (answering: {', '.join(sorted(g['members'])) or 'none'})")
     leader = g["leader"]
     if leader is None:
-        raise MQClientError(f"[{args.brokerName}] has no leader right now; try again in a moment")
-    if leader == args.transfereeId:
-        print(f"{args.transfereeId} already leads [{args.brokerName}]")
+        raise MQClientError(f"[{name}] has no leader right now; try again in a moment")
+    if leader == target:
+        print(f"{target} already leads [{name}]")
         return 0
-    answer = await admin.dledger_transfer(g["peers"][leader], g["group"], args.transfereeId)
+    answer = await admin.dledger_transfer(g["peers"][leader], g["group"], target)
     if answer.get("code") != 200:
         raise MQClientError(f"the leader {leader} refused the transfer (code {answer.get('code')}, "
                             f"leader now {answer.get('leaderId')})")
-    print(f"leadership transfer of [{args.brokerName}] from {leader} to {args.transfereeId} started "
-          f"(term {answer.get('term')}); the new leader serves once caught up")
+    print(f"leadership transfer of [{name}] from {leader} to {target} started (term {answer.get('term')}); "
+          f"waiting up to {args.waitSeconds:g}s for {target} to lead", flush=True)
+    deadline = time.monotonic() + args.waitSeconds
+    while True:
+        try:
+            now = await admin.dledger_group(name)
+        except MQClientError:
+            now = {"leader": None, "members": {}}
+        if now["leader"] == target:
+            term = now["members"].get(target, {}).get("dLegerTerm", "?")
+            print(f"{target} now leads [{name}] (term {term})")
+            return 0
+        if time.monotonic() > deadline:
+            raise MQClientError(f"the leader {leader} accepted the transfer, but {target} does not lead [{name}] "
+                                f"after {args.waitSeconds:g}s (leader now: {now['leader'] or 'none'})")
+        await asyncio.sleep(0.2)
+
+
+# ---- name servers: their config, the KV table, order conf ----------------------------------------------
+async def get_namesrv_config(admin: AdminClient, args) -> int:
+    for ns, config in (await admin.namesrv_config()).items():
+        print(f"============{ns}============")
+        for k in sorted(config):
+            print("%-50s=  %s" % (k, config[k]))
+    return 0
+
+
+async def update_namesrv_config(admin: AdminClient, args) -> int:
+    servers = await admin.update_namesrv_config({args.key.strip(): args.value.strip()})
+    print(f"update name server config success!{servers}\n{args.key.strip()} : {args.value.strip()}")
+    return 0
+
+
+async def update_kv_config(admin: AdminClient, args) -> int:
+    await admin.put_kv_config(args.namespace.strip(), args.key.strip(), args.value.strip())
+    print("create or update kv config to namespace success.")
+    return 0
+
+
+async def delete_kv_config(admin: AdminClient, args) -> int:
+    await admin.delete_kv_config(args.namespace.strip(), args.key.strip())
+    print("delete kv config from namespace success.")
+    return 0
+
+
+async def update_order_conf(admin: AdminClient, args) -> int:
+    """UpdateOrderConfCommand: the topic's ORDER_TOPIC_CONFIG KV entry at the name servers
+    ("brokerName:queueNum;..."), which a name server with orderMessageEnable=true puts into
+    the topic's route as orderTopicConf."""
+    from mq.client.admin import NAMESPACE_ORDER_TOPIC_CONFIG as NS
+    topic, method = args.topic.strip(), args.method.strip()
+    if method == "get":
+        print(f"get orderConf success. topic=[{topic}], orderConf=[{await admin.get_kv_config(NS, topic)}]")
+    elif method == "put":
+        if not args.orderConf:
+            raise UsageError("-v orderConf (brokerName:num;...) is required with -m put")
+        await admin.put_kv_config(NS, topic, args.orderConf.strip())
+        print(f"update orderConf success. topic=[{topic}], orderConf=[{args.orderConf.strip()}]")
+    elif method == "delete":
+        await admin.delete_kv_config(NS, topic)
+        print(f"delete orderConf success. topic=[{topic}]")
+    else:
+        raise UsageError(f"-m must be get, put or delete, not {method!r}")
+    return 0
+
+
+# ---- topics: permissions ----------------------------------------------------------------------------------
+async def update_topic_perm(admin: AdminClient, args) -> int:
+    """UpdateTopicPermSubCommand: the topic's config at a broker (or every master of a cluster)
+    sent again with a new perm; queue counts and flags are the broker's own from the route (where
+    RocketMQ's tool takes the first broker's for all, and compares with a default perm)."""
+    route = await admin.topic_route(args.topic)
+    info = await admin.cluster_info()
+    addrs = [args.brokerAddr] if args.brokerAddr else await admin._cluster_masters(args.clusterName)
+    name_of = {a: bd.broker_name for bd in info.broker_addr_table.values() for a in bd.broker_addrs.values()}
+    for addr in addrs:
+        qd = next((q for q in route.queue_datas if q.broker_name == name_of.get(addr)), None)
+        if qd is None:
+            raise MQClientError(f"topic [{args.topic}] has no queues on the broker at {addr}")
+        if qd.perm == args.perm:
+            print(f"new perm equals to the old one! ({addr})")
+            continue
+        config = TopicConfig(args.topic, qd.read_queue_nums, qd.write_queue_nums, args.perm,
+                             topic_sys_flag=qd.topic_sys_flag)
+        await admin.create_topic(config, broker_addr=addr)
+        print(f"update topic perm from {qd.perm} to {args.perm} in {addr} success.")
+        print(config)
+    return 0
+
+
+# ---- groups: offsets, status --------------------------------------------------------------------------------
+async def clone_group_offset(admin: AdminClient, args) -> int:
+    topic = args.topic.strip() if args.topic else None
+    await admin.clone_group_offset(args.srcGroup.strip(), args.destGroup.strip(), topic, args.offline)
+    print(f"clone group offset success. srcGroup[{args.srcGroup.strip()}], destGroup=[{args.destGroup.strip()}], "
+          f"topic[{topic or ''}]")
+    return 0
+
+
+async def consumer_status(admin: AdminClient, args) -> int:
+    """ConsumerStatusSubCommand, from what the brokers know: each online consumer (version,
+    address, language), the group's subscriptions, and each subscribed queue with the client
+    AllocateMessageQueueAveragely gives it (the default strategy of RocketMQ's clients and
+    ours), its offsets and lag.  RocketMQ asks each consumer for its ConsumerRunningInfo
+    through the broker (GET_CONSUMER_RUNNING_INFO, 307); this broker does not relay that
+    request, so the consumers' own view (process queues, their strategy) is not shown."""
+    from mq.client.admin import version_desc
+    from mq.client.consumer import allocate_averagely
+    group = args.consumerGroup.strip()
+    cc = await admin.consumer_connection(group, args.brokerAddr)
+    conns = cc.get("connectionSet") or []
+    if args.clientId and args.clientId not in {c.get("clientId") for c in conns}:
+        raise MQClientError(f"the consumer {args.clientId} of group [{group}] is not online")
+    fmt = "%-10s %-40s %-20s %-22s %s"
+    print(fmt % ("#Index", "#ClientId", "#Version", "#Addr", "#Language"))
+    for i, c in enumerate(conns, 1):
+        print(fmt % (i, c.get("clientId"), version_desc(int(c.get("version") or 0)), c.get("clientAddr"),
+                     c.get("language")))
+    subs = cc.get("subscriptionTable") or {}
+    print()
+    for topic in sorted(subs):
+        print(f"Subscription: {topic}  SubExpression: {subs[topic].get('subString', '*')}")
+    model = cc.get("messageModel")
+    print(f"ConsumeType: {cc.get('consumeType')}  MessageModel: {model}  ConsumeFromWhere: {cc.get('consumeFromWhere')}")
+    cids = sorted(c.get("clientId") for c in conns)
+    offsets = {(r["topic"], r["brokerName"], r["queueId"]): r
+               for r in (await admin.consumer_progress(group, allow_empty=True)).rows}
+    print()
+    fmt = "%-48s  %-24s  %-4s  %-40s  %-14s  %-16s  %s"
+    print(fmt % ("#Topic", "#Broker Name", "#QID", "#Client (AllocateMessageQueueAveragely)", "#Broker Offset",
+                 "#Consumer Offset", "#Diff"))
+    for topic in sorted(subs):
+        try:
+            mqs = sorted((await admin.topic_route(topic)).subscribe_queues(topic),
+                         key=lambda q: (q.broker_name, q.queue_id))
+        except (MQClientError, RemotingError):
+            continue
+        owner = {}
+        for cid in cids:
+            for mq in (mqs if model == "BROADCASTING" else allocate_averagely(mqs, cids, cid)):
+                owner.setdefault((mq.broker_name, mq.queue_id), []).append(cid)
+        for mq in mqs:
+            holders = owner.get((mq.broker_name, mq.queue_id), [])
+            if args.clientId and args.clientId not in holders:
+                continue
+            r = offsets.get((topic, mq.broker_name, mq.queue_id), {})
+            print(fmt % (topic, mq.broker_name, mq.queue_id, ",".join(holders) or "-", r.get("brokerOffset", "-"),
+                         r.get("consumerOffset", "-"), r.get("diff", "-")))
+    print("\nNOTE: the queue owners are computed, not reported: this broker does not relay "
+          "GET_CONSUMER_RUNNING_INFO (307) to consumers")
+    return 0
+
+
+# ---- queues ---------------------------------------------------------------------------------------------------
+async def query_cq(admin: AdminClient, args) -> int:
+    """QueryConsumeQueueCommand: entries of one ConsumeQueue from an index, at -b or at the
+    master of the route's first broker; with -g the group's subscription of the topic."""
+    addr = args.broker
+    if not addr:
+        route = await admin.topic_route(args.topic)
+        addr = next((bd.master_addr for bd in route.broker_datas if bd.master_addr), None)
+        if addr is None:
+            raise MQClientError("No topic route data!")
+    body, remark = await admin.query_consume_queue(addr, args.topic, args.queue, args.index, args.count,
+                                                   args.consumer)
+    if body is None:
+        raise MQClientError(remark or f"no answer body from {addr}")
+    if body.get("subscriptionData") is not None:
+        print("Subscription data: \n%s" % json.dumps(body["subscriptionData"], indent=4, sort_keys=True))
+        print("======================================")
+    if body.get("filterData") is not None:
+        print(f"Filter data: \n{body['filterData']}")
+        print("======================================")
+    print(f"Queue data: \nmax: {body.get('maxQueueIndex')}, min: {body.get('minQueueIndex')}")
+    print("======================================")
+    for i, e in enumerate(body.get("queueData") or [], args.index):
+        print(f"idx: {i}")
+        print("ConsumeQueueData{physicOffset=%d, physicSize=%d, tagsCode=%d, extendDataJson='%s', bitMap='%s', "
+              "eval=%s, msg='%s'}" % (e.get("physicOffset"), e.get("physicSize"), e.get("tagsCode"),
+                                     e.get("extendDataJson"), e.get("bitMap"), str(e.get("eval", False)).lower(),
+                                     e.get("msg")))
+        print("======================================")
+    return 0
+
+
+async def send_msg_status(admin: AdminClient, args) -> int:
+    """SendMsgStatusCommand: -c messages of -s bytes to the broker's own topic (its name), one
+    line each with the round trip and the send result."""
+    from mq.client import Message
+    async with _producer(args, "PID_SMSC") as prod:
+        await prod.send(Message(args.brokerName, b"x" * 16))            # warm up: route and connection
+        for _ in range(args.count):
+            t0 = time.perf_counter()
+            r = await prod.send(Message(args.brokerName, b"a" * args.messageSize))
+            rt_ms = (time.perf_counter() - t0) * 1000
+            q = r.queue
+            print(f"rt={rt_ms:.0f}ms, SendResult=SendResult [sendStatus={r.status.value}, msgId={r.msg_id}, "
+                  f"offsetMsgId={r.offset_msg_id}, messageQueue=MessageQueue [topic={q.topic}, "
+                  f"brokerName={q.broker_name}, queueId={q.queue_id}], queueOffset={r.queue_offset}]")
     return 0
 
 
@@ -641,7 +900,55 @@ class _Parser(argparse.ArgumentParser):
 COMMANDS = {
     # name: (function, help, [(flags, kwargs), ...], [mutually exclusive required groups])
     "clusterList": (cluster_list, "List clusters, their brokers and load", [], []),
-    "topicList": (topic_list, "Fetch all topic list from name server", [], []),
+    "topicList": (topic_list, "Fetch all topic list from name server",
+                  [(("-c", "--clusterModel"), dict(action="store_true",
+                                                   help="with each topic's cluster and consumer groups"))], []),
+    "topicClusterList": (topic_cluster_list, "Get cluster info for topic",
+                         [(("-t", "--topic"), dict(required=True, help="topic name"))], []),
+    "updateTopicPerm": (update_topic_perm, "Update the permission of a topic on brokers",
+                        [(("-t", "--topic"), dict(required=True, help="topic name")),
+                         (("-p", "--perm"), dict(type=_nonneg, required=True, help="permission: 2 W, 4 R, 6 RW"))],
+                        [[(("-b", "--brokerAddr"), dict(help="on this broker")),
+                          (("-c", "--clusterName"), dict(help="on every master of this cluster"))]]),
+    "updateOrderConf": (update_order_conf, "Create, update, get or delete the order conf of a topic "
+                        "(name server KV, namespace ORDER_TOPIC_CONFIG)",
+                        [(("-t", "--topic"), dict(required=True, help="topic name")),
+                         (("-v", "--orderConf"), dict(help="brokerName1:num;brokerName2:num (with -m put)")),
+                         (("-m", "--method"), dict(required=True, help="put, get or delete"))], []),
+    "getNamesrvConfig": (get_namesrv_config, "Get configs of name server", [], []),
+    "updateNamesrvConfig": (update_namesrv_config, "Update configs of name server (the keys safe at run time)",
+                            [(("-k", "--key"), dict(required=True, help="config key")),
+                             (("-v", "--value"), dict(required=True, help="config value"))], []),
+    "updateKvConfig": (update_kv_config, "Create or update KV config (every name server)",
+                       [(("-s", "--namespace"), dict(required=True, help="the namespace")),
+                        (("-k", "--key"), dict(required=True, help="the key name")),
+                        (("-v", "--value"), dict(required=True, help="the key value"))], []),
+    "deleteKvConfig": (delete_kv_config, "Delete KV config (every name server)",
+                       [(("-s", "--namespace"), dict(required=True, help="the namespace")),
+                        (("-k", "--key"), dict(required=True, help="the key name"))], []),
+    "cloneGroupOffset": (clone_group_offset, "Clone offset from other group",
+                         [(("-s", "--srcGroup"), dict(required=True, help="source consumer group")),
+                          (("-d", "--destGroup"), dict(required=True, help="destination consumer group")),
+                          (("-t", "--topic"), dict(help="the topic (every topic of the source group)")),
+                          (("-o", "--offline"), dict(type=_bool, default=False,
+                                                     help="the source group is offline (false): clone topics its "
+                                                          "online consumers do not subscribe too"))], []),
+    "consumerStatus": (consumer_status, "A consumer group's online clients, subscriptions and queues",
+                       [(("-g", "--consumerGroup"), dict(required=True, help="consumer group name")),
+                        (("-i", "--clientId"), dict(help="only this client")),
+                        (("-b", "--brokerAddr"), dict(help="ask this broker")),
+                        (("-s", "--jstack"), dict(action="store_true", help="accepted; no thread stacks here"))], []),
+    "queryCq": (query_cq, "Query cq command (ConsumeQueue entries)",
+                [(("-t", "--topic"), dict(required=True, help="topic name")),
+                 (("-q", "--queue"), dict(type=_nonneg, required=True, help="queue id, e.g. 1")),
+                 (("-i", "--index"), dict(type=_nonneg, required=True, help="start queue index")),
+                 (("-c", "--count"), dict(type=_nonneg, default=10, help="how many (10)")),
+                 (("-b", "--broker"), dict(help="broker address (the master of the route's first broker)")),
+                 (("-g", "--consumer"), dict(help="consumer group: also show its subscription"))], []),
+    "sendMsgStatus": (send_msg_status, "Send messages to a broker's own topic and print each round trip",
+                      [(("-b", "--brokerName"), dict(required=True, help="broker name")),
+                       (("-s", "--messageSize"), dict(type=_nonneg, default=128, help="message size (128)")),
+                       (("-c", "--count"), dict(type=_nonneg, default=50, help="send message count (50)"))], []),
     "topicRoute": (topic_route, "Examine topic route info",
                    [(("-t", "--topic"), dict(required=True, help="topic name"))], []),
     "topicStatus": (topic_status, "Examine topic status info (queue offsets)",
@@ -678,7 +985,7 @@ COMMANDS = {
                               [[(("-b", "--brokerAddr"), dict(help="this broker")),
                                 (("-c", "--clusterName"), dict(help="every master of this cluster"))]]),
     "consumerProgress": (consumer_progress, "Query consumer progress (offsets and lag per queue)",
-                         [(("-g", "--groupName"), dict(required=True, help="consumer group name")),
+                         [(("-g", "--groupName"), dict(help="consumer group name (none: every group)")),
                           (("-t", "--topic"), dict(help="only this topic"))], []),
     "brokerStatus": (broker_status, "Fetch broker runtime status data", [],
                      [[(("-b", "--brokerAddr"), dict(help="broker address")),
@@ -795,7 +1102,9 @@ COMMANDS = {
                                                help="repeat every N seconds until interrupted (0: once)"))], []),
     "leadershipTransfer": (leadership_transfer, "DLedger mode: hand the leadership of a group to a member",
                            [(("-b", "--brokerName"), dict(required=True, help="broker name (the DLedger group's brokers)")),
-                            (("-t", "--transfereeId"), dict(required=True, help="the member to lead, e.g. n1"))], []),
+                            (("-t", "--transfereeId"), dict(required=True, help="the member to lead, e.g. n1")),
+                            (("-w", "--waitSeconds"), dict(type=float, default=10.0,
+                                                           help="how long to wait for it to lead (10)"))], []),
 }
 
 
@@ -835,6 +1144,19 @@ async def _run(args) -> int:
         await admin.close()
 
 
+def _reader_gone() -> int:
+    """stdout's reader went away (`mqadmin ... | head`): it had all it wanted.  As RocketMQ's
+    mqadmin (Java's System.out swallows the error) say nothing and exit 0; stdout now points at
+    /dev/null so the interpreter's last flush has nowhere to fail."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except OSError:
+        pass
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -847,7 +1169,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=logging.WARNING, format=f"{PROG}: %(levelname)s %(name)s: %(message)s")
     try:
-        return mq_loop.run(_run(args))
+        rc = mq_loop.run(_run(args))
+        sys.stdout.flush()              # here, where a reader that left is handled below
+        return rc
+    except BrokenPipeError:
+        return _reader_gone()
+    except UsageError as e:
+        print(f"{PROG} {args.command}: error: {e}", file=sys.stderr)
+        return 2
     except (MQClientError, RemotingError) as e:
         print(f"{PROG} {args.command}: error: {e}", file=sys.stderr)
     except asyncio.TimeoutError:

@@ -451,7 +451,8 @@ class AdminClient:
             out["members"][t["dLegerSelfId"]] = t
             for item in filter(None, t.get("dLegerPeers", "").split(";")):
                 pid, _, paddr = item.partition("-")
-                out["peers"][pid] = paddr
+                if pid == t["dLegerSelfId"] or pid not in out["peers"]:
+                    out["peers"][pid] = paddr          # a member's own entry is its own port, never a relay
             if t.get("dLegerRole") == "LEADER":
                 out["leader"] = t["dLegerSelfId"]
         if not out["members"]:
