@@ -2,7 +2,7 @@
 
 Files of `file_size` bytes named by their 20-digit start offset under one
 directory; the byte layout and the append/scan/flush work live in C
-(csrc/mqstore.c).  This module is the per-process handle: it turns Python
+(csrc/commitlog.c).  This module is the per-process handle: it turns Python
 values into one C call per batch, hands out zero-copy views of the mapped
 files, and runs the background preparer that creates and pre-touches the next
 file before an append needs it (a cold first-touch fault costs ~5x).
@@ -128,7 +128,7 @@ class CommitLog:
                  max_message_size: int = 4 * 1024 * 1024, *, dledger: bool = False,
                  index_dir: str | None = None, index_file_size: int = DL_INDEX_FILE_SIZE):
         """dledger: the files are DLedger data files (entries around records) with index files
-        in index_dir (see mqstore.h, "DLedger mode")."""
+        in index_dir (see csrc/dledger.h)."""
         os.makedirs(directory, exist_ok=True)
         self.dledger = dledger
         self.directory = directory
@@ -320,7 +320,7 @@ class CommitLog:
     def errno(self) -> int:
         return lib.mq_commitlog_errno(self._h)
 
-    # ---- HA transport (see mqstore.h) ----------------------------------------------
+    # ---- HA transport (see csrc/ha.h) ----------------------------------------------
     def ha_send_frame(self, sock_fd: int, offset: int, max_body: int) -> int:
         """Master: one frame from `offset` (header + sendfile body); returns the body size."""
         out = ffi.new("uint32_t *")
@@ -367,7 +367,7 @@ class CommitLog:
             check(rc, "HA publish")
         return out[0], rc == lib.MQ_E_CORRUPT
 
-    # ---- DLedger mode (see mqstore.h) --------------------------------------------------
+    # ---- DLedger mode (see csrc/dledger.h) ---------------------------------------------
     def dledger_append_noop(self, term: int) -> int:
         """A new leader's no-op entry in `term`; its index."""
         out = ffi.new("mq_append_out[1]")

@@ -1,7 +1,7 @@
 """The control block: the store's shared state in multiprocessing.shared_memory.
 
-The C module owns its layout (mq_ctl in csrc/mqstore.c); Python only creates,
-attaches and reads it through the C functions.  One control block per store
+The C module owns its layout (mq_ctl in csrc/internal.h; contract in csrc/ctl.h);
+Python only creates, attaches and reads it through the C functions.  One control block per store
 root, named after the root's real path, so every process of a broker (and a
 tool) finds it from the path alone.
 
@@ -54,7 +54,7 @@ POS_LAST_STORE_TS = lib.MQ_POS_LAST_STORE_TS
 POS_FLUSHED_STORE_TS = lib.MQ_POS_FLUSHED_STORE_TS
 POS_CONFIRM = lib.MQ_POS_CONFIRM
 POS_MSGS = lib.MQ_POS_MSGS            # messages appended since the block was made (a statistic)
-# DLedger mode (csrc/mqstore.h, "DLedger mode")
+# DLedger mode (csrc/ctl.h, csrc/dledger.h)
 POS_COMMITTED = lib.MQ_POS_COMMITTED
 POS_DL_NEXT_INDEX = lib.MQ_POS_DL_NEXT_INDEX
 POS_DL_END_TERM = lib.MQ_POS_DL_END_TERM

@@ -16,7 +16,7 @@ file as before, and a full disk is an OSError (ENOSPC) for the caller.  A spare 
 under its name only once fully allocated (it is made as <file>.spare.tmp, then renamed);
 one whose size is not SPARE_BYTES (a save cut short before its rename) is made again.
 
-The DLedger data and index files are mapped by the C core (csrc/mqstore.c, seg_open), which
+The DLedger data and index files are mapped by the C core (csrc/commitlog.c, seg_open), which
 allocates every file (posix_fallocate) before mapping it."""
 from __future__ import annotations
 

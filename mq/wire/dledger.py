@@ -15,7 +15,7 @@ room left -> filler); indexes start at 0 and are dense, terms never go down alon
 DLedger does not compute CHAINCRC or BODYCRC (the record carries its own body CRC).
 
 EntryHeader, Filler and IndexUnit are the declarations; the struct fast paths below are proven
-equal to them in tests/unit/test_wire_dledger.py.  The C core (csrc/mqstore.c) writes and checks
+equal to them in tests/unit/test_wire_dledger.py.  The C core (csrc/dledger.c) writes and checks
 the same layouts."""
 from __future__ import annotations
 

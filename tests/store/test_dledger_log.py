@@ -1,4 +1,4 @@
-"""The CommitLog in DLedger mode (csrc/mqstore.c, "DLedger mode"): entries around records, index
+"""The CommitLog in DLedger mode (csrc/dledger.h): entries around records, index
 files, the follower's validated append, truncation, commit, flush and recovery of the index, the
 sendfile path.  Real files under tmp_path, small files so fillers and rolls happen, the control
 block of a real store root; every layout is checked through mq.wire (dledger, commitlog)."""
