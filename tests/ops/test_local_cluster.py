@@ -176,7 +176,9 @@ def test_make_run_checks_ports_first_and_keeps_its_config(tmp_path, launchers):
     running broker with a few messages takes < 256 MiB of disk, not 2 GiB) and a copy of
     conf/plain_acl.yml under run/conf/.  A second start while it runs is refused before it
     touches anything, with one message naming the port and MQ_RUN_DIR, no traceback; one with
-    another MQ_BROKER_PORT is refused as disagreeing with the kept file.  An updateBrokerConfig
+    another MQ_BROKER_PORT is refused as disagreeing with the kept file; a broker.conf naming the
+    running store from another run directory fails to start with the store's one line, no
+    traceback, the launcher reporting it (status 1).  An updateBrokerConfig
     write-back and an operator's edit (aclEnable=true) survive a Ctrl-C and a new start and take
     effect; updateAclConfig then changes run/'s copy, never conf/plain_acl.yml."""
     env = single_env(tmp_path)
@@ -197,10 +199,21 @@ def test_make_run_checks_ports_first_and_keeps_its_config(tmp_path, launchers):
     for extra, expect in (({}, ["is in use", "MQ_RUN_DIR"]),
                           ({"MQ_BROKER_PORT": str(free_port((-2, 0, 1)))}, ["kept from an earlier start"])):
         second = subprocess.run([sys.executable, "-m", "mq.cli.local"], capture_output=True, text=True, timeout=60,
-                                env={**os.environ, **env, **extra})
+                                stdin=subprocess.DEVNULL, env={**os.environ, **env, **extra})
         assert second.returncode == 2, second
         assert all(e in second.stderr for e in expect) and "Traceback" not in second.stderr, second.stderr
         assert (run_dir / "broker.conf").read_text() == conf_text
+
+    other = tmp_path / "run2"                   # a directory of its own, but its broker.conf names run/'s store
+    other.mkdir()
+    (other / "broker.conf").write_text(conf_text.replace(f"listenPort={env['MQ_BROKER_PORT']}",
+                                                         f"listenPort={free_port((-2, 0, 1))}"))
+    clash = subprocess.run([sys.executable, "-m", "mq.cli.local"], capture_output=True, text=True, timeout=120,
+                           stdin=subprocess.DEVNULL, env={**os.environ, "MQ_RUN_DIR": str(other),
+                                                          "MQ_NAMESRV_PORT": str(free_port())})
+    assert clash.returncode == 1, clash
+    assert re.search(r"\*\*\* broker \(pid \d+\) exited with status 1", clash.stdout), clash.stdout[-4000:]
+    assert "is in use by another process" in clash.stdout and "Traceback" not in clash.stdout + clash.stderr
 
     mqadmin("updateBrokerConfig", "-n", ns, "-b", broker_addr, "-k", "slaveTimeout", "-v", "4321")
     wait_for(lambda: "slaveTimeout=4321" in (run_dir / "broker.conf").read_text(), 10, what="the write-back")
@@ -285,7 +298,7 @@ def test_a_taken_port_is_refused_before_anything_starts(tmp_path, launchers):
         holder.bind(("127.0.0.1", cfg.ha_port))
         env = {"MQ_RUN_DIR": str(tmp_path / "run"), "MQ_NAMESRV_PORT": str(free_port())}
         r = subprocess.run([sys.executable, "-m", "mq.cli.local", layout], capture_output=True, text=True,
-                           timeout=60, env={**os.environ, **env})
+                           timeout=60, stdin=subprocess.DEVNULL, env={**os.environ, **env})
     assert r.returncode == 2, r
     assert f"port {cfg.ha_port} on 127.0.0.1, broker-a's HA port (listenPort+1), is in use" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr and UP not in r.stdout
