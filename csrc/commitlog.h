@@ -18,8 +18,9 @@
  * mapped once per handle (the handle's seg_lock, process-local, guards its table of mappings)
  * and stays mapped until mq_commitlog_release or close.  Appends take the control block's
  * lock (ctl.h); lock order: the control block's lock, then seg_lock.  Views and scans take no
- * lock: they read below WRITE, which only grows (except recovery's mq_ctl_set and
- * mq_dledger_truncate, whose callers keep readers away).
+ * lock: they read below WRITE, which only grows -- except through recovery's mq_ctl_set, before
+ * readers start, and mq_dledger_truncate, which never cuts below COMMITTED, where readers in
+ * DLedger mode stop.
  *
  * Returns: 0 or a negative MQ_E_*, except mq_commitlog_errno (a getter), mq_commitlog_close
  * (void) and mq_commitlog_append_group (a count: see it).  "File errors" below, for every call
@@ -29,9 +30,9 @@
  *
  * mq_commitlog_open   a handle on the files under `dir` for the store of control block
  *     ctl_mem: MQ_OK and *out.  Maps nothing yet.  MQ_E_INVAL when dir or opts->index_dir is
- *     longer than PATH_MAX - 33 bytes, or a DLedger index_file_size is not a positive multiple
- *     of 4096 and 32; MQ_E_BAD_CTL when the block fails mq_ctl_check or was made for another
- *     file_size; MQ_E_IO when out of memory.
+ *     longer than PATH_MAX - 33 bytes, or in DLedger mode index_dir is NULL or index_file_size
+ *     is not a positive multiple of 4096 and 32; MQ_E_BAD_CTL when the block fails
+ *     mq_ctl_check or was made for another file_size; MQ_E_IO when out of memory.
  * mq_commitlog_close  unmaps and closes everything; NULL is a no-op.  No other thread may be
  *     using the handle.
  * mq_commitlog_errno  the errno of this handle's last MQ_E_IO or MQ_E_NOSPACE.
@@ -41,13 +42,13 @@
  *     MQ_E_INVAL (queue_id < 0, born_host_len not 4 or 16), MQ_E_PROPS_TOO_LONG (the
  *     properties with extra_props over 32767 bytes), MQ_E_MSG_ILLEGAL (body empty or over
  *     max_message_size), MQ_E_TOO_BIG (the record, or its entry, + 8 over file_size),
- *     MQ_E_TABLE_FULL (a new topic-queue and no free slot), then under the lock MQ_E_FATAL
- *     (the store has a sticky error), MQ_E_NOT_LEADER (DLedger: DL_APPEND_TERM is 0), file
- *     errors.  MQ_OK: *out filled and the record published -- WRITE, the queue's NEXT_OFFSET,
- *     LAST_STORE_TS and MSGS moved (DLedger: DL_NEXT_INDEX and DL_END_TERM too) through the
- *     journal, SEQ_WRITE woken.  STORETS = max(now, LAST_STORE_TS).  Prepared and rolled-back
- *     messages (SYSFLAG) get queue offset 0 and do not move NEXT_OFFSET.  The sender's BODYCRC
- *     is not trusted: the CRC is computed here.
+ *     MQ_E_TABLE_FULL (a new topic-queue and no free slot), MQ_E_IO (the lock), then under the
+ *     lock MQ_E_FATAL (the store has a sticky error), MQ_E_NOT_LEADER (DLedger: DL_APPEND_TERM
+ *     is 0), file errors.  MQ_OK: *out filled and the record published -- WRITE, the queue's
+ *     NEXT_OFFSET, LAST_STORE_TS and MSGS moved (DLedger: DL_NEXT_INDEX and DL_END_TERM too)
+ *     through the journal, SEQ_WRITE woken.  STORETS = max(now, LAST_STORE_TS).  Prepared and
+ *     rolled-back messages (SYSFLAG) get queue offset 0 and do not move NEXT_OFFSET.  The
+ *     sender's BODYCRC is not trusted: the CRC is computed here.
  * mq_commitlog_append_batch  a SEND_BATCH_MESSAGE body -- per message  totalSize 4 | magic 4 |
  *     bodyCRC 4 | flag 4 | bodyLen 4 | body | propsLen 2 | props  (MessageDecoder.encodeMessages,
  *     mq.wire.batch) -- to one topic-queue: consecutive queue offsets, all published together
