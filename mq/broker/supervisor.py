@@ -70,6 +70,7 @@ class Supervisor:
         self._ready: dict[int, asyncio.Event] = {}
         self._tasks: list[asyncio.Task] = []
         self._register_now = asyncio.Event()
+        self._registered_with: set[str] = set()      # name servers that took a registration (logged once)
         self.master_addr: str | None = None
         self.master_ha_addr: str | None = None
         self.stopping = False
@@ -138,6 +139,9 @@ class Supervisor:
             self.metrics = MetricsServer(self, self.stats_block, self.stats_history)
             await self.metrics.start(cfg.listenAddress, cfg.metricsPort)
             log.info("Prometheus metrics on http://%s:%d/metrics", cfg.listenAddress, self.metrics.port)
+        # registered before it says it serves (RocketMQ's BrokerController.start registers at once):
+        # a client that reads the route right after finds this broker there
+        await self.register_all()
         loops = [self._register_loop, self._persist_loop, self._schedule_loop, self._expire_loop,
                  self._watch_children, self._disk_loop, self._retention_loop, self.stats_history.run]
         self.slave_sync = SlaveSync(self)
@@ -365,6 +369,9 @@ class Supervisor:
                 if resp.code != RC.SUCCESS:
                     log.warning("name server %s refused the registration: %s %s", addr, resp.code, resp.remark)
                     continue
+                if addr not in self._registered_with:
+                    self._registered_with.add(addr)
+                    log.info("registered with name server %s", addr)
                 ext = resp.ext_fields or {}
                 if ext.get("masterAddr"):
                     self.master_addr = ext["masterAddr"]
@@ -439,17 +446,17 @@ class Supervisor:
                 log.warning("unregistering from name server %s failed: %s", addr, e)
 
     async def _register_loop(self) -> None:
-        first = True
+        """Registers again every registerNameServerPeriod, or at once when something changed
+        (_register_now); the first registration was start()'s."""
+        if self.config.brokerRole != "SLAVE" and not self.dledger:
+            await self._reclaim_offsets_from_slaves()
         while True:
-            self._register_now.clear()
-            await self.register_all()
-            if first and self.config.brokerRole != "SLAVE" and not self.dledger:
-                first = False
-                await self._reclaim_offsets_from_slaves()
             try:
                 await asyncio.wait_for(self._register_now.wait(), self.config.registerNameServerPeriod / 1000)
             except asyncio.TimeoutError:
                 pass
+            self._register_now.clear()
+            await self.register_all()
 
     # ---- periodic work -------------------------------------------------------------------------------------
     async def _persist_loop(self) -> None:

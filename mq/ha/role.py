@@ -49,6 +49,10 @@ def read_master_addr(store_root: str, configured: str = "") -> str | None:
     return line or None
 
 
+BIND_RETRY_FIRST_S = 0.5         # a master whose HA port is taken retries after this, doubling
+BIND_RETRY_MAX_S = 5.0
+
+
 def ha_role_main(role: str, store_config_values: dict, store_host: str, store_port: int, ha_options: dict,
                  stop) -> None:
     from mq.store.store import MessageStore
@@ -58,7 +62,7 @@ def ha_role_main(role: str, store_config_values: dict, store_host: str, store_po
     # stopped only through `stop`, never half-way by a SIGTERM sent to the whole process group
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from mq.logs import ensure_logging
+    from mq.logs import Episode, ensure_logging
     ensure_logging(f"ha-{role}")
     if role not in ROLES:
         raise ValueError(f"unknown HA role {role!r}")
@@ -68,13 +72,28 @@ def ha_role_main(role: str, store_config_values: dict, store_host: str, store_po
     store = MessageStore.attach(cfg, store_host, store_port, cq_writable=False, prepare_files=False)
     try:
         if role == "master":
-            node = HAMaster(store.cl, store.ctl, opt("haListenHost") or "0.0.0.0", int(opt("haListenPort")),
-                            transfer_batch_size=int(opt("haTransferBatchSize", 32768)),
-                            heartbeat_interval_ms=int(opt("haSendHeartbeatInterval", 5000)),
-                            housekeeping_interval_ms=int(opt("haHousekeepingInterval", 20000)),
-                            file_size=cfg.mappedFileSizeCommitLog,
-                            ha_full_copy=_bool(opt("haFullCopy", False)),
-                            status_path=os.path.join(root, STATUS_FILE))
+            host, port = opt("haListenHost") or "0.0.0.0", int(opt("haListenPort"))
+            bind = Episode(log, f"listening on the HA port {host}:{port}")
+            delay_s = BIND_RETRY_FIRST_S
+            while True:
+                try:
+                    node = HAMaster(store.cl, store.ctl, host, port,
+                                    transfer_batch_size=int(opt("haTransferBatchSize", 32768)),
+                                    heartbeat_interval_ms=int(opt("haSendHeartbeatInterval", 5000)),
+                                    housekeeping_interval_ms=int(opt("haHousekeepingInterval", 20000)),
+                                    file_size=cfg.mappedFileSizeCommitLog,
+                                    ha_full_copy=_bool(opt("haFullCopy", False)),
+                                    status_path=os.path.join(root, STATUS_FILE))
+                    break
+                except OSError as e:
+                    # the port is taken (another process, a broker left running): one line, then
+                    # retries with a backoff -- slaves cannot connect meanwhile (SYNC_MASTER
+                    # answers SLAVE_NOT_AVAILABLE), but the role does not die and restart in a loop
+                    bind.failed(e)
+                    if stop.wait(delay_s):
+                        return
+                    delay_s = min(delay_s * 2, BIND_RETRY_MAX_S)
+            bind.ok()
         else:
             configured = str(opt("haMasterAddress") or "")
             node = HASlave.for_store(store, lambda: read_master_addr(root, configured),

@@ -52,3 +52,28 @@ def test_master_and_slave_role_processes_replicate(make_store, tmp_path):
             p.join(15)
     assert [p.exitcode for p, _ in procs] == [0, 0]
     assert _status(master)["slaves"] == []
+
+
+def test_a_master_whose_ha_port_is_taken_says_so_once_and_serves_when_it_frees(tmp_path):
+    """The HA port (listenPort + 1) held by another socket: the master starts and serves
+    clients, the HA role logs one line and retries with a backoff (before: it raised, died and was
+    restarted every 0.5 s with a traceback each time); once the port is free it listens, says so,
+    and no role was restarted."""
+    import socket as _socket
+    from mq.cluster import Broker, NameServer, free_port, port_open, wait_for
+    ns = NameServer(str(tmp_path))
+    port = free_port((-2, 0, 1))
+    blocker = _socket.create_server(("127.0.0.1", port + 1))
+    broker = Broker(str(tmp_path), ns.addr, listenPort=port)
+    try:
+        wait_for(lambda: "listening on the HA port" in broker.proc.output(), 20, what="the bind failure")
+        blocker.close()
+        wait_for(lambda: port_open(port + 1), 30, 0.1, "the HA port listening after the retry")
+        log = broker.proc.output()
+        assert log.count("listening on the HA port") == 2, log[-3000:]     # failed once, works again
+        assert "works again" in log and "Traceback" not in log, log[-3000:]
+        assert "restarting" not in log.lower(), "no role died for it"
+    finally:
+        blocker.close()
+        assert broker.stop() == 0
+        ns.stop()
