@@ -172,14 +172,16 @@ async def _probe(addr: str, tag: str) -> tuple[str, dict]:
         await c.close()
 
 
-async def _probe_every_worker(addr: str, workers: int, tag: str) -> dict:
-    """{io worker id: its answers}: fresh connections until every worker has answered one."""
+async def _probe_every_worker(addr: str, workers: int, tag: str) -> tuple[dict, int]:
+    """({io worker id: its answers}, probes made): fresh connections until every worker has
+    answered one (the kernel spreads connections, so two may land on one worker: each probe
+    sends its three messages, and the caller counts them all)."""
     seen: dict[str, dict] = {}
     for i in range(PROBE_CLIENTS_MAX):
         worker, answers = await _probe(addr, f"{tag}-{i}")
         seen.setdefault(worker, answers)
         if len(seen) == workers:
-            return seen
+            return seen, i + 1
     raise AssertionError(f"{PROBE_CLIENTS_MAX} connections reached only io workers {sorted(seen)}")
 
 
@@ -241,7 +243,7 @@ def test_broker_refuses_sends_on_a_full_disk_and_resumes_by_itself(tmp_path):
 
                     filler = fill(disk)
                     await asyncio.to_thread(wait_for, lambda: "disk full: " in log(), 10, what="the disk check")
-                    refused = await _probe_every_worker(broker.addr, 2, "full")
+                    refused, _ = await _probe_every_worker(broker.addr, 2, "full")
                     for worker, answers in refused.items():
                         for path, (code, remark) in answers.items():
                             assert code == RC.SERVICE_NOT_AVAILABLE, (worker, path, code, remark)
@@ -259,20 +261,21 @@ def test_broker_refuses_sends_on_a_full_disk_and_resumes_by_itself(tmp_path):
                     os.remove(filler)
                     await asyncio.to_thread(wait_for, lambda: "disk no longer full" in log(), 10,
                                             what="the disk check seeing room")
-                    taken = await _probe_every_worker(broker.addr, 2, "room")
+                    taken, room_probes = await _probe_every_worker(broker.addr, 2, "room")
                     for worker, answers in taken.items():
                         assert {path: code for path, (code, _) in answers.items()} == \
                             {"single": RC.SUCCESS, "delayed": RC.SUCCESS, "batch": RC.SUCCESS}, (worker, answers)
                     assert await cons.query_offset(queue) == 7
-                    return pids
+                    return pids, room_probes
 
             async def delayed_delivered() -> int:
                 async with PullConsumer("CG_delayed", ns.addr) as cons:
                     return sum(m.body.endswith(b"-delayed") for m in await _read_all(cons))
 
-            pids = asyncio.run(asyncio.wait_for(flow(), 120))
-            # one delayed message per io worker, sent once there was room: delivered (1 s levels)
-            wait_for(lambda: asyncio.run(delayed_delivered()) == 2, 15, 0.2, what="the delayed messages delivered")
+            pids, room_probes = asyncio.run(asyncio.wait_for(flow(), 120))
+            # one delayed message per probe, sent once there was room: each delivered once (1 s levels)
+            wait_for(lambda: asyncio.run(delayed_delivered()) == room_probes, 15, 0.2,
+                     what="the delayed messages delivered")
             assert broker.processes() == pids
             wait_for(lambda: "consumerOffset.json written" in log(), 10, what="the offsets written again")
             offsets = json.load(open(root / "config" / "consumerOffset.json"))
