@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 
-from mq.chaos.proxy import FaultProxy
+from mq.proxy import FaultProxy
 from mq.dledger.role import read_status
 from mq.store.commitlog import list_files
 from mq.store.control import sweep_dead_segments

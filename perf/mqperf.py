@@ -66,7 +66,7 @@ from mq import loop as mq_loop
 from mq.client.route import ClusterInfo, TopicRouteData
 from mq.remoting import RemotingClient, RemotingError
 from mq.remoting.client import CLIENT_VERSION
-from mq.remoting.codes import RESPONSE_NAMES, RequestCode as R, ResponseCode as RC
+from mq.wire.codes import RESPONSE_NAMES, RequestCode as R, ResponseCode as RC
 from mq.trace import TraceWriter
 from mq.wire import commitlog as wcl
 from mq.wire.batch import BatchItem, build_batch

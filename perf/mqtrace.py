@@ -461,7 +461,7 @@ def _sort_aggregates(aggs: dict[str, list[dict]]) -> None:
 # ---------------------------------------------------------------- plots
 
 def _code_name(code) -> str:
-    from mq.remoting.codes import REQUEST_NAMES
+    from mq.wire.codes import REQUEST_NAMES
     if code is None:
         return "code ?"
     return REQUEST_NAMES.get(code, f"code {code}")

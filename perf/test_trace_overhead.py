@@ -38,6 +38,7 @@ import pytest
 
 from mq.cluster import Broker, NameServer
 from mq.trace import read_records
+from mq.wire.codes import RequestCode as R
 
 from .test_broker_bench import SAME_RUN, CpuMeter, broker_processes, judge, session  # noqa: F401 (session: a fixture)
 from .workloads import (BATCH_MSGS, COMMITLOG_FILE_SIZE, GIB, QUEUES, Session, create_topic, one_kib_batch, send_batch,
@@ -52,7 +53,7 @@ SINGLES_QUICK_FLOOR = 0.70
 BATCHES_FLOOR = 0.70
 PIPELINE_IN_FLIGHT = 64       # per broker, (a)
 BATCH_IN_FLIGHT = 4           # per broker, (b)
-SEND_V2, SEND_BATCH = 310, 320
+SEND_V2, SEND_BATCH = R.SEND_MESSAGE_V2, R.SEND_BATCH_MESSAGE
 TOPIC = "PerfTraceOverhead"
 
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 from mq import loop as mq_loop
 from mq.remoting import RemotingClient
+from mq.wire.codes import RequestCode as R, ResponseCode as RC
 from mq.wire.batch import BatchItem, build_batch
 
 KIB = 1024
@@ -52,13 +53,13 @@ SEND_PROPERTIES = "TAGS\x01TagA\x02WAIT\x01true"
 BATCH_ITEM_PROPERTIES = b"TAGS\x01TagA"
 TIMEOUT_S = 10.0
 
-# request and response codes (mq.remoting.codes)
-PULL_MESSAGE = 11
-GET_BROKER_RUNTIME_INFO = 28
-GET_MAX_OFFSET = 30
-SEND_MESSAGE_V2 = 310
-SEND_BATCH_MESSAGE = 320
-SUCCESS = 0
+# request and response codes, from the one table
+PULL_MESSAGE = R.PULL_MESSAGE
+GET_BROKER_RUNTIME_INFO = R.GET_BROKER_RUNTIME_INFO
+GET_MAX_OFFSET = R.GET_MAX_OFFSET
+SEND_MESSAGE_V2 = R.SEND_MESSAGE_V2
+SEND_BATCH_MESSAGE = R.SEND_BATCH_MESSAGE
+SUCCESS = RC.SUCCESS
 
 BODY = os.urandom(MSG_BODY_SIZE)
 # Printable, so that the same bytes can be passed to redis-benchmark on its command line.

@@ -49,7 +49,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 
-from mq.remoting.codes import RequestCode as R
+from mq.wire.codes import RequestCode as R
 
 from .sign import ACCESS_KEY, SIGNATURE, UNIQUE_KEY_QUERY, signature, signed_content
 

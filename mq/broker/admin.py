@@ -35,7 +35,7 @@ def _json_body(cmd) -> dict:
     if not cmd.body:
         return {}
     try:
-        from mq.store.configfile import loads_lenient
+        from mq.wire.fastjson import loads_lenient
         data = loads_lenient(cmd.body.decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as e:
         raise BadRequest(RC.INVALID_PARAMETER, f"body is not JSON: {e}") from None

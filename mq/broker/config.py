@@ -11,7 +11,8 @@ import os
 import socket
 from typing import Any
 
-from mq.store.config import STORE_OPTIONS, Option, StoreConfig, load_properties_file, parse_properties  # noqa: F401 (re-exported)
+from mq.options import Option, load_properties_file, parse_properties  # noqa: F401 (re-exported)
+from mq.store.config import STORE_OPTIONS, StoreConfig
 
 
 def _port(v): return 3 <= v <= 65533
@@ -216,7 +217,7 @@ def _fmt(v: Any) -> str:
 def rewrite_config_file(path: str, values: dict[str, Any]) -> None:
     """Sets key=value lines of a broker.conf in place (other lines and comments kept, missing keys
     appended), atomically: UPDATE_BROKER_CONFIG's changes outlive a restart, as RocketMQ's do."""
-    from mq.store.configfile import write_atomic
+    from mq.files import write_atomic
     with open(path, encoding="utf-8") as f:
         lines = f.read().splitlines()
     left = dict(values)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import time
 
-from mq.store.configfile import read_config
+from mq.files import read_config
 
 STATUS_FILE = "ha-status.json"
 STATUS_REFRESH_S = 0.2

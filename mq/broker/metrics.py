@@ -32,7 +32,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_late
 from prometheus_client.registry import CollectorRegistry
 
 from mq.dledger.role import read_status
-from mq.remoting.codes import RESPONSE_NAMES
+from mq.wire.codes import RESPONSE_NAMES
 from mq.store import control as C
 from mq.store.stats import HIST_BUCKETS, HIST_SUM, StatsBlock
 

@@ -23,7 +23,8 @@ from __future__ import annotations
 import logging
 
 from mq.remoting import ResponseCode as RC, make_response
-from mq.store.config import parse_properties
+from mq.wire.codes import RequestCode as R
+from mq.options import parse_properties
 from mq.wire.adminbodies import (connection, consume_stats, encode_broker_stats_data, encode_consume_stats_list,
                                  encode_consumer_connection, encode_producer_connection, encode_query_consume_queue,
                                  subscription_data)
@@ -33,8 +34,6 @@ from .admin import Processor
 from .config import ALL_OPTIONS, IGNORED_KEYS
 from .send import TOPIC_LEN_MAX, TOPIC_RE, as_bool, as_int
 
-CLONE_GROUP_OFFSET = 314            # RequestCode.CLONE_GROUP_OFFSET
-QUERY_CONSUME_QUEUE = 321           # RequestCode.QUERY_CONSUME_QUEUE
 CQ_ENTRY_SIZE = 20                  # ConsumeQueue.CQ_STORE_UNIT_SIZE
 QUERY_CQ_COUNT_MAX = 1000           # entries one QUERY_CONSUME_QUEUE answers at most (ours; RocketMQ: a file)
 
@@ -70,7 +69,6 @@ def parse_runtime_update(text: str) -> dict:
 
 class OpsProcessor(Processor):
     def handlers(self) -> dict:
-        from mq.remoting import RequestCode as R
         return {
             R.GET_CONSUMER_CONNECTION_LIST: self.consumer_connection,
             R.GET_PRODUCER_CONNECTION_LIST: self.producer_connections,
@@ -79,8 +77,8 @@ class OpsProcessor(Processor):
             R.UPDATE_BROKER_CONFIG: self.update_config,
             R.GET_BROKER_CONSUME_STATS: self.broker_consume_stats,
             R.VIEW_BROKER_STATS_DATA: self.stats_data,
-            CLONE_GROUP_OFFSET: self.clone_group_offset,
-            QUERY_CONSUME_QUEUE: self.query_consume_queue,
+            R.CLONE_GROUP_OFFSET: self.clone_group_offset,
+            R.QUERY_CONSUME_QUEUE: self.query_consume_queue,
         }
 
     async def consumer_connection(self, conn, cmd):
@@ -259,4 +257,4 @@ def _subscription(sd: dict):
                              bool(sd.get("classFilterMode")))
 
 
-__all__ = ["OpsProcessor", "RUNTIME_KEYS", "parse_runtime_update", "CLONE_GROUP_OFFSET", "QUERY_CONSUME_QUEUE"]
+__all__ = ["OpsProcessor", "RUNTIME_KEYS", "parse_runtime_update"]

@@ -23,6 +23,7 @@ from time import perf_counter_ns
 import orjson
 
 from mq.remoting import ResponseCode as RC, make_response
+from mq.wire.codes import RequestCode as R
 from mq.remoting.server import DEFERRED
 from mq.store import PutStatus, PutResult, StoreError
 from mq.store.commitlog import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, host_bytes
@@ -64,7 +65,6 @@ SEND_STATUS: dict[PutStatus, tuple[int, str | None, bool]] = {
     PutStatus.OS_PAGECACHE_BUSY: (RC.SYSTEM_ERROR, "[PC_SYNCHRONIZED]broker busy, start flow control for a while",
                                   False),                                   # DLedger: no quorum in time
 }
-SEND_MESSAGE, SEND_MESSAGE_V2 = 10, 310
 GOOD_TOPICS_MAX = 10_000
 _FRAME_HEAD = struct.Struct(">II").pack
 _BIN_HEAD = struct.Struct(">hBhiii").pack      # ROCKETMQ header: code, language, version, opaque, flag, remark length
@@ -239,7 +239,7 @@ class SendProcessor:
         full path (process), which gives every refusal its RocketMQ code.  The checks are the
         full path's, in its order."""
         group = self.group
-        if group is None or cmd.code == 320:
+        if group is None or cmd.code == R.SEND_BATCH_MESSAGE:
             return self.process(conn, cmd)
         ext = cmd.ext_fields
         if ext is None:
@@ -381,7 +381,7 @@ class SendProcessor:
             raw_props = h.get("properties") or ""
             utf8(raw_props, "properties")
             props = decode_properties(raw_props)
-            batch = as_bool(h.get("batch")) or cmd.code == 320
+            batch = as_bool(h.get("batch")) or cmd.code == R.SEND_BATCH_MESSAGE
             if batch:
                 return await self._send_batch(cmd, topic, qid, props, sys_flag, born_ts, born_host, born_port)
             if not cmd.body:

@@ -15,7 +15,7 @@ import asyncio
 import logging
 
 from mq.remoting import RemotingError, RequestCode as R, ResponseCode as RC
-from mq.store.configfile import loads_lenient
+from mq.wire.fastjson import loads_lenient
 
 from .metadata import DataVersion
 

@@ -26,7 +26,9 @@ from mq.logs import release_stuck_log_lock
 from mq.remoting import RemotingClient, RemotingError, RemotingServer, RequestCode as R, ResponseCode as RC
 from mq.store import MessageStore, PutStatus, StoreError
 from mq.store import control as C
-from mq.store.configfile import loads_lenient, retry_pending_writes, write_atomic
+from mq.files import write_atomic
+from mq.store.configfile import retry_pending_writes
+from mq.wire.fastjson import loads_lenient
 from mq.store.retention import DISK_CHECK_INTERVAL_MAX_S, DiskCheck, Retention
 from mq.store.roles import role_main
 from mq.store.stats import StatsBlock

@@ -71,7 +71,7 @@ import zlib
 from mq import loop as mq_loop
 from mq.client import Message, MQBrokerError, MQClientError, Producer, PullConsumer
 from mq.client.message import PullStatus
-from mq.chaos.proxy import FaultProxy
+from mq.proxy import FaultProxy
 from mq.cluster import Broker, DLedgerGroup, NameServer, wait_for
 from mq.store import control as C
 from mq.store.commitlog import list_files

@@ -61,7 +61,7 @@ from datetime import datetime
 
 from mq import loop as mq_loop
 from mq.client import AdminClient, MQClientError, RemotingError, TopicConfig
-from mq.remoting.codes import RequestCode as R
+from mq.wire.codes import RequestCode as R
 
 PROG = "mqadmin"
 COMMAND_TIMEOUT_S = 60.0

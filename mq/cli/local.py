@@ -98,7 +98,7 @@ def _brokers(texts: dict[str, str]) -> list[tuple[str, int, list[tuple[int, str]
     """(broker file, listenPort, every port it listens on, cluster) for files given by their
     text, masters first."""
     from mq.broker.config import BrokerConfig
-    from mq.store.config import parse_properties
+    from mq.options import parse_properties
     out = []
     for path, text in texts.items():
         try:
@@ -281,7 +281,7 @@ class Plan:
 
 
 def _namesrv_member(base: str, ns_text: str, ns_path: str) -> tuple[Member, int]:
-    from mq.store.config import parse_properties
+    from mq.options import parse_properties
     try:
         ns_port = int(parse_properties(ns_text).get("listenPort", NAMESRV_PORT))
     except ValueError:
@@ -332,7 +332,7 @@ def plan_single(run_dir: str) -> Plan:
 def plan_layout(layout: str, run_dir: str) -> Plan:
     """A layout: its broker files copied (localize) into run_dir/NAME/ and a name server there,
     each kept once written."""
-    from mq.store.config import parse_properties
+    from mq.options import parse_properties
     files = _layout_files(layout)
     name = os.path.basename(os.path.normpath(layout))
     base = os.path.join(run_dir, name)

@@ -11,10 +11,10 @@
                  33 VIEW_MESSAGE_BY_ID (header offset = commit-log offset) -> one stored record
                  12 QUERY_MESSAGE (topic, key, maxNum, time range; _UNIQUE_KEY_QUERY) -> stored records
                  300 QUERY_TOPIC_CONSUME_BY_WHO -> {"groupList": [...]}
-                 314 CLONE_GROUP_OFFSET      321 QUERY_CONSUME_QUEUE -> QueryConsumeQueueResponseBody
+                 314 R.CLONE_GROUP_OFFSET      321 R.QUERY_CONSUME_QUEUE -> QueryConsumeQueueResponseBody
                  11 PULL_MESSAGE of one message (queryMsgByOffset), group TOOLS_CONSUMER, no offset commit
     name servers 100/101/102 PUT/GET/DELETE_KV_CONFIG (every name server; GET from one)
-                 318/319 UPDATE/GET_NAMESRV_CONFIG (properties text, every name server)
+                 318/319 UPDATE/R.GET_NAMESRV_CONFIG (properties text, every name server)
     DLedger      51005 LEADERSHIP_TRANSFER to the leader's DLedger peer port (mq.wire.dledger_rpc)
 
 Every method raises MQBrokerError for a failure answer, RemotingError when a server cannot be reached,
@@ -26,8 +26,8 @@ import json
 from dataclasses import dataclass, field
 
 from mq.remoting import RemotingError
-from mq.remoting.codes import RequestCode as R, ResponseCode as RC
-from mq.store.config import parse_properties
+from mq.wire.codes import RequestCode as R, ResponseCode as RC
+from mq.options import parse_properties
 from mq.wire import adminbodies as bodies
 from mq.wire import commitlog as wcl
 from mq.wire.errors import WireError
@@ -41,11 +41,6 @@ from .route import PERM_READ, PERM_WRITE, ClusterInfo, TopicRouteData
 TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"
 ADMIN_TIMEOUT_S = 5.0
 NAMESPACE_ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"     # NamesrvUtil's namespace of updateOrderConf
-# request codes mq.remoting.codes does not name (yet)
-CLONE_GROUP_OFFSET = 314
-UPDATE_NAMESRV_CONFIG = 318
-GET_NAMESRV_CONFIG = 319
-QUERY_CONSUME_QUEUE = 321
 
 
 def version_desc(version: int) -> str:
@@ -361,20 +356,20 @@ class AdminClient:
         return sorted(json.loads(r.body).get("consumerIdList") or [])
 
     async def clone_group_offset(self, src: str, dest: str, topic: str | None, offline: bool) -> list[str]:
-        """CLONE_GROUP_OFFSET (314) at the master of every broker of %RETRY%<src>'s route, as
+        """R.CLONE_GROUP_OFFSET (314) at the master of every broker of %RETRY%<src>'s route, as
         DefaultMQAdminExt.cloneGroupOffset; returns the addresses."""
         ext = {"srcGroup": src, "destGroup": dest, "topic": topic, "offline": str(offline).lower()}
         addrs = [a for _, a in await self.masters_of(f"%RETRY%{src}")]
         for addr in addrs:
-            await self.instance.invoke_ok(addr, CLONE_GROUP_OFFSET, ext, timeout_s=self.timeout_s)
+            await self.instance.invoke_ok(addr, R.CLONE_GROUP_OFFSET, ext, timeout_s=self.timeout_s)
         return addrs
 
     async def query_consume_queue(self, addr: str, topic: str, queue_id: int, index: int, count: int,
                                   group: str | None = None) -> tuple[dict | None, str | None]:
-        """QUERY_CONSUME_QUEUE (321) at `addr`: (QueryConsumeQueueResponseBody as plain values, or None
+        """R.QUERY_CONSUME_QUEUE (321) at `addr`: (QueryConsumeQueueResponseBody as plain values, or None
         when the broker answered without one, the answer's remark)."""
         ext = {"topic": topic, "queueId": queue_id, "index": index, "count": count, "consumerGroup": group}
-        r = await self.instance.invoke_ok(addr, QUERY_CONSUME_QUEUE, ext, timeout_s=self.timeout_s)
+        r = await self.instance.invoke_ok(addr, R.QUERY_CONSUME_QUEUE, ext, timeout_s=self.timeout_s)
         return (_body(r, "QueryConsumeQueueResponseBody", bodies.decode_query_consume_queue) if r.body else None,
                 r.remark)
 
@@ -404,18 +399,18 @@ class AdminClient:
         return (r.ext_fields or {}).get("value")
 
     async def namesrv_config(self) -> dict[str, dict[str, str]]:
-        """GET_NAMESRV_CONFIG (319) of every name server: {address: {key: value}}."""
+        """R.GET_NAMESRV_CONFIG (319) of every name server: {address: {key: value}}."""
         out = {}
         for ns in self.instance.namesrv_addrs:
-            r = await self.instance.invoke_ok(ns, GET_NAMESRV_CONFIG, timeout_s=self.timeout_s)
+            r = await self.instance.invoke_ok(ns, R.GET_NAMESRV_CONFIG, timeout_s=self.timeout_s)
             out[ns] = parse_properties_text((r.body or b"").decode("utf-8", "replace"))
         return out
 
     async def update_namesrv_config(self, values: dict[str, str]) -> list[str]:
-        """UPDATE_NAMESRV_CONFIG (318), body properties text, at every name server."""
+        """R.UPDATE_NAMESRV_CONFIG (318), body properties text, at every name server."""
         body = "".join(f"{k}={v}\n" for k, v in values.items()).encode()
         for ns in self.instance.namesrv_addrs:
-            await self.instance.invoke_ok(ns, UPDATE_NAMESRV_CONFIG, None, body, timeout_s=self.timeout_s)
+            await self.instance.invoke_ok(ns, R.UPDATE_NAMESRV_CONFIG, None, body, timeout_s=self.timeout_s)
         return list(self.instance.namesrv_addrs)
 
     async def topic_clusters(self, topic: str) -> list[str]:

@@ -57,8 +57,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Awaitable, Callable, Union
 
 from mq.remoting import RemotingError
-from mq.remoting.codes import RequestCode as R, ResponseCode as RC
-from mq.store.configfile import write_atomic
+from mq.wire.codes import RequestCode as R, ResponseCode as RC
+from mq.files import write_atomic
 from mq.wire.errors import WireError
 
 from .errors import MQBrokerError, MQClientError

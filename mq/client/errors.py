@@ -4,7 +4,7 @@ failure code surfaces as MQBrokerError carrying that code and remark."""
 from __future__ import annotations
 
 from mq.remoting import RemotingConnectError, RemotingError, RemotingTimeout
-from mq.remoting.codes import RESPONSE_NAMES
+from mq.wire.codes import RESPONSE_NAMES
 
 
 class MQClientError(Exception):

@@ -24,7 +24,7 @@ import time
 from typing import Awaitable, Callable
 
 from mq.remoting import RemotingClient, RemotingError
-from mq.remoting.codes import RequestCode as R, ResponseCode as RC
+from mq.wire.codes import RequestCode as R, ResponseCode as RC
 
 from .errors import MQBrokerError, MQClientError
 from .message import MASTER_ID, local_ip

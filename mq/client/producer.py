@@ -32,7 +32,7 @@ import zlib
 from typing import Callable, Sequence
 
 from mq.remoting import RemotingError
-from mq.remoting.codes import RequestCode as R, ResponseCode as RC
+from mq.wire.codes import RequestCode as R, ResponseCode as RC
 from mq.wire.batch import build_batch
 from mq.wire.consumequeue import java_string_hashcode
 from mq.wire.errors import EncodeError

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mq.namesrv.bodies import decode_json_body
+from mq.wire.fastjson import loads_body
 
 from .message import MASTER_ID, MessageQueue
 
@@ -84,7 +84,7 @@ class TopicRouteData:
 
     @classmethod
     def decode(cls, body: bytes) -> "TopicRouteData":
-        d = decode_json_body(body, "TopicRouteData")
+        d = loads_body(body, "TopicRouteData")
         return cls([QueueData.from_json(q) for q in d.get("queueDatas") or []],
                    [BrokerData.from_json(b) for b in d.get("brokerDatas") or []],
                    d.get("orderTopicConf"), dict(d.get("filterServerTable") or {}))
@@ -135,7 +135,7 @@ class ClusterInfo:
 
     @classmethod
     def decode(cls, body: bytes) -> "ClusterInfo":
-        d = decode_json_body(body, "ClusterInfo")
+        d = loads_body(body, "ClusterInfo")
         return cls({str(k): BrokerData.from_json(v) for k, v in (d.get("brokerAddrTable") or {}).items()},
                    {str(k): sorted(str(n) for n in v) for k, v in (d.get("clusterAddrTable") or {}).items()})
 

@@ -59,7 +59,7 @@ import time
 from mq.logs import Episode
 from mq.store import control as C
 from mq.store.commitlog import CommitLog
-from mq.store.configfile import write_atomic
+from mq.files import write_atomic
 from mq.store.native import StoreError, ffi
 from mq.wire import ha as W
 from mq.wire.errors import WireError

@@ -24,7 +24,7 @@ Invariants of the encoder (fastjson_dumps), matching fastjson 1.2 defaults:
   `standard` is set: then quoted `{"0":"addr"}` and non-ASCII escaped, as
   4.9.4+ does for version >= 401 or acceptStandardJsonOnly (route only);
 * compact separators, UTF-8 output.
-Decoders accept both key forms (mq.store.configfile.loads_lenient) and both
+Decoders accept both key forms (mq.wire.fastjson.loads_body) and both
 `topicSysFlag` and the pre-4.9 `topicSynFlag`.
 """
 from __future__ import annotations
@@ -35,7 +35,8 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from mq.store.configfile import loads_lenient
+from mq.wire.errors import MalformedError
+from mq.wire.fastjson import loads_body
 
 STANDARD_JSON_MIN_VERSION = 401        # MQVersion V4_9_4: route answers in standard JSON from here on
 FILTER_SERVER_BODY_MIN_VERSION = 37    # MQVersion V3_0_11: RegisterBrokerBody (else a bare wrapper)
@@ -192,9 +193,9 @@ class RegisterBrokerBody:
 
 def _loads(body: bytes, what: str) -> Any:
     try:
-        return loads_lenient(bytes(body).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
-        raise BodyError(f"{what} body is not JSON: {e}") from None
+        return loads_body(body, what)
+    except MalformedError as e:
+        raise BodyError(str(e)) from None
 
 
 def _wrapper_from_obj(obj: Any) -> tuple[DataVersion, dict[str, TopicConfig]]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from mq.store.config import Option, load_properties_file, parse_properties  # noqa: F401 (re-exported)
+from mq.options import Option, load_properties_file, parse_properties  # noqa: F401 (re-exported)
 
 
 def _port(v): return 0 <= v <= 65535
@@ -124,7 +124,7 @@ def parse_runtime_update(text: str) -> dict[str, Any]:
 def rewrite_config_file(path: str, values: dict[str, Any]) -> None:
     """Sets key=value lines of a properties file in place (other lines kept, missing keys
     appended), atomically, so a runtime change outlives a restart."""
-    from mq.store.configfile import write_atomic
+    from mq.files import write_atomic
     with open(path, encoding="utf-8") as f:
         lines = f.read().splitlines()
     left = dict(values)

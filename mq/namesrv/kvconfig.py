@@ -4,7 +4,7 @@ writes:
 
     {"configTable":{"<namespace>":{"<key>":"<value>",..},..}}        (kvConfigPath, pretty JSON)
 
-Every change is written at once with mq.store.configfile.write_atomic (tmp,
+Every change is written at once with mq.files.write_atomic (tmp,
 fsync, .bak, rename); loading falls back to the .bak.  A failed write keeps
 the change in memory (as Java does) but is reported to the caller, who
 answers SYSTEM_ERROR rather than claim it persisted."""
@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 
-from mq.store.configfile import read_config, write_atomic
+from mq.files import read_config, write_atomic
 
 log = logging.getLogger("mq.namesrv.kvconfig")
 

@@ -46,8 +46,6 @@ from .routeinfo import RouteInfoManager
 
 log = logging.getLogger("mq.namesrv")
 
-UPDATE_NAMESRV_CONFIG = 318      # RequestCode (not in mq.remoting.codes yet)
-GET_NAMESRV_CONFIG = 319
 
 # FAQUrl.suggestTodo(FAQUrl.APPLY_TOPIC_URL), appended to the TOPIC_NOT_EXIST remark
 _APPLY_TOPIC_HINT = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
@@ -114,8 +112,8 @@ class NameServer:
             RequestCode.GET_KVLIST_BY_NAMESPACE: self.get_kvlist_by_namespace,
             RequestCode.GET_TOPICS_BY_CLUSTER: self.get_topics_by_cluster,
             RequestCode.QUERY_DATA_VERSION: self.query_data_version,
-            UPDATE_NAMESRV_CONFIG: self.update_namesrv_config,
-            GET_NAMESRV_CONFIG: self.get_namesrv_config,
+            RequestCode.UPDATE_NAMESRV_CONFIG: self.update_namesrv_config,
+            RequestCode.GET_NAMESRV_CONFIG: self.get_namesrv_config,
         }
         self.server = RemotingServer("namesrv", {code: self._guarded(h) for code, h in self.handlers.items()},
                                      on_close=self._on_connection_closed)

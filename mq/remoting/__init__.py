@@ -1,5 +1,5 @@
 """Remoting: RocketMQ's RPC over TCP (frame codec in mq.wire.remoting)."""
-from .codes import RequestCode, ResponseCode
+from mq.wire.codes import RequestCode, ResponseCode
 from .server import RemotingServer, Connection, make_response
 from .client import RemotingClient, RemotingError, RemotingTimeout, RemotingConnectError
 

@@ -69,7 +69,7 @@ from typing import Callable
 from mq.wire.errors import EncodeError, WireError
 from mq.wire.remoting import RPC_ONEWAY, RPC_RESPONSE, RemotingCommand, decode_frame_payload, encode_frame
 
-from .codes import ResponseCode
+from mq.wire.codes import ResponseCode
 from .framing import FrameBuffer, frame_end
 
 log = logging.getLogger("mq.remoting.server")

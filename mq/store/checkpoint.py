@@ -22,7 +22,7 @@ import struct
 
 from mq.wire import checkpoint as W
 
-from .durable import fsync_path
+from mq.files import fsync_path
 
 FILE_SIZE = W.CHECKPOINT_FILE_SIZE
 CLEAN_MAGIC = 0x4D51434C45414E31  # "MQCLEAN1"

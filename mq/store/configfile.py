@@ -1,12 +1,7 @@
 """JSON config files under <store>/config (topics.json, consumerOffset.json,
-delayOffset.json, subscriptionGroup.json).
-
-Writes are crash-safe: the new text goes to <file>.tmp, is fsynced, the old
-file is kept as <file>.bak (a hard link: no bytes copied), and the tmp file is
-renamed over the original (then the directory is fsynced), so a crash leaves
-the old or the new version, never half.  Reads accept fastjson's unquoted
-integer map keys ({0:12}) and fall back to .bak when the main file is empty or
-unreadable.
+delayOffset.json, subscriptionGroup.json): written with mq.files.write_atomic (crash-safe:
+the old or the new version, never half) and read with mq.files.read_config (fastjson's
+unquoted integer keys; the .bak when the main file is unreadable).
 
 A full disk (ENOSPC, EDQUOT) is not fatal: a failed write leaves the old
 version and no tmp file behind.  ConfigFile.save then keeps the text, logs
@@ -16,101 +11,15 @@ the caller goes on, as RocketMQ's ConfigManager.persist does.  Other errors
 raise."""
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import os
-import re
-import shutil
 import threading
 
-from .durable import fsync_dir
+from mq.files import SPACE_ERRNOS, read_config, write_atomic  # noqa: F401 (re-exported)
+from mq.wire.fastjson import loads_lenient  # noqa: F401 (re-exported)
 
 log = logging.getLogger("mq.store.configfile")
-
-SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
-
-# a bare integer key after '{' or ',' (outside strings: the config texts we
-# read have no strings containing '{' or ',' followed by digits and ':')
-_BARE_KEY = re.compile(r'([{,]\s*)(-?\d+)(\s*:)')
-
-
-def loads_lenient(text: str):
-    """json.loads that also accepts fastjson's unquoted integer keys."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return json.loads(_quote_bare_keys(text))
-
-
-def _quote_bare_keys(text: str) -> str:
-    out = []
-    # only rewrite outside string literals
-    parts = re.split(r'("(?:[^"\\]|\\.)*")', text)
-    for part in parts:
-        if part.startswith('"') and part.endswith('"') and len(part) >= 2:
-            out.append(part)
-        else:
-            out.append(_BARE_KEY.sub(lambda m: f'{m.group(1)}"{m.group(2)}"{m.group(3)}', part))
-    return "".join(out)
-
-
-def write_atomic(path: str, text: str) -> None:
-    """Replaces `path` with `text` (see the module docstring).  OSError when it could not:
-    `path` is then its old version, and no tmp file is left (it would hold the disk's space)."""
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
-    tmp = path + ".tmp"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        if os.path.exists(path):
-            _keep_backup(path)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    fsync_dir(directory)
-
-
-def _keep_backup(path: str) -> None:
-    """<path>.bak becomes the current version of `path`: a hard link renamed into place (no new
-    blocks, so it works on a full disk, and never a half-copied .bak); a copy where the file
-    system has no hard links."""
-    bak, bak_tmp = path + ".bak", path + ".bak.tmp"
-    try:
-        os.unlink(bak_tmp)
-    except FileNotFoundError:
-        pass
-    try:
-        os.link(path, bak_tmp)
-    except OSError as e:
-        if e.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
-            raise
-        shutil.copyfile(path, bak_tmp)
-    os.replace(bak_tmp, bak)
-
-
-def read_config(path: str):
-    """The parsed content of path (or its .bak), or None when neither is usable."""
-    for candidate in (path, path + ".bak"):
-        try:
-            with open(candidate, encoding="utf-8") as f:
-                text = f.read()
-        except FileNotFoundError:
-            continue
-        if not text.strip():
-            continue
-        try:
-            return loads_lenient(text)
-        except (json.JSONDecodeError, ValueError) as e:
-            log.error("config file %s is unreadable (%s); trying the backup", candidate, e)
-    return None
 
 
 _pending_lock = threading.Lock()

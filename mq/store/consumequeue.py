@@ -25,7 +25,7 @@ import re
 import struct
 
 from . import control as C
-from .durable import fsync_path
+from mq.files import fsync_path
 from .native import ffi
 
 log = logging.getLogger("mq.store.consumequeue")
@@ -341,7 +341,7 @@ def write_manifest(config_dir: str, maxima: dict[tuple[str, int], int]) -> None:
     """Records every queue and its max offset (at the end of recovery and at a clean stop), so
     the next start can tell a queue whose files were deleted or cut from one that is empty:
     {"topic": {"queueId": max offset}}."""
-    from .configfile import write_atomic
+    from mq.files import write_atomic
     table: dict[str, dict[str, int]] = {}
     for (topic, qid), max_offset in sorted(maxima.items()):
         table.setdefault(topic, {})[str(qid)] = max_offset

@@ -24,8 +24,7 @@ import errno
 import logging
 import os
 
-from mq.store.configfile import write_atomic
-from mq.store.durable import fsync_dir
+from mq.files import fsync_dir, write_atomic
 from mq.wire import dledger as W
 
 log = logging.getLogger("mq.store.dledgerfiles")

@@ -40,7 +40,7 @@ import time
 
 from mq.wire import index as W
 
-from .durable import fsync_path
+from mq.files import fsync_path
 from .native import ffi, lib, check
 
 log = logging.getLogger("mq.store.index")

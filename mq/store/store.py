@@ -47,7 +47,7 @@ from .commitlog import CommitLog, list_files, SCAN_STOP_NAMES, AppendResult
 from .config import StoreConfig
 from .consumequeue import ConsumeQueueSet, ENTRY_SIZE, read_manifest, write_manifest
 from .dispatch import Dispatcher, index_writer
-from .durable import fsync_dir
+from mq.files import fsync_dir
 from .flush import FlushService
 from .native import (StoreError, CorruptRecord, MessageIllegal, TopicIllegal, PropertiesTooLong, StoreFatal,
                      NoSpace, MessageTooBig, NotLeader, lib)

@@ -43,7 +43,9 @@ import re
 from decimal import Decimal
 from typing import Any, Callable, Iterable
 
-__all__ = ["dumps", "loads", "Bean", "JavaMap", "Key", "java_double", "java_string_hash", "hashmap_order",
+from .errors import MalformedError
+
+__all__ = ["dumps", "loads", "loads_lenient", "loads_body", "Bean", "JavaMap", "Key", "java_double", "java_string_hash", "hashmap_order",
            "chm_order", "message_queue_hash", "INT32"]
 
 INT32 = 0xFFFFFFFF
@@ -330,3 +332,36 @@ def loads(body: bytes | str) -> Any:
         return out
 
     return json.loads(restore(masked), object_pairs_hook=pairs)
+
+
+# fastjson's bare integer keys in otherwise standard JSON (config files and name server bodies):
+# _BARE_KEY (above) after '{' or ',', rewritten outside string literals only
+
+
+def loads_lenient(text: str):
+    """json.loads that also accepts fastjson's unquoted integer keys."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return json.loads(_quote_bare_keys(text))
+
+
+def _quote_bare_keys(text: str) -> str:
+    out = []
+    # only rewrite outside string literals
+    parts = re.split(r'("(?:[^"\\]|\\.)*")', text)
+    for part in parts:
+        if part.startswith('"') and part.endswith('"') and len(part) >= 2:
+            out.append(part)
+        else:
+            out.append(_BARE_KEY.sub(lambda m: f'{m.group(1)}"{m.group(2)}"{m.group(3)}', part))
+    return "".join(out)
+
+
+def loads_body(body: bytes, what: str = "body"):
+    """A JSON body of RocketMQ's (a route, cluster info, a config table), standard or with
+    fastjson's bare integer keys; MalformedError (a WireError) naming `what` when it is not."""
+    try:
+        return loads_lenient(bytes(body).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise MalformedError(f"{what} body is not JSON: {e}") from None

@@ -17,7 +17,7 @@ from mq.client.message import (SYSFLAG_COMPRESSED, SYSFLAG_ZLIB, SubscriptionDat
 from mq.client.producer import _PublishInfo
 from mq.client.route import ClusterInfo, TopicRouteData, find_broker_addr_in_subscribe
 from mq.remoting import RemotingServer, make_response
-from mq.remoting.codes import RequestCode as R, ResponseCode as RC
+from mq.wire.codes import RequestCode as R, ResponseCode as RC
 from mq.wire.commitlog import build_record
 from mq.wire.properties import encode_properties
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import socket
-import struct
 import threading
 import time
 

@@ -23,7 +23,7 @@ import pytest
 
 from mq.cluster import Broker, NameServer, wait_for
 from mq.remoting import RemotingClient
-from mq.remoting.codes import RequestCode as R, ResponseCode as RC
+from mq.wire.codes import RequestCode as R, ResponseCode as RC
 from mq.wire.properties import decode_properties
 from mq.wire.remoting import (LANGUAGE_CPP, RPC_RESPONSE, SERIALIZE_JSON, RemotingCommand, decode_frame_payload,
                               encode_frame)

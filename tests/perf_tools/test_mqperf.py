@@ -20,7 +20,7 @@ import pytest
 
 from mq.cluster import Broker, NameServer, wait_for
 from mq.remoting import RemotingClient
-from mq.remoting.codes import RequestCode as R, ResponseCode as RC
+from mq.wire.codes import RequestCode as R, ResponseCode as RC
 from mq.trace import FIELDS, read_records
 from mq.wire.batch import parse_batch
 from mq.wire.commitlog import build_record, iter_records, parse_record

@@ -12,7 +12,7 @@ import pytest
 from mq.acl.plain import (DENY, PUB, SUB, AclConfig, AclConfigError, AclDenied, AclFile, AddressPattern,
                           Validator, acl_file_path, check_permission, needed_resources, parse_perm)
 from mq.acl.sign import SessionCredentials, load_tools_yml, sign_request, signature, signed_content
-from mq.remoting.codes import RequestCode as R
+from mq.wire.codes import RequestCode as R
 from mq.wire.remoting import RemotingCommand
 
 APP = SessionCredentials("appkey01", "appsecret01")

@@ -1,5 +1,6 @@
-"""RocketMQ request and response codes (spec section 1.6 and 2).  One place,
-so a reader finds any code's handler in one hop from its name."""
+"""RocketMQ request and response codes (spec section 1.6 and 2): the remoting header's `code`
+field.  One place, so a reader finds any code's handler in one hop from its name; everything
+that sends or answers a code -- broker, name server, client, tools, perf -- names it from here."""
 
 
 class RequestCode:
@@ -56,6 +57,11 @@ class RequestCode:
     QUERY_TOPIC_CONSUME_BY_WHO = 300
     VIEW_BROKER_STATS_DATA = 315
     GET_BROKER_CONSUME_STATS = 317
+    GET_CONSUMER_RUNNING_INFO = 307
+    CLONE_GROUP_OFFSET = 314
+    UPDATE_NAMESRV_CONFIG = 318
+    GET_NAMESRV_CONFIG = 319
+    QUERY_CONSUME_QUEUE = 321
     SEND_MESSAGE_V2 = 310
     SEND_BATCH_MESSAGE = 320
     QUERY_DATA_VERSION = 322
