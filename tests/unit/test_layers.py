@@ -99,3 +99,11 @@ print("ok")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                        cwd=os.path.dirname(MQ))
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
+
+
+def test_the_direction_check_catches_an_import_that_points_up(monkeypatch):
+    """The check is not vacuous: with mq.proxy moved above mq.cluster, which imports it, it fails
+    naming that import."""
+    monkeypatch.setitem(LAYER, "mq.proxy", LAYER["mq.cluster"] + 1)
+    with pytest.raises(AssertionError, match=r"mq/cluster\.py:\d+: mq\.cluster \(layer 5\) imports mq\.proxy"):
+        test_imports_point_down()
