@@ -29,6 +29,7 @@ from mq.proxy import FaultProxy
 from mq.dledger.role import read_status
 from mq.store.commitlog import list_files
 from mq.store.control import sweep_dead_segments
+from mq.wire.filenames import offset_file_path
 
 __all__ = ["BIN", "Broker", "NameServer", "Proc", "free_port", "port_open", "wait_for"]
 
@@ -379,7 +380,7 @@ class DLedgerGroup:
         out = bytearray()
         pos = files[0] if files else 0
         while pos < end:
-            with open(os.path.join(d, "%020d" % (pos - pos % fs)), "rb") as f:
+            with open(offset_file_path(d, (pos - pos % fs)), "rb") as f:
                 f.seek(pos % fs)
                 chunk = f.read(min(end, pos - pos % fs + fs) - pos)
             out += chunk

@@ -20,14 +20,13 @@ import logging
 
 from mq.remoting import ResponseCode as RC, make_response
 from mq.store import StoreError
-
 from mq.store.commitlog import INT64_MAX, INT64_MIN
 from mq.wire.adminbodies import (RUNTIME_INFO_CAPACITY, encode_consume_stats, encode_kv_table, encode_lock_batch,
                                  encode_topic_stats)
+from mq.wire.topics import TOPIC_LEN_MAX, TOPIC_RE
 
 from .metadata import dumps, topic_config
-
-from .send import BadRequest, as_bool, as_int, check_group, header_int, TOPIC_RE, TOPIC_LEN_MAX
+from .send import BadRequest, as_bool, as_int, check_group, header_int
 
 log = logging.getLogger("mq.broker.admin")
 

@@ -15,35 +15,20 @@ import time
 from dataclasses import dataclass, field
 
 from mq.store.configfile import ConfigFile
+from mq.wire.topics import (AUTO_CREATE_TOPIC, DLQ_PREFIX, OFFSET_MOVED_EVENT, PERM_INHERIT,  # noqa: F401
+                            PERM_PRIORITY, PERM_READ, PERM_WRITE, RETRY_PREFIX, SCHEDULE_TOPIC,
+                            SELF_TEST_TOPIC, SEND_PROTECTED_TOPICS, TopicConfig, dlq_topic, retry_topic)
 
 log = logging.getLogger("mq.broker.metadata")
 
-PERM_PRIORITY, PERM_READ, PERM_WRITE, PERM_INHERIT = 8, 4, 2, 1
-AUTO_CREATE_TOPIC = "TBW102"
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
-OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
-RETRY_PREFIX = "%RETRY%"
-DLQ_PREFIX = "%DLQ%"
-# producers may not send to these directly (NO_PERMISSION)
-SEND_PROTECTED_TOPICS = {SCHEDULE_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-                         "TRANS_CHECK_MAX_TIME_TOPIC", SELF_TEST_TOPIC, OFFSET_MOVED_EVENT}
 CHANNEL_EXPIRED_MS = 120_000
 LOCK_MAX_LIVE_MS = 60_000   # rocketmq.broker.rebalance.lockMaxLiveTime
 DELAY_LEVELS_MAX = 18
 
 
-def retry_topic(group: str) -> str:
-    return RETRY_PREFIX + group
-
-
-def dlq_topic(group: str) -> str:
-    return DLQ_PREFIX + group
-
-
 def topic_config(name: str, read: int, write: int, perm: int = 6, sys_flag: int = 0, order: bool = False) -> dict:
-    return {"order": order, "perm": perm, "readQueueNums": read, "topicFilterType": "SINGLE_TAG",
-            "topicName": name, "topicSysFlag": sys_flag, "writeQueueNums": write}
+    """A TopicConfig as the metadata keeps it: its JSON (mq.wire.topics)."""
+    return TopicConfig(name, read, write, perm, sys_flag, order=order).to_obj()
 
 
 CONN_INFO_KEY = "_conn"     # heartbeat body key the io worker adds: {clientAddr, language, version}

@@ -29,12 +29,12 @@ from mq.wire.adminbodies import (connection, consume_stats, encode_broker_stats_
                                  encode_consumer_connection, encode_producer_connection, encode_query_consume_queue,
                                  subscription_data)
 from mq.wire.offsets import encode_reset_offset_body
+from mq.wire.topics import TOPIC_LEN_MAX, TOPIC_RE
 
 from .admin import Processor
 from .config import ALL_OPTIONS, IGNORED_KEYS
-from .send import TOPIC_LEN_MAX, TOPIC_RE, as_bool, as_int
+from .send import as_bool, as_int
 
-CQ_ENTRY_SIZE = 20                  # ConsumeQueue.CQ_STORE_UNIT_SIZE
 QUERY_CQ_COUNT_MAX = 1000           # entries one QUERY_CONSUME_QUEUE answers at most (ours; RocketMQ: a file)
 
 log = logging.getLogger("mq.broker.ops")

@@ -32,9 +32,9 @@ from mq.remoting import ResponseCode as RC, make_response
 from mq.store import CorruptRecord, control as C
 from mq.store.store import TOTAL_PHYSICAL_MEMORY
 from mq.wire.consumequeue import java_string_hashcode
+from mq.wire.topics import PERM_READ
 
 from .link import SUBSCRIPTION_CACHE_S
-from .metadata import PERM_READ
 from .send import as_int
 from .tracing import CURRENT
 

@@ -14,7 +14,6 @@ import asyncio
 import ipaddress
 import logging
 import random
-import re
 import struct
 import types
 import zlib
@@ -36,13 +35,11 @@ from mq.wire.properties import decode_properties, encode_properties
 from mq.wire.remoting import LANGUAGE_NAMES, RPC_RESPONSE, SERIALIZE_JSON, SERIALIZE_ROCKETMQ
 
 from .tracing import CURRENT as CURRENT_TIMES
-from .metadata import (PERM_READ, PERM_WRITE, SCHEDULE_TOPIC, SEND_PROTECTED_TOPICS, RETRY_PREFIX,
-                       dlq_topic, retry_topic)
+from mq.wire.topics import (PERM_READ, PERM_WRITE, RETRY_PREFIX, SCHEDULE_TOPIC, SEND_PROTECTED_TOPICS, TOPIC_LEN_MAX,
+                            TOPIC_RE, dlq_topic, retry_topic)
 
 log = logging.getLogger("mq.broker.send")
 
-TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
-TOPIC_LEN_MAX = 127
 GROUP_LEN_MAX = 255          # RocketMQ's Validators.checkGroup: the topic's characters, at most 255
 SYSFLAG_COMPRESSED = 0x1
 SYSFLAG_COMPRESSION_TYPE = 0x700

@@ -38,11 +38,12 @@ from mq.dledger.role import dledger_role_main
 from mq.store.notify import CommitWaiter
 from mq.wire import commitlog as wcl
 from mq.wire.properties import decode_properties, encode_properties
+from mq.wire.topics import SCHEDULE_TOPIC
 
 from .config import BrokerConfig, dledger_follower_id, rewrite_config_file
 from .launcher import STOP_PIPE, Launcher, RoleProcess
 from .link import LINK_CALL, LinkService, link_address
-from .metadata import SCHEDULE_TOPIC, Metadata, dumps
+from .metadata import Metadata, dumps
 from .metrics import MetricsServer
 from .statsdata import StatsHistory
 from .slavesync import SlaveSync

@@ -24,6 +24,7 @@ from mq.store.commitlog import list_files
 from mq.wire import commitlog as wcl
 from mq.wire import dledger as wdl
 from mq.wire.errors import WireError
+from mq.wire.filenames import offset_file_path
 
 
 @dataclass
@@ -43,7 +44,7 @@ def data_dir(root: str) -> tuple[str, bool]:
 def _last_data_file(directory: str) -> tuple[str, int] | None:
     """(path, start) of the newest file that holds anything."""
     for start in reversed(list_files(directory)):
-        path = os.path.join(directory, "%020d" % start)
+        path = offset_file_path(directory, start)
         with open(path, "rb") as f:
             if any(f.read(8)):
                 return path, start
@@ -98,7 +99,7 @@ def flip_body_byte(root: str, topic: str, rng: random.Random) -> Damage | None:
     start = pos - at
     body_at = at + rec.total_size - _tail_len(rec) - len(rec.body)
     flip_at = body_at + rng.randrange(len(rec.body))
-    with open(os.path.join(directory, "%020d" % start), "r+b") as f:
+    with open(offset_file_path(directory, start), "r+b") as f:
         f.seek(flip_at)
         b = f.read(1)
         f.seek(flip_at)
@@ -122,11 +123,11 @@ def cut_mid_record(root: str, topic: str, rng: random.Random) -> Damage | None:
     directory, _ = data_dir(root)
     start = pos - at
     cut = at + 1 + rng.randrange(rec.total_size - 1)
-    with open(os.path.join(directory, "%020d" % start), "r+b") as f:
+    with open(offset_file_path(directory, start), "r+b") as f:
         f.truncate(cut)
     for later in list_files(directory):
         if later > start:
-            os.remove(os.path.join(directory, "%020d" % later))
+            os.remove(offset_file_path(directory, later))
     return Damage("cut", rec.physical_offset, bytes(rec.body).decode("utf-8", "replace"), start + cut)
 
 

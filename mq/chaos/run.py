@@ -78,6 +78,7 @@ from mq.store.commitlog import list_files
 from mq.store.control import ControlBlock
 from mq.wire.consumequeue import CQ_ENTRY_SIZE
 from mq.wire.dledger import INDEX_UNIT_SIZE as DL_INDEX_UNIT_SIZE
+from mq.wire.filenames import offset_file_path
 
 from . import damage
 from .clock import ClockShift
@@ -255,7 +256,7 @@ def drop_unflushed(store_root: str, ctl: ControlBlock) -> tuple[int, int]:
     dledger = sorted(glob.glob(os.path.join(store_root, "dledger-*")))
     log_dir = os.path.join(dledger[0], "data") if dledger else os.path.join(store_root, "commitlog")
     for start in list_files(log_dir):
-        path = os.path.join(log_dir, "%020d" % start)
+        path = offset_file_path(log_dir, start)
         size = os.path.getsize(path)
         if start >= flushed and start > 0:
             os.remove(path)
@@ -282,7 +283,7 @@ def drop_unflushed(store_root: str, ctl: ControlBlock) -> tuple[int, int]:
 def _zero_from(directory: str, from_byte: int) -> None:
     """Zeroes a file list (files named by start offset) from logical byte from_byte on."""
     for start in list_files(directory):
-        path = os.path.join(directory, "%020d" % start)
+        path = offset_file_path(directory, start)
         size = os.path.getsize(path)
         if start + size > from_byte:
             at = max(0, from_byte - start)

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from mq.remoting import RemotingError
 from mq.wire.codes import RequestCode as R, ResponseCode as RC
+from mq.wire.topics import TopicConfig
 from mq.options import parse_properties
 from mq.wire import adminbodies as bodies
 from mq.wire import commitlog as wcl
@@ -36,7 +37,7 @@ from .consumer import pull_kernel
 from .errors import MQBrokerError, MQClientError
 from .instance import ClientInstance
 from .message import MessageExt, MessageQueue, PullStatus, SubscriptionData, decode_messages, message_from_record
-from .route import PERM_READ, PERM_WRITE, ClusterInfo, TopicRouteData
+from .route import ClusterInfo, TopicRouteData
 
 TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"
 ADMIN_TIMEOUT_S = 5.0
@@ -60,24 +61,6 @@ def _body(r, what: str, decode):
 
 
 parse_properties_text = parse_properties   # GET_BROKER_CONFIG bodies are properties text
-
-
-@dataclass
-class TopicConfig:
-    topic_name: str
-    read_queue_nums: int = 8
-    write_queue_nums: int = 8
-    perm: int = PERM_READ | PERM_WRITE
-    topic_filter_type: str = "SINGLE_TAG"
-    topic_sys_flag: int = 0
-    order: bool = False
-
-    def __str__(self) -> str:
-        from .route import perm_to_string
-        return (f"TopicConfig [topicName={self.topic_name}, readQueueNums={self.read_queue_nums}, "
-                f"writeQueueNums={self.write_queue_nums}, perm={perm_to_string(self.perm)}, "
-                f"topicFilterType={self.topic_filter_type}, topicSysFlag={self.topic_sys_flag}, "
-                f"order={'true' if self.order else 'false'}]")
 
 
 @dataclass

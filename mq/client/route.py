@@ -17,18 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mq.wire.fastjson import loads_body
+from mq.wire.topics import PERM_INHERIT, PERM_PRIORITY, PERM_READ, PERM_WRITE, perm_to_string  # noqa: F401
 
 from .message import MASTER_ID, MessageQueue
 
-PERM_PRIORITY = 8
-PERM_READ = 4
-PERM_WRITE = 2
-PERM_INHERIT = 1
-
-
-def perm_to_string(perm: int) -> str:
-    """PermName.perm2String: 'RW-' style."""
-    return "".join(c if perm & bit else "-" for c, bit in (("R", PERM_READ), ("W", PERM_WRITE), ("X", PERM_INHERIT)))
 
 
 @dataclass

@@ -39,6 +39,7 @@ from mq.store import control as C
 from mq.store.commitlog import CommitLog, list_files
 from mq.store.consumequeue import ENTRY_SIZE
 from mq.store.native import StoreError, lib
+from mq.wire.filenames import list_offset_files, offset_file_name, offset_file_path
 
 log = logging.getLogger("mq.ha.truncate")
 
@@ -148,7 +149,7 @@ def _zero_cq_files(directory: str, file_size: int, from_byte: int) -> None:
     """Zeroes every ConsumeQueue file byte at logical position >= from_byte, in
     place (pwrite through the page cache that every process's mapping shares)."""
     try:
-        names = sorted(n for n in os.listdir(directory) if len(n) == 20 and n.isdigit())
+        names = [offset_file_name(s) for s in list_offset_files(directory)]
     except FileNotFoundError:
         return
     for name in names:
@@ -190,8 +191,8 @@ def rebase_empty(cl: CommitLog, ctl: C.ControlBlock, offset: int) -> list[str]:
     for start in list_files(cl.directory):
         if start < offset:
             try:
-                os.unlink(os.path.join(cl.directory, "%020d" % start))
-                removed.append("%020d" % start)
+                os.unlink(offset_file_path(cl.directory, start))
+                removed.append(offset_file_name(start))
             except FileNotFoundError:
                 pass
     cl.release(below=offset)

@@ -37,23 +37,19 @@ from typing import Any
 
 from mq.wire.errors import MalformedError
 from mq.wire.fastjson import loads_body
+from mq.wire.topics import PERM_INHERIT, PERM_PRIORITY, PERM_READ, PERM_WRITE, TopicConfig  # noqa: F401 (re-exported)
 
 STANDARD_JSON_MIN_VERSION = 401        # MQVersion V4_9_4: route answers in standard JSON from here on
 FILTER_SERVER_BODY_MIN_VERSION = 37    # MQVersion V3_0_11: RegisterBrokerBody (else a bare wrapper)
 MASTER_ID = 0                          # MixAll.MASTER_ID
 NAMESPACE_ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
 
-PERM_PRIORITY = 8
-PERM_READ = 4
-PERM_WRITE = 2
-PERM_INHERIT = 1
 
 REGISTER_BODY_INFLATED_MAX = 64 * 1024 * 1024   # bound on a compressed body once inflated
 _I32 = struct.Struct(">i")
 
 
-class BodyError(ValueError):
-    """A body that does not parse; the request gets SYSTEM_ERROR with this text."""
+BodyError = MalformedError       # a body that is not what its request code says (a WireError)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -139,52 +135,6 @@ class DataVersion:
 
 
 @dataclass
-class TopicConfig:
-    topicName: str
-    readQueueNums: int = 16
-    writeQueueNums: int = 16
-    perm: int = PERM_READ | PERM_WRITE
-    topicSysFlag: int = 0
-    topicFilterType: str = "SINGLE_TAG"
-    order: bool = False
-
-    def to_obj(self) -> dict:
-        return {"order": self.order, "perm": self.perm, "readQueueNums": self.readQueueNums,
-                "topicFilterType": self.topicFilterType, "topicName": self.topicName,
-                "topicSysFlag": self.topicSysFlag, "writeQueueNums": self.writeQueueNums}
-
-    @classmethod
-    def from_obj(cls, obj: Any, name: str | None = None) -> "TopicConfig":
-        """From TopicConfig JSON; `name` (the table key) is used when topicName is absent."""
-        if not isinstance(obj, dict):
-            raise BodyError(f"topic config of {name!r} is a {type(obj).__name__}, not an object")
-        topic = obj.get("topicName") or name
-        if not topic:
-            raise BodyError("topic config without topicName")
-        sys_flag = obj.get("topicSysFlag", obj.get("topicSynFlag", 0))
-        return cls(topicName=str(topic), readQueueNums=_int(obj, "readQueueNums", 16),
-                   writeQueueNums=_int(obj, "writeQueueNums", 16), perm=_int(obj, "perm", 6),
-                   topicSysFlag=_int({"f": sys_flag}, "f"),
-                   topicFilterType=str(obj.get("topicFilterType") or "SINGLE_TAG"),
-                   order=bool(obj.get("order", False)))
-
-    def compact(self) -> str:
-        """TopicConfig.encode(): the compressed-register form (loses topicSysFlag and order)."""
-        return f"{self.topicName} {self.readQueueNums} {self.writeQueueNums} {self.perm} {self.topicFilterType}"
-
-    @classmethod
-    def from_compact(cls, text: str) -> "TopicConfig":
-        parts = text.split(" ")
-        if len(parts) != 5:
-            raise BodyError(f"compact topic config {text!r} does not have 5 fields")
-        try:
-            return cls(topicName=parts[0], readQueueNums=int(parts[1]), writeQueueNums=int(parts[2]),
-                       perm=int(parts[3]), topicFilterType=parts[4])
-        except ValueError:
-            raise BodyError(f"compact topic config {text!r} has a non-integer count") from None
-
-
-@dataclass
 class RegisterBrokerBody:
     data_version: DataVersion = field(default_factory=DataVersion)
     topic_configs: dict[str, TopicConfig] = field(default_factory=dict)
@@ -192,10 +142,7 @@ class RegisterBrokerBody:
 
 
 def _loads(body: bytes, what: str) -> Any:
-    try:
-        return loads_body(body, what)
-    except MalformedError as e:
-        raise BodyError(str(e)) from None
+    return loads_body(body, what)
 
 
 def _wrapper_from_obj(obj: Any) -> tuple[DataVersion, dict[str, TopicConfig]]:
@@ -207,7 +154,7 @@ def _wrapper_from_obj(obj: Any) -> tuple[DataVersion, dict[str, TopicConfig]]:
     configs = {}
     for key, tc in table.items():
         config = TopicConfig.from_obj(tc, key)
-        configs[config.topicName] = config
+        configs[config.topic_name] = config
     return DataVersion.from_obj(obj.get("dataVersion")), configs
 
 
@@ -261,7 +208,7 @@ def _decode_compressed(body: bytes) -> RegisterBrokerBody:
         except UnicodeDecodeError:
             raise BodyError("compact topic config is not UTF-8") from None
         tc = TopicConfig.from_compact(text)
-        configs[tc.topicName] = tc
+        configs[tc.topic_name] = tc
     servers_raw = take(take_int())
     try:   # Java logs a bad list and carries on with an empty one
         servers = [str(s) for s in json.loads(servers_raw.decode("utf-8")) or []]

@@ -143,11 +143,11 @@ class RouteInfoManager:
         return result
 
     def _create_and_update_queue_data(self, broker_name: str, tc: TopicConfig) -> None:
-        qd = QueueData(broker_name, tc.readQueueNums, tc.writeQueueNums, tc.perm, tc.topicSysFlag)
-        by_broker = self.topic_queue_table.setdefault(tc.topicName, {})
+        qd = QueueData(broker_name, tc.read_queue_nums, tc.write_queue_nums, tc.perm, tc.topic_sys_flag)
+        by_broker = self.topic_queue_table.setdefault(tc.topic_name, {})
         old = by_broker.get(broker_name)
         if old != qd:
-            log.info("topic %s on %s: %s -> %s", tc.topicName, broker_name, old, qd)
+            log.info("topic %s on %s: %s -> %s", tc.topic_name, broker_name, old, qd)
         by_broker[broker_name] = qd
 
     def is_broker_topic_config_changed(self, broker_addr: str, data_version: DataVersion) -> bool:

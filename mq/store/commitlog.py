@@ -21,6 +21,8 @@ import struct
 import threading
 from dataclasses import dataclass
 
+from mq.wire.filenames import list_offset_files
+
 from . import control as C
 from .native import ffi, lib, check, CorruptRecord, OutOfRange, StoreError, StoreFatal
 
@@ -43,17 +45,7 @@ SCAN_STOP_NAMES = {
 SCAN_CLEAN_STOPS = (lib.MQ_SCAN_LIMIT, lib.MQ_SCAN_FULL, lib.MQ_SCAN_END)
 
 
-def file_name(start_offset: int) -> str:
-    return "%020d" % start_offset
-
-
-def list_files(directory: str) -> list[int]:
-    """Start offsets of the CommitLog files in `directory`, ascending."""
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return []
-    return sorted(int(n) for n in names if len(n) == 20 and n.isdigit())
+list_files = list_offset_files          # the CommitLog's files (mq.wire.filenames)
 
 
 @functools.lru_cache(maxsize=4096)

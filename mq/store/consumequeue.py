@@ -22,16 +22,17 @@ import logging
 import mmap
 import os
 import re
-import struct
+
+from mq.files import fsync_path
+from mq.wire.consumequeue import CQ_ENTRY, CQ_ENTRY_SIZE
+from mq.wire.filenames import list_offset_files, offset_file_name, offset_file_path
 
 from . import control as C
-from mq.files import fsync_path
 from .native import ffi
 
 log = logging.getLogger("mq.store.consumequeue")
 
-ENTRY = struct.Struct(">qiq")
-ENTRY_SIZE = 20
+ENTRY, ENTRY_SIZE = CQ_ENTRY, CQ_ENTRY_SIZE     # the layout is mq.wire.consumequeue's
 CHECK_TAIL_ENTRIES = 1024       # entries recovery checks at the end of each queue (damage())
 CQ_ALLOC_ENTRIES = 4096         # entries whose blocks are allocated ahead of the writer (80 KiB a step)
 _NON_ZERO = re.compile(rb"[^\x00]")
@@ -59,17 +60,13 @@ class ConsumeQueue:
 
     # ---- files ---------------------------------------------------------------
     def file_starts(self) -> list[int]:
-        try:
-            names = os.listdir(self.dir)
-        except FileNotFoundError:
-            return []
-        return sorted(int(n) for n in names if len(n) == 20 and n.isdigit())
+        return list_offset_files(self.dir)
 
     def _map(self, start: int, create: bool) -> mmap.mmap | None:
         mm = self._maps.get(start)
         if mm is not None:
             return mm
-        path = os.path.join(self.dir, "%020d" % start)
+        path = offset_file_path(self.dir, start)
         try:
             fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
         except FileNotFoundError:
@@ -135,7 +132,7 @@ class ConsumeQueue:
         if entries <= have:
             return have
         want = min(self.file_size // ENTRY_SIZE, -(-entries // CQ_ALLOC_ENTRIES) * CQ_ALLOC_ENTRIES)
-        fd = os.open(os.path.join(self.dir, "%020d" % start), os.O_RDWR)
+        fd = os.open(offset_file_path(self.dir, start), os.O_RDWR)
         try:
             os.posix_fallocate(fd, have * ENTRY_SIZE, (want - have) * ENTRY_SIZE)
         finally:
@@ -161,7 +158,7 @@ class ConsumeQueue:
             first, _ = self._locate(lo)
             last, _ = self._locate(hi - 1)
             for start in range(first, last + 1, self.file_size):
-                fsync_path(os.path.join(self.dir, "%020d" % start))
+                fsync_path(offset_file_path(self.dir, start))
         self._synced_max = hi               # also when a truncation moved CQ_MAX back
 
     # ---- read --------------------------------------------------------------------
@@ -175,7 +172,7 @@ class ConsumeQueue:
         if mm is None:
             return []
         n = min(max_count, hi - queue_offset, (self.file_size - off) // ENTRY_SIZE)
-        return list(struct.iter_unpack(">qiq", mm[off:off + n * ENTRY_SIZE]))
+        return list(ENTRY.iter_unpack(mm[off:off + n * ENTRY_SIZE]))
 
     def entry(self, queue_offset: int) -> tuple[int, int, int] | None:
         got = self.get(queue_offset, 1)
@@ -211,11 +208,11 @@ class ConsumeQueue:
             not checked when retention already deleted that CommitLog file."""
         starts = self.file_starts()
         for start in starts:
-            size = os.path.getsize(os.path.join(self.dir, "%020d" % start))
+            size = os.path.getsize(offset_file_path(self.dir, start))
             if start % self.file_size or size != self.file_size:
-                return f"file {start:020d} has {size} bytes (files are {self.file_size}, named on their boundaries)"
+                return f"file {offset_file_name(start)} has {size} bytes (files are {self.file_size}, named on their boundaries)"
         if starts and (starts[-1] - starts[0]) // self.file_size + 1 != len(starts):
-            return f"files are missing between {starts[0]:020d} and {starts[-1]:020d}"
+            return f"files are missing between {offset_file_name(starts[0])} and {offset_file_name(starts[-1])}"
         if starts:
             last_file = starts[-1]
             mm = self._map(last_file, create=False)
@@ -242,7 +239,7 @@ class ConsumeQueue:
         assert self.writable
         for start in self.file_starts():
             self._forget(start)
-            os.unlink(os.path.join(self.dir, "%020d" % start))
+            os.unlink(offset_file_path(self.dir, start))
         self._synced_max = None
 
     def truncate_from(self, queue_offset: int) -> None:
@@ -257,10 +254,10 @@ class ConsumeQueue:
             first = max(0, queue_offset * ENTRY_SIZE - start)
             if first == 0 and start > 0:
                 self._forget(start)
-                os.unlink(os.path.join(self.dir, "%020d" % start))
+                os.unlink(offset_file_path(self.dir, start))
                 continue
             mm[first:] = bytes(self.file_size - first)
-            fsync_path(os.path.join(self.dir, "%020d" % start))
+            fsync_path(offset_file_path(self.dir, start))
 
     def last_phy_end(self, max_offset: int) -> int:
         """phy_offset + size of the last entry below max_offset (0 if none)."""
@@ -301,7 +298,7 @@ class ConsumeQueue:
             if last[1] == 0 or last[0] + last[1] > min_phy:
                 break
             self._forget(start)
-            os.unlink(os.path.join(self.dir, "%020d" % start))
+            os.unlink(offset_file_path(self.dir, start))
             removed += 1
         return removed
 

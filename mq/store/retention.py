@@ -39,6 +39,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from mq.wire.filenames import offset_file_name, offset_file_path
 from . import control as C
 from .commitlog import list_files
 
@@ -199,7 +200,7 @@ class Retention:
         now = self.clock()
         doomed = []
         for start in files[:-1][:FILES_PER_PASS_MAX]:
-            path = os.path.join(cfg.commitlog_dir, "%020d" % start)
+            path = offset_file_path(cfg.commitlog_dir, start)
             expired = os.path.getmtime(path) + cfg.fileReservedTime * 3600 <= now
             if not (expired or forcibly) or start + fs > safe_end:
                 break
@@ -213,7 +214,7 @@ class Retention:
         ctl.advance(C.POS_MIN, new_min)
         deleted = []
         for start in doomed:
-            name = "%020d" % start
+            name = offset_file_name(start)
             try:
                 os.unlink(os.path.join(cfg.commitlog_dir, name))
                 deleted.append(name)
@@ -239,7 +240,7 @@ class Retention:
         for start in list_files(d):
             if start + size <= begin_index * 32:
                 try:
-                    os.unlink(os.path.join(d, "%020d" % start))
+                    os.unlink(offset_file_path(d, start))
                 except FileNotFoundError:
                     pass
 

@@ -48,6 +48,7 @@ from .config import StoreConfig
 from .consumequeue import ConsumeQueueSet, ENTRY_SIZE, read_manifest, write_manifest
 from .dispatch import Dispatcher, index_writer
 from mq.files import fsync_dir
+from mq.wire.filenames import offset_file_path
 from .flush import FlushService
 from .native import (StoreError, CorruptRecord, MessageIllegal, TopicIllegal, PropertiesTooLong, StoreFatal,
                      NoSpace, MessageTooBig, NotLeader, lib)
@@ -320,7 +321,7 @@ class MessageStore:
         fs = self.config.mappedFileSizeCommitLog
         files = list_files(self.config.commitlog_dir)
         for start in files:
-            path = os.path.join(self.config.commitlog_dir, "%020d" % start)
+            path = offset_file_path(self.config.commitlog_dir, start)
             size = os.path.getsize(path)
             if size > fs or start % fs:
                 raise StoreError(f"commitlog file {path} has size {size}, expected {fs} "
@@ -348,7 +349,7 @@ class MessageStore:
         for start in files:
             if start + fs <= end:
                 continue
-            path = os.path.join(self.config.commitlog_dir, "%020d" % start)
+            path = offset_file_path(self.config.commitlog_dir, start)
             with open(path, "rb") as f:
                 hi = fs
                 lo = max(0, end - start)
@@ -363,7 +364,7 @@ class MessageStore:
         return last - end
 
     def _remove_file(self, start: int, rep: RecoveryReport) -> None:
-        path = os.path.join(self.config.commitlog_dir, "%020d" % start)
+        path = offset_file_path(self.config.commitlog_dir, start)
         try:
             os.unlink(path)
             rep.removed_files.append(os.path.basename(path))
@@ -455,7 +456,7 @@ class MessageStore:
         ifs = self.config.mappedFileSizeForEntryIndex
         unit = INDEX_UNIT_SIZE
         for at in range(first * unit - first * unit % ifs, upto * unit, ifs):
-            path = os.path.join(self.config.dledger_index_dir, "%020d" % at)
+            path = offset_file_path(self.config.dledger_index_dir, at)
             try:
                 size = os.path.getsize(path)
             except FileNotFoundError:

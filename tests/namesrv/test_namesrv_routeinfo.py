@@ -29,7 +29,7 @@ def tc(name, read=4, write=4, perm=6, sys_flag=0):
 
 def reg(rim, addr="a:1", name="broker-a", bid=0, topics=(), dv=DV1, conn=None, cluster="C", ha=None):
     result = rim.register_broker(cluster, addr, name, bid, ha or addr + "-ha", dv,
-                                 {t.topicName: t for t in topics}, [], conn)
+                                 {t.topic_name: t for t in topics}, [], conn)
     rim.check_invariants()
     return result
 

@@ -1,0 +1,117 @@
+"""Topics as RocketMQ names and describes them: permission bits (PermName), the system topics
+and their name prefixes (TopicValidator, MixAll), the name's charset and length, and
+TopicConfig -- the one description of a topic's queues, as the broker keeps it
+(config/topics.json), registers it with the name server and answers it to tools, in RocketMQ's
+JSON key names.
+
+Defaults are RocketMQ's TopicConfig class's: 16 read and 16 write queues, perm RW.  Others
+that users meet and that are not this class's (so set where they apply, not here): mqadmin
+updateTopic's 8/8, and a topic auto-created on its first send, which takes
+min(defaultTopicQueueNums = 4, the default topic's write queues)."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import MalformedError
+
+__all__ = ["PERM_PRIORITY", "PERM_READ", "PERM_WRITE", "PERM_INHERIT", "perm_to_string", "TOPIC_RE",
+           "TOPIC_LEN_MAX", "AUTO_CREATE_TOPIC", "SCHEDULE_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT",
+           "RETRY_PREFIX", "DLQ_PREFIX", "SEND_PROTECTED_TOPICS", "retry_topic", "dlq_topic", "TopicConfig"]
+
+# PermName
+PERM_PRIORITY, PERM_READ, PERM_WRITE, PERM_INHERIT = 8, 4, 2, 1
+
+# TopicValidator: the charset of a topic (and of a group name: Validators.checkGroup), and its length
+TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+TOPIC_LEN_MAX = 127
+
+AUTO_CREATE_TOPIC = "TBW102"
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
+OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
+RETRY_PREFIX = "%RETRY%"
+DLQ_PREFIX = "%DLQ%"
+# producers may not send to these directly (NO_PERMISSION)
+SEND_PROTECTED_TOPICS = frozenset({SCHEDULE_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+                                   "TRANS_CHECK_MAX_TIME_TOPIC", SELF_TEST_TOPIC, OFFSET_MOVED_EVENT})
+
+
+def perm_to_string(perm: int) -> str:
+    """PermName.perm2String: 'RW-' style."""
+    return "".join(c if perm & bit else "-" for c, bit in (("R", PERM_READ), ("W", PERM_WRITE), ("X", PERM_INHERIT)))
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    return DLQ_PREFIX + group
+
+
+def _int(obj: dict, key: str, default: int) -> int:
+    v = obj.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, (int, str)):
+        raise MalformedError(f"TopicConfig {key} is {v!r}, not an integer")
+    try:
+        return int(v)
+    except ValueError:
+        raise MalformedError(f"TopicConfig {key} is {v!r}, not an integer") from None
+
+
+@dataclass
+class TopicConfig:
+    """RocketMQ's TopicConfig.  to_obj()/from_obj(): its JSON (fastjson's keys, alphabetical);
+    compact()/from_compact(): TopicConfig.encode(), the compressed registration's form."""
+    topic_name: str
+    read_queue_nums: int = 16
+    write_queue_nums: int = 16
+    perm: int = PERM_READ | PERM_WRITE
+    topic_sys_flag: int = 0
+    topic_filter_type: str = "SINGLE_TAG"
+    order: bool = False
+
+    def to_obj(self) -> dict:
+        return {"order": self.order, "perm": self.perm, "readQueueNums": self.read_queue_nums,
+                "topicFilterType": self.topic_filter_type, "topicName": self.topic_name,
+                "topicSysFlag": self.topic_sys_flag, "writeQueueNums": self.write_queue_nums}
+
+    @classmethod
+    def from_obj(cls, obj: Any, name: str | None = None) -> "TopicConfig":
+        """From TopicConfig JSON; `name` (the table key) is used when topicName is absent.
+        MalformedError when it is not one."""
+        if not isinstance(obj, dict):
+            raise MalformedError(f"topic config of {name!r} is a {type(obj).__name__}, not an object")
+        topic = obj.get("topicName") or name
+        if not topic:
+            raise MalformedError("topic config without topicName")
+        sys_flag = obj.get("topicSysFlag", obj.get("topicSynFlag", 0))     # older RocketMQ misspelled it
+        return cls(topic_name=str(topic), read_queue_nums=_int(obj, "readQueueNums", 16),
+                   write_queue_nums=_int(obj, "writeQueueNums", 16), perm=_int(obj, "perm", 6),
+                   topic_sys_flag=_int({"f": sys_flag}, "f", 0),
+                   topic_filter_type=str(obj.get("topicFilterType") or "SINGLE_TAG"),
+                   order=bool(obj.get("order", False)))
+
+    def compact(self) -> str:
+        """TopicConfig.encode(): the compressed-register form (loses topicSysFlag and order)."""
+        return f"{self.topic_name} {self.read_queue_nums} {self.write_queue_nums} {self.perm} {self.topic_filter_type}"
+
+    @classmethod
+    def from_compact(cls, text: str) -> "TopicConfig":
+        parts = text.split(" ")
+        if len(parts) != 5:
+            raise MalformedError(f"compact topic config {text!r} does not have 5 fields")
+        try:
+            return cls(topic_name=parts[0], read_queue_nums=int(parts[1]), write_queue_nums=int(parts[2]),
+                       perm=int(parts[3]), topic_filter_type=parts[4])
+        except ValueError:
+            raise MalformedError(f"compact topic config {text!r} has a non-integer count") from None
+
+    def __str__(self) -> str:
+        """TopicConfig.toString, as mqadmin prints it."""
+        return (f"TopicConfig [topicName={self.topic_name}, readQueueNums={self.read_queue_nums}, "
+                f"writeQueueNums={self.write_queue_nums}, perm={perm_to_string(self.perm)}, "
+                f"topicFilterType={self.topic_filter_type}, topicSysFlag={self.topic_sys_flag}, "
+                f"order={'true' if self.order else 'false'}]")
