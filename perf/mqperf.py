@@ -71,8 +71,10 @@ from mq.trace import TraceWriter
 from mq.wire import commitlog as wcl
 from mq.wire.batch import BatchItem, build_batch
 from mq.wire.errors import WireError
+from mq.wire.headers import PULL_SUBSCRIPTION, PULL_SUSPEND, SEND_V2_LETTER_OF, send_v2
 from mq.wire.remoting import (LANGUAGE_PYTHON, RPC_RESPONSE, SERIALIZE_ROCKETMQ, RemotingCommand,
                               decode_frame_payload, encode_frame)
+from mq.wire.topics import AUTO_CREATE_TOPIC
 
 PROG = "mqperf"
 MODES = ("produce", "consume", "e2e")
@@ -100,7 +102,6 @@ PRODUCER_GROUP = "mqperf_producer"
 SEND_PROPERTIES = "WAIT\x01true"
 SEND_STATUS = {RC.SUCCESS: "SEND_OK", RC.FLUSH_DISK_TIMEOUT: "FLUSH_DISK_TIMEOUT",
                RC.FLUSH_SLAVE_TIMEOUT: "FLUSH_SLAVE_TIMEOUT", RC.SLAVE_NOT_AVAILABLE: "SLAVE_NOT_AVAILABLE"}
-PULL_SYSFLAG_SUSPEND, PULL_SYSFLAG_SUBSCRIPTION = 2, 4
 TOPIC_RE = re.compile(r"^[A-Za-z0-9%|_-]{1,127}$")
 _GUARD_ERROR = "ERROR:"
 
@@ -300,6 +301,10 @@ def _ext_entry(key: str, value: str) -> bytes:
     return _I16.pack(len(k)) + k + _I32.pack(len(v)) + v
 
 
+_QUEUE_ID = SEND_V2_LETTER_OF["queueId"]
+_BORN_KEY = _I16.pack(1) + SEND_V2_LETTER_OF["bornTimestamp"].encode()
+
+
 class SendTemplate:
     """SEND_MESSAGE_V2 (310) / SEND_BATCH_MESSAGE (320) frames for one topic, binary header
     (serialize type ROCKETMQ).  Per request only the opaque, the queue id and the born timestamp
@@ -307,19 +312,19 @@ class SendTemplate:
 
     def __init__(self, topic: str, queues_total: int, batch: bool):
         self.code = R.SEND_BATCH_MESSAGE if batch else R.SEND_MESSAGE_V2
-        const = {"a": PRODUCER_GROUP, "b": topic, "c": "TBW102", "d": str(queues_total), "f": "0", "h": "0",
-                 "i": SEND_PROPERTIES}
+        const = send_v2(producerGroup=PRODUCER_GROUP, topic=topic, defaultTopic=AUTO_CREATE_TOPIC,
+                        defaultTopicQueueNums=str(queues_total), sysFlag="0", flag="0", properties=SEND_PROPERTIES)
         if batch:
-            const["m"] = "true"
+            const.update(send_v2(batch="true"))
         self._const = b"".join(_ext_entry(k, v) for k, v in const.items())
         self._per_queue: dict[int, bytes] = {}
 
     def frame(self, opaque: int, queue_id: int, born_ms: int, body: bytes) -> bytes:
         ext_q = self._per_queue.get(queue_id)
         if ext_q is None:
-            ext_q = self._per_queue[queue_id] = self._const + _ext_entry("e", str(queue_id))
+            ext_q = self._per_queue[queue_id] = self._const + _ext_entry(_QUEUE_ID, str(queue_id))
         g = b"%d" % born_ms
-        ext = b"".join((ext_q, b"\x00\x01g", _I32.pack(len(g)), g))
+        ext = b"".join((ext_q, _BORN_KEY, _I32.pack(len(g)), g))
         header = b"".join((_BIN_FIXED.pack(self.code, LANGUAGE_PYTHON, CLIENT_VERSION, opaque, 0, 0),
                            _I32.pack(len(ext)), ext))
         return b"".join((_FRAME_HEAD.pack(4 + len(header) + len(body), (SERIALIZE_ROCKETMQ << 24) | len(header)),
@@ -842,7 +847,7 @@ class ConsumerLane(_Lane):
         if self.end[qid] is not None:
             nums = min(nums, self.end[qid] - self.next[qid])
         opaque = link.next_opaque()
-        sys_flag = PULL_SYSFLAG_SUBSCRIPTION | (PULL_SYSFLAG_SUSPEND if suspend else 0)
+        sys_flag = PULL_SUBSCRIPTION | (PULL_SUSPEND if suspend else 0)
         frame = encode_frame(RemotingCommand(
             code=R.PULL_MESSAGE, language=LANGUAGE_PYTHON, version=CLIENT_VERSION, opaque=opaque,
             serialize_type=SERIALIZE_ROCKETMQ, ext_fields={

@@ -35,6 +35,8 @@ from mq import loop as mq_loop
 from mq.remoting import RemotingClient
 from mq.wire.codes import RequestCode as R, ResponseCode as RC
 from mq.wire.batch import BatchItem, build_batch
+from mq.wire.headers import send_v2
+from mq.wire.topics import AUTO_CREATE_TOPIC
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -76,11 +78,9 @@ BENCHMARK_CONNECTIONS = 50        # redis-benchmark -c
 
 
 def send_header(topic: str, queue_id: int, batch: bool = False) -> dict:
-    h = {"a": "PerfProducer", "b": topic, "c": "TBW102", "d": QUEUES, "e": queue_id, "f": 0,
-         "g": int(time.time() * 1000), "h": 0, "i": "" if batch else SEND_PROPERTIES}
-    if batch:
-        h["m"] = "true"
-    return h
+    return send_v2(producerGroup="PerfProducer", topic=topic, defaultTopic=AUTO_CREATE_TOPIC,
+                   defaultTopicQueueNums=QUEUES, queueId=queue_id, sysFlag=0, bornTimestamp=int(time.time() * 1000), flag=0,
+                   properties="" if batch else SEND_PROPERTIES, **({"batch": "true"} if batch else {}))
 
 
 def one_kib_batch() -> bytes:

@@ -65,10 +65,16 @@ from mq.wire import (
     BLANK_MAGIC_CODE,
     BORNHOST_V6,
     COMPRESSED,
+    COMPRESSION_LZ4,
+    COMPRESSION_TYPE_MASK,
+    COMPRESSION_ZLIB,
+    COMPRESSION_ZSTD,
     CQ_ENTRY_SIZE,
     FILLER_ENTRY,
     MESSAGE_MAGIC_CODE,
+    INNER_BATCH,
     MULTI_TAGS,
+    NEED_UNWRAP,
     RECORD_SIZE_MIN,
     STOREHOST_V6,
     TRANSACTION_COMMIT,
@@ -258,11 +264,12 @@ def sys_flag_names(sys_flag: int) -> list[str]:
         names.append("BORNHOST_V6")
     if sys_flag & STOREHOST_V6:
         names.append("STOREHOST_V6")
-    if sys_flag & 0x40:
+    if sys_flag & NEED_UNWRAP:
         names.append("NEED_UNWRAP")
-    if sys_flag & 0x80:
+    if sys_flag & INNER_BATCH:
         names.append("INNER_BATCH")
-    compression = {0x100: "LZ4", 0x200: "ZSTD", 0x300: "ZLIB"}.get(sys_flag & 0x700)
+    compression = {COMPRESSION_LZ4: "LZ4", COMPRESSION_ZSTD: "ZSTD",
+                   COMPRESSION_ZLIB: "ZLIB"}.get(sys_flag & COMPRESSION_TYPE_MASK)
     if compression:
         names.append(compression)
     return names

@@ -32,6 +32,7 @@ from mq.remoting import ResponseCode as RC, make_response
 from mq.store import CorruptRecord, control as C
 from mq.store.store import TOTAL_PHYSICAL_MEMORY
 from mq.wire.consumequeue import java_string_hashcode
+from mq.wire.headers import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND
 from mq.wire.topics import PERM_READ
 
 from .link import SUBSCRIPTION_CACHE_S
@@ -40,7 +41,6 @@ from .tracing import CURRENT
 
 log = logging.getLogger("mq.broker.pull")
 
-SYSFLAG_COMMIT_OFFSET, SYSFLAG_SUSPEND, SYSFLAG_SUBSCRIPTION = 1, 2, 4
 CQ_SCAN_BYTES_MIN = 16000
 PULLS_HELD_MAX = 100_000
 STOP_WAKES_MAX = 40                # stop() wakes the watch thread every 50 ms, 2 s at most
@@ -203,7 +203,7 @@ class PullProcessor:
         if (g is None or tc is None or not cfg.brokerPermission & PERM_READ or not g.get("consumeEnable", True)
                 or not tc["perm"] & PERM_READ or qid < 0 or qid >= tc["readQueueNums"]):
             return self.process(conn, cmd)
-        if sys_flag & SYSFLAG_SUBSCRIPTION:
+        if sys_flag & PULL_SUBSCRIPTION:
             expr = h.get("expressionType")
             if expr and expr.upper() != "TAG":
                 return self.process(conn, cmd)
@@ -214,10 +214,10 @@ class PullProcessor:
                     or hit[1]["subVersion"] < sub_version:
                 return self.process(conn, cmd)
             codes = self._codes(hit[1]["subString"])
-        if sys_flag & SYSFLAG_COMMIT_OFFSET and cfg.brokerRole != "SLAVE":
+        if sys_flag & PULL_COMMIT_OFFSET and cfg.brokerRole != "SLAVE":
             meta.commit_offset_nowait(group, topic, qid, commit)
         code, status, next_off, lo, hi, body, last_phy = self.get_messages(topic, qid, offset, max_nums, codes, group)
-        if code == RC.PULL_NOT_FOUND and sys_flag & SYSFLAG_SUSPEND and self.hold_service is not None:
+        if code == RC.PULL_NOT_FOUND and sys_flag & PULL_SUSPEND and self.hold_service is not None:
             return self._held(conn, cmd, g, topic, qid, offset, max_nums, codes, suspend_ms)
         ext = {"suggestWhichBrokerId": self.suggest_broker(g, last_phy), "nextBeginOffset": next_off,
                "minOffset": lo, "maxOffset": hi}
@@ -283,7 +283,7 @@ class PullProcessor:
         if qid < 0 or qid >= tc["readQueueNums"]:
             return make_response(cmd, RC.INVALID_PARAMETER,
                                  f"queueId[{qid}] is illegal, topic:[{topic}] readQueueNums:[{tc['readQueueNums']}]")
-        if sys_flag & SYSFLAG_SUBSCRIPTION:
+        if sys_flag & PULL_SUBSCRIPTION:
             if (h.get("expressionType") or "TAG").upper() != "TAG":
                 return make_response(cmd, RC.SUBSCRIPTION_PARSE_FAILED, "only TAG expressions are supported")
             codes = parse_subscription(h.get("subscription"))
@@ -295,10 +295,10 @@ class PullProcessor:
             if sub["subVersion"] < sub_version:
                 return make_response(cmd, RC.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
             codes = parse_subscription(sub["subString"])
-        if sys_flag & SYSFLAG_COMMIT_OFFSET and self.config.brokerRole != "SLAVE":
+        if sys_flag & PULL_COMMIT_OFFSET and self.config.brokerRole != "SLAVE":
             await self.meta.commit_offset(group, topic, qid, commit_offset)
 
-        allow_suspend = bool(sys_flag & SYSFLAG_SUSPEND)
+        allow_suspend = bool(sys_flag & PULL_SUSPEND)
         hold_s = (suspend_ms if self.config.longPollingEnable else self.config.shortPollingTimeMills) / 1000
         while True:
             if conn.congested():             # the answer is built only once the connection has room

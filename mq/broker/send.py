@@ -14,12 +14,9 @@ import asyncio
 import ipaddress
 import logging
 import random
-import struct
 import types
 import zlib
 from time import perf_counter_ns
-
-import orjson
 
 from mq.remoting import ResponseCode as RC, make_response
 from mq.wire.codes import RequestCode as R
@@ -30,22 +27,18 @@ from mq.store.stats import HIST_BUCKETS, HIST_SUM
 from mq.store.store import put_error
 from mq.wire import commitlog as wcl
 from mq.wire.errors import WireError
+from mq.wire.headers import is_send_v2, send_long_names
 from mq.wire.msgid import offset_msg_id
 from mq.wire.properties import decode_properties, encode_properties
-from mq.wire.remoting import LANGUAGE_NAMES, RPC_RESPONSE, SERIALIZE_JSON, SERIALIZE_ROCKETMQ
-
-from .tracing import CURRENT as CURRENT_TIMES
+from mq.wire.remoting import ResponseTemplate
 from mq.wire.topics import (PERM_READ, PERM_WRITE, RETRY_PREFIX, SCHEDULE_TOPIC, SEND_PROTECTED_TOPICS, TOPIC_LEN_MAX,
                             TOPIC_RE, dlq_topic, retry_topic)
+
+from .tracing import CURRENT as CURRENT_TIMES
 
 log = logging.getLogger("mq.broker.send")
 
 GROUP_LEN_MAX = 255          # RocketMQ's Validators.checkGroup: the topic's characters, at most 255
-SYSFLAG_COMPRESSED = 0x1
-SYSFLAG_COMPRESSION_TYPE = 0x700
-V2_NAMES = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums",
-            "e": "queueId", "f": "sysFlag", "g": "bornTimestamp", "h": "flag", "i": "properties",
-            "j": "reconsumeTimes", "k": "unitMode", "l": "maxReconsumeTimes", "m": "batch", "n": "brokerName"}
 # RocketMQ's SendMessageProcessor, in one table: a store status's response code, its remark
 # (None: the store's reason alone), and whether the message was stored (the answer then carries
 # its msgId, queueId and queueOffset: codes 10/11/12 too)
@@ -63,17 +56,6 @@ SEND_STATUS: dict[PutStatus, tuple[int, str | None, bool]] = {
                                   False),                                   # DLedger: no quorum in time
 }
 GOOD_TOPICS_MAX = 10_000
-_FRAME_HEAD = struct.Struct(">II").pack
-_BIN_HEAD = struct.Struct(">hBhiii").pack      # ROCKETMQ header: code, language, version, opaque, flag, remark length
-_I32 = struct.Struct(">i").pack
-
-
-def _bin_entry(key: bytes, value: bytes) -> bytes:
-    """One entry of a ROCKETMQ header's ext block (mq.wire.remoting): key length 2, key, value length 4, value."""
-    return struct.pack(">h", len(key)) + key + _I32(len(value)) + value
-
-
-_K_MSGID, _K_QUEUE_ID, _K_QUEUE_OFFSET = (struct.pack(">h", len(k)) + k for k in (b"msgId", b"queueId", b"queueOffset"))
 
 
 def send_status(result: PutResult) -> tuple[int, str | None, bool]:
@@ -87,10 +69,7 @@ def send_status(result: PutResult) -> tuple[int, str | None, bool]:
 
 def header_fields(cmd) -> dict[str, str]:
     """The send header with RocketMQ's long names, whichever form was sent."""
-    ext = cmd.ext_fields or {}
-    if "b" in ext and "topic" not in ext:
-        return {V2_NAMES.get(k, k): v for k, v in ext.items()}
-    return dict(ext)
+    return send_long_names(cmd.ext_fields or {})
 
 
 def as_int(value, default: int = 0) -> int:
@@ -163,11 +142,11 @@ class SendProcessor:
         self.group = group                 # None: every send takes the full path
         self.stats = getattr(broker, "stats", None)     # mq.broker.iostats.IoStats, or None (no stats block)
         self._good_topics: set[str] = set()   # names _check_topic passed
-        region = str(self.config.regionId).encode()
         trace_on = self.config.traceOn
-        trace_on = (str(trace_on).lower() if isinstance(trace_on, bool) else str(trace_on)).encode()
-        # the ROCKETMQ (binary) response's ext entries after msgId, queueId and queueOffset
-        self._bin_tail = _bin_entry(b"MSG_REGION", region) + _bin_entry(b"TRACE_ON", trace_on)
+        # a stored send's answer: SendMessageResponseHeader, then the broker's region and trace switch
+        self._stored = ResponseTemplate(("msgId", "queueId", "queueOffset"), {
+            "MSG_REGION": str(self.config.regionId),
+            "TRACE_ON": str(trace_on).lower() if isinstance(trace_on, bool) else str(trace_on)})
 
     # ---- helpers -----------------------------------------------------------------------
     def _check_topic(self, topic: str) -> None:
@@ -241,7 +220,7 @@ class SendProcessor:
         ext = cmd.ext_fields
         if ext is None:
             return self.process(conn, cmd)
-        if "b" in ext and "topic" not in ext:          # SEND_MESSAGE_V2's short names
+        if is_send_v2(ext):                             # SEND_MESSAGE_V2's letters (mq.wire.headers)
             topic, qid_s, props, batch = ext.get("b"), ext.get("e"), ext.get("i"), ext.get("m")
             sys_flag_s, born_s, flag_s, reconsume_s = ext.get("f"), ext.get("g"), ext.get("h"), ext.get("j")
         else:
@@ -304,43 +283,19 @@ class SendProcessor:
         return DEFERRED
 
     def respond_stored(self, conn, cmd, code: int, msg_id: bytes, qid: int, queue_offset: int, remark, times):
-        """The response to a stored single send (a `stored` status of SEND_STATUS), from a template when the
-        request came in a JSON header: the same bytes make_response + encode_frame would give."""
+        """The response to a stored single send (a `stored` status of SEND_STATUS): from the template
+        when there is no remark -- the bytes make_response + encode_frame would give."""
         if remark is None:
-            frame = None
-            if cmd.serialize_type == SERIALIZE_JSON:
-                lang = LANGUAGE_NAMES.get(cmd.language)
-                if lang is not None:
-                    header = self._ok_template % (code, msg_id, qid, queue_offset, lang.encode(), cmd.opaque,
-                                                  cmd.version)
-                    frame = _FRAME_HEAD(4 + len(header), len(header)) + header
-            elif cmd.serialize_type == SERIALIZE_ROCKETMQ:
-                qid_b, qoff_b = b"%d" % qid, b"%d" % queue_offset
-                ext = b"".join((_K_MSGID, _I32(len(msg_id)), msg_id, _K_QUEUE_ID, _I32(len(qid_b)), qid_b,
-                                _K_QUEUE_OFFSET, _I32(len(qoff_b)), qoff_b, self._bin_tail))
-                header = _BIN_HEAD(code, cmd.language, cmd.version, cmd.opaque, RPC_RESPONSE, 0) + _I32(len(ext)) + ext
-                frame = _FRAME_HEAD(4 + len(header), (SERIALIZE_ROCKETMQ << 24) | len(header)) + header
+            frame = self._stored.frame(cmd.serialize_type, code, cmd.language, cmd.version, cmd.opaque,
+                                       msg_id, b"%d" % qid, b"%d" % queue_offset)
             if frame is not None:
                 if times is not None:
                     times.status = code
                 conn.respond(cmd, frame, times)
                 return
         ext = {"msgId": msg_id.decode(), "queueId": qid, "queueOffset": queue_offset,
-               "MSG_REGION": self.config.regionId, "TRACE_ON": self.config.traceOn}
+               **self._stored.fixed}
         conn.respond(cmd, make_response(cmd, code, remark, ext), times)
-
-    @property
-    def _ok_template(self) -> bytes:
-        t = self.__dict__.get("_ok_template_bytes")
-        if t is None:
-            region = orjson.dumps(str(self.config.regionId)).replace(b"%", b"%%")
-            trace_on = self.config.traceOn
-            trace_on = orjson.dumps(str(trace_on).lower() if isinstance(trace_on, bool) else str(trace_on))
-            t = (b'{"code":%d,"extFields":{"msgId":"%b","queueId":"%d","queueOffset":"%d","MSG_REGION":' + region
-                 + b',"TRACE_ON":' + trace_on.replace(b"%", b"%%")
-                 + b'},"flag":1,"language":"%b","opaque":%d,"serializeTypeCurrentRPC":"JSON","version":%d}')
-            self.__dict__["_ok_template_bytes"] = t
-        return t
 
     # ---- SEND_MESSAGE / V2 / BATCH --------------------------------------------------------
     def process(self, conn, cmd):
@@ -394,7 +349,7 @@ class SendProcessor:
             wait = props.pop("WAIT", "true") != "false"
             store_topic, store_qid = topic, qid
             delay = as_int(props.get("DELAY"), 0)
-            if delay > 0 and (sys_flag & 0xC) in (0, 0x8):
+            if delay > 0 and (sys_flag & wcl.TRANSACTION_MASK) in (wcl.TRANSACTION_NOT_TYPE, wcl.TRANSACTION_COMMIT):
                 delay = min(delay, len(self.store.config.delay_levels_ms))
                 props["REAL_TOPIC"], props["REAL_QID"] = topic, str(qid)
                 store_topic, store_qid = SCHEDULE_TOPIC, delay - 1
@@ -413,16 +368,16 @@ class SendProcessor:
         return self._response(cmd, result, qid)
 
     async def _send_batch(self, cmd, topic, qid, props, sys_flag, born_ts, born_host, born_port):
-        if props.get("DELAY") or (sys_flag & 0xC):
+        if props.get("DELAY") or (sys_flag & wcl.TRANSACTION_MASK):
             raise BadRequest(RC.MESSAGE_ILLEGAL, "batch messages may not be delayed or transactional")
         if not cmd.body:
             raise BadRequest(RC.MESSAGE_ILLEGAL, "batch body is empty")
         body = cmd.body
-        if sys_flag & SYSFLAG_COMPRESSED:
+        if sys_flag & wcl.COMPRESSED:
             # The C++ client zlib-compresses a batch body over 4 KiB as a whole; stored records
             # must be individually decodable, so the batch is inflated (bounded) and stored plain.
             body = self._inflate_batch(body)
-            sys_flag &= ~(SYSFLAG_COMPRESSED | SYSFLAG_COMPRESSION_TYPE)
+            sys_flag &= ~(wcl.COMPRESSED | wcl.COMPRESSION_TYPE_MASK)
         props.pop("WAIT", None)
         props["CLUSTER"] = self.config.brokerClusterName
         result = await self.broker.put_batch(topic, qid, body, extra_props=encode_properties(props),

@@ -20,6 +20,8 @@ import struct
 import threading
 import time
 
+from mq.wire.headers import send_v2
+from mq.wire.topics import AUTO_CREATE_TOPIC
 from mq.wire.remoting import RemotingCommand, decode_frame_payload, encode_frame, frame_payload_size
 
 IO_TIMEOUT_S = 5.0
@@ -27,22 +29,23 @@ BATCH_MAX = 8                 # malformed requests pipelined in one write
 
 
 def _send_header(topic: str, **fields) -> dict:
-    h = {"a": "HostilePG", "b": topic, "c": "TBW102", "d": "4", "e": "0", "f": "0",
-         "g": str(int(time.time() * 1000)), "h": "0", "i": "", "j": "0"}
-    h.update(fields)
-    return h
+    """A SEND_MESSAGE_V2 header, fields by RocketMQ's long names overriding the good defaults."""
+    return send_v2(**{**dict(producerGroup="HostilePG", topic=topic, defaultTopic=AUTO_CREATE_TOPIC,
+                             defaultTopicQueueNums="4", queueId="0", sysFlag="0",
+                             bornTimestamp=str(int(time.time() * 1000)), flag="0", properties="",
+                             reconsumeTimes="0"), **fields})
 
 
 def malformed_requests(topic: str, rng: random.Random) -> list[tuple[int, dict | None, bytes]]:
     """(code, ext fields, body) of requests a broker must refuse, one of each kind, shuffled."""
     too_big = str(2 ** 31 + rng.randrange(1000))
     reqs = [
-        (310, _send_header(topic, h=too_big), b"hostile-flag"),
-        (310, _send_header(topic, f=too_big), b"hostile-sysflag"),
-        (310, _send_header(topic, g=str(2 ** 63 + 7)), b"hostile-born"),
-        (310, _send_header(topic, j="-" + too_big + "0"), b"hostile-reconsume"),
-        (310, _send_header(topic, h="abc"), b"hostile-nan"),
-        (310, _send_header(topic, e=str(10 ** 6)), b"hostile-queue"),
+        (310, _send_header(topic, flag=too_big), b"hostile-flag"),
+        (310, _send_header(topic, sysFlag=too_big), b"hostile-sysflag"),
+        (310, _send_header(topic, bornTimestamp=str(2 ** 63 + 7)), b"hostile-born"),
+        (310, _send_header(topic, reconsumeTimes="-" + too_big + "0"), b"hostile-reconsume"),
+        (310, _send_header(topic, flag="abc"), b"hostile-nan"),
+        (310, _send_header(topic, queueId=str(10 ** 6)), b"hostile-queue"),
         (310, _send_header(topic), b""),
         (33, {"offset": "-1"}, b""),
         (33, {"offset": str(10 ** 15)}, b""),

@@ -60,6 +60,7 @@ from mq.remoting import RemotingError
 from mq.wire.codes import RequestCode as R, ResponseCode as RC
 from mq.files import write_atomic
 from mq.wire.errors import WireError
+from mq.wire.headers import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND
 
 from .errors import MQBrokerError, MQClientError
 from .instance import ClientInstance, default_instance_name
@@ -70,9 +71,6 @@ from .message import (MASTER_ID, PROPERTY_CONSUME_START_TIMESTAMP, PROPERTY_MAX_
 
 log = logging.getLogger("mq.client.consumer")
 
-PULL_SYSFLAG_COMMIT_OFFSET = 1
-PULL_SYSFLAG_SUSPEND = 2
-PULL_SYSFLAG_SUBSCRIPTION = 4
 
 PULL_DELAY_ON_EXCEPTION_S = 3.0          # PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION
 PULL_DELAY_ON_FLOW_CONTROL_S = 0.05      # PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL
@@ -118,9 +116,9 @@ async def pull_kernel(inst: ClientInstance, group: str, mq: MessageQueue, sub: S
         if found is None:
             raise MQClientError(f"the broker [{mq.broker_name}] is not in the route of {mq.topic}")
     addr, slave = found
-    sys_flag = PULL_SYSFLAG_SUBSCRIPTION | (PULL_SYSFLAG_SUSPEND if suspend else 0)
+    sys_flag = PULL_SUBSCRIPTION | (PULL_SUSPEND if suspend else 0)
     if commit_offset > 0 and not slave:
-        sys_flag |= PULL_SYSFLAG_COMMIT_OFFSET
+        sys_flag |= PULL_COMMIT_OFFSET
     ext = {"consumerGroup": group, "topic": mq.topic, "queueId": mq.queue_id, "queueOffset": offset,
            "maxMsgNums": max_nums, "sysFlag": sys_flag, "commitOffset": commit_offset,
            "suspendTimeoutMillis": suspend_timeout_ms, "subscription": sub.sub_string,

@@ -36,6 +36,8 @@ from mq.wire.codes import RequestCode as R, ResponseCode as RC
 from mq.wire.batch import build_batch
 from mq.wire.consumequeue import java_string_hashcode
 from mq.wire.errors import EncodeError
+from mq.wire.headers import send_v2
+from mq.wire.topics import AUTO_CREATE_TOPIC as DEFAULT_TOPIC     # createTopicKey
 from mq.wire.properties import encode_properties, properties_to_string
 
 from .errors import MQBrokerError, MQClientError
@@ -49,7 +51,6 @@ from .route import TopicRouteData
 
 log = logging.getLogger("mq.client.producer")
 
-DEFAULT_TOPIC = "TBW102"                       # createTopicKey
 RETRY_RESPONSE_CODES = frozenset({RC.TOPIC_NOT_EXIST, RC.SERVICE_NOT_AVAILABLE, RC.SYSTEM_ERROR,
                                   RC.NO_PERMISSION, 204, 205})   # 204 NO_BUYER_ID, 205 NOT_IN_CURRENT_UNIT
 SEND_STATUS_BY_CODE = {RC.SUCCESS: SendStatus.SEND_OK, RC.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
@@ -380,17 +381,18 @@ class Producer:
         if not is_batch and len(body) >= self.compress_over_bytes > 0:
             body = zlib.compress(body, COMPRESS_LEVEL)
             sys_flag |= SYSFLAG_COMPRESSED | SYSFLAG_ZLIB
-        ext = {"a": self.group, "b": q.topic, "c": DEFAULT_TOPIC, "d": self.default_topic_queue_nums,
-               "e": q.queue_id, "f": sys_flag, "g": int(time.time() * 1000), "h": msg.flag, "j": 0,
-               "k": False, "m": is_batch, "n": q.broker_name}
+        fields = dict(producerGroup=self.group, topic=q.topic, defaultTopic=DEFAULT_TOPIC,
+                      defaultTopicQueueNums=self.default_topic_queue_nums, queueId=q.queue_id, sysFlag=sys_flag,
+                      bornTimestamp=int(time.time() * 1000), flag=msg.flag, reconsumeTimes=0, unitMode=False,
+                      batch=is_batch, brokerName=q.broker_name)
         if q.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             reconsume = props.pop(PROPERTY_RECONSUME_TIME, None)
             max_times = props.pop(PROPERTY_MAX_RECONSUME_TIMES, None)
             if reconsume is not None:
-                ext["j"] = reconsume
+                fields["reconsumeTimes"] = reconsume
             if max_times is not None:
-                ext["l"] = max_times
-        ext["i"] = properties_to_string(props)
+                fields["maxReconsumeTimes"] = max_times
+        ext = send_v2(properties=properties_to_string(props), **fields)
         cmd = inst.request(R.SEND_BATCH_MESSAGE if is_batch else R.SEND_MESSAGE_V2, ext, body)
         if oneway:
             await inst.remoting.invoke_oneway(addr, cmd)

@@ -12,6 +12,12 @@ to the declaration. Imports point one way: mq.wire depends on nothing else in mq
     checkpoint   4096-byte checkpoint file
     msgid        offsetMsgId
     remoting     remoting frame, JSON and ROCKETMQ headers, RemotingCommand
+    headers      SEND_MESSAGE_V2's one-letter field names, the pull request's sysFlag bits
+    codes        request and response codes, their names
+    topics       PERM bits, system topics, the topic name's rules, TopicConfig
+    filenames    the 20-digit file names of CommitLog, ConsumeQueue and DLedger files
+    fastjson     fastjson's text for admin bodies; adminbodies: those bodies
+    offsets      ResetOffsetBody
     ha           master/slave HA report and frame header
     dledger      DLedger data-file entries, fillers, index units, checkpoint and currterm files
     dledger_rpc  the DLedger peer protocol (remoting frames with DLedger's request codes)
@@ -33,9 +39,15 @@ from .commitlog import (
     BORNHOST_V6,
     COMMIT,
     COMPRESSED,
+    COMPRESSION_LZ4,
+    COMPRESSION_TYPE_MASK,
+    COMPRESSION_ZLIB,
+    COMPRESSION_ZSTD,
     END_FILE_MIN_BLANK_LENGTH,
     MESSAGE_MAGIC_CODE,
+    INNER_BATCH,
     MULTI_TAGS,
+    NEED_UNWRAP,
     RECORD_SIZE_MIN,
     ROLLBACK,
     STOREHOST_V6,
@@ -142,6 +154,12 @@ __all__ = [
     "CheckpointValues",
     "COMMIT",
     "CommitLogRecord",
+    "COMPRESSION_LZ4",
+    "COMPRESSION_TYPE_MASK",
+    "COMPRESSION_ZLIB",
+    "COMPRESSION_ZSTD",
+    "INNER_BATCH",
+    "NEED_UNWRAP",
     "COMPRESSED",
     "ConsumeQueueEntry",
     "CQ_ENTRIES_PER_FILE",

@@ -77,6 +77,12 @@ __all__ = [
     "TRANSACTION_COMMIT",
     "TRANSACTION_ROLLBACK",
     "TRANSACTION_MASK",
+    "NEED_UNWRAP",
+    "INNER_BATCH",
+    "COMPRESSION_TYPE_MASK",
+    "COMPRESSION_LZ4",
+    "COMPRESSION_ZSTD",
+    "COMPRESSION_ZLIB",
     "BORNHOST_V6",
     "STOREHOST_V6",
     "COMMIT",
@@ -124,6 +130,12 @@ COMMIT = TRANSACTION_COMMIT
 ROLLBACK = TRANSACTION_ROLLBACK
 BORNHOST_V6 = 0x10
 STOREHOST_V6 = 0x20
+NEED_UNWRAP = 0x40              # 5.x: a batch wrapped by a proxy (listed by mqdump, never set here)
+INNER_BATCH = 0x80              # 5.x: an inner batch (listed by mqdump, never set here)
+COMPRESSION_TYPE_MASK = 0x700  # with COMPRESSED: which codec (MessageSysFlag.COMPRESSION_TYPE_COMPARATOR, 5.x)
+COMPRESSION_LZ4 = 0x100
+COMPRESSION_ZSTD = 0x200
+COMPRESSION_ZLIB = 0x300
 
 # Fixed byte positions inside a record (the same for IPv4 and IPv6 hosts up to BORNHOST).
 POS_TOTAL_SIZE = 0

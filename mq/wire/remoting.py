@@ -84,6 +84,7 @@ __all__ = [
     "encode_rocketmq_header",
     "decode_rocketmq_header",
     "encode_frame",
+    "ResponseTemplate",
     "decode_frame_payload",
     "decode_frame",
     "frame_payload_size",
@@ -465,6 +466,53 @@ def encode_frame(cmd: RemotingCommand) -> bytes:
     if FRAME_PREFIX_SIZE + total_length > FRAME_SIZE_MAX:
         raise EncodeError(f"frame of {FRAME_PREFIX_SIZE + total_length} bytes exceeds FRAME_SIZE_MAX {FRAME_SIZE_MAX}")
     return b"".join((_FRAME_HEAD.pack(total_length, (cmd.serialize_type << 24) | len(header)), header, body))
+
+
+class ResponseTemplate:
+    """The frames of responses that differ only in code, opaque and a few ext values: no remark, no
+    body, ext fields `varying` (keys fixed, values per response) then `fixed` (keys and values fixed),
+    in that order.  frame() gives the bytes encode_frame gives for the same RemotingCommand, in either
+    serialize type, without building one (tests/unit/test_wire.py proves them equal); a send's answer
+    is made this way.
+
+    Contract (programmer errors, asserted at construction): every key is ASCII; a varying value is
+    ASCII with no '"' or '\\' (numbers, hex msgIds) -- it is written into the JSON as is.  frame()
+    returns None for a language the JSON header cannot name; the caller encodes such a response
+    the long way."""
+
+    def __init__(self, varying: tuple[str, ...], fixed: dict[str, str]):
+        assert all(k.isascii() and '"' not in k and "\\" not in k for k in (*varying, *fixed)), (varying, fixed)
+        self.varying = varying
+        self.fixed = dict(fixed)
+        # ROCKETMQ: each varying key's length and bytes, then the fixed entries, encoded once
+        self._bin_keys = tuple(_I16.pack(len(k)) + k.encode() for k in varying)
+        self._bin_tail = b"".join(_I16.pack(len(kb)) + kb + _I32.pack(len(vb)) + vb
+                                  for kb, vb in ((k.encode(), v.encode()) for k, v in self.fixed.items()))
+        # JSON: fastjson's key order (encode_json_header), the fixed values as orjson writes them
+        ext = b",".join([b'"%b":"%%b"' % k.encode() for k in varying]
+                        + [orjson.dumps(k) + b":" + orjson.dumps(v).replace(b"%", b"%%") for k, v in self.fixed.items()])
+        self._json = (b'{"code":%%d,"extFields":{%b},"flag":%d,"language":"%%b","opaque":%%d,'
+                      b'"serializeTypeCurrentRPC":"JSON","version":%%d}' % (ext, RPC_RESPONSE))
+        self._languages = {code: name.encode() for code, name in LANGUAGE_NAMES.items()}
+
+    def frame(self, serialize_type: int, code: int, language: int, version: int, opaque: int,
+              *values: bytes) -> bytes | None:
+        assert len(values) == len(self.varying), (self.varying, values)
+        if serialize_type == SERIALIZE_ROCKETMQ:
+            parts = []
+            for key, value in zip(self._bin_keys, values):
+                parts += (key, _I32.pack(len(value)), value)
+            parts.append(self._bin_tail)
+            ext = b"".join(parts)
+            header = _BIN_FIXED.pack(code, language, version, opaque, RPC_RESPONSE, 0) + _I32.pack(len(ext)) + ext
+        elif serialize_type == SERIALIZE_JSON:
+            name = self._languages.get(language)
+            if name is None:
+                return None
+            header = self._json % (code, *values, name, opaque, version)
+        else:
+            return None
+        return _FRAME_HEAD.pack(4 + len(header), (serialize_type << 24) | len(header)) + header
 
 
 def frame_payload_size(prefix) -> int:

@@ -13,6 +13,7 @@ from mq.chaos.clock import ClockShift
 from mq.cluster import Broker, NameServer
 from mq.remoting import RemotingClient
 from mq.wire import commitlog as wcl
+from mq.wire.headers import send_v2
 
 JUMP_MS = 600_000
 
@@ -21,8 +22,10 @@ def _send_and_read_store_ts(addr: str, body: bytes, queue_offset: int) -> int:
     async def go():
         c = RemotingClient()
         try:
-            r = await c.invoke(addr, c.request(310, {"a": "PG", "b": "ClockT", "c": "TBW102", "d": 1, "e": 0, "f": 0,
-                                                     "g": int(time.time() * 1000), "h": 0, "i": "", "j": 0}, body), 5)
+            r = await c.invoke(addr, c.request(310, send_v2(producerGroup="PG", topic="ClockT", defaultTopic="TBW102",
+                                                            defaultTopicQueueNums=1, queueId=0, sysFlag=0,
+                                                            bornTimestamp=int(time.time() * 1000), flag=0,
+                                                            properties="", reconsumeTimes=0), body), 5)
             assert r.code == 0, r.remark
             assert int(r.ext_fields["queueOffset"]) == queue_offset
             for _ in range(100):

@@ -9,7 +9,8 @@ import pytest
 
 from mq.client import (ConsumeFromWhere, Message, MessageModel, MessageQueue, PushConsumer, allocate_averagely,
                        select_by_hash)
-from mq.client.consumer import LocalOffsetStore, PULL_SYSFLAG_COMMIT_OFFSET, PULL_SYSFLAG_SUSPEND
+from mq.client.consumer import LocalOffsetStore
+from mq.wire.headers import PULL_COMMIT_OFFSET, PULL_SUSPEND
 from mq.client.instance import ClientInstance, parse_namesrv_addr
 from mq.client.errors import MQClientError
 from mq.client.message import (SYSFLAG_COMPRESSED, SYSFLAG_ZLIB, SubscriptionData, _coerce, decode_messages,
@@ -263,7 +264,7 @@ def test_push_consumer_pulls_where_the_broker_suggests_and_commits_at_the_master
         c.subscribe("T")
         await c.start()
         for _ in range(100):
-            back = [p for p in pair.pulls if p[0] == "master" and p[1] == 2 and p[2] & PULL_SYSFLAG_COMMIT_OFFSET]
+            back = [p for p in pair.pulls if p[0] == "master" and p[1] == 2 and p[2] & PULL_COMMIT_OFFSET]
             if len(got) == 2 and back and pair.commits:
                 break
             await asyncio.sleep(0.05)
@@ -273,14 +274,14 @@ def test_push_consumer_pulls_where_the_broker_suggests_and_commits_at_the_master
         assert sorted(got) == [b"m0", b"m1"]
         t_pulls = pair.pulls
         first_master = next(p for p in t_pulls if p[1] == 0)
-        assert first_master[0] == "master" and first_master[2] & PULL_SYSFLAG_SUSPEND
+        assert first_master[0] == "master" and first_master[2] & PULL_SUSPEND
         at_slave = [p for p in t_pulls if p[0] == "slave"]
         assert at_slave and at_slave[0][1] == 1, pair.pulls
-        assert all(not p[2] & PULL_SYSFLAG_COMMIT_OFFSET for p in at_slave), "COMMIT_OFFSET sent to a slave"
+        assert all(not p[2] & PULL_COMMIT_OFFSET for p in at_slave), "COMMIT_OFFSET sent to a slave"
         assert any(p[0] == "master" and p[1] == 2 for p in t_pulls), "back to the master after suggest 0"
         assert pair.commits and all(who == "master" for who, _ in pair.commits)
         assert pair.commits[-1] == ("master", 2)
-        assert [p for p in t_pulls if p[0] == "master" and p[1] == 2 and p[2] & PULL_SYSFLAG_COMMIT_OFFSET], \
+        assert [p for p in t_pulls if p[0] == "master" and p[1] == 2 and p[2] & PULL_COMMIT_OFFSET], \
             "a master pull carries COMMIT_OFFSET once an offset is known"
     asyncio.run(asyncio.wait_for(go(), 30))
 

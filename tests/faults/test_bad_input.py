@@ -39,6 +39,7 @@ from mq.wire.properties import encode_properties
 from mq.wire.remoting import (FRAME_SIZE_MAX, RPC_ONEWAY, SERIALIZE_ROCKETMQ, RemotingCommand, encode_frame,
                               encode_json_header)
 from mq.cluster import BIN, Broker, NameServer, wait_for
+from mq.wire.headers import send_v2
 from tests.faults.rawpeer import IO_TIMEOUT_S, Peer, next_opaque
 
 MAX_MESSAGE_SIZE = 1024          # the test broker's maxMessageSize
@@ -61,8 +62,9 @@ def tracebacks(log: str) -> list[str]:
 
 def send_header(topic: str, queue_id: int | str = 0, properties: str = "") -> dict:
     """SendMessageRequestHeaderV2 (short names), as the Java client sends it."""
-    return {"a": "BadInputPG", "b": topic, "c": "TBW102", "d": "4", "e": str(queue_id), "f": "0",
-            "g": str(int(time.time() * 1000)), "h": "0", "i": properties}
+    return send_v2(producerGroup="BadInputPG", topic=topic, defaultTopic="TBW102", defaultTopicQueueNums="4",
+                   queueId=str(queue_id), sysFlag="0", bornTimestamp=str(int(time.time() * 1000)), flag="0",
+                   properties=properties)
 
 
 def send(peer: Peer, topic: str, body: bytes, queue_id: int | str = 0, properties: str = "") -> RemotingCommand:
@@ -297,17 +299,17 @@ def _batch_of_size(size: int, count: int = 2) -> bytes:
 
 def test_batch_size_limit_is_exact(peer):
     """The whole batch body counts against maxMessageSize."""
-    resp = peer.call(320, {**send_header(TOPIC, 2), "m": "true"}, _batch_of_size(MAX_MESSAGE_SIZE))
+    resp = peer.call(320, {**send_header(TOPIC, 2), **send_v2(batch="true")}, _batch_of_size(MAX_MESSAGE_SIZE))
     assert resp.code == 0, (resp.code, resp.remark)
     GOOD[(TOPIC, 2)] += 2
-    resp = peer.call(320, {**send_header(TOPIC, 2), "m": "true"}, _batch_of_size(MAX_MESSAGE_SIZE + 1))
+    resp = peer.call(320, {**send_header(TOPIC, 2), **send_v2(batch="true")}, _batch_of_size(MAX_MESSAGE_SIZE + 1))
     assert resp.code == 13, (resp.code, resp.remark)
 
 
 @pytest.mark.parametrize("body", [b"", b"\x00\x00\x00\x05junk", b"\xff" * 64,
                                   build_batch([(0, b"ok", b"")])[:-1]])
 def test_malformed_batch_is_illegal(peer, body):
-    resp = peer.call(320, {**send_header(TOPIC, 2), "m": "true"}, body)
+    resp = peer.call(320, {**send_header(TOPIC, 2), **send_v2(batch="true")}, body)
     assert resp.code == 13, (resp.code, resp.remark)
 
 

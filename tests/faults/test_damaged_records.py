@@ -14,6 +14,7 @@ import pytest
 from mq.cluster import Broker, NameServer, wait_for
 from mq.wire.commitlog import parse_record
 from mq.wire.msgid import decode_offset_msg_id
+from mq.wire.headers import send_v2
 from tests.faults.rawpeer import Peer
 
 TOPIC = "RotTopic"
@@ -31,8 +32,9 @@ def broker(tmp_path):
 
 
 def send(peer: Peer, body: bytes) -> dict:
-    resp = peer.call(310, {"a": "RotPG", "b": TOPIC, "c": "TBW102", "d": "4", "e": "0", "f": "0", "g": "0",
-                           "h": "0", "i": ""}, body)
+    resp = peer.call(310, send_v2(producerGroup="RotPG", topic=TOPIC, defaultTopic="TBW102",
+                                  defaultTopicQueueNums="4", queueId="0", sysFlag="0", bornTimestamp="0", flag="0",
+                                  properties=""), body)
     assert resp.code == 0, (resp.code, resp.remark)
     return resp.ext_fields
 

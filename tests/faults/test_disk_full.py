@@ -31,6 +31,7 @@ from mq.store.configfile import ConfigFile, retry_pending_writes, write_atomic
 from mq.store.dledgerfiles import load_checkpoint, load_hard_state, save_checkpoint, save_hard_state
 from mq.wire.batch import build_batch
 from mq.wire.properties import properties_to_string
+from mq.wire.headers import send_v2
 
 TOPIC = "DiskFull"
 STORED_BEFORE = 300
@@ -147,8 +148,9 @@ def test_small_files_on_a_full_disk(tmp_path, caplog):
 
 # ---- a broker on a disk that fills up -----------------------------------------------------------------------
 def _v2_header(topic: str, props: str = "", batch: bool = False) -> dict:
-    return {"a": "PG_probe", "b": topic, "c": "TBW102", "d": 4, "e": 0, "f": 0, "g": int(time.time() * 1000),
-            "h": 0, "i": props, "j": 0, "k": False, "m": batch}
+    return send_v2(producerGroup="PG_probe", topic=topic, defaultTopic="TBW102", defaultTopicQueueNums=4, queueId=0,
+                   sysFlag=0, bornTimestamp=int(time.time() * 1000), flag=0, properties=props, reconsumeTimes=0,
+                   unitMode=False, batch=batch)
 
 
 async def _probe(addr: str, tag: str) -> tuple[str, dict]:

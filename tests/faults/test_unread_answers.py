@@ -28,6 +28,7 @@ from mq.cluster import Broker, NameServer, wait_for
 from mq.remoting.server import UNSENT_BYTES_PER_PROCESS_MAX
 from mq.wire.commitlog import MESSAGE_MAGIC_CODE, parse_record
 from mq.wire.remoting import RemotingCommand, decode_frame_payload, encode_frame, frame_payload_size
+from mq.wire.headers import send_v2
 
 MIB = 1024 * 1024
 TOPIC = "UnreadAnswersTopic"
@@ -102,8 +103,9 @@ def pull_ext(queue_id: int, offset: int, max_msgs: int = ANSWER_RECORDS, suspend
 
 def send_ext(queue_id: int) -> dict:
     """SendMessageRequestHeaderV2 (short names)."""
-    return {"a": "UnreadAnswersPG", "b": TOPIC, "c": "TBW102", "d": str(QUEUES), "e": str(queue_id), "f": "0",
-            "g": str(int(time.time() * 1000)), "h": "0", "i": ""}
+    return send_v2(producerGroup="UnreadAnswersPG", topic=TOPIC, defaultTopic="TBW102",
+                   defaultTopicQueueNums=str(QUEUES), queueId=str(queue_id), sysFlag="0",
+                   bornTimestamp=str(int(time.time() * 1000)), flag="0", properties="")
 
 
 def unread_bytes(sock: socket.socket) -> int:

@@ -8,6 +8,7 @@ import signal
 from mq.remoting import RemotingClient
 from mq.wire import commitlog as wcl
 from mq.cluster import Broker, NameServer, wait_for
+from mq.wire.headers import send_v2
 
 
 def call(addr: str, code: int, ext: dict | None = None, body: bytes = b""):
@@ -41,8 +42,8 @@ def pull_bodies(addr: str, topic: str, queues: int) -> list[bytes]:
 
 
 def send(addr: str, topic: str, body: bytes, qid: int = 0):
-    return call(addr, 310, {"a": "PG", "b": topic, "c": "TBW102", "d": 4, "e": qid, "f": 0, "g": 0, "h": 0,
-                            "i": "TAGS\x01TagA"}, body)
+    return call(addr, 310, send_v2(producerGroup="PG", topic=topic, defaultTopic="TBW102", defaultTopicQueueNums=4,
+                                   queueId=qid, sysFlag=0, bornTimestamp=0, flag=0, properties="TAGS\x01TagA"), body)
 
 
 def test_slave_syncs_topics_and_offsets_and_refuses_writes(tmp_path):
@@ -316,8 +317,9 @@ def test_slave_promoted_by_hand_when_the_master_is_lost_for_good(tmp_path):
         wait_for(lambda: send(master.addr, "Promo", b"probe").code == 0, 40, 0.3, "the slave connected")
         acked = []                  # (a probe refused while the slave connected may be stored too)
         for i in range(60):
-            r = call(master.addr, 310, {"a": "PG", "b": "Promo", "c": "TBW102", "d": 4, "e": i % 4, "f": 0,
-                                        "g": 0, "h": 0, "i": f"TAGS\x01TagA\x02KEYS\x01promo-{i}"}, b"p%d" % i)
+            r = call(master.addr, 310, send_v2(producerGroup="PG", topic="Promo", defaultTopic="TBW102",
+                                               defaultTopicQueueNums=4, queueId=i % 4, sysFlag=0, bornTimestamp=0,
+                                               flag=0, properties=f"TAGS\x01TagA\x02KEYS\x01promo-{i}"), b"p%d" % i)
             assert r.code == 0, r.remark
             acked.append(b"p%d" % i)
         assert call(master.addr, 15, {"consumerGroup": "G", "topic": "Promo", "queueId": 1,

@@ -11,6 +11,7 @@ import pytest
 
 from mq.remoting import RemotingClient
 from mq.cluster import Broker, NameServer, wait_for
+from mq.wire.headers import send_v2
 
 rocketmq = pytest.importorskip("rocketmq.client")
 from rocketmq.client import Message, Producer, PullConsumer  # noqa: E402
@@ -133,7 +134,8 @@ def test_long_poll_answers_at_once_on_arrival_and_times_out_cleanly(cluster):
     async def go():
         c = RemotingClient()
         try:
-            base = {"a": "PG", "b": "LP", "c": "TBW102", "d": 4, "e": 0, "f": 0, "g": 0, "h": 0, "i": ""}
+            base = send_v2(producerGroup="PG", topic="LP", defaultTopic="TBW102", defaultTopicQueueNums=4, queueId=0,
+                           sysFlag=0, bornTimestamp=0, flag=0, properties="")
             assert (await c.invoke(broker.addr, c.request(310, base, b"first"))).code == 0
             for _ in range(200):      # dispatch follows the answer: wait until the queue shows it
                 r = await c.invoke(broker.addr, c.request(30, {"topic": "LP", "queueId": 0}))

@@ -10,6 +10,7 @@ from mq.remoting import RemotingClient
 from mq.trace import FIELDS, REQ_PHASES, TraceWriter, read_records
 from mq.wire.batch import build_batch
 from mq.cluster import Broker, NameServer, wait_for
+from mq.wire.headers import send_v2
 
 SEND_V2, SEND_BATCH, PULL, RUNTIME_INFO, MAX_OFFSET = 310, 320, 11, 28, 30
 PHASES = [p for p in REQ_PHASES if p != "total_us"]
@@ -19,10 +20,10 @@ IN_QUEUE_0 = SINGLE_SENDS // 4 + PIPELINED_SENDS // 4     # sends go round-robin
 
 
 def _header(topic: str, qid: int, batch: bool = False) -> dict:
-    h = {"a": "TraceProducer", "b": topic, "c": "TBW102", "d": 4, "e": qid, "f": 0, "g": 0, "h": 0,
-         "i": "" if batch else "TAGS\x01T"}
+    h = send_v2(producerGroup="TraceProducer", topic=topic, defaultTopic="TBW102", defaultTopicQueueNums=4,
+                queueId=qid, sysFlag=0, bornTimestamp=0, flag=0, properties="" if batch else "TAGS\x01T")
     if batch:
-        h["m"] = "true"
+        h.update(send_v2(batch="true"))
     return h
 
 

@@ -13,6 +13,7 @@ from mq.store.control import ControlBlock
 from mq.wire import commitlog as wcl
 from mq.wire import batch as wbatch
 from mq.wire.properties import decode_properties, encode_properties
+from mq.wire.headers import send_v2
 from mq.wire.remoting import (LANGUAGE_CPP, LANGUAGE_PYTHON, SERIALIZE_JSON, SERIALIZE_ROCKETMQ, RemotingCommand, decode_frame_payload, encode_frame,
                               frame_payload_size)
 
@@ -67,8 +68,9 @@ class Raw:
 
 
 def v2(topic: str, qid: int, props: str) -> dict:
-    return {"a": "FastPathGroup", "b": topic, "c": "TBW102", "d": "4", "e": str(qid), "f": "0",
-            "g": "1700000000000", "h": "0", "i": props, "j": "0", "k": "false", "m": "false"}
+    return send_v2(producerGroup="FastPathGroup", topic=topic, defaultTopic="TBW102", defaultTopicQueueNums="4",
+                   queueId=str(qid), sysFlag="0", bornTimestamp="1700000000000", flag="0", properties=props,
+                   reconsumeTimes="0", unitMode="false", batch="false")
 
 
 def pull_one(raw: Raw, topic: str, qid: int, offset: int):
@@ -156,7 +158,7 @@ def test_one_read_of_many_sends_is_one_group(broker):
                     kinds.append("bad")
                 if i == 200:
                     body = wbatch.build_batch([(0, b"b1", b""), (0, b"b2", b"")])
-                    frames.append(raw.frame(SEND_BATCH, {**v2(topic, 2, ""), "m": "true"}, body)[1])
+                    frames.append(raw.frame(SEND_BATCH, {**v2(topic, 2, ""), **send_v2(batch="true")}, body)[1])
                     kinds.append("batch")
             raw.sock.sendall(b"".join(frames))
             resps = [raw.read()[0] for _ in frames]

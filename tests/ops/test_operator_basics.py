@@ -23,6 +23,7 @@ import pytest
 from mq.broker.config import BrokerConfig, host_ipv4_addresses, pick_broker_ip
 from mq.cluster import BIN, Broker, NameServer, wait_for
 from mq.wire.fastjson import loads
+from mq.wire.headers import send_v2
 from tests.ha.test_broker_ha import call
 
 CONF_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "conf")
@@ -179,8 +180,9 @@ def test_broker_without_broker_ip1_advertises_the_host_address(tmp_path):
         try:
             info = loads(call(ns.addr, 106).body)                   # ClusterInfo: bare brokerId keys
             assert info["brokerAddrTable"]["broker-a"]["brokerAddrs"][0] == f"{expected}:{broker.port}"
-            r = call(f"{expected}:{broker.port}", 310, {"a": "PG", "b": "T_ip", "c": "TBW102", "d": 4, "e": 0,
-                                                        "f": 0, "g": 0, "h": 0}, b"hello")
+            r = call(f"{expected}:{broker.port}", 310, send_v2(producerGroup="PG", topic="T_ip",
+                                                               defaultTopic="TBW102", defaultTopicQueueNums=4,
+                                                               queueId=0, sysFlag=0, bornTimestamp=0, flag=0), b"hello")
             assert r.code == 0 and r.ext_fields["msgId"].startswith(
                 "".join(f"{int(x):02X}" for x in expected.split(".")))    # store host in the offset msgId
             printed = subprocess.run([os.path.join(BIN, "mqbroker"), "-c", broker.conf, "-p"], capture_output=True,
