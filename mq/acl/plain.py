@@ -50,6 +50,8 @@ import os
 from dataclasses import dataclass, field
 
 from mq.wire.codes import RequestCode as R
+from mq.wire.headers import send_long_names
+from mq.wire.topics import RETRY_PREFIX, TRACE_TOPIC, retry_topic
 
 from .sign import ACCESS_KEY, SIGNATURE, UNIQUE_KEY_QUERY, signature, signed_content
 
@@ -60,10 +62,8 @@ FILE_SIZE_MAX = 4 * 1024 * 1024          # bytes; a bigger accounts file is refu
 KEY_LENGTH_MIN_EXCLUSIVE = 6             # RocketMQ: access and secret keys longer than 6 characters
 
 DENY, ANY, PUB, SUB = 1, 2, 4, 8         # Permission.java's bits
-RETRY_PREFIX = "%RETRY%"
-TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
-ADMIN_CODES = frozenset({R.UPDATE_AND_CREATE_TOPIC, 25, R.DELETE_TOPIC_IN_BROKER,   # 25 UPDATE_BROKER_CONFIG
-                         R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, 207,               # 207 DELETE_SUBSCRIPTIONGROUP
+ADMIN_CODES = frozenset({R.UPDATE_AND_CREATE_TOPIC, R.UPDATE_BROKER_CONFIG, R.DELETE_TOPIC_IN_BROKER,
+                         R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, R.DELETE_SUBSCRIPTIONGROUP,
                          # beyond RocketMQ 4.9, which lets any account edit the accounts:
                          R.UPDATE_AND_CREATE_ACL_CONFIG, R.DELETE_ACL_CONFIG, R.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG})
 _PERM_NAMES = {"PUB": PUB, "SUB": SUB, "PUB|SUB": PUB | SUB, "SUB|PUB": PUB | SUB, "DENY": DENY}
@@ -95,10 +95,6 @@ def check_permission(needed: int, owned: int) -> bool:
     if needed & ANY:
         return bool(owned & (PUB | SUB))
     return bool(needed & owned)
-
-
-def retry_topic(group: str) -> str:
-    return RETRY_PREFIX + group
 
 
 # ---- remote address patterns ------------------------------------------------------------------
@@ -282,10 +278,12 @@ def needed_resources(cmd) -> dict[str, int]:
     ext, code = cmd.ext_fields, cmd.code
     need: dict[str, int] = {}
     if code == R.SEND_MESSAGE or code == R.SEND_MESSAGE_V2 or code == R.SEND_BATCH_MESSAGE:
-        v2 = code != R.SEND_MESSAGE and "b" in ext          # V2 headers carry one-letter keys
-        topic = ext.get("b" if v2 else "topic")
+        # read as the send path reads it (letters or long names, by the same test), so the
+        # topic checked is the topic stored to, whichever code and form the header uses
+        h = send_long_names(ext)
+        topic = h.get("topic")
         if topic is not None and topic.startswith(RETRY_PREFIX):
-            group = ext.get("a" if v2 else "producerGroup")
+            group = h.get("producerGroup")
             if group is not None:
                 need[retry_topic(group)] = SUB
         elif topic is not None:

@@ -31,6 +31,7 @@ AUTO_CREATE_TOPIC = "TBW102"
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
 OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
+TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"               # message trace's default topic (TopicValidator)
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
 # producers may not send to these directly (NO_PERMISSION)

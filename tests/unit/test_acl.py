@@ -376,3 +376,23 @@ def test_file_edits_create_update_and_delete_accounts(tmp_path):
     assert [w.text for w in cfg.global_white] == ["127.0.0.1", "10.1.*.*"]
     update_global_white(path, "")
     assert AclConfig.parse(open(path).read()).global_white == []
+
+
+@pytest.mark.parametrize("code", [R.SEND_MESSAGE, R.SEND_MESSAGE_V2, R.SEND_BATCH_MESSAGE])
+@pytest.mark.parametrize("ext", [
+    {"a": "PG", "b": "TopicPub", "topic": "TopicDeny", "e": "1"},           # letters and a long topic
+    {"producerGroup": "PG", "topic": "TopicDeny", "b": "TopicPub"},
+    {"a": "PG", "b": "TopicDeny", "e": "1"},
+    {"producerGroup": "PG", "topic": "TopicDeny", "queueId": "1"},
+    {"a": "GroupDeny", "b": "%RETRY%GroupDeny", "producerGroup": "PG", "topic": "TopicDeny"},
+])
+def test_a_send_is_checked_for_the_topic_the_broker_stores_to(code, ext):
+    """The ACL reads a send header the way the send path does (mq.wire.headers.send_long_names): a
+    header carrying both a letter "b" and a long "topic" names one topic to both, so an account
+    cannot pass the check with one topic and store to another."""
+    from mq.broker.send import header_fields
+    cmd = request(code, ext)
+    topic = header_fields(cmd)["topic"]
+    assert topic == "TopicDeny"
+    assert needed_resources(cmd) == {"TopicDeny": PUB}
+    assert refusal(validator(), cmd) == "No default permission for topic:TopicDeny"
