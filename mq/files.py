@@ -23,6 +23,7 @@ import logging
 import os
 import shutil
 
+from mq.options import format_value
 from mq.wire.fastjson import loads_lenient
 
 log = logging.getLogger("mq.files")
@@ -109,3 +110,18 @@ def read_config(path: str):
         except (json.JSONDecodeError, ValueError) as e:
             log.error("config file %s is unreadable (%s); trying the backup", candidate, e)
     return None
+
+
+def rewrite_properties_file(path: str, values: dict) -> None:
+    """Sets key=value lines of a properties file (broker.conf, namesrv.conf) in place -- other lines
+    and comments kept, missing keys appended -- atomically (write_atomic), so a runtime change
+    (UPDATE_BROKER_CONFIG, UPDATE_NAMESRV_CONFIG) outlives a restart, as RocketMQ's does."""
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    left = dict(values)
+    out = []
+    for line in lines:
+        key = line.split("=", 1)[0].strip() if "=" in line and not line.lstrip().startswith(("#", "!")) else None
+        out.append(f"{key}={format_value(left.pop(key))}" if key in left else line)
+    out += [f"{k}={format_value(v)}" for k, v in left.items()]
+    write_atomic(path, "\n".join(out) + "\n")

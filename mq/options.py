@@ -136,3 +136,13 @@ def load_properties_file(path: str) -> dict[str, str]:
     agrees for ASCII, the only thing these files hold in practice)."""
     with open(path, encoding="utf-8") as f:
         return parse_properties(f.read())
+
+
+def format_value(v) -> str:
+    """An option's value as a properties file writes it: Java's true/false, else str()."""
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def format_properties(values: dict) -> str:
+    """key=value lines sorted by key: what `-p` prints and GET_*_CONFIG answers."""
+    return "".join(f"{k}={format_value(v)}\n" for k, v in sorted(values.items()))

@@ -11,7 +11,7 @@ import os
 import socket
 from typing import Any
 
-from mq.options import Option, load_properties_file, parse_properties  # noqa: F401 (re-exported)
+from mq.options import Option, format_properties, load_properties_file, parse_properties  # noqa: F401 (re-exported)
 from mq.store.config import STORE_OPTIONS, StoreConfig
 
 
@@ -197,7 +197,7 @@ class BrokerConfig:
         return {name: getattr(self, name) for name in ALL_OPTIONS}
 
     def as_properties(self) -> str:
-        return "".join(f"{k}={_fmt(v)}\n" for k, v in sorted(self.as_dict().items()))
+        return format_properties(self.as_dict())
 
 
 def dledger_follower_id(store_config) -> int:
@@ -208,25 +208,6 @@ def dledger_follower_id(store_config) -> int:
     if digits:
         return int(digits) + 1
     return list(store_config.dledger_peers).index(self_id) + 1
-
-
-def _fmt(v: Any) -> str:
-    return str(v).lower() if isinstance(v, bool) else str(v)
-
-
-def rewrite_config_file(path: str, values: dict[str, Any]) -> None:
-    """Sets key=value lines of a broker.conf in place (other lines and comments kept, missing keys
-    appended), atomically: UPDATE_BROKER_CONFIG's changes outlive a restart, as RocketMQ's do."""
-    from mq.files import write_atomic
-    with open(path, encoding="utf-8") as f:
-        lines = f.read().splitlines()
-    left = dict(values)
-    out = []
-    for line in lines:
-        key = line.split("=", 1)[0].strip() if "=" in line and not line.lstrip().startswith(("#", "!")) else None
-        out.append(f"{key}={_fmt(left.pop(key))}" if key in left else line)
-    out += [f"{k}={_fmt(v)}" for k, v in left.items()]
-    write_atomic(path, "\n".join(out) + "\n")
 
 
 def load_config_file(path: str, overrides: dict[str, Any] | None = None, warn=None) -> BrokerConfig:

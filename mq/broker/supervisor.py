@@ -26,7 +26,7 @@ from mq.logs import release_stuck_log_lock
 from mq.remoting import RemotingClient, RemotingError, RemotingServer, RequestCode as R, ResponseCode as RC
 from mq.store import MessageStore, PutStatus, StoreError
 from mq.store import control as C
-from mq.files import write_atomic
+from mq.files import rewrite_properties_file, write_atomic
 from mq.store.configfile import retry_pending_writes
 from mq.wire.fastjson import loads_lenient
 from mq.store.retention import DISK_CHECK_INTERVAL_MAX_S, DiskCheck, Retention
@@ -40,7 +40,7 @@ from mq.wire import commitlog as wcl
 from mq.wire.properties import decode_properties, encode_properties
 from mq.wire.topics import SCHEDULE_TOPIC
 
-from .config import BrokerConfig, dledger_follower_id, rewrite_config_file
+from .config import BrokerConfig, dledger_follower_id
 from .launcher import STOP_PIPE, Launcher, RoleProcess
 from .link import LINK_CALL, LinkService, link_address
 from .metadata import Metadata, dumps
@@ -345,7 +345,7 @@ class Supervisor:
         path = getattr(self.config, "config_file", None)
         if path:
             try:
-                rewrite_config_file(path, values)
+                rewrite_properties_file(path, values)
             except OSError as e:
                 log.error("config change not written to %s: %s", path, e)
         if "brokerPermission" in values:

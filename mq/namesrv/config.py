@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from mq.options import Option, load_properties_file, parse_properties  # noqa: F401 (re-exported)
+from mq.options import Option, format_properties, load_properties_file, parse_properties  # noqa: F401 (re-exported)
 
 
 def _port(v): return 0 <= v <= 65535
@@ -95,11 +95,7 @@ class NamesrvConfig:
 
     def as_properties(self) -> str:
         """key=value lines, sorted: GET_NAMESRV_CONFIG's body and `mqnamesrv -p`'s output."""
-        return "".join(f"{k}={_fmt(v)}\n" for k, v in sorted(self.as_dict().items()))
-
-
-def _fmt(v: Any) -> str:
-    return str(v).lower() if isinstance(v, bool) else str(v)
+        return format_properties(self.as_dict())
 
 
 def parse_runtime_update(text: str) -> dict[str, Any]:
@@ -119,18 +115,3 @@ def parse_runtime_update(text: str) -> dict[str, Any]:
                              f"restart); these can: {', '.join(sorted(RUNTIME_KEYS))}")
         out[k] = NamesrvConfig.OPTIONS[k].parse(v)
     return out
-
-
-def rewrite_config_file(path: str, values: dict[str, Any]) -> None:
-    """Sets key=value lines of a properties file in place (other lines kept, missing keys
-    appended), atomically, so a runtime change outlives a restart."""
-    from mq.files import write_atomic
-    with open(path, encoding="utf-8") as f:
-        lines = f.read().splitlines()
-    left = dict(values)
-    out = []
-    for line in lines:
-        key = line.split("=", 1)[0].strip() if "=" in line and not line.lstrip().startswith(("#", "!")) else None
-        out.append(f"{key}={_fmt(left.pop(key))}" if key in left else line)
-    out += [f"{k}={_fmt(v)}" for k, v in left.items()]
-    write_atomic(path, "\n".join(out) + "\n")

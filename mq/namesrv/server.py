@@ -35,12 +35,13 @@ import asyncio
 import logging
 import zlib
 
+from mq.files import rewrite_properties_file
 from mq.remoting import RemotingServer, RequestCode, ResponseCode, make_response
 from mq.wire.remoting import RemotingCommand
 
 from .bodies import (NAMESPACE_ORDER_TOPIC_CONFIG, STANDARD_JSON_MIN_VERSION, BodyError, DataVersion,
                      decode_register_broker_body, fastjson_dumps)
-from .config import NamesrvConfig, parse_runtime_update, rewrite_config_file
+from .config import NamesrvConfig, parse_runtime_update
 from .kvconfig import KVConfigManager
 from .routeinfo import RouteInfoManager
 
@@ -292,7 +293,7 @@ class NameServer:
         log.warning("name server config changed at run time by %s: %s", conn.peer, values)
         if self.config.config_file:
             try:
-                rewrite_config_file(self.config.config_file, values)
+                rewrite_properties_file(self.config.config_file, values)
             except OSError as e:
                 return _respond(cmd, ResponseCode.SYSTEM_ERROR,
                                 f"changed, but not written to {self.config.config_file}: {e}")

@@ -25,10 +25,11 @@ import re
 import pytest
 
 from mq.broker.metadata import dumps as metadata_dumps
-from mq.client import MessageQueue, Producer, PushConsumer
+from mq.client import Producer, PushConsumer
 from mq.wire import adminbodies as B
 from mq.wire.fastjson import Key, chm_order, hashmap_order, java_string_hash, loads
-from tests.client.clientkit import Collector, message, run, start_cluster, uniq, until
+from tests.cli.adminkit import consumed_cluster
+from tests.client.clientkit import Collector, message, run, uniq, until
 from tests.ha.test_broker_ha import call
 
 VECTORS = json.load(open(os.path.join(os.path.dirname(__file__), "fastjson", "vectors.json"), encoding="utf-8"))
@@ -110,38 +111,8 @@ MQ_FIELDS = ["brokerName", "queueId", "topic"]
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
     """A broker with a 4-queue topic of 20 messages (5 a queue); group CG consumed them (offline now)."""
-    ns, broker = start_cluster(str(tmp_path_factory.mktemp("bodies")))
-    topic, group = uniq("T_bodies"), uniq("CG_bodies")
-
-    async def prepare():
-        async with Producer(uniq("PG"), ns.addr) as prod:
-            for i in range(20):
-                await prod.send_to_queue(message(topic, i, "TagA"), MessageQueue(topic, "broker-a", i % 4))
-        col = Collector()
-        cons = PushConsumer(group, ns.addr, listener=col)
-        cons.subscribe(topic)
-        await cons.start()
-        try:
-            await until(lambda: len(col) >= 20, 30, "all 20 consumed")
-            async def all_committed():
-                return await asyncio.to_thread(_committed, broker, group, topic) == [5, 5, 5, 5]
-            await until(all_committed, 30, "offsets committed")
-        finally:
-            await cons.shutdown()
-    try:
-        run(prepare())
-        yield ns, broker, topic, group
-    finally:
-        broker.stop()
-        ns.stop()
-
-
-def _committed(broker, group, topic):
-    out = []
-    for q in range(4):
-        r = call(broker.addr, 14, {"consumerGroup": group, "topic": topic, "queueId": q})
-        out.append(int(r.ext_fields["offset"]) if r.code == 0 else -1)
-    return out
+    with consumed_cluster(str(tmp_path_factory.mktemp("bodies")), "bodies", 20) as cluster:
+        yield cluster
 
 
 def _ok(broker, code, ext=None, body=b""):

@@ -19,8 +19,9 @@ import pytest
 
 from mq.client import Message, MessageQueue, Producer, PushConsumer
 from mq.cluster import DLedgerGroup, wait_for
+from tests.cli.adminkit import committed, consumed_cluster
 from tests.cli.test_mqadmin import MQADMIN, mqadmin
-from tests.client.clientkit import Collector, message, run, start_cluster, uniq, until
+from tests.client.clientkit import Collector, run, uniq, until
 from tests.ha.test_broker_ha import call
 
 
@@ -28,38 +29,8 @@ from tests.ha.test_broker_ha import call
 def live(tmp_path_factory):
     """A cluster with a 4-queue topic of 40 messages (10 a queue, TagA), consumed by one group
     (offline now)."""
-    ns, broker = start_cluster(str(tmp_path_factory.mktemp("first_hour")))
-    topic, group = uniq("T_fh"), uniq("CG_fh")
-
-    async def prepare():
-        async with Producer(uniq("PG"), ns.addr) as prod:
-            for i in range(40):
-                await prod.send_to_queue(message(topic, i, "TagA"), MessageQueue(topic, "broker-a", i % 4))
-        col = Collector()
-        cons = PushConsumer(group, ns.addr, listener=col)
-        cons.subscribe(topic)
-        await cons.start()
-        try:
-            await until(lambda: len(col) >= 40, 30, "all 40 consumed")
-            async def committed():
-                return await asyncio.to_thread(offsets, broker, group, topic) == [10, 10, 10, 10]
-            await until(committed, 30, "offsets committed")
-        finally:
-            await cons.shutdown()
-    try:
-        run(prepare())
-        yield ns, broker, topic, group
-    finally:
-        broker.stop()
-        ns.stop()
-
-
-def offsets(broker, group: str, topic: str, queues: int = 4) -> list[int]:
-    out = []
-    for q in range(queues):
-        r = call(broker.addr, 14, {"consumerGroup": group, "topic": topic, "queueId": q})
-        out.append(int(r.ext_fields["offset"]) if r.code == 0 else -1)
-    return out
+    with consumed_cluster(str(tmp_path_factory.mktemp("first_hour")), "fh", 40) as cluster:
+        yield cluster
 
 
 def route(ns, topic: str) -> dict:
@@ -253,11 +224,11 @@ def test_clone_group_offset(live):
     dest = uniq("CG_clone")
     out = mqadmin("cloneGroupOffset", "-n", ns.addr, "-s", group, "-d", dest, "-t", topic, "-o", "true").stdout
     assert f"clone group offset success. srcGroup[{group}], destGroup=[{dest}], topic[{topic}]" in out
-    assert offsets(broker, dest, topic) == [10, 10, 10, 10]
+    assert committed(broker, dest, topic) == [10, 10, 10, 10]
     every = uniq("CG_clone_all")
     mqadmin("cloneGroupOffset", "-n", ns.addr, "-s", group, "-d", every)
-    assert offsets(broker, every, topic) == [10, 10, 10, 10]
-    assert offsets(broker, group, topic) == [10, 10, 10, 10]
+    assert committed(broker, every, topic) == [10, 10, 10, 10]
+    assert committed(broker, group, topic) == [10, 10, 10, 10]
 
 
 def test_query_cq(live):

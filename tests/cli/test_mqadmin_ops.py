@@ -9,44 +9,18 @@ import json
 
 import pytest
 
-from mq.client import MessageQueue, Producer, PushConsumer
+from mq.client import Producer, PushConsumer
+from tests.cli.adminkit import committed, consumed_cluster
 from tests.cli.test_mqadmin import mqadmin
 from tests.ha.test_broker_ha import call
-from tests.client.clientkit import Collector, message, run, start_cluster, uniq, until
+from tests.client.clientkit import Collector, message, run, uniq, until
 
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
     """A cluster with one 4-queue topic holding 40 messages, fully consumed by one group (offline now)."""
-    ns, broker = start_cluster(str(tmp_path_factory.mktemp("mqadmin_ops")))
-    topic, group = uniq("T_ops"), uniq("CG_ops")
-
-    async def prepare():
-        async with Producer(uniq("PG"), ns.addr) as prod:
-            for i in range(40):
-                await prod.send_to_queue(message(topic, i, "TagA"), MessageQueue(topic, "broker-a", i % 4))
-        col = Collector()
-        cons = PushConsumer(group, ns.addr, listener=col)
-        cons.subscribe(topic)
-        await cons.start()
-        try:
-            await until(lambda: len(col) >= 40, 30, "all 40 consumed")
-        finally:
-            await cons.shutdown()
-    try:
-        run(prepare())
-        yield ns, broker, topic, group
-    finally:
-        broker.stop()
-        ns.stop()
-
-
-def committed(broker, group: str, topic: str) -> list[int]:
-    out = []
-    for q in range(4):
-        r = call(broker.addr, 14, {"consumerGroup": group, "topic": topic, "queueId": q})
-        out.append(int(r.ext_fields["offset"]) if r.code == 0 else -1)
-    return out
+    with consumed_cluster(str(tmp_path_factory.mktemp("mqadmin_ops")), "ops", 40) as cluster:
+        yield cluster
 
 
 def groups_at(broker) -> dict:
