@@ -50,7 +50,10 @@ def wait_for(cond, timeout_s: float = 30.0, interval_s: float = 0.05, what: str 
         time.sleep(interval_s)
 
 
-def _free(port: int) -> bool:
+def port_bindable(port: int) -> bool:
+    """Whether a server could bind 127.0.0.1:port now (as the servers do: SO_REUSEADDR, so a
+    connection of an earlier run in TIME_WAIT does not count; a listener or a socket bound
+    without it does)."""
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -76,7 +79,7 @@ def free_port(span: tuple[int, ...] = (0,)) -> int:
     hi = _ephemeral_low() - 4
     for _ in range(500):
         p = random.randrange(20000, hi)
-        if all(_free(p + d) for d in span):
+        if all(port_bindable(p + d) for d in span):
             return p
     raise RuntimeError("no free port range found")
 

@@ -31,12 +31,11 @@ import re
 import select
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 
-from mq.cluster import BIN, port_open
+from mq.cluster import BIN, port_bindable, port_open
 
 NAMESRV_PORT = 9876
 BROKER_PORT = 10911
@@ -154,19 +153,6 @@ def _read(path: str) -> str | None:
         return None
 
 
-def _port_free(port: int) -> bool:
-    """Whether a server could bind 127.0.0.1:port now (as the servers do: SO_REUSEADDR, so a
-    connection of an earlier run in TIME_WAIT does not count; a listener or a socket bound
-    without it does)."""
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
-
-
 def listening_ports() -> set[int] | None:
     """The TCP ports something listens on (any address), from /proc/net/tcp and tcp6; None
     where they cannot be read.  Unlike connecting, asking leaves no line in the servers' logs
@@ -219,7 +205,7 @@ class Member:
         return self.proc is not None and self.proc.poll() is None
 
     def busy_port(self) -> tuple[int, str] | None:
-        return next(((p, what) for p, what in self.ports if not _port_free(p)), None)
+        return next(((p, what) for p, what in self.ports if not port_bindable(p)), None)
 
     def start(self, env: dict) -> None:
         with open(self.log_path, "ab") as log:
@@ -366,7 +352,7 @@ def check_ports(plan: Plan) -> None:
             if port in seen:
                 raise SetupError(f"port {port} is {seen[port]} and {m.name}'s {what}: {plan.hint}")
             seen[port] = f"{m.name}'s {what}"
-            if not _port_free(port):
+            if not port_bindable(port):
                 raise SetupError(f"port {port} on 127.0.0.1, {m.name}'s {what}, is in use "
                                  f"(`ss -ltnp 'sport = :{port}'` shows by whom)\n  {plan.hint}")
 
