@@ -8,11 +8,14 @@ perf/conftest.py, so `pytest tests` and `pytest perf` both have them):
   in its environment, whatever started it (a fixture, a helper, a role forked by a broker); at
   the end no such process may be alive, and no shared-memory segment `mq-*` that appeared
   during the run may remain unheld (brokers killed with -9 leave theirs until a sweep:
-  mq.store.control.sweep_dead_segments).  A leftover is named, removed, and fails the run."""
+  mq.store.control.sweep_dead_segments), and no network namespace (`ip netns`) or network link
+  (a veth end in this namespace) that appeared during the run may remain: tests that build hosts
+  as namespaces remove them.  A leftover is named, removed, and fails the run."""
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 import uuid
 
@@ -27,6 +30,17 @@ LOG_TAILS_MAX = 8                 # servers shown per failed test, the newest fi
 EXIT_GRACE_S = float(os.environ.get("MQ_TEST_EXIT_GRACE_S", "10"))  # for processes of the run to exit after its last test
 _first_proc = pytest.StashKey[int]()
 _shm_before: set[str] = set()
+_netns_before: set[str] = set()
+_links_before: set[str] = set()
+NETNS_DIR = "/run/netns"          # where `ip netns add` pins a namespace by name
+LINKS_DIR = "/sys/class/net"      # this namespace's network links
+
+
+def _names(directory: str) -> set[str]:
+    try:
+        return set(os.listdir(directory))
+    except OSError:
+        return set()
 
 
 def _segments() -> set[str]:
@@ -43,6 +57,10 @@ def pytest_sessionstart(session):
     Proc.started = []
     _shm_before.clear()
     _shm_before.update(_segments())
+    _netns_before.clear()
+    _netns_before.update(_names(NETNS_DIR))
+    _links_before.clear()
+    _links_before.update(_names(LINKS_DIR))
 
 
 def pytest_runtest_setup(item):
@@ -134,6 +152,17 @@ def pytest_sessionfinish(session, exitstatus):
         owners = _segment_owners()
         problems += [f"  {n}: the store of {owners[n]}" for n in new if n in owners]
         sweep_dead_segments()
+    netns = sorted(_names(NETNS_DIR) - _netns_before)
+    links = sorted(_names(LINKS_DIR) - _links_before)     # before deleting a namespace ends its veths
+    if netns:
+        problems.append(f"{len(netns)} network namespace(s) made during the run remain (deleted now): "
+                        + " ".join(netns))
+        for name in netns:
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+    if links:
+        problems.append(f"{len(links)} network link(s) made during the run remain (deleted now): " + " ".join(links))
+        for name in links:
+            subprocess.run(["ip", "link", "del", name], capture_output=True)
     if problems:
         tr = session.config.pluginmanager.get_plugin("terminalreporter")
         text = "the run left things behind:\n" + "\n".join(problems)

@@ -80,3 +80,30 @@ def test_a_segment_left_behind_fails_the_run_and_is_removed(tmp_path):
     assert r.returncode == 1, r.stdout + r.stderr
     assert "shared-memory segment(s) made during the run remain: " + name in r.stdout, r.stdout
     assert not os.path.exists("/dev/shm/" + name)
+
+
+def test_a_namespace_and_a_link_left_behind_fail_the_run_and_are_deleted(tmp_path):
+    """A test that builds a host as a network namespace (and a veth pair to it) and forgets to
+    remove them fails the run; the guard deletes both.  Needs root and `ip`, as such tests do."""
+    if os.geteuid() != 0 or not os.path.exists("/usr/sbin/ip") and not os.path.exists("/sbin/ip"):
+        import pytest
+        pytest.skip("namespaces need root and iproute2")
+    tag = f"mqg{os.getpid() % 100000}"
+    ns, link = f"{tag}ns", f"{tag}v0"
+    r = run_suite(tmp_path, f"""
+        import subprocess
+
+        def test_leaks_a_namespace():
+            subprocess.run(["ip", "netns", "add", {ns!r}], check=True)
+            subprocess.run(["ip", "link", "add", {link!r}, "type", "veth", "peer", "name", {tag + "v1"!r},
+                            "netns", {ns!r}], check=True)
+        """)
+    try:
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert f"network namespace(s) made during the run remain (deleted now): {ns}" in r.stdout, r.stdout
+        assert f"network link(s) made during the run remain (deleted now): {link}" in r.stdout, r.stdout
+        assert not os.path.exists(f"/run/netns/{ns}")
+        assert not os.path.exists(f"/sys/class/net/{link}")
+    finally:
+        subprocess.run(["ip", "link", "del", link], capture_output=True)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
