@@ -371,3 +371,21 @@ def test_a_damaged_consume_queue_is_rebuilt(make_store, damage):
         assert sorted(_readable(s2, "D")) == sorted(b"m%05d" % i for i in range(600))
     finally:
         s2.close()
+
+
+def test_the_zero_tail_check_sees_one_stray_byte_anywhere(tmp_path):
+    """The check behind "entries follow a hole" compares a MiB at a time: one non-zero byte at
+    either edge of a chunk, or in the short last chunk, is found; bytes before `at` are not
+    looked at."""
+    from mq.store.consumequeue import _zeros_from
+    import mmap
+    size = 2 * 1024 * 1024 + 4000
+    path = tmp_path / "q"
+    path.write_bytes(bytes(size))
+    with open(path, "r+b") as f, mmap.mmap(f.fileno(), size) as mm:
+        assert _zeros_from(mm, 0) and _zeros_from(mm, size)
+        for at in (0, 1024 * 1024 - 1, 1024 * 1024, size - 1):
+            mm[at] = 7
+            assert not _zeros_from(mm, 0) and not _zeros_from(mm, at)
+            assert _zeros_from(mm, at + 1)
+            mm[at] = 0
