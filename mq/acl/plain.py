@@ -202,7 +202,9 @@ class AclConfig:
         except yaml.YAMLError as e:
             raise AclConfigError(f"{where}: not YAML: {e}") from None
         if data is None:
-            data = {}
+            # RocketMQ 4.9 refuses it too ("file is not data"); what an editor shows for a moment
+            # between truncating the file and writing it must not take every account away
+            raise AclConfigError(f"{where}: no accounts data (the file is empty or only comments)")
         if not isinstance(data, dict):
             raise AclConfigError(f"{where}: the top level is a {type(data).__name__}, not a mapping")
         white = [AddressPattern(p) for p in _list(data, "globalWhiteRemoteAddresses", where)]
@@ -393,18 +395,25 @@ class AclFile:
         self._stamp = stamp
         return self.validator
 
-    def poll(self) -> bool:
-        """True when the accounts were reloaded."""
+    def _stat(self) -> tuple:
         try:
             st = os.stat(self.path)
-            stamp = (st.st_size, st.st_mtime_ns, st.st_ino)
+            return st.st_size, st.st_mtime_ns, st.st_ino
         except OSError as e:
-            stamp = ("missing", str(e))
+            return "missing", str(e)
+
+    def poll(self) -> bool:
+        """True when the accounts were reloaded.  Text that changed while it was read (an editor
+        writing in place) is not judged: the next poll reads it again."""
+        stamp = self._stat()
         if stamp == self._stamp:
             return False
         self._stamp = stamp
         try:
             _, text = self._read()
+            if self._stat() != stamp:
+                self._stamp = None
+                return False
             config = AclConfig.parse(text, self.path)
         except (OSError, UnicodeDecodeError, AclConfigError) as e:
             log.error("ACL: %s; the previous accounts stay in force", e)

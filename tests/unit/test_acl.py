@@ -282,6 +282,8 @@ def test_permission_words():
     ("accounts: {accessKey: x}", "not a list"),
     ("- just\n- a list", "not a mapping"),
     ("accounts: [unclosed", "not YAML"),
+    ("", "no accounts data"),
+    ("# only a comment\n", "no accounts data"),
 ])
 def test_bad_accounts_files_say_what_is_wrong(text, error):
     with pytest.raises(AclConfigError, match=error):
@@ -331,6 +333,32 @@ def test_file_reload_keeps_last_good_accounts(tmp_path):
     assert f.poll() is False and refusal(v, send("Unlisted")) is None, "deleted: old accounts"
     path.write_text(ACCOUNTS)
     assert f.poll() is True and refusal(v, send("Unlisted")) is not None
+
+
+def test_a_file_caught_mid_write_does_not_take_the_accounts_away(tmp_path):
+    """An editor that writes in place truncates the file first: a poll that sees it empty keeps
+    the previous accounts (RocketMQ refuses an empty file too), and text that changes while it
+    is being read is read again at the next poll, not judged half-written."""
+    path = tmp_path / "plain_acl.yml"
+    path.write_text(ACCOUNTS)
+    f = AclFile(str(path))
+    v = f.load()
+    path.write_text("")
+    assert f.poll() is False and refusal(v, send("Unlisted")) is not None, "empty: old accounts"
+    opened = ACCOUNTS.replace("defaultTopicPerm: DENY", "defaultTopicPerm: PUB")
+    read = f._read
+
+    def read_while_written():
+        got = read()
+        path.write_text(opened)                 # the rest of the edit lands after the read
+        os.utime(path, ns=(2, 2))
+        return got
+    path.write_text("accounts: []\n")        # valid on its own: judged, it would refuse everyone
+    os.utime(path, ns=(1, 1))
+    f._read = read_while_written
+    assert f.poll() is False and refusal(v, send("Unlisted")) is not None, "changed while read"
+    f._read = read
+    assert f.poll() is True and refusal(v, send("Unlisted")) is None, "read again, whole"
 
 
 def test_needed_resources_for_batches_too():
