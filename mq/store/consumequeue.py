@@ -345,32 +345,35 @@ def _first_empty(mm: mmap.mmap) -> int:
 MANIFEST_FILE = "consumequeues.json"      # under the store's config/ directory
 
 
-def write_manifest(config_dir: str, maxima: dict[tuple[str, int], int]) -> None:
-    """Records every queue and its max offset (at the end of recovery and at a clean stop), so
-    the next start can tell a queue whose files were deleted or cut from one that is empty:
-    {"topic": {"queueId": max offset}}."""
+def write_manifest(config_dir: str, bounds: dict[tuple[str, int], tuple[int, int]]) -> None:
+    """Records every queue with its min and max offset (at the end of recovery, at a clean stop,
+    and after retention deleted ConsumeQueue files), so the next start can tell a queue whose files
+    were deleted or cut -- at either end -- from one that is empty or that retention shortened:
+    {"topic": {"queueId": [min offset, max offset]}}."""
     from mq.files import write_atomic
-    table: dict[str, dict[str, int]] = {}
-    for (topic, qid), max_offset in sorted(maxima.items()):
-        table.setdefault(topic, {})[str(qid)] = max_offset
+    table: dict[str, dict[str, list[int]]] = {}
+    for (topic, qid), (min_offset, max_offset) in sorted(bounds.items()):
+        table.setdefault(topic, {})[str(qid)] = [min_offset, max_offset]
     try:
         write_atomic(os.path.join(config_dir, MANIFEST_FILE), json.dumps(table, indent=1))
     except OSError as e:                  # a hint for the next start, not data: a full disk is no reason to fail
         log.error("ConsumeQueue manifest not written: %s", e)
 
 
-def read_manifest(config_dir: str) -> dict[tuple[str, int], int]:
-    """write_manifest's table, or {} when there is none (or it does not parse: it is a hint)."""
+def read_manifest(config_dir: str) -> dict[tuple[str, int], tuple[int | None, int]] | None:
+    """write_manifest's table as {(topic, queueId): (min, max)}, or None when there is none (or it
+    does not parse: it is a hint).  A manifest of an earlier version holds the max alone: min None."""
     path = os.path.join(config_dir, MANIFEST_FILE)
     try:
         with open(path, encoding="utf-8") as f:
             table = json.load(f)
-        return {(topic, int(qid)): int(n) for topic, queues in table.items() for qid, n in queues.items()}
+        return {(topic, int(qid)): (None, int(b)) if isinstance(b, int) else (int(b[0]), int(b[1]))
+                for topic, queues in table.items() for qid, b in queues.items()}
     except FileNotFoundError:
-        return {}
-    except (OSError, ValueError, AttributeError, TypeError) as e:
+        return None
+    except (OSError, ValueError, AttributeError, TypeError, IndexError, KeyError) as e:
         log.warning("ConsumeQueue manifest %s unreadable (%s): ignored", path, e)
-        return {}
+        return None
 
 
 class ConsumeQueueSet:

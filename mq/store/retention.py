@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from mq.wire.filenames import offset_file_name, offset_file_path
 from . import control as C
 from .commitlog import list_files
+from .consumequeue import ENTRY_SIZE, write_manifest
 
 log = logging.getLogger("mq.store.retention")
 
@@ -245,12 +246,17 @@ class Retention:
                     pass
 
     def _clean_queues(self, min_phy: int) -> None:
+        removed = 0
         for topic, qid in self.store.cqs.on_disk():
             cq = self.store.cqs.get(topic, qid)
-            cq.delete_files_below(min_phy)
+            removed += cq.delete_files_below(min_phy)
             hi = cq.max_offset
             first = cq.first_entry_at_or_after(cq.min_offset, hi, min_phy)
             starts = cq.file_starts()
             if starts:
-                first = max(first, starts[0] // 20)
+                first = max(first, starts[0] // ENTRY_SIZE)
             self.store.ctl.queue_advance(cq.slot, C.Q_CQ_MIN, min(first, hi))
+        if removed:
+            # the next start tells files retention deleted from files that were lost by the
+            # manifest's min (a crash before this line: the queues it shortened are rebuilt)
+            write_manifest(self.store.config_dir, self.store.queue_bounds())

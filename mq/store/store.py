@@ -240,6 +240,7 @@ class MessageStore:
                 shutil.rmtree(self.cq_root)
                 os.makedirs(self.cq_root)
             rep.mode = "new"
+            write_manifest(self.config_dir, {})     # every queue from here on is born after it
             self._set_positions(0, 0, 0)
             if self.dledger:
                 self._set_dledger_positions(0, 0, 0, 0)
@@ -302,7 +303,7 @@ class MessageStore:
         rep.records_redispatched = n
         self._rebuilt(rebuild, min_pos, walked, t_rebuild)
         self._sync_next_offsets()
-        write_manifest(self.config_dir, self._queue_maxima())
+        write_manifest(self.config_dir, self.queue_bounds())
         self.dispatcher.flush_queues()
         if self.dispatcher.index is not None:
             self.dispatcher.index.close()       # the dispatch role writes it from here on
@@ -469,8 +470,9 @@ class MessageStore:
     def _recover_queues(self, end: int, min_pos: int, rep: RecoveryReport) -> tuple[int, list]:
         """Loads every ConsumeQueue's bounds into the control block, cutting entries that
         point at or past `end`, and checks each queue against the CommitLog (see
-        ConsumeQueue.damage) and against the manifest of queues known at the last start or
-        clean stop (a queue whose files are gone or shorter than it was).  Returns (the lowest
+        ConsumeQueue.damage) and against the manifest of queues known at the last start, clean
+        stop or retention pass (a queue whose files are gone, or that ends before or starts
+        after where it did).  Returns (the lowest
         CommitLog offset from which dispatch must run so that every sound queue is complete,
         the queues to rebuild from the whole CommitLog: their files are already removed)."""
         redispatch_from = end
@@ -490,9 +492,15 @@ class MessageStore:
                 cq.truncate_from(cut)
                 hi = cut
             why = cq.damage(lo, hi, min_pos, self._record_at)
-            # shorter than the manifest says: lost entries -- unless a truncated log took them
-            if why is None and not cut_here and hi < known.get((topic, qid), 0) and end > min_pos:
-                why = f"it ends at {hi}, it held {known[(topic, qid)]} at the last start or clean stop"
+            if why is None and known is not None and end > min_pos:
+                # a queue the manifest does not know was born after it was written: it starts at 0
+                was_lo, was_hi = known.get((topic, qid), (0, 0))
+                if not cut_here and hi < was_hi:
+                    # shorter than the manifest says: lost entries -- unless a truncated log took them
+                    why = f"it ends at {hi}, it held {was_hi} at the last start or clean stop"
+                elif was_lo is not None and lo > was_lo:
+                    # its first files are gone: retention rewrites the manifest when it deletes any
+                    why = f"it starts at {lo}, it started at {was_lo} at the last start, clean stop or retention"
             if why is not None:
                 rebuild.append((cq, why))
                 continue
@@ -501,7 +509,7 @@ class MessageStore:
             self.ctl.queue_set(cq.slot, C.Q_CQ_MAX, hi)
             self.ctl.queue_set(cq.slot, C.Q_NEXT_OFFSET, hi)
             highest_indexed = max(highest_indexed, cq.last_phy_end(hi))
-        for (topic, qid), max_offset in sorted(known.items()):
+        for (topic, qid), (_, max_offset) in sorted((known or {}).items()):
             if (topic, qid) not in seen and max_offset > 0 and end > min_pos:
                 rebuild.append((self.cqs.get(topic, qid), f"its files are gone (it held {max_offset} entries)"))
         for cq, why in rebuild:
@@ -552,9 +560,10 @@ class MessageStore:
                     len(queues), walked, time.monotonic() - t0,
                     ", ".join(f"{cq.topic}:{cq.queue_id} ({cq.max_offset} entries)" for cq in queues))
 
-    def _queue_maxima(self) -> dict[tuple[str, int], int]:
-        """Every queue the control block knows, with its ConsumeQueue's max offset."""
-        return {(topic, qid): self.ctl.queue_get(slot, C.Q_CQ_MAX) for slot, topic, qid in self.ctl.queues()}
+    def queue_bounds(self) -> dict[tuple[str, int], tuple[int, int]]:
+        """Every queue the control block knows, with its ConsumeQueue's (min, max) offsets."""
+        return {(topic, qid): (self.ctl.queue_get(slot, C.Q_CQ_MIN), self.ctl.queue_get(slot, C.Q_CQ_MAX))
+                for slot, topic, qid in self.ctl.queues()}
 
     def _sync_next_offsets(self) -> None:
         """After dispatch: the next queue offset of each queue follows its CQ."""
@@ -743,7 +752,7 @@ class MessageStore:
             self.dispatcher.flush_queues()
             if self.dispatcher.index is not None:
                 self.dispatcher.index.close()
-            write_manifest(self.config_dir, self._queue_maxima())
+            write_manifest(self.config_dir, self.queue_bounds())
             self.checkpoint.physic_ts_ms = self.ctl.get(C.POS_FLUSHED_STORE_TS)
             if healthy and self.ctl.get(C.POS_DISPATCHED) >= self.ctl.get(self.visible_end_pos):
                 self.checkpoint.mark_clean(self.ctl.get(C.POS_WRITE))

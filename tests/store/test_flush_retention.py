@@ -9,11 +9,12 @@ import time
 
 import pytest
 
-from mq.store import PutStatus, StoreConfig
+from mq.store import MessageStore, PutStatus, StoreConfig
 from mq.store import control as C
 from mq.store.configfile import ConfigFile, loads_lenient, read_config
 from mq.store.retention import Retention
 from mq.store.roles import start_role_process
+from tests.store.storekit import crash
 
 FS = 64 * 1024
 
@@ -177,6 +178,15 @@ def test_retention_deletes_expired_files_and_queue_files(make_store):
     assert forced == expected and forced
     left = sorted(os.listdir(cl_dir))
     assert "%020d" % (s.cl.write_pos - s.cl.write_pos % FS) in left and files[-1] in left
+    # retention recorded the queue's new first offset: a crash now is no reason to rebuild it
+    kept = (cq.min_offset, cq.max_offset)
+    crash(s)
+    s2 = MessageStore.open(s.config)
+    try:
+        assert s2.recovery.queues_rebuilt == [], s2.recovery
+        assert (s2.min_offset("RT", 0), s2.max_offset("RT", 0)) == kept
+    finally:
+        s2.close()
 
 
 def test_config_files_are_atomic_and_lenient(tmp_path):

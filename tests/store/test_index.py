@@ -13,7 +13,7 @@ from mq.store import MessageStore, StoreConfig
 from mq.store.index import IndexReader, delete_files_below, list_index_files
 from mq.wire import index as W
 from mq.wire.properties import encode_properties
-from tests.store.test_recovery import _crash
+from tests.store.storekit import crash
 
 FS = 64 * 1024
 SLOTS, ENTRIES = 64, 100       # small: collisions in every slot and a new file every ~99 keys
@@ -145,7 +145,7 @@ def test_index_recovers_after_a_crash_and_keeps_every_key(make_store):
     root = s.config.storePathRootDir
     offs = [_put(s, i) for i in range(120)]
     assert s.wait_dispatched()
-    _crash(s)
+    crash(s)
     s2 = MessageStore.open(StoreConfig(storePathRootDir=root, **_opts()), start_roles=True)
     try:
         assert s2.recovery.mode == "abnormal"
@@ -166,7 +166,7 @@ def test_torn_commitlog_tail_is_reindexed_at_the_same_offsets(make_store):
     root = s.config.storePathRootDir
     offs = [_put(s, i) for i in range(10)]
     assert s.wait_dispatched()
-    _crash(s)
+    crash(s)
     path = os.path.join(root, "commitlog", "%020d" % 0)
     with open(path, "r+b") as fh:                      # tear the last record
         fh.seek(offs[-1] + 4)

@@ -10,6 +10,7 @@ import pytest
 
 from mq.store import MessageStore, StoreConfig
 from mq.wire import commitlog as wcl
+from tests.store.storekit import crash
 
 FS = 64 * 1024
 
@@ -22,19 +23,6 @@ def _fill(store, n, topic="R", queues=2):
         res.append(r.result)
     assert store.wait_dispatched()
     return res
-
-
-def _crash(store):
-    """Leaves the store as a kill -9 would: no clean shutdown, abort file kept."""
-    store._stop.set()
-    for t in store._threads:
-        t.join()
-    store.cqs.close()
-    store.cl.close()
-    store.checkpoint.close()
-    store.ctl.close()
-    os.close(store._lock_fd)
-    store._lock_fd = None
 
 
 def _reopen(root, **kw):
@@ -99,7 +87,7 @@ def test_torn_tail_is_cut(make_store):
     root = s.config.storePathRootDir
     res = _fill(s, 300)
     last = res[-1]
-    _crash(s)
+    crash(s)
     path = _file_of(root, last.phy_offset())
     with open(path, "r+b") as f:
         f.seek(last.phy_offset() % FS + last.size() // 2)
@@ -128,7 +116,7 @@ def test_flipped_byte_in_the_middle_truncates_there(make_store):
     root = s.config.storePathRootDir
     res = _fill(s, 600)
     victim = res[250]
-    _crash(s)
+    crash(s)
     with open(_file_of(root, victim.phy_offset()), "r+b") as f:
         pos = victim.phy_offset() % FS + 90
         f.seek(pos)
@@ -199,7 +187,7 @@ def test_consume_queues_rebuilt_from_commitlog(make_store, abort):
     _fill(s, 300)
     before = {q: s.cqs.get("R", q).get(0, 1000) for q in range(2)}
     if abort:
-        _crash(s)
+        crash(s)
     else:
         s.close()
         from mq.store.checkpoint import Checkpoint
@@ -270,7 +258,7 @@ def test_a_file_cut_mid_record_keeps_every_record_before_the_cut(make_store, kee
     if clean:
         s.close()
     else:
-        _crash(s)
+        crash(s)
     _cut_mid_record(root, victim, keep_next_file)
     s2 = _reopen(root)
     try:
@@ -340,16 +328,19 @@ def test_a_deleted_consume_queue_is_rebuilt_and_no_queue_offset_is_reused(make_s
         s2.close()
 
 
-@pytest.mark.parametrize("damage", ["hole", "wrong records", "short file", "missing file"])
-def test_a_damaged_consume_queue_is_rebuilt(make_store, damage):
+@pytest.mark.parametrize("stop", ["clean", "crash"])
+@pytest.mark.parametrize("damage", ["hole", "wrong records", "short file", "missing file", "first file missing"])
+def test_a_damaged_consume_queue_is_rebuilt(make_store, damage, stop):
     """A queue whose entries have a hole in the middle (a zeroed range), point at records that
-    are not its own, whose file was cut short, or whose middle file is missing, is rebuilt from
-    the CommitLog: every entry is its own record again and nothing is lost."""
+    are not its own, whose file was cut short, or whose middle or first file is missing, is
+    rebuilt from the CommitLog: every entry is its own record again and nothing is lost.  The
+    queue here was born after the store's last start, so the manifest of that start does not
+    know it: a crash leaves it unlisted, and it must start at 0."""
     s = make_store(mappedFileSizeCommitLog=FS, mappedFileSizeConsumeQueue=20 * 64)
     root = s.config.storePathRootDir
     _fill(s, 600, topic="D", queues=2)
     before = {q: s.cqs.get("D", q).get(0, 1000) for q in range(2)}
-    s.close()
+    s.close() if stop == "clean" else crash(s)
     qdir = os.path.join(root, "consumequeue", "D", "0")
     names = sorted(os.listdir(qdir))
     if damage == "hole":
@@ -362,8 +353,10 @@ def test_a_damaged_consume_queue_is_rebuilt(make_store, damage):
     elif damage == "short file":
         with open(os.path.join(qdir, names[-1]), "r+b") as f:
             f.truncate(20 * 10)
-    else:
+    elif damage == "missing file":
         os.unlink(os.path.join(qdir, names[1]))
+    else:
+        os.unlink(os.path.join(qdir, names[0]))
     s2 = _reopen(root, mappedFileSizeConsumeQueue=20 * 64)
     try:
         assert s2.recovery.queues_rebuilt == ["D:0"], s2.recovery
