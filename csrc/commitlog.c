@@ -519,7 +519,7 @@ int mq_record_check(const uint8_t *p, size_t avail, int check_crc, mq_scan_rec *
 }
 
 int mq_commitlog_read_record(mq_commitlog *cl, uint64_t offset, uint32_t size, int32_t queue_id,
-                             int64_t queue_offset, const uint8_t **ptr) {
+                             int64_t queue_offset, const char *topic, uint32_t topic_len, const uint8_t **ptr) {
     int rc = mq_commitlog_view(cl, offset, size, ptr);
     if (rc) return rc;
     mq_scan_rec rec;
@@ -527,6 +527,8 @@ int mq_commitlog_read_record(mq_commitlog *cl, uint64_t offset, uint32_t size, i
     if (mq_record_check(*ptr, size, 1, &rec, &stop) != MQ_OK || rec.phy_offset != offset || rec.size != size)
         return MQ_E_CORRUPT;
     if (queue_id >= 0 && (rec.queue_id != queue_id || rec.queue_offset != queue_offset)) return MQ_E_CORRUPT;
+    if (topic && (rec.topic_len != topic_len || memcmp(*ptr + rec.topic_offset, topic, topic_len) != 0))
+        return MQ_E_CORRUPT;
     return MQ_OK;
 }
 

@@ -68,11 +68,12 @@
  *     tools): MQ_E_RANGE only for size 0, a range crossing a file's end, or no such file.
  * mq_commitlog_read_record  the read path's view of one record: as mq_commitlog_view, then the
  *     record is checked whole -- magic, every length, BODYCRC, PHYSICALOFFSET == offset,
- *     TOTALSIZE == size, and when queue_id >= 0 QUEUEID == queue_id and QUEUEOFFSET ==
- *     queue_offset (what its ConsumeQueue entry says) -- so bytes damaged on disk or in memory
- *     since they were written are never served.  MQ_E_CORRUPT when the check fails (*ptr is
- *     set, for a report).  One CRC of the body per call.  Not covered (the v1 record has no
- *     checksum for them): the topic, properties, timestamps, hosts and flags.
+ *     TOTALSIZE == size, when queue_id >= 0 QUEUEID == queue_id and QUEUEOFFSET ==
+ *     queue_offset, and when topic is not NULL TOPIC == topic[0:topic_len] (what its
+ *     ConsumeQueue entry says) -- so bytes damaged on disk or in memory since they were written
+ *     are never served.  MQ_E_CORRUPT when the check fails (*ptr is set, for a report).  One
+ *     CRC of the body per call.  Not covered (the v1 record has no checksum for them): the
+ *     properties, timestamps, hosts and flags.
  * mq_record_check  the checks of a scan on a plain buffer (tools, HA): the record at buf with
  *     avail bytes readable -- magic, every length, BODYCRC when check_crc.  MQ_OK with *rec
  *     filled (slot UINT32_MAX, dl_* 0) and *stop_out MQ_SCAN_LIMIT, or MQ_E_CORRUPT with
@@ -216,7 +217,8 @@ int      mq_commitlog_append_group(mq_commitlog *cl, const mq_group_msg *msgs, u
 int      mq_commitlog_view(mq_commitlog *cl, uint64_t offset, uint32_t size, const uint8_t **ptr);
 int      mq_commitlog_view_raw(mq_commitlog *cl, uint64_t offset, uint32_t size, const uint8_t **ptr);
 int      mq_commitlog_read_record(mq_commitlog *cl, uint64_t offset, uint32_t size, int32_t queue_id,
-                                  int64_t queue_offset, const uint8_t **ptr);
+                                  int64_t queue_offset, const char *topic, uint32_t topic_len,
+                                  const uint8_t **ptr);
 int      mq_record_check(const uint8_t *buf, size_t avail, int check_crc, mq_scan_rec *rec, int *stop_out);
 int      mq_commitlog_scan(mq_commitlog *cl, uint64_t from, uint64_t limit, int check_crc,
                            int resolve_slots, mq_scan_rec *out, uint32_t cap, uint32_t *n_out,

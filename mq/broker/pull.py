@@ -363,6 +363,7 @@ class PullProcessor:
         parts, size, scanned = [], 0, 0
         last_phy = None
         min_phy = self.store.cl.min_pos
+        topic_bytes = topic.encode()
         for phy, msg_size, tags in entries:
             if parts and (len(parts) >= count_max or size + msg_size > bytes_max):
                 break
@@ -373,7 +374,7 @@ class PullProcessor:
             if codes is not None and tags not in codes:
                 continue
             try:
-                parts.append(self.store.cl.read_record(phy, msg_size, qid, offset + scanned - 1))
+                parts.append(self.store.cl.read_record(phy, msg_size, qid, offset + scanned - 1, topic_bytes))
             except CorruptRecord:
                 self._damaged(topic, qid, offset + scanned - 1, phy, msg_size)
                 continue             # skipped like a filtered message: the consumer moves past it

@@ -252,10 +252,10 @@ class CommitLog:
         return memoryview(ffi.buffer(p[0], size))
 
     def read_record(self, offset: int, size: int | None = None, queue_id: int = -1,
-                    queue_offset: int = -1) -> memoryview:
+                    queue_offset: int = -1, topic: bytes | None = None) -> memoryview:
         """The whole record at `offset` (a view), checked whole by C (mq_commitlog_read_record:
         lengths, BODYCRC, PHYSICALOFFSET, and what its ConsumeQueue entry says when given: its
-        size, queue id and queue offset), or OutOfRange when no record starts there /
+        size, queue id, queue offset and topic (UTF-8)), or OutOfRange when no record starts there /
         CorruptRecord when the one there is damaged: the read path never serves a damaged
         record."""
         if size is None:
@@ -266,7 +266,8 @@ class CommitLog:
         elif not (0 <= offset <= INT64_MAX and 0 <= size <= INT32_MAX):
             raise OutOfRange(f"no bytes at {offset}+{size}")
         p = ffi.new("const uint8_t **")
-        check(lib.mq_commitlog_read_record(self._h, offset, size, queue_id, queue_offset, p),
+        check(lib.mq_commitlog_read_record(self._h, offset, size, queue_id, queue_offset,
+                                           ffi.NULL if topic is None else topic, len(topic or b""), p),
               f"record at {offset} ({size} bytes)")
         return memoryview(ffi.buffer(p[0], size))
 

@@ -672,11 +672,12 @@ class MessageStore:
         its check (damaged since it was written) is left out and logged."""
         cq = self.cqs.get(topic, queue_id)
         out = []
+        topic_bytes = topic.encode()
         for i, (phy, size, _tags) in enumerate(cq.get(queue_offset, max_count)):
             if phy < self.cl.min_pos:
                 continue
             try:
-                out.append((queue_offset + i, self.cl.read_record(phy, size, queue_id, queue_offset + i)))
+                out.append((queue_offset + i, self.cl.read_record(phy, size, queue_id, queue_offset + i, topic_bytes)))
             except CorruptRecord:
                 log.error("damaged record skipped: %s:%d queue offset %d at %d", topic, queue_id, queue_offset + i,
                           phy)

@@ -1,7 +1,7 @@
 """Bit rot under a live broker: bytes of a stored record change after it was written (the
 CommitLog file is flipped in place, so the broker's own mapping sees it at once).  What it
 proves: the read path checks every record in C before it serves it (lengths, BODYCRC,
-PHYSICALOFFSET, and its QUEUEID/QUEUEOFFSET against the ConsumeQueue entry), so a damaged one
+PHYSICALOFFSET, and its TOPIC/QUEUEID/QUEUEOFFSET against the ConsumeQueue entry), so a damaged one
 is never served -- not by a pull (skipped like a filtered message: the consumer moves past it
 and gets every intact one), not by viewMessageById (SYSTEM_ERROR) -- and the broker logs it
 once."""
@@ -90,16 +90,19 @@ def test_a_record_damaged_under_a_live_broker_is_never_served(broker):
         p.close()
 
 
-def test_a_record_whose_queue_offset_changed_is_never_served(broker):
-    """A flipped byte of QUEUEOFFSET (outside the body CRC): the record no longer matches the
-    ConsumeQueue entry that points at it, and is skipped."""
+# v1 record: QUEUEOFFSET is bytes 20..27 (big-endian); a 6-byte body is bytes 88..93, then the
+# topic's length byte, then the topic
+@pytest.mark.parametrize("field,at", [("QUEUEOFFSET", 27), ("TOPIC", 88 + 6 + 1)])
+def test_a_record_whose_queue_offset_or_topic_changed_is_never_served(broker, field, at):
+    """A flipped byte of QUEUEOFFSET or of the TOPIC (outside the body CRC): the record no longer
+    matches the ConsumeQueue entry that points at it, and is skipped."""
     p = Peer(broker.port)
     try:
         sent = [send(p, b"qo-%03d" % i) for i in range(5)]
         wait_for(lambda: len(records(pull(p, 0, 30).body)) == 5, 10, what="all five dispatched")
         phy = decode_offset_msg_id(sent[2]["msgId"])[2]
-        flip(broker, phy, 27)                       # QUEUEOFFSET is bytes 20..27, big-endian
+        flip(broker, phy, at)
         got = pull(p, 0, 30)
-        assert [r.queue_offset for r in records(got.body)] == [0, 1, 3, 4]
+        assert [r.queue_offset for r in records(got.body)] == [0, 1, 3, 4], field
     finally:
         p.close()
