@@ -2,14 +2,19 @@
 remoting frames built by hand (mq.wire.remoting), so every byte a test sends is its own."""
 from __future__ import annotations
 
+import contextlib
 import itertools
 import socket
+import time
 
 import pytest
 
+from mq.cluster import Broker, NameServer
+from mq.wire.commitlog import parse_record
 from mq.wire.remoting import RemotingCommand, decode_frame_payload, encode_frame, frame_payload_size
 
 IO_TIMEOUT_S = 5.0
+PULL_WAIT_S = 10.0              # how long pull_record waits for a record to be dispatched
 _opaque = itertools.count(1)
 
 
@@ -83,3 +88,41 @@ class Peer:
             self.sock.settimeout(IO_TIMEOUT_S)
         assert data == b"", f"unexpected bytes {data!r}"
         return False
+
+
+@contextlib.contextmanager
+def raw_broker(work: str, topic: str, queues: int, **options):
+    """A name server and a broker (one send thread unless options say otherwise) with `topic`
+    created with `queues` queues.  On exit the broker must stop cleanly and its log must hold no
+    traceback: bad input is answered, never crashes a handler."""
+    ns = NameServer(work)
+    b = Broker(work, ns.addr, **{"sendMessageThreadPoolNums": 1, **options})
+    try:
+        p = Peer(b.port)
+        try:
+            resp = p.call(17, {"topic": topic, "readQueueNums": str(queues), "writeQueueNums": str(queues),
+                               "perm": "6"})
+            assert resp.code == 0, (resp.code, resp.remark)
+        finally:
+            p.close()
+        yield b
+        log = b.proc.output()
+        assert b.stop() == 0, log[-3000:]
+        assert "Traceback" not in log, log[log.index("Traceback") - 300:][:3000]
+    finally:
+        b.stop()
+        ns.stop()
+
+
+def pull_record(peer: Peer, topic: str, queue_id: int, queue_offset: int, group: str = "RawPeerCG"):
+    """The record at (topic, queue_id, queue_offset), its BODYCRC checked, waiting up to
+    PULL_WAIT_S for dispatch."""
+    deadline = time.monotonic() + PULL_WAIT_S
+    while True:
+        resp = peer.call(11, {"consumerGroup": group, "topic": topic, "queueId": str(queue_id),
+                              "queueOffset": str(queue_offset), "maxMsgNums": "1", "sysFlag": "6",
+                              "commitOffset": "0", "suspendTimeoutMillis": "1000", "subscription": "*",
+                              "subVersion": "0"})
+        if resp.code == 0:
+            return parse_record(resp.body, check_crc=True)
+        assert resp.code in (19, 20, 21) and time.monotonic() < deadline, (resp.code, resp.remark)

@@ -23,11 +23,9 @@ import time
 
 import pytest
 
-from mq.cluster import Broker, NameServer
-from mq.wire.commitlog import parse_record
 from mq.wire.remoting import RemotingCommand, encode_frame
 from mq.wire.headers import send_v2
-from tests.faults.rawpeer import Peer, next_opaque
+from tests.faults.rawpeer import Peer, next_opaque, pull_record, raw_broker
 
 TOPIC = "MalformedTopic"
 QUEUES = 2
@@ -36,20 +34,9 @@ _bodies = itertools.count()
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    work = str(tmp_path_factory.mktemp("malformed"))
-    ns = NameServer(work)
-    b = Broker(work, ns.addr, sendMessageThreadPoolNums=1, autoCreateTopicEnable="false")
-    p = Peer(b.port)
-    resp = p.call(17, {"topic": TOPIC, "readQueueNums": str(QUEUES), "writeQueueNums": str(QUEUES), "perm": "6"})
-    assert resp.code == 0, (resp.code, resp.remark)
-    p.close()
-    yield b
-    log = b.proc.output()
-    try:
-        assert b.stop() == 0, log[-3000:]
-        assert "Traceback" not in log, log[log.index("Traceback") - 300:][:3000]
-    finally:
-        ns.stop()
+    with raw_broker(str(tmp_path_factory.mktemp("malformed")), TOPIC, QUEUES,
+                    autoCreateTopicEnable="false") as b:
+        yield b
 
 
 def send_header(queue_id: int = 0, **fields) -> dict:
@@ -62,15 +49,7 @@ def send_header(queue_id: int = 0, **fields) -> dict:
 
 def pull_body(peer: Peer, queue_id: int, queue_offset: int) -> bytes:
     """The body of the record at (TOPIC, queue_id, queue_offset), waiting for dispatch."""
-    deadline = time.monotonic() + 10
-    while True:
-        resp = peer.call(11, {"consumerGroup": "MalformedCG", "topic": TOPIC, "queueId": str(queue_id),
-                              "queueOffset": str(queue_offset), "maxMsgNums": "1", "sysFlag": "6",
-                              "commitOffset": "0", "suspendTimeoutMillis": "1000", "subscription": "*",
-                              "subVersion": "0"})
-        if resp.code == 0:
-            return bytes(parse_record(resp.body).body)
-        assert resp.code in (19, 20, 21) and time.monotonic() < deadline, (resp.code, resp.remark)
+    return bytes(pull_record(peer, TOPIC, queue_id, queue_offset, group="MalformedCG").body)
 
 
 def pipelined_sends(peer: Peer, headers: list[dict]) -> list[tuple[bytes, RemotingCommand]]:

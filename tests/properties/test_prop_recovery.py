@@ -1,0 +1,354 @@
+"""Store recovery under random damage, as a property (mq.store.MessageStore, in-process).
+
+Hypothesis draws a store (1-3 queues, 0-400 messages of varied sizes in 64 KiB CommitLog files
+and 32-entry ConsumeQueue files, so both roll), a clean stop or a crash (kill -9 as
+tests/store/test_recovery.py simulates it), and up to four damages applied while it is stopped:
+a flipped bit or a zeroed range anywhere in a CommitLog file or inside a record, a CommitLog
+file cut short, a ConsumeQueue file or a whole queue directory deleted, a ConsumeQueue file
+cut.  After the reopen:
+
+  * no damaged record is served: every record get_messages returns parses with check_crc=True,
+    is of the queue and at the queue offset it was asked for, and equals byte for byte the
+    record written there;
+  * the intact prefix is kept: every record that lies wholly before the first CommitLog byte
+    the damage changed is still served through its queue at its queue offset; with damage to
+    ConsumeQueues alone, every record is (they are rebuilt from the CommitLog);
+  * queue offsets are dense and unique: each queue's entries from min to max point each at the
+    record written at that queue offset, and min is 0 (nothing was retired);
+  * the store takes a new message on every queue and gives it the next queue offset, max,
+    never one already used, and serves it.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import pytest
+from hypothesis import given, note, strategies as st
+
+from mq.store import MessageStore, StoreConfig
+from mq.store.control import remove_segment
+from mq.wire import commitlog as wcl
+from tests.properties.propkit import bounded
+from tests.store.storekit import crash
+
+FS = 64 * 1024                  # mappedFileSizeCommitLog: 400 messages fill up to ~5 files
+CQ_ENTRIES = 32                 # entries per ConsumeQueue file: a queue of 400 has ~13 files
+TOPIC = "Prop"
+# a RAM file system for the stores when there is one: every example fsyncs its files several times,
+# which on a disk other tests keep busy costs seconds (nothing here depends on durability: the crash
+# simulated keeps the page cache, as kill -9 does)
+RAM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+
+
+def _config(root: str) -> StoreConfig:
+    return StoreConfig(storePathRootDir=root, mappedFileSizeCommitLog=FS,
+                       mappedFileSizeConsumeQueue=CQ_ENTRIES * 20)
+
+
+# --------------------------------------------------------------------------------------------------
+# Strategies: a damage is drawn as numbers, resolved against the files when it is applied (modulo
+# what is there), so every drawn damage applies to any store and shrinks well.
+
+WHERE = st.integers(0, 1 << 30)
+
+CL_DAMAGE = st.one_of(
+    st.tuples(st.just("cl_flip_record"), WHERE, WHERE, st.integers(0, 7)),       # record pick, byte in it, bit
+    st.tuples(st.just("cl_flip"), WHERE, st.integers(0, FS - 1), st.integers(0, 7)),   # file pick, byte, bit
+    st.tuples(st.just("cl_zero"), WHERE, st.integers(0, FS - 1), st.integers(1, 4096)),
+    st.tuples(st.just("cl_cut"), WHERE, st.integers(0, FS - 1)),
+)
+# Not drawn: a byte flipped or zeroed inside a ConsumeQueue file (but not at its tail) -- see
+# test_a_consume_queue_entry_damaged_in_the_middle_is_rebuilt for that limit.
+CQ_DAMAGE = st.one_of(
+    st.tuples(st.just("cq_delete_file"), WHERE, WHERE),                          # queue pick, file pick
+    st.tuples(st.just("cq_delete_dir"), WHERE),
+    st.tuples(st.just("cq_cut"), WHERE, WHERE, st.integers(0, CQ_ENTRIES * 20 - 1)),
+)
+
+
+@st.composite
+def scenarios(draw) -> dict:
+    return dict(
+        queues=draw(st.integers(1, 3)),
+        messages=draw(st.integers(0, 400)),
+        body_size_max=draw(st.sampled_from([8, 300, 1500])),
+        clean=draw(st.booleans()),
+        damages=draw(st.lists(st.one_of(CL_DAMAGE, CQ_DAMAGE), max_size=4)),
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Writing, damaging, checking
+
+
+class Written:
+    """What was written: per (queue, queue offset) the record's position and bytes."""
+
+    def __init__(self):
+        self.at: dict[tuple[int, int], tuple[int, bytes]] = {}    # (q, qo) -> (phy, record bytes)
+
+    def records(self) -> list[tuple[int, int, int, bytes]]:
+        """(phy, q, qo, bytes), in CommitLog order."""
+        return sorted((phy, q, qo, rec) for (q, qo), (phy, rec) in self.at.items())
+
+
+def fill(store: MessageStore, sc: dict) -> Written:
+    w = Written()
+    results = []
+    for i in range(sc["messages"]):
+        q = i * 7 % sc["queues"]
+        body = b"m%05d-" % i + b"x" * (i * 37 % sc["body_size_max"])
+        r = store.put(TOPIC, q, body)
+        assert r.ok, r
+        results.append((q, r.result))
+    assert store.wait_dispatched()
+    for q, res in results:
+        rec = bytes(store.cl.read_record(res.phy_offset(), res.size()))
+        w.at[(q, res.queue_offset())] = (res.phy_offset(), rec)
+    return w
+
+
+def cl_files(root: str) -> dict[int, bytes]:
+    d = os.path.join(root, "commitlog")
+    return {int(n): open(os.path.join(d, n), "rb").read() for n in sorted(os.listdir(d))}
+
+
+def cq_dirs(root: str) -> list[str]:
+    base = os.path.join(root, "consumequeue", TOPIC)
+    if not os.path.isdir(base):
+        return []
+    return [os.path.join(base, q) for q in sorted(os.listdir(base))]
+
+
+def apply_damage(root: str, written: Written, damage: tuple) -> str:
+    """Applies one damage to the stopped store's files; returns what it did (for the report)."""
+    kind = damage[0]
+    if kind.startswith("cl_"):
+        # the files that hold records (the preparer makes the next one ahead, when it gets to it)
+        last = max([phy for phy, _, _, _ in written.records()], default=0)
+        files = [start for start in sorted(cl_files(root)) if start <= last]
+        if kind == "cl_flip_record":
+            recs = written.records()
+            if not recs:
+                return "no record"
+            phy, _, _, rec = recs[damage[1] % len(recs)]
+            at, bit = phy + damage[2] % len(rec), damage[3]
+            path, pos = os.path.join(root, "commitlog", "%020d" % (at - at % FS)), at % FS
+            kind = "cl_flip"
+        else:
+            start = files[damage[1] % len(files)]
+            path, pos = os.path.join(root, "commitlog", "%020d" % start), damage[2]
+        if not os.path.exists(path):
+            return f"{path} is gone"
+        with open(path, "r+b") as f:
+            if kind == "cl_flip":
+                bit = damage[3]
+                f.seek(pos)
+                b = f.read(1)
+                if not b:
+                    return f"{path} ends before {pos}"
+                f.seek(pos)
+                f.write(bytes([b[0] ^ (1 << bit)]))
+                return f"flipped bit {bit} of CommitLog byte {os.path.basename(path)}+{pos}"
+            if kind == "cl_zero":
+                f.seek(pos)
+                f.write(b"\0" * min(damage[3], FS - pos))
+                return f"zeroed CommitLog {os.path.basename(path)}+{pos}..+{damage[3]}"
+            f.truncate(pos)
+            return f"cut CommitLog file {os.path.basename(path)} to {pos} bytes"
+    dirs = cq_dirs(root)
+    if not dirs:
+        return "no ConsumeQueue"
+    qdir = dirs[damage[1] % len(dirs)]
+    if kind == "cq_delete_dir":
+        shutil.rmtree(qdir)
+        return f"deleted ConsumeQueue directory {qdir}"
+    names = sorted(os.listdir(qdir)) if os.path.isdir(qdir) else []
+    if not names:
+        return f"no file in {qdir}"
+    path = os.path.join(qdir, names[damage[2] % len(names)])
+    if kind == "cq_delete_file":
+        os.unlink(path)
+        return f"deleted ConsumeQueue file {path}"
+    with open(path, "r+b") as f:
+        f.truncate(damage[3])
+    return f"cut ConsumeQueue file {path} to {damage[3]} bytes"
+
+
+def first_changed(before: dict[int, bytes], after: dict[int, bytes]) -> int | None:
+    """The first CommitLog byte whose content the damage changed (a file cut short reads as zeros
+    past its end, as recovery extends it), or None."""
+    for start, old in sorted(before.items()):
+        new = after.get(start, b"")
+        new = new + bytes(len(old) - len(new))
+        if new != old:
+            return start + next(i for i in range(len(old)) if old[i] != new[i])
+    return None
+
+
+# Bytes of a v1 record (IPv4 hosts) that nothing can check: no checksum covers them (BODYCRC covers the
+# body only), no reader knows what they should be.  FLAG; SYSFLAG, BORNTIMESTAMP, BORNHOST, BORNPORT,
+# STORETIMESTAMP, STOREHOST, STOREPORT, RECONSUMETIMES, PREPAREDTRANSACTIONOFFSET; the PROPERTIES bytes.
+# Everything else is checked: TOTALSIZE, MAGIC and the lengths by the layout, the body by BODYCRC,
+# PHYSICALOFFSET by its position, TOPIC, QUEUEID and QUEUEOFFSET by the queue and offset that were read.
+# test_a_record_whose_flag_byte_flipped_is_never_served documents the limit (an expected failure).
+def unchecked_ranges(record: bytes) -> list[tuple[int, int]]:
+    body_size = int.from_bytes(record[84:88], "big")
+    topic_size = record[88 + body_size]
+    props_at = 88 + body_size + 1 + topic_size + 2
+    return [(16, 20), (36, 84), (props_at, len(record))]
+
+
+def unchecked_differences(written: bytes, served: bytes) -> list[int]:
+    """Byte positions where `served` differs from `written` outside unchecked_ranges(written)."""
+    if len(written) != len(served):
+        return [-1]
+    free = unchecked_ranges(written)
+    return [i for i in range(len(written)) if written[i] != served[i] and not any(a <= i < b for a, b in free)]
+
+
+def served(store: MessageStore, q: int, lo: int, hi: int) -> dict[int, bytes]:
+    """Every record get_messages serves for queue q in [lo, hi), by queue offset."""
+    out: dict[int, bytes] = {}
+    qo = lo
+    while qo < hi:
+        got = store.get_messages(TOPIC, q, qo, 32)
+        for at, view in got:
+            assert at not in out, f"queue offset {at} served twice"
+            out[at] = bytes(view)
+        qo = max([qo + 1] + [at + 1 for at, _ in got])
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# The property
+
+
+@bounded(60)
+@given(sc=scenarios())
+def test_recovery_under_random_damage_serves_no_damage_and_keeps_the_intact_prefix(tmp_path_factory, sc):
+    root = tempfile.mkdtemp(prefix="prop-recovery-", dir=RAM_DIR) if RAM_DIR \
+        else str(tmp_path_factory.mktemp("damage"))
+    store = reopened = None
+    try:
+        store = MessageStore.open(_config(root))
+        written = fill(store, sc)
+        if sc["clean"]:
+            store.close()
+        else:
+            crash(store)
+        store = None
+        before = cl_files(root)
+        for damage in sc["damages"]:
+            note(apply_damage(root, written, damage))
+        first_bad = first_changed(before, cl_files(root))
+        note(f"first damaged CommitLog byte: {first_bad}")
+
+        reopened = MessageStore.open(_config(root))
+        note(f"recovery: {reopened.recovery}")
+        for q in range(sc["queues"]):
+            lo, hi = reopened.min_offset(TOPIC, q), reopened.max_offset(TOPIC, q)
+            mine = {qo: v for (qq, qo), v in written.at.items() if qq == q}
+            assert 0 <= lo <= hi <= len(mine), f"queue {q} holds [{lo}, {hi}), {len(mine)} were written"
+            got = served(reopened, q, lo, hi)
+            # no damaged record is served
+            for qo, rec_bytes in got.items():
+                rec = wcl.parse_record(rec_bytes, check_crc=True)
+                assert (rec.topic, rec.queue_id, rec.queue_offset) == (TOPIC, q, qo), \
+                    f"queue {q} offset {qo} served a record of {rec.topic}:{rec.queue_id} offset {rec.queue_offset}"
+                assert qo in mine, f"queue {q} offset {qo} was never written"
+                differ = unchecked_differences(mine[qo][1], rec_bytes)
+                assert not differ, f"queue {q} offset {qo}: the record served differs from the one written " \
+                                   f"at bytes {differ[:16]}, which the format protects"
+            # dense and unique: every entry in [lo, hi) points at the record written at that offset
+            assert lo == 0, f"queue {q} starts at {lo}"
+            cq = reopened.cqs.get(TOPIC, q)
+            for qo in range(lo, hi):
+                entry = cq.get_raw(qo)
+                assert entry is not None and entry[:2] == (mine[qo][0], len(mine[qo][1])), \
+                    f"queue {q} entry {qo} is {entry}, the record written there is at {mine[qo][0]}"
+            # the intact prefix is kept (all of it when only ConsumeQueues were damaged)
+            for qo, (phy, rec_bytes) in sorted(mine.items()):
+                if first_bad is None or phy + len(rec_bytes) <= first_bad:
+                    assert got.get(qo) == rec_bytes, \
+                        f"queue {q} offset {qo} (at {phy}, before the first damaged byte {first_bad}) is lost"
+        # the store takes new messages and gives each the next queue offset, never one a record still in
+        # the CommitLog (below the recovered end, damaged or not) holds
+        end = reopened.cl.write_pos
+        for q in range(sc["queues"]):
+            hi = reopened.max_offset(TOPIC, q)
+            held = [qo for (qq, qo), (phy, rec) in written.at.items() if qq == q and phy + len(rec) <= end]
+            r = reopened.put(TOPIC, q, b"after-%d" % q)
+            assert r.ok, r
+            assert r.result.queue_offset() == hi, f"queue {q}: new message at {r.result.queue_offset()}, max was {hi}"
+            assert hi > max(held, default=-1), \
+                f"queue {q}: new message at {hi}, but the CommitLog still holds that queue's offsets up to {max(held)}"
+        assert reopened.wait_dispatched(timeout_s=3.0), "dispatch stopped"
+        for q in range(sc["queues"]):
+            hi = reopened.max_offset(TOPIC, q) - 1
+            (at, view), = reopened.get_messages(TOPIC, q, hi, 1)
+            assert wcl.parse_record(view, check_crc=True).body == b"after-%d" % q
+    finally:
+        for s in (store, reopened):
+            if s is not None and s.ctl is not None and s.ctl.ptr is not None:
+                s.close()
+        remove_segment(root)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.xfail(strict=True, reason="recovery checks a ConsumeQueue's files, its tail entries and its last "
+                   "entry's record, not every entry: an entry damaged in the middle of a file points at no whole "
+                   "record, the read path refuses it (nothing damaged is served) and that message is skipped "
+                   "although its record is intact in the CommitLog")
+def test_a_consume_queue_entry_damaged_in_the_middle_is_rebuilt(tmp_path):
+    """The ConsumeQueue half of "the intact prefix is kept": one queue of 100 messages in 32-entry
+    files, a clean stop, one bit of entry 40's size flipped (the minimal example the property above
+    found while it drew such damage).  Strict: once recovery checks every entry (or the read path
+    falls back to the CommitLog) this passes, and the marker must go, and CQ_DAMAGE may draw
+    flips and zeroed ranges again."""
+    root = str(tmp_path / "store")
+    s = MessageStore.open(_config(root))
+    try:
+        written = fill(s, dict(queues=1, messages=100, body_size_max=8))
+    finally:
+        s.close()
+    with open(os.path.join(root, "consumequeue", TOPIC, "0", "%020d" % (32 * 20)), "r+b") as f:
+        f.seek((40 - 32) * 20 + 8 + 3)          # entry 40: phy (8 bytes), size (4, big-endian), tags code
+        b = f.read(1)
+        f.seek((40 - 32) * 20 + 8 + 3)
+        f.write(bytes([b[0] ^ 4]))
+    s = MessageStore.open(_config(root))
+    try:
+        assert [bytes(v) for _, v in s.get_messages(TOPIC, 0, 40, 1)] == [written.at[(0, 40)][1]]
+    finally:
+        s.close()
+
+
+@pytest.mark.xfail(strict=True, reason="the v1 record has no checksum over FLAG, the timestamps, hosts, ports, "
+                   "RECONSUMETIMES, PREPAREDTXOFFSET or the properties (BODYCRC covers the body): a flip there "
+                   "passes every check recovery and the read path can make, and the record is served as it reads")
+def test_a_record_whose_flag_byte_flipped_is_never_served(tmp_path):
+    """The byte-for-byte half of "no damaged record is served", for a byte nothing checks: one message,
+    a crash, bit 0 of its FLAG flipped (the minimal example the property above printed before its
+    comparison learned unchecked_ranges).  Strict: once a checksum covers the whole record this passes,
+    and the marker (and unchecked_ranges) must go."""
+    root = str(tmp_path / "store")
+    s = MessageStore.open(_config(root))
+    try:
+        res = s.put(TOPIC, 0, b"m00000-").result
+        assert s.wait_dispatched()
+        written = bytes(s.cl.read_record(res.phy_offset(), res.size()))
+    finally:
+        crash(s)
+    with open(os.path.join(root, "commitlog", "%020d" % 0), "r+b") as f:
+        f.seek(res.phy_offset() + wcl.POS_FLAG)
+        b = f.read(1)
+        f.seek(res.phy_offset() + wcl.POS_FLAG)
+        f.write(bytes([b[0] ^ 1]))
+    s = MessageStore.open(_config(root))
+    try:
+        assert [bytes(v) for _, v in s.get_messages(TOPIC, 0, 0, 1)] in ([], [written])
+    finally:
+        s.close()
