@@ -146,3 +146,25 @@ def format_value(v) -> str:
 def format_properties(values: dict) -> str:
     """key=value lines sorted by key: what `-p` prints and GET_*_CONFIG answers."""
     return "".join(f"{k}={format_value(v)}\n" for k, v in sorted(values.items()))
+
+
+def parse_runtime_update(text: str, options: dict, runtime_keys: frozenset, ignored_keys, server: str,
+                         config_file: str) -> dict[str, Any]:
+    """An UPDATE_*_CONFIG body (properties text) parsed and checked against a server's options
+    ({name: Option}): ValueError names a key that is unknown (saying so when it is a RocketMQ key
+    the server accepts in its file and ignores), one that cannot change while `server` runs, or
+    a bad value."""
+    raw = parse_properties(text)
+    if not raw:
+        raise ValueError("no key=value in the body")
+    can = ", ".join(sorted(runtime_keys))
+    out = {}
+    for k, v in raw.items():
+        if k not in options:
+            ignored = f" (a RocketMQ key this {server} ignores)" if k in ignored_keys else ""
+            raise ValueError(f"{k} is not a {server} config key{ignored}; keys that change while it runs: {can}")
+        if k not in runtime_keys:
+            raise ValueError(f"{k} cannot change while the {server} runs (set it in {config_file} and restart); "
+                             f"these can: {can}")
+        out[k] = options[k].parse(v)
+    return out

@@ -24,7 +24,7 @@ import logging
 
 from mq.remoting import ResponseCode as RC, make_response
 from mq.wire.codes import RequestCode as R
-from mq.options import parse_properties
+from mq import options
 from mq.wire.adminbodies import (connection, consume_stats, encode_broker_stats_data, encode_consume_stats_list,
                                  encode_consumer_connection, encode_producer_connection, encode_query_consume_queue,
                                  subscription_data)
@@ -49,22 +49,8 @@ RUNTIME_KEYS = frozenset({
 
 
 def parse_runtime_update(text: str) -> dict:
-    """The properties of an UPDATE_BROKER_CONFIG body, parsed and checked; ValueError says
-    which key cannot change at run time or which value is bad."""
-    raw = parse_properties(text)
-    if not raw:
-        raise ValueError("no key=value in the body")
-    out = {}
-    for k, v in raw.items():
-        if k not in ALL_OPTIONS:
-            ignored = " (a RocketMQ key this broker accepts in broker.conf and ignores)" if k in IGNORED_KEYS else ""
-            raise ValueError(f"{k} is not a broker config key{ignored}; keys that change while the broker "
-                             f"runs: {', '.join(sorted(RUNTIME_KEYS))}")
-        if k not in RUNTIME_KEYS:
-            raise ValueError(f"{k} cannot change while the broker runs (set it in broker.conf and restart); "
-                             f"these can: {', '.join(sorted(RUNTIME_KEYS))}")
-        out[k] = ALL_OPTIONS[k].parse(v)
-    return out
+    """The properties of an UPDATE_BROKER_CONFIG body, parsed and checked (mq.options)."""
+    return options.parse_runtime_update(text, ALL_OPTIONS, RUNTIME_KEYS, IGNORED_KEYS, "broker", "broker.conf")
 
 
 class OpsProcessor(Processor):

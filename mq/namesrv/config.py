@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from mq import options
 from mq.options import Option, format_properties, load_properties_file, parse_properties  # noqa: F401 (re-exported)
 
 
@@ -99,19 +100,6 @@ class NamesrvConfig:
 
 
 def parse_runtime_update(text: str) -> dict[str, Any]:
-    """An UPDATE_NAMESRV_CONFIG body (properties text) parsed and checked; ValueError names a key
-    that is unknown, one that cannot change while the name server runs, or a bad value."""
-    raw = parse_properties(text)
-    if not raw:
-        raise ValueError("no key=value in the body")
-    out = {}
-    for k, v in raw.items():
-        if k not in NamesrvConfig.OPTIONS:
-            ignored = " (a RocketMQ key this name server ignores)" if k in JAVA_KEYS_IGNORED else ""
-            raise ValueError(f"{k} is not a name server config key{ignored}; keys that change while it runs: "
-                             f"{', '.join(sorted(RUNTIME_KEYS))}")
-        if k not in RUNTIME_KEYS:
-            raise ValueError(f"{k} cannot change while the name server runs (set it in its config file and "
-                             f"restart); these can: {', '.join(sorted(RUNTIME_KEYS))}")
-        out[k] = NamesrvConfig.OPTIONS[k].parse(v)
-    return out
+    """An UPDATE_NAMESRV_CONFIG body (properties text) parsed and checked (mq.options)."""
+    return options.parse_runtime_update(text, NamesrvConfig.OPTIONS, RUNTIME_KEYS, JAVA_KEYS_IGNORED,
+                                        "name server", "its config file")
