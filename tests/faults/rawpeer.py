@@ -96,7 +96,11 @@ def raw_broker(work: str, topic: str, queues: int, **options):
     created with `queues` queues.  On exit the broker must stop cleanly and its log must hold no
     traceback: bad input is answered, never crashes a handler."""
     ns = NameServer(work)
-    b = Broker(work, ns.addr, **{"sendMessageThreadPoolNums": 1, **options})
+    try:
+        b = Broker(work, ns.addr, **{"sendMessageThreadPoolNums": 1, **options})
+    except BaseException:
+        ns.stop()                           # a broker that did not start leaves no name server behind
+        raise
     try:
         p = Peer(b.port)
         try:
