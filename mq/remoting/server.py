@@ -44,8 +44,9 @@ then TCP backpressure holds the client) while
     some of them, until its own have left.  Idle connections, and those whose answers the
     kernel takes at once, are never paused for the total.
 Answers built after an await (a Task, a long poll that woke) wait in Connection.drained() before
-they are built while their connection is over its cap, so requests already in flight cannot pile
-up answers either.  Bound on unsent answer bytes: per connection, the cap plus its last answer;
+they are built while their connection is over its cap or has queued more than the budget's
+room_bytes in this loop iteration (congested), so requests already in flight cannot pile up
+answers either, not even when hundreds wake together on many connections.  Bound on unsent answer bytes: per connection, the cap plus its last answer;
 per process, about UNSENT_BYTES_PER_PROCESS_MAX plus, for each connection not yet paused,
 UNSENT_BYTES_FLUSH_MIN and one answer.  The per-frame cost is one integer compare.
 
@@ -232,8 +233,14 @@ class Connection:
             self._wake_drain_waiters()
 
     def congested(self) -> bool:
-        """Would an answer now go past this connection's cap, or the process's (module docstring)?"""
-        return (self._out_bytes + self._unsent_counted > UNSENT_BYTES_PER_CONNECTION_MAX
+        """Would an answer now go past this connection's cap, or the process's (module docstring)?
+        Answers queued past the budget's room_bytes wait for the flush at the end of this loop
+        iteration, which notes them in the budget (and pauses the connection if the process is
+        over): handlers woken together (hundreds of pulls that awaited one metadata fetch, on
+        many connections) would otherwise each queue up to the connection's cap in one
+        iteration, before the process total is looked at - the rule data_received applies per frame."""
+        return (self._out_bytes > self._budget.room_bytes
+                or self._out_bytes + self._unsent_counted > UNSENT_BYTES_PER_CONNECTION_MAX
                 or (self._protocol is not None and self._protocol._write_paused))
 
     async def drained(self) -> None:
