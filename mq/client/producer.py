@@ -34,6 +34,7 @@ from typing import Callable, Sequence
 from mq.remoting import RemotingError
 from mq.wire.codes import RequestCode as R, ResponseCode as RC
 from mq.wire.batch import build_batch
+from mq.wire.commitlog import TRANSACTION_PREPARED
 from mq.wire.consumequeue import java_string_hashcode
 from mq.wire.errors import EncodeError
 from mq.wire.headers import send_v2
@@ -177,8 +178,17 @@ class Producer:
         await inst.heartbeat(body, masters_only=True)
 
     async def _refresh_routes(self) -> None:
+        """The route of every topic sent to, and TBW102's (the Java producer keeps it in its table
+        too): a broker that became a master - a DLedger failover - is learned, and the heartbeats
+        reach it, even while no topic sent to has a route through it (a transaction producer must
+        be known there to be asked about its transactions)."""
         for topic in list(self._publish):
             await self._update_publish_info(topic)
+        if DEFAULT_TOPIC not in self._publish:
+            try:
+                await self._inst().update_route(DEFAULT_TOPIC)
+            except (RemotingError, MQClientError, ValueError) as e:
+                log.info("route of %s: %s", DEFAULT_TOPIC, e)
 
     # ---- routes ---------------------------------------------------------------------------------------
     async def _update_publish_info(self, topic: str) -> _PublishInfo | None:
@@ -381,6 +391,8 @@ class Producer:
         if not is_batch and len(body) >= self.compress_over_bytes > 0:
             body = zlib.compress(body, COMPRESS_LEVEL)
             sys_flag |= SYSFLAG_COMPRESSED | SYSFLAG_ZLIB
+        if props.get("TRAN_MSG", "").lower() == "true":    # a half (mq.client.transaction)
+            sys_flag |= TRANSACTION_PREPARED
         fields = dict(producerGroup=self.group, topic=q.topic, defaultTopic=DEFAULT_TOPIC,
                       defaultTopicQueueNums=self.default_topic_queue_nums, queueId=q.queue_id, sysFlag=sys_flag,
                       bornTimestamp=int(time.time() * 1000), flag=msg.flag, reconsumeTimes=0, unitMode=False,
