@@ -99,6 +99,13 @@ BROKER_OPTIONS: list[Option] = [
     Option("maxTransferBytesOnMessageInDisk", int, 65536, "bytes per pull when on disk", lambda v: v > 0, "> 0"),
     Option("flushConsumerOffsetInterval", int, 5000, "ms between consumer offset persists", lambda v: v > 0, "> 0"),
     Option("flushDelayOffsetInterval", int, 10000, "ms between delay offset persists", lambda v: v > 0, "> 0"),
+    Option("rejectTransactionMessage", bool, False, "refuse half messages (TRAN_MSG) with NO_PERMISSION"),
+    Option("transactionTimeOut", int, 6000, "ms after its birth a half message is first checked with its producer",
+           lambda v: v > 0, "> 0"),
+    Option("transactionCheckMax", int, 15, "checks of a half message before it is moved to "
+           "TRANS_CHECK_MAX_TIME_TOPIC", lambda v: v > 0, "> 0"),
+    Option("transactionCheckInterval", int, 60000, "ms between passes of the transaction check", lambda v: v > 0,
+           "> 0"),
     Option("regionId", str, "DefaultRegion", "MSG_REGION in send responses"),
     Option("traceOn", bool, True, "TRACE_ON in send responses"),
     Option("slaveTimeout", int, 3000, "ms a SYNC_MASTER send waits for the slave", lambda v: v > 0, "> 0"),

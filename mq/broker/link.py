@@ -9,7 +9,9 @@ JSON result; the supervisor pushes LINK_PUSH oneway requests to workers:
   {"kind": "topics"} / {"kind": "groups"} -> the worker drops its caches;
   {"kind": "role", "brokerRole": r, "brokerId": n} -> DLedger mode: the role changed;
   {"kind": "reset", ...} -> the worker sends RESET_CONSUMER_CLIENT_OFFSET (220) to consumers;
-  {"kind": "config", "values": {...}} -> runtime config keys changed (UPDATE_BROKER_CONFIG).
+  {"kind": "config", "values": {...}} -> runtime config keys changed (UPDATE_BROKER_CONFIG);
+  {"kind": "check", "conn": id, "ext": {...}, "body": hex} -> the worker sends
+      CHECK_TRANSACTION_STATE (39) to that producer connection (mq.broker.transaction).
 
 Hot-path reads are cached in the worker: topic and group configs until the
 supervisor says they changed, heartbeat subscriptions for SUBSCRIPTION_CACHE_S.
@@ -41,6 +43,7 @@ METHODS = {
     "delay_wrapper": True, "lock_batch": True, "unlock_batch": True,
     "producer_connections": True, "consumer_connection": True, "delete_group": True,
     "reset_offsets_notify": True, "update_config": True, "stats_data": True, "broker_tps": True,
+    "end_transaction": True,
 }
 
 
@@ -160,6 +163,8 @@ class LinkService:
             if method not in METHODS:
                 return make_response(cmd, RC.REQUEST_CODE_NOT_SUPPORTED, f"no link method {method}")
             result = self._dispatch(conn, method, args)
+            if asyncio.iscoroutine(result):         # a call that writes to the store (end_transaction)
+                result = await result
         except Exception as e:
             log.exception("link call failed")
             return make_response(cmd, RC.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
@@ -199,6 +204,8 @@ class LinkService:
             return self.sup.stats_history.stats_data(*args)
         if method == "broker_tps":
             return self.sup.stats_history.broker_tps()
+        if method == "end_transaction":
+            return self.sup.end_transaction(*args)
         return getattr(m, method)(*args)
 
     def worker_link_closed(self, conn) -> None:

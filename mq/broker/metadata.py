@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 import time
 from dataclasses import dataclass, field
 
@@ -328,6 +329,12 @@ class Metadata:
     def producer_connections(self, group: str) -> list[dict]:
         """GET_PRODUCER_CONNECTION_LIST: the group's live producers (RocketMQ's Connection)."""
         return [self._connection(cid) for cid in sorted(self.producers.get(group, {}))]
+
+    def producer_conn(self, group: str) -> tuple | None:
+        """A connection (io worker id, connection id) of a live producer of the group, picked at
+        random (ProducerManager.getAvailableChannel), for CHECK_TRANSACTION_STATE; None if none."""
+        members = self.producers.get(group)
+        return random.choice(list(members.values())) if members else None
 
     def consumer_connection(self, group: str) -> dict | None:
         """GET_CONSUMER_CONNECTION_LIST: RocketMQ's ConsumerConnection, or None when no consumer

@@ -132,6 +132,7 @@ class BrokerCollector:
         yield from self._store(base, const)
         yield from self._replication(base, const)
         yield from self._processes(base, const)
+        yield from self._transactions(base, const)
 
     # ---- helpers ---------------------------------------------------------------------------------------
     @staticmethod
@@ -219,6 +220,24 @@ class BrokerCollector:
         for s in slaves:
             lag.add_metric(const + [str(s.get("addr"))], max(0, write - int(s.get("ackOffset") or 0)))
         yield lag
+
+    def _transactions(self, base, const):
+        tx = getattr(self.sup, "transactions", None)
+        if tx is None:
+            return
+        yield self._gauge("mq_transaction_half_pending", "Half messages from the transaction check position on "
+                          "(copies made by checks included): transactions not yet passed by the check",
+                          base, const, tx.pending())
+        yield self._counter("mq_transaction_checks", "CHECK_TRANSACTION_STATE requests sent to producers", base,
+                            const, tx.checks_sent)
+        yield self._counter("mq_transaction_discarded", "Half messages moved to TRANS_CHECK_MAX_TIME_TOPIC after "
+                            "transactionCheckMax checks or fileReservedTime", base, const, tx.discarded)
+
+    @staticmethod
+    def _counter(name: str, doc: str, labels: list[str], values: list[str], value: float) -> CounterMetricFamily:
+        c = CounterMetricFamily(name, doc, labels=labels)
+        c.add_metric(values, value)
+        return c
 
     def _processes(self, base, const):
         sup = self.sup

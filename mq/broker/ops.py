@@ -44,7 +44,8 @@ log = logging.getLogger("mq.broker.ops")
 RUNTIME_KEYS = frozenset({
     "brokerPermission", "autoCreateSubscriptionGroup", "slaveReadEnable", "accessMessageInMemoryMaxRatio",
     "maxTransferCountOnMessageInMemory", "maxTransferBytesOnMessageInMemory", "longPollingEnable",
-    "shortPollingTimeMills", "slaveTimeout",
+    "shortPollingTimeMills", "slaveTimeout", "rejectTransactionMessage", "transactionTimeOut", "transactionCheckMax",
+    "transactionCheckInterval",
 })
 
 

@@ -35,6 +35,7 @@ from mq.wire.topics import (PERM_READ, PERM_WRITE, RETRY_PREFIX, SCHEDULE_TOPIC,
                             TOPIC_RE, dlq_topic, retry_topic)
 
 from .tracing import CURRENT as CURRENT_TIMES
+from .transaction import HALF_TOPIC, half_properties, is_half
 
 log = logging.getLogger("mq.broker.send")
 
@@ -235,7 +236,7 @@ class SendProcessor:
         props = props or ""
         wait = True
         if "\x01" in props:
-            if "DELAY\x01" in props or "CLUSTER\x01" in props:
+            if "DELAY\x01" in props or "CLUSTER\x01" in props or "TRAN_MSG\x01" in props:
                 return self.process(conn, cmd)
             at = props.find("WAIT\x01")
             if at >= 0:
@@ -349,7 +350,17 @@ class SendProcessor:
             wait = props.pop("WAIT", "true") != "false"
             store_topic, store_qid = topic, qid
             delay = as_int(props.get("DELAY"), 0)
-            if delay > 0 and (sys_flag & wcl.TRANSACTION_MASK) in (wcl.TRANSACTION_NOT_TYPE, wcl.TRANSACTION_COMMIT):
+            if is_half(props):
+                # a half message (mq.broker.transaction): kept aside until END_TRANSACTION or the check
+                if self.config.rejectTransactionMessage:
+                    raise BadRequest(RC.NO_PERMISSION,
+                                     f"the broker[{self.config.brokerIP1}] sending transaction message is forbidden")
+                if await self.meta.topic(HALF_TOPIC) is None:
+                    await self.meta.create_system_topic(HALF_TOPIC, 1)
+                half_properties(props, topic, qid)
+                store_topic, store_qid = HALF_TOPIC, 0
+                sys_flag &= ~wcl.TRANSACTION_MASK
+            elif delay > 0 and (sys_flag & wcl.TRANSACTION_MASK) in (wcl.TRANSACTION_NOT_TYPE, wcl.TRANSACTION_COMMIT):
                 delay = min(delay, len(self.store.config.delay_levels_ms))
                 props["REAL_TOPIC"], props["REAL_QID"] = topic, str(qid)
                 store_topic, store_qid = SCHEDULE_TOPIC, delay - 1
@@ -400,6 +411,36 @@ class SendProcessor:
         if len(out) > limit or d.unconsumed_tail:
             raise BadRequest(RC.MESSAGE_ILLEGAL, f"batch body inflates past maxMessageSize ({limit} bytes)")
         return out
+
+    # ---- END_TRANSACTION ----------------------------------------------------------------------
+    async def end_transaction(self, conn, cmd):
+        """END_TRANSACTION (37, one-way from RocketMQ's clients): the header checked here, the
+        store work done by the supervisor (mq.broker.transaction), which answers every producer
+        of the broker in one order.  A type other than commit or rollback is not answered
+        (EndTransactionProcessor returns null)."""
+        if self.config.brokerRole == "SLAVE":
+            return make_response(cmd, RC.SLAVE_NOT_AVAILABLE, "the broker is a slave")
+        h = cmd.ext_fields or {}
+        try:
+            for name in ("producerGroup", "tranStateTableOffset", "commitLogOffset", "commitOrRollback"):
+                if h.get(name) in (None, ""):
+                    raise BadRequest(RC.SYSTEM_ERROR, f"the custom field <{name}> is null")
+            header = {"producerGroup": h["producerGroup"],
+                      "tranStateTableOffset": header_int(h, "tranStateTableOffset", 0, INT64_MIN, INT64_MAX),
+                      "commitLogOffset": header_int(h, "commitLogOffset", 0, INT64_MIN, INT64_MAX),
+                      "commitOrRollback": header_int(h, "commitOrRollback", 0)}
+        except BadRequest as e:
+            return make_response(cmd, e.code, e.remark)
+        kind = header["commitOrRollback"]
+        if kind not in (wcl.TRANSACTION_COMMIT, wcl.TRANSACTION_ROLLBACK):
+            log.info("END_TRANSACTION from %s with type %d (%s): not answered", conn.peer, kind,
+                     "unknown state" if kind == wcl.TRANSACTION_NOT_TYPE else "not a transaction type")
+            return None
+        if as_bool(h.get("fromTransactionCheck")):
+            log.info("transaction %s of %s %s after a check", h.get("msgId"), header["producerGroup"],
+                     "committed" if kind == wcl.TRANSACTION_COMMIT else "rolled back")
+        code, remark = await self.meta.end_transaction(header)
+        return make_response(cmd, code, remark)
 
     # ---- CONSUMER_SEND_MSG_BACK -----------------------------------------------------------
     async def send_back(self, conn, cmd):

@@ -1,7 +1,7 @@
 """The broker's supervisor (the `mqbroker` process).
 
     supervisor: store owner (recovery, abort file, clean stop), metadata,
-    |           name server registration, delayed delivery, persistence,
+    |           name server registration, delayed delivery, transaction checks, persistence,
     |           the link the workers call, worker and role restarts
     +-- launcher (mq.broker.launcher): single-threaded, forks every role below
         +-- io worker x sendMessageThreadPoolNums  (mq.broker.worker, SO_REUSEPORT)
@@ -48,6 +48,7 @@ from .metrics import MetricsServer
 from .statsdata import StatsHistory
 from .slavesync import SlaveSync
 from .tracing import broker_label, trace_dir
+from .transaction import TransactionService, check_loop
 from .worker import worker_main
 
 log = logging.getLogger("mq.broker")
@@ -148,6 +149,8 @@ class Supervisor:
         loops = [self._register_loop, self._persist_loop, self._schedule_loop, self._expire_loop,
                  self._watch_children, self._disk_loop, self._retention_loop, self.stats_history.run]
         self.slave_sync = SlaveSync(self)
+        self.transactions = TransactionService(self)
+        loops.append(lambda: check_loop(self.transactions))
         if self.dledger:
             loops.append(self._follow_dledger_role)
         elif cfg.brokerRole == "SLAVE":
@@ -335,6 +338,16 @@ class Supervisor:
             self.link.push(wid, {"kind": "reset", "targets": targets, "ext": ext, "rows": rows})
         log.warning("offsets of group %s on %s reset to time %d for %d consumer(s)", group, topic, ts, len(members))
         return len(members)
+
+    # ---- transactions (mq.broker.transaction) -------------------------------------------------------------
+    async def end_transaction(self, header: dict) -> list:
+        """END_TRANSACTION, parsed by the io worker that took it: [response code, remark]."""
+        return list(await self.transactions.end(header))
+
+    def push_check(self, conn_key: tuple, ext: dict, body: bytes) -> None:
+        """CHECK_TRANSACTION_STATE to a producer connection, through the io worker holding it."""
+        wid, conn_id = conn_key
+        self.link.push(wid, {"kind": "check", "conn": conn_id, "ext": ext, "body": body.hex()})
 
     def update_config(self, values: dict) -> None:
         """UPDATE_BROKER_CONFIG (keys mq.broker.ops.RUNTIME_KEYS checked): here, in every io worker,

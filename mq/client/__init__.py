@@ -2,6 +2,7 @@
 remoting protocol through mq.remoting and decoding stored messages through mq.wire.
 
     producer.py  Producer          route lookup (TBW102 fallback), SEND_MESSAGE_V2 / batch, retries
+    transaction.py TransactionProducer  half messages, END_TRANSACTION, answers to the broker's checks
     consumer.py  PushConsumer      rebalance, long-polling pulls, listeners, send-back, offset commits
                  PullConsumer      explicit queues and offsets
     admin.py     AdminClient       cluster/topic/consumer/broker inspection and topic management
@@ -17,6 +18,7 @@ from .message import (ConsumeFromWhere, ConsumeStatus, Message, MessageExt, Mess
                       PullResult, PullStatus, SendResult, SendStatus)
 from .producer import Producer, select_by_hash
 from .route import ClusterInfo, TopicRouteData
+from .transaction import LocalTransactionState, TransactionProducer, TransactionSendResult
 
 CLUSTERING = MessageModel.CLUSTERING
 BROADCASTING = MessageModel.BROADCASTING
@@ -26,7 +28,7 @@ TIMESTAMP = ConsumeFromWhere.TIMESTAMP
 CONSUME_SUCCESS = ConsumeStatus.CONSUME_SUCCESS
 RECONSUME_LATER = ConsumeStatus.RECONSUME_LATER
 
-__all__ = ["Producer", "PushConsumer", "PullConsumer", "AdminClient", "TopicConfig", "ConsumeStats",
+__all__ = ["Producer", "TransactionProducer", "TransactionSendResult", "LocalTransactionState", "PushConsumer", "PullConsumer", "AdminClient", "TopicConfig", "ConsumeStats",
            "Message", "MessageExt", "MessageQueue", "SendResult", "SendStatus", "PullResult", "PullStatus",
            "ConsumeStatus", "ConsumeFromWhere", "MessageModel", "ClusterInfo", "TopicRouteData",
            "MQClientError", "MQBrokerError", "RemotingError", "RemotingConnectError", "RemotingTimeout",
