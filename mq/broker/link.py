@@ -11,7 +11,9 @@ JSON result; the supervisor pushes LINK_PUSH oneway requests to workers:
   {"kind": "reset", ...} -> the worker sends RESET_CONSUMER_CLIENT_OFFSET (220) to consumers;
   {"kind": "config", "values": {...}} -> runtime config keys changed (UPDATE_BROKER_CONFIG);
   {"kind": "check", "conn": id, "ext": {...}, "body": hex} -> the worker sends
-      CHECK_TRANSACTION_STATE (39) to that producer connection (mq.broker.transaction).
+      CHECK_TRANSACTION_STATE (39) to that producer connection (mq.broker.transaction);
+  {"kind": "reply", "conn": id, "ext": {...}, "body": hex} -> the worker sends
+      PUSH_REPLY_MESSAGE_TO_CLIENT (326) to that requester's connection.
 
 Hot-path reads are cached in the worker: topic and group configs until the
 supervisor says they changed, heartbeat subscriptions for SUBSCRIPTION_CACHE_S.
@@ -43,7 +45,7 @@ METHODS = {
     "delay_wrapper": True, "lock_batch": True, "unlock_batch": True,
     "producer_connections": True, "consumer_connection": True, "delete_group": True,
     "reset_offsets_notify": True, "update_config": True, "stats_data": True, "broker_tps": True,
-    "end_transaction": True,
+    "end_transaction": True, "push_reply": True,
 }
 
 
@@ -206,6 +208,8 @@ class LinkService:
             return self.sup.stats_history.broker_tps()
         if method == "end_transaction":
             return self.sup.end_transaction(*args)
+        if method == "push_reply":
+            return self.sup.push_reply(*args)
         return getattr(m, method)(*args)
 
     def worker_link_closed(self, conn) -> None:

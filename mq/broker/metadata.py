@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from mq.store.configfile import ConfigFile
 from mq.wire.topics import (AUTO_CREATE_TOPIC, DLQ_PREFIX, OFFSET_MOVED_EVENT, PERM_INHERIT,  # noqa: F401
                             PERM_PRIORITY, PERM_READ, PERM_WRITE, RETRY_PREFIX, SCHEDULE_TOPIC,
-                            SELF_TEST_TOPIC, SEND_PROTECTED_TOPICS, TopicConfig, dlq_topic, retry_topic)
+                            SELF_TEST_TOPIC, SEND_PROTECTED_TOPICS, TopicConfig, dlq_topic, reply_topic,
+                            retry_topic)
 
 log = logging.getLogger("mq.broker.metadata")
 
@@ -125,6 +126,7 @@ class Metadata:
             SCHEDULE_TOPIC: topic_config(SCHEDULE_TOPIC, DELAY_LEVELS_MAX, DELAY_LEVELS_MAX),
             cfg.brokerClusterName: topic_config(cfg.brokerClusterName, 16, 16, perm=PERM_INHERIT | PERM_WRITE | PERM_READ),
             cfg.brokerName: topic_config(cfg.brokerName, 1, 1, perm=PERM_INHERIT | PERM_WRITE | PERM_READ),
+            reply_topic(cfg.brokerClusterName): topic_config(reply_topic(cfg.brokerClusterName), 1, 1),
         }
         if cfg.autoCreateTopicEnable:
             wanted[AUTO_CREATE_TOPIC] = topic_config(AUTO_CREATE_TOPIC, cfg.defaultTopicQueueNums,
@@ -335,6 +337,15 @@ class Metadata:
         random (ProducerManager.getAvailableChannel), for CHECK_TRANSACTION_STATE; None if none."""
         members = self.producers.get(group)
         return random.choice(list(members.values())) if members else None
+
+    def client_conn(self, client_id: str) -> tuple | None:
+        """The connection of a producer with this client id, whatever its group
+        (ProducerManager.findChannel), for PUSH_REPLY_MESSAGE_TO_CLIENT; None if none."""
+        for members in self.producers.values():
+            key = members.get(client_id)
+            if key is not None:
+                return key
+        return None
 
     def consumer_connection(self, group: str) -> dict | None:
         """GET_CONSUMER_CONNECTION_LIST: RocketMQ's ConsumerConnection, or None when no consumer

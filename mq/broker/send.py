@@ -1,6 +1,7 @@
 """The send role: SEND_MESSAGE (10, long header names, including the C++
 client's batch:"1"), SEND_MESSAGE_V2 (310, short names), SEND_BATCH_MESSAGE
-(320) and CONSUMER_SEND_MSG_BACK (36).
+(320), CONSUMER_SEND_MSG_BACK (36), END_TRANSACTION (37; the store work is the
+supervisor's, mq.broker.transaction) and SEND_REPLY_MESSAGE / _V2 (324 / 325).
 
 Checks in RocketMQ's order (spec 2.2): broker role and permission, topic name,
 protected system topics, topic config (auto-created from defaultTopic when
@@ -14,6 +15,7 @@ import asyncio
 import ipaddress
 import logging
 import random
+import time
 import types
 import zlib
 from time import perf_counter_ns
@@ -441,6 +443,70 @@ class SendProcessor:
                      "committed" if kind == wcl.TRANSACTION_COMMIT else "rolled back")
         code, remark = await self.meta.end_transaction(header)
         return make_response(cmd, code, remark)
+
+    # ---- SEND_REPLY_MESSAGE / _V2 -------------------------------------------------------------
+    async def send_reply(self, conn, cmd):
+        """SEND_REPLY_MESSAGE (324) / _V2 (325), RocketMQ's ReplyMessageProcessor: a replier's answer
+        to a request goes to the requester named by REPLY_TO_CLIENT as PUSH_REPLY_MESSAGE_TO_CLIENT
+        (326), on whichever io worker holds its connection (the supervisor knows), and is stored in
+        its topic (<cluster>_REPLY_TOPIC) with storeReplyMessageEnable.  SUCCESS means pushed:
+        SYSTEM_ERROR names why not (no REPLY_TO_CLIENT, or no connection of that client here),
+        stored or not.  The push is one-way: a requester that fails to take it is not noticed
+        (RocketMQ waits for the client's answer)."""
+        h = header_fields(cmd)
+        try:
+            topic = h.get("topic", "")
+            self._common_checks(topic)
+            tc = await self._topic_config(h)
+            qid = self._queue_id(h, tc)
+            born_ts = header_int(h, "bornTimestamp", 0, INT64_MIN, INT64_MAX)
+            sys_flag = header_int(h, "sysFlag", 0)
+            flag = header_int(h, "flag", 0)
+            reconsume = header_int(h, "reconsumeTimes", 0)
+            raw_props = h.get("properties") or ""
+            props_b = utf8(raw_props, "properties")
+            props = decode_properties(raw_props)
+            if not cmd.body:
+                raise BadRequest(RC.MESSAGE_ILLEGAL, "message body is empty")
+        except BadRequest as e:
+            return make_response(cmd, e.code, e.remark)
+        except (ValueError, KeyError) as e:
+            return make_response(cmd, RC.INVALID_PARAMETER, f"bad send header: {e}")
+        born_host = conn.attrs.get("born_host")
+        if born_host is None:
+            born_host = conn.attrs["born_host"] = normalize_host(conn.peer[0])
+        cfg = self.config
+        client = props.get("REPLY_TO_CLIENT")
+        if not client:
+            pushed, remark = False, "reply message properties[REPLY_TO_CLIENT] is null"
+        else:
+            now_ms = int(time.time() * 1000)
+            props["PUSH_REPLY_TIME"] = str(now_ms)
+            ext = {"producerGroup": h.get("producerGroup", ""), "topic": topic,
+                   "defaultTopic": h.get("defaultTopic", ""), "defaultTopicQueueNums": h.get("defaultTopicQueueNums", "0"),
+                   "queueId": str(qid), "sysFlag": str(sys_flag), "bornTimestamp": str(born_ts), "flag": str(flag),
+                   "properties": encode_properties(props).decode(), "reconsumeTimes": str(reconsume),
+                   "unitMode": h.get("unitMode", "false"), "bornHost": f"{born_host}:{conn.peer[1]}",
+                   "storeHost": f"{cfg.brokerIP1}:{cfg.listenPort}", "storeTimestamp": str(now_ms)}
+            pushed = await self.meta.push_reply(client, ext, cmd.body.hex())
+            remark = None if pushed else f"push reply message fail, channel of <{client}> not found."
+            if not pushed:
+                log.warning("%s", remark)
+        resp_ext = {"MSG_REGION": cfg.regionId, "TRACE_ON": cfg.traceOn}
+        if pushed:
+            resp_ext.update(msgId="0", queueId=qid, queueOffset=0)
+        if cfg.storeReplyMessageEnable:
+            result = await self.broker.put_message(topic, qid, cmd.body, props_b, wait=False, flag=flag,
+                                                   sys_flag=sys_flag, born_ts_ms=born_ts, born_host=born_host,
+                                                   born_port=conn.peer[1], reconsume_times=reconsume)
+            if SEND_STATUS[result.status][2]:
+                if self.stats is not None:
+                    self.stats.put(topic, 1, len(cmd.body))
+                if pushed:
+                    resp_ext.update(msgId=result.result.msg_id(), queueOffset=result.result.queue_offset(0))
+            else:
+                log.warning("reply message to %s not stored: %s", topic, result.reason or result.status.name)
+        return make_response(cmd, RC.SUCCESS if pushed else RC.SYSTEM_ERROR, remark, resp_ext)
 
     # ---- CONSUMER_SEND_MSG_BACK -----------------------------------------------------------
     async def send_back(self, conn, cmd):

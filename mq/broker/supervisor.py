@@ -349,6 +349,16 @@ class Supervisor:
         wid, conn_id = conn_key
         self.link.push(wid, {"kind": "check", "conn": conn_id, "ext": ext, "body": body.hex()})
 
+    def push_reply(self, client_id: str, ext: dict, body_hex: str) -> bool:
+        """PUSH_REPLY_MESSAGE_TO_CLIENT to the requester's connection, through the io worker holding
+        it; False when no producer with that client id is connected here."""
+        key = self.metadata.client_conn(client_id)
+        if key is None:
+            return False
+        wid, conn_id = key
+        self.link.push(wid, {"kind": "reply", "conn": conn_id, "ext": ext, "body": body_hex})
+        return True
+
     def update_config(self, values: dict) -> None:
         """UPDATE_BROKER_CONFIG (keys mq.broker.ops.RUNTIME_KEYS checked): here, in every io worker,
         and in the conf file the broker started from (RocketMQ rewrites its file too)."""

@@ -90,6 +90,7 @@ class IoWorker:
         handlers = {R.SEND_MESSAGE: self.send.handle, R.SEND_MESSAGE_V2: self.send.handle,
                     R.SEND_BATCH_MESSAGE: self.send.handle, R.CONSUMER_SEND_MSG_BACK: self.send.send_back,
                     R.END_TRANSACTION: self.send.end_transaction,
+                    R.SEND_REPLY_MESSAGE: self.send.send_reply, R.SEND_REPLY_MESSAGE_V2: self.send.send_reply,
                     R.PULL_MESSAGE: self.pull.handle, **self.admin.handlers(), **self.query.handlers(),
                     **self.ops.handlers()}
         handlers = {code: _guarded(h) for code, h in handlers.items()}
@@ -269,10 +270,11 @@ class IoWorker:
         elif kind == "config":
             for k, v in msg["values"].items():
                 setattr(self.config, k, v)
-        elif kind == "check":
+        elif kind in ("check", "reply"):
             conn = self.conns.get(msg["conn"])
             if conn is not None and not conn.closed:
-                conn.push_oneway(R.CHECK_TRANSACTION_STATE, msg["ext"], bytes.fromhex(msg["body"]))
+                code = R.CHECK_TRANSACTION_STATE if kind == "check" else R.PUSH_REPLY_MESSAGE_TO_CLIENT
+                conn.push_oneway(code, msg["ext"], bytes.fromhex(msg["body"]))
 
     def _notify(self, group: str, conn_ids: list[int]) -> None:
         for cid in conn_ids:

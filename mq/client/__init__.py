@@ -3,6 +3,7 @@ remoting protocol through mq.remoting and decoding stored messages through mq.wi
 
     producer.py  Producer          route lookup (TBW102 fallback), SEND_MESSAGE_V2 / batch, retries
     transaction.py TransactionProducer  half messages, END_TRANSACTION, answers to the broker's checks
+    reply.py     create_reply      request-reply: Producer.request waits, a consumer answers with create_reply
     consumer.py  PushConsumer      rebalance, long-polling pulls, listeners, send-back, offset commits
                  PullConsumer      explicit queues and offsets
     admin.py     AdminClient       cluster/topic/consumer/broker inspection and topic management
@@ -18,6 +19,7 @@ from .message import (ConsumeFromWhere, ConsumeStatus, Message, MessageExt, Mess
                       PullResult, PullStatus, SendResult, SendStatus)
 from .producer import Producer, select_by_hash
 from .route import ClusterInfo, TopicRouteData
+from .reply import RequestTimeout, create_reply
 from .transaction import LocalTransactionState, TransactionProducer, TransactionSendResult
 
 CLUSTERING = MessageModel.CLUSTERING
@@ -28,7 +30,7 @@ TIMESTAMP = ConsumeFromWhere.TIMESTAMP
 CONSUME_SUCCESS = ConsumeStatus.CONSUME_SUCCESS
 RECONSUME_LATER = ConsumeStatus.RECONSUME_LATER
 
-__all__ = ["Producer", "TransactionProducer", "TransactionSendResult", "LocalTransactionState", "PushConsumer", "PullConsumer", "AdminClient", "TopicConfig", "ConsumeStats",
+__all__ = ["create_reply", "RequestTimeout", "Producer", "TransactionProducer", "TransactionSendResult", "LocalTransactionState", "PushConsumer", "PullConsumer", "AdminClient", "TopicConfig", "ConsumeStats",
            "Message", "MessageExt", "MessageQueue", "SendResult", "SendStatus", "PullResult", "PullStatus",
            "ConsumeStatus", "ConsumeFromWhere", "MessageModel", "ClusterInfo", "TopicRouteData",
            "MQClientError", "MQBrokerError", "RemotingError", "RemotingConnectError", "RemotingTimeout",

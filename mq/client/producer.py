@@ -38,16 +38,18 @@ from mq.wire.commitlog import TRANSACTION_PREPARED
 from mq.wire.consumequeue import java_string_hashcode
 from mq.wire.errors import EncodeError
 from mq.wire.headers import send_v2
-from mq.wire.topics import AUTO_CREATE_TOPIC as DEFAULT_TOPIC     # createTopicKey
 from mq.wire.properties import encode_properties, properties_to_string
+from mq.wire.topics import AUTO_CREATE_TOPIC as DEFAULT_TOPIC     # createTopicKey
 
 from .errors import MQBrokerError, MQClientError
 from .instance import ClientInstance
 from .message import (COMPRESS_BODY_OVER_BYTES, COMPRESS_LEVEL, MESSAGE_BODY_SIZE_MAX,
                       PROPERTY_MAX_RECONSUME_TIMES, PROPERTY_RECONSUME_TIME,
                       PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, PROPERTY_WAIT_STORE_MSG_OK,
-                      RETRY_GROUP_TOPIC_PREFIX, SYSFLAG_COMPRESSED, SYSFLAG_ZLIB, Message, MessageQueue,
+                      RETRY_GROUP_TOPIC_PREFIX, SYSFLAG_COMPRESSED, SYSFLAG_ZLIB, Message, MessageExt, MessageQueue,
                       SendResult, SendStatus, new_uniq_id)
+from .reply import (PROPERTY_CORRELATION_ID, PROPERTY_MESSAGE_REPLY_TO_CLIENT, PROPERTY_MESSAGE_TTL, ReplyWaiters,
+                    RequestTimeout, is_reply)
 from .route import TopicRouteData
 
 log = logging.getLogger("mq.client.producer")
@@ -131,6 +133,7 @@ class Producer:
         self._route_locks: dict[str, asyncio.Lock] = {}
         self._isolated_until: dict[str, float] = {}   # brokerName -> monotonic deadline
         self._pending: set[asyncio.Task] = set()
+        self._replies: ReplyWaiters | None = None     # request(): created on first use
 
     @property
     def client_id(self) -> str:
@@ -308,6 +311,35 @@ class Producer:
             raise MQClientError(f"selector returned {queue}, which is not a queue of {msg.topic}")
         return await self._send_with_retries(msg, queue, 1, timeout_s)
 
+    async def request(self, msg: Message, timeout_s: float = 3.0) -> MessageExt:
+        """Request-reply (mq.client.reply): sends `msg` and returns the reply a consumer of it sent
+        back with create_reply; RequestTimeout when none came within timeout_s (which is the TTL
+        the request carries)."""
+        if timeout_s <= 0:
+            raise MQClientError("the request timeout must be > 0")
+        inst = self._inst()
+        if self._replies is None:
+            self._replies = ReplyWaiters()
+            inst.remoting.push_handlers[R.PUSH_REPLY_MESSAGE_TO_CLIENT] = self._replies.on_push
+        correlation_id, fut = self._replies.new()
+        msg.properties[PROPERTY_CORRELATION_ID] = correlation_id
+        msg.properties[PROPERTY_MESSAGE_REPLY_TO_CLIENT] = inst.client_id
+        msg.properties[PROPERTY_MESSAGE_TTL] = str(int(timeout_s * 1000))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        try:
+            if msg.topic not in self._publish:      # a new topic: make sure its brokers know us first
+                await self._publish_info(msg.topic)
+                await self.send_heartbeat()
+            await self.send(msg, timeout_s=max(0.001, deadline - loop.time()))
+            try:
+                return await asyncio.wait_for(fut, max(0.001, deadline - loop.time()))
+            except asyncio.TimeoutError:
+                raise RequestTimeout(f"no reply to the request to {msg.topic} within {timeout_s} s "
+                                     f"(correlation id {correlation_id})") from None
+        finally:
+            self._replies.drop(correlation_id)
+
     async def send_batch(self, msgs: Sequence[Message], *, timeout_s: float | None = None) -> SendResult:
         """SEND_BATCH_MESSAGE: all to one topic and one queue, consecutive queue offsets.  The result's
         msg_id and offset_msg_id are comma-joined, one id per message."""
@@ -405,7 +437,8 @@ class Producer:
             if max_times is not None:
                 fields["maxReconsumeTimes"] = max_times
         ext = send_v2(properties=properties_to_string(props), **fields)
-        cmd = inst.request(R.SEND_BATCH_MESSAGE if is_batch else R.SEND_MESSAGE_V2, ext, body)
+        code = R.SEND_BATCH_MESSAGE if is_batch else R.SEND_REPLY_MESSAGE_V2 if is_reply(msg) else R.SEND_MESSAGE_V2
+        cmd = inst.request(code, ext, body)
         if oneway:
             await inst.remoting.invoke_oneway(addr, cmd)
             return None

@@ -18,7 +18,8 @@ from .errors import MalformedError
 
 __all__ = ["PERM_PRIORITY", "PERM_READ", "PERM_WRITE", "PERM_INHERIT", "perm_to_string", "TOPIC_RE",
            "TOPIC_LEN_MAX", "AUTO_CREATE_TOPIC", "SCHEDULE_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT",
-           "RETRY_PREFIX", "DLQ_PREFIX", "SEND_PROTECTED_TOPICS", "retry_topic", "dlq_topic", "TopicConfig"]
+           "RETRY_PREFIX", "DLQ_PREFIX", "SEND_PROTECTED_TOPICS", "retry_topic", "dlq_topic", "reply_topic",
+           "TopicConfig"]
 
 # PermName
 PERM_PRIORITY, PERM_READ, PERM_WRITE, PERM_INHERIT = 8, 4, 2, 1
@@ -42,6 +43,11 @@ SEND_PROTECTED_TOPICS = frozenset({SCHEDULE_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "
 def perm_to_string(perm: int) -> str:
     """PermName.perm2String: 'RW-' style."""
     return "".join(c if perm & bit else "-" for c, bit in (("R", PERM_READ), ("W", PERM_WRITE), ("X", PERM_INHERIT)))
+
+
+def reply_topic(cluster: str) -> str:
+    """MixAll.getReplyTopic: where a cluster's brokers keep request-reply answers."""
+    return f"{cluster}_REPLY_TOPIC"
 
 
 def retry_topic(group: str) -> str:
