@@ -15,6 +15,8 @@ RemotingClient, speaking the wire protocol directly (no client library on top), 
      4 connections x 8 single sends in flight)                   >= 1.5x Redis AOF always, redis-benchmark -c 50
   6. 32 connections from the native client (perf/mqload.c), one
      SEND_MESSAGE_V2 in flight each                              >= 1x Redis AOF everysec, redis-benchmark -c 32
+  8. one consumer reading half a backlog selected by SQL92
+     (enablePropertyFilter) against the same half by TAG         >= 0.5x (filtered pulls within 2x of tag pulls)
 
 Every gate is a ratio of two things measured in this run.  Gates 1, 2, 4, 5 and 6 measure Redis
 Streams here (perf/peers.py: redis-server from Debian's package, installed if missing, started
@@ -55,7 +57,8 @@ from .workloads import (BATCH_IN_FLIGHT, BATCH_MSGS, BENCHMARK_CONNECTIONS, COMM
                         SEND_MESSAGE_V2, SUCCESS, SYNC_FLUSH_CONNS_PER_PROCESS, SYNC_FLUSH_IN_FLIGHT_PER_CONN,
                         SYNC_FLUSH_PROCESSES, SYNC_FLUSH_PRODUCERS, WORKERS_BATCH_IN_FLIGHT, XREAD_COUNT,
                         ClientProcesses, Series, Session, SingleProducerProcesses, batched_sends,
-                        consume_per_queue, consume_round_robin, create_topic, max_offset, one_kib_batch,
+                        FILTER_SQL92, FILTER_TAG, consume_filtered, consume_per_queue, consume_round_robin,
+                        create_topic, filtered_batch, max_offset, one_kib_batch,
                         pipelined_sends, redis_benchmark_xadd, redis_fill, redis_xadd_one, redis_xadd_pipeline,
                         redis_xread, sequential_sends, wait_dispatched)
 
@@ -80,6 +83,8 @@ SYNC_FLUSH_TARGET = 1.5           # msgs/s ÷ Redis AOF always with redis-benchm
 SYNC_FLUSH_FLOOR = 0.05           # measured 0.14-0.40 here (Redis 7.8-55 k msgs/s)
 NATIVE_TARGET = 1.0               # mqload msgs/s ÷ redis-benchmark -c 32 XADD (AOF everysec), 32 connections each
 NATIVE_FLOOR = 0.05               # measured 0.39-0.46 here when added (Redis 29-45 k msgs/s in the same run)
+SQL92_TARGET = 0.5                # SQL92-filtered pulls' msgs/s ÷ TAG-filtered pulls' (the same half selected)
+SQL92_FLOOR = 0.25                # measured 0.56-0.73 here when added (quick, a CI run sharing the machine)
 
 STRICT = os.environ.get("MQ_PERF_STRICT") == "1"
 
@@ -209,10 +214,10 @@ def start_broker(namesrv, store_dir, need_disk):
     need_disk(3 * GIB)
     brokers: list[Broker] = []
 
-    def start(io_workers: int = 1, flush: str = "ASYNC_FLUSH") -> Broker:
+    def start(io_workers: int = 1, flush: str = "ASYNC_FLUSH", **options) -> Broker:
         t0 = time.perf_counter()
         b = Broker(store_dir, namesrv.addr, name=f"perf-{len(brokers)}", sendMessageThreadPoolNums=io_workers,
-                   mappedFileSizeCommitLog=COMMITLOG_FILE_SIZE, flushDiskType=flush)
+                   mappedFileSizeCommitLog=COMMITLOG_FILE_SIZE, flushDiskType=flush, **options)
         brokers.append(b)
         print(f"\n  (broker with {io_workers} io worker(s), {flush}, serving after {time.perf_counter() - t0:.1f} s)",
               end="")
@@ -825,3 +830,61 @@ def test_native_32_connections(benchmark, start_broker, session, redis_peer, sca
     benchmark.extra_info.update(info)
     judge(f"{NATIVE_CONNECTIONS} connections, native clients / redis-benchmark -c {NATIVE_CONNECTIONS}",
           rate / redis.msgs_per_s, NATIVE_TARGET, NATIVE_FLOOR, REDIS_SAME_RUN)
+
+
+# =================================================================================================
+# 8. filtered consumption: SQL92 against TAG
+# =================================================================================================
+@dataclass(frozen=True)
+class FilterScale:
+    backlog: int                  # messages produced beforehand (in batches), spread over QUEUES
+    rounds: int                   # per filter, alternating
+
+
+FILTER_SCALES = [
+    pytest.param(FilterScale(20_000, 3), id="quick", marks=pytest.mark.quick),
+    pytest.param(FilterScale(200_000, 3), id="full"),
+]
+
+
+@pytest.mark.parametrize("scale", FILTER_SCALES)
+def test_sql92_filtered_pulls_against_tag_filtered(benchmark, start_broker, session, scale):
+    """Gate 8 (enablePropertyFilter): a backlog of 1 KiB messages, TagA with region=eu and TagB with
+    region=us in turn, read to its end by one consumer, one PULL_MESSAGE at a time (maxMsgNums 32),
+    once selecting TagA by its tag (the ConsumeQueue's tag hash: no record read) and once selecting
+    region = 'eu' by SQL92 (each record's properties read and evaluated), rounds alternating; both
+    deliver the same half.  The ratio is SQL92's delivered msgs/s over TAG's."""
+    benchmark.group = "broker gate 8: SQL92 filter"
+    broker = start_broker(1, enablePropertyFilter="true")
+    topic = "PerfFilter"
+    c, addr = session.client, broker.addr
+    session.run(create_topic(c, addr, topic))
+    batches = scale.backlog // BATCH_MSGS
+    session.run(batched_sends(c, addr, topic, batches, BATCH_IN_FLIGHT, filtered_batch(), []))
+    ends = session.run(wait_dispatched(c, addr, topic, batches * BATCH_MSGS + 1))
+    total = sum(ends)
+    # the half each filter selects: the batches' region=eu / TagA messages; TAG also selects the
+    # topic-creating probe message (TagA, no region)
+    selected = {"SQL92": batches * BATCH_MSGS // 2, "TAG": batches * BATCH_MSGS // 2 + total - batches * BATCH_MSGS}
+    times: dict[str, list[float]] = {"TAG": [], "SQL92": []}
+    session.run(consume_filtered(c, addr, topic, ends, FILTER_SQL92, "SQL92"))           # warm-up
+
+    def setup():
+        n, seconds = session.run(consume_filtered(c, addr, topic, ends, FILTER_TAG, "TAG"))
+        assert n == selected["TAG"], (n, selected)
+        times["TAG"].append(seconds)
+
+    def measured():
+        n, seconds = session.run(consume_filtered(c, addr, topic, ends, FILTER_SQL92, "SQL92"))
+        assert n == selected["SQL92"], (n, selected)
+        times["SQL92"].append(seconds)
+
+    benchmark.pedantic(measured, setup=setup, rounds=scale.rounds)
+    rate = {k: selected[k] / statistics.median(v) for k, v in times.items()}
+    print(f"\none consumer reading a backlog of {total:,} x 1 KiB over {len(ends)} queues, half selected, "
+          f"{scale.rounds} rounds each, medians")
+    for kind, expr in (("TAG", FILTER_TAG), ("SQL92", FILTER_SQL92)):
+        print(f"  {kind:5} {expr!r:18}: {rate[kind]:9,.0f} msgs/s delivered {spread_text(selected[kind], times[kind])}")
+    benchmark.extra_info.update({"tag_msgs_per_s": rate["TAG"], "sql92_msgs_per_s": rate["SQL92"]})
+    judge("SQL92-filtered pulls / TAG-filtered pulls", rate["SQL92"] / rate["TAG"], SQL92_TARGET, SQL92_FLOOR,
+          SAME_RUN + ", rounds alternating")

@@ -363,6 +363,41 @@ async def pull(c, addr, topic, queue_id: int, offset: int):
     return n, len(r.body), nxt
 
 
+# ---- filtered consumption: half the backlog selected by a TAG or an SQL92 expression ------------
+FILTER_TAG = "TagA"
+FILTER_SQL92 = "region = 'eu'"
+FILTER_ITEMS = (BatchItem(0, BODY, b"TAGS\x01TagA\x02region\x01eu"), BatchItem(0, BODY, b"TAGS\x01TagB\x02region\x01us"))
+
+
+def filtered_batch() -> bytes:
+    """BATCH_MSGS 1 KiB messages, TagA / region=eu and TagB / region=us in turn."""
+    return build_batch([FILTER_ITEMS[i % 2] for i in range(BATCH_MSGS)])
+
+
+async def consume_filtered(c, addr, topic, ends: list[int], expression: str, expression_type: str
+                           ) -> tuple[int, float]:
+    """Every queue from 0 to its end with a filtered PULL_MESSAGE, one request at a time,
+    round-robin; (messages delivered, seconds).  NO_MATCHED_MESSAGE answers move on as consumers do."""
+    offsets = [0] * len(ends)
+    active = [q for q, e in enumerate(ends) if e > 0]
+    msgs = 0
+    t0 = time.perf_counter()
+    while active:
+        for q in list(active):
+            r = await c.invoke(addr, c.request(PULL_MESSAGE, {
+                "consumerGroup": "PerfFiltered", "topic": topic, "queueId": q, "queueOffset": offsets[q],
+                "maxMsgNums": PULL_MAX_MSGS, "sysFlag": 4, "commitOffset": 0, "suspendTimeoutMillis": 0,
+                "subscription": expression, "expressionType": expression_type, "subVersion": 0}), TIMEOUT_S)
+            if r.code not in (SUCCESS, RC.PULL_RETRY_IMMEDIATELY):
+                raise AssertionError(f"filtered pull {topic}:{q}@{offsets[q]} failed: {r.code} {r.remark}")
+            if r.code == SUCCESS:
+                msgs += count_records(r.body)
+            offsets[q] = int(r.ext_fields["nextBeginOffset"])
+            if offsets[q] >= ends[q]:
+                active.remove(q)
+    return msgs, time.perf_counter() - t0
+
+
 async def consume_round_robin(c, addr, topic, ends: list[int], lat: list[float]) -> tuple[int, int, float]:
     """One request at a time, round-robin over the queues, each from offset 0 to its end."""
     offsets = [0] * len(ends)

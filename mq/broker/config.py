@@ -106,6 +106,7 @@ BROKER_OPTIONS: list[Option] = [
            "TRANS_CHECK_MAX_TIME_TOPIC", lambda v: v > 0, "> 0"),
     Option("transactionCheckInterval", int, 60000, "ms between passes of the transaction check", lambda v: v > 0,
            "> 0"),
+    Option("enablePropertyFilter", bool, False, "let consumers filter by SQL92 expressions over message properties"),
     Option("storeReplyMessageEnable", bool, True, "store request-reply answers in <cluster>_REPLY_TOPIC too"),
     Option("regionId", str, "DefaultRegion", "MSG_REGION in send responses"),
     Option("traceOn", bool, True, "TRACE_ON in send responses"),

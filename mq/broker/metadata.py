@@ -68,7 +68,7 @@ class ConsumerClient:
     consume_type: str
     message_model: str
     consume_from_where: str
-    subscriptions: dict          # topic -> {"subString", "tagsSet", "subVersion"}
+    subscriptions: dict          # topic -> {"subString", "tagsSet", "subVersion", "expressionType"}
 
 
 _ENUMS = {
@@ -297,6 +297,7 @@ class Metadata:
             for sd in cd.get("subscriptionDataSet") or []:
                 subs[str(sd.get("topic"))] = {"subString": str(sd.get("subString", "*")),
                                               "tagsSet": [str(t) for t in sd.get("tagsSet") or []],
+                                              "expressionType": str(sd.get("expressionType") or "TAG").upper(),
                                               "subVersion": int(sd.get("subVersion") or 0)}
             members = self.consumers.setdefault(group, {})
             if client_id not in members or members[client_id].conn_key != conn_key:
@@ -358,7 +359,8 @@ class Metadata:
             for topic, sd in c.subscriptions.items():
                 if topic not in subs or sd["subVersion"] > subs[topic]["subVersion"]:
                     subs[topic] = {"topic": topic, "subString": sd["subString"], "tagsSet": sd["tagsSet"],
-                                   "codeSet": [], "subVersion": sd["subVersion"], "expressionType": "TAG",
+                                   "codeSet": [], "subVersion": sd["subVersion"],
+                                   "expressionType": sd.get("expressionType", "TAG"),
                                    "classFilterMode": False}
         any_member = next(iter(members.values()))
         return {"connectionSet": [self._connection(cid) for cid in sorted(members)], "subscriptionTable": subs,

@@ -24,6 +24,7 @@ pulls per worker (beyond: answered at once)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 import time
@@ -31,12 +32,14 @@ import time
 from mq.remoting import ResponseCode as RC, make_response
 from mq.store import CorruptRecord, control as C
 from mq.store.store import TOTAL_PHYSICAL_MEMORY
+from mq.wire.commitlog import record_properties
 from mq.wire.consumequeue import java_string_hashcode
 from mq.wire.headers import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND
 from mq.wire.topics import PERM_READ
 
 from .link import SUBSCRIPTION_CACHE_S
 from .send import as_int
+from .sql92 import Sql92Filter, compile_sql92
 from .tracing import CURRENT
 
 log = logging.getLogger("mq.broker.pull")
@@ -46,6 +49,18 @@ PULLS_HELD_MAX = 100_000
 STOP_WAKES_MAX = 40                # stop() wakes the watch thread every 50 ms, 2 s at most
 DAMAGED_REPORTED_MAX = 10_000      # damaged records remembered as reported (one log line each)
 _MISSING = object()
+
+
+def compile_filter(expression_type: str | None, sub: str | None):
+    """A pull's filter: None (everything), the hash codes of a TAG expression (a frozenset), or an
+    Sql92Filter; raises Sql92Error for an SQL92 text that does not parse, ValueError for a type
+    that is neither.  Whether SQL92 is allowed (enablePropertyFilter) is the caller's check."""
+    kind = (expression_type or "TAG").upper()
+    if kind == "TAG":
+        return parse_subscription(sub)
+    if kind == "SQL92":
+        return compile_sql92(sub)
+    raise ValueError(f"expression type {expression_type!r} is neither TAG nor SQL92")
 
 
 def parse_subscription(sub: str | None) -> frozenset | None:
@@ -204,16 +219,19 @@ class PullProcessor:
                 or not tc["perm"] & PERM_READ or qid < 0 or qid >= tc["readQueueNums"]):
             return self.process(conn, cmd)
         if sys_flag & PULL_SUBSCRIPTION:
-            expr = h.get("expressionType")
-            if expr and expr.upper() != "TAG":
-                return self.process(conn, cmd)
-            codes = self._codes(h.get("subscription"))
+            kind, text = h.get("expressionType") or "TAG", h.get("subscription")
         else:
             hit = meta._subs.get((group, topic))
             if hit is None or hit[1] is None or time.monotonic() - hit[0] >= SUBSCRIPTION_CACHE_S \
                     or hit[1]["subVersion"] < sub_version:
                 return self.process(conn, cmd)
-            codes = self._codes(hit[1]["subString"])
+            kind, text = hit[1].get("expressionType", "TAG"), hit[1]["subString"]
+        if kind != "TAG" and (kind.upper() != "SQL92" or not cfg.enablePropertyFilter):
+            return self.process(conn, cmd)              # its refusal comes from the full path
+        try:
+            codes = self._codes(kind, text)
+        except ValueError:                              # Sql92Error too: named by the full path
+            return self.process(conn, cmd)
         if sys_flag & PULL_COMMIT_OFFSET and cfg.brokerRole != "SLAVE":
             meta.commit_offset_nowait(group, topic, qid, commit)
         code, status, next_off, lo, hi, body, last_phy = self.get_messages(topic, qid, offset, max_nums, codes, group)
@@ -223,14 +241,37 @@ class PullProcessor:
                "minOffset": lo, "maxOffset": hi}
         return make_response(cmd, code, status, ext, body)
 
-    def _codes(self, sub: str | None):
-        """parse_subscription, remembered per subscription string."""
+    def check_client_config(self, conn, cmd):
+        """CHECK_CLIENT_CONFIG (46): a consumer about to subscribe with a filter asks whether this
+        broker takes it (ClientManageProcessor.checkClientConfig): SYSTEM_ERROR without
+        enablePropertyFilter, SUBSCRIPTION_PARSE_FAILED with the reason for text that does not parse."""
+        try:
+            body = json.loads(cmd.body) if cmd.body else {}
+            sd = body.get("subscriptionData") if isinstance(body, dict) else None
+        except ValueError:
+            sd = None
+        if not isinstance(sd, dict):
+            return make_response(cmd, RC.SUCCESS)
+        kind = str(sd.get("expressionType") or "TAG")
+        if kind.upper() == "TAG":
+            return make_response(cmd, RC.SUCCESS)
+        if not self.config.enablePropertyFilter:
+            return make_response(cmd, RC.SYSTEM_ERROR, f"The broker does not support consumer to filter message by {kind}")
+        try:
+            compile_filter(kind, sd.get("subString"))
+        except ValueError as e:
+            return make_response(cmd, RC.SUBSCRIPTION_PARSE_FAILED, str(e))
+        return make_response(cmd, RC.SUCCESS)
+
+    def _codes(self, kind: str, sub: str | None):
+        """compile_filter, remembered per expression type and text (a failure is not remembered)."""
         cache = self._sub_codes
-        codes = cache.get(sub, _MISSING)
+        key = (kind, sub)
+        codes = cache.get(key, _MISSING)
         if codes is _MISSING:
             if len(cache) > 10_000:
                 cache.clear()
-            codes = cache[sub] = parse_subscription(sub)
+            codes = cache[key] = compile_filter(kind, sub)
         return codes
 
     async def _held(self, conn, cmd, g, topic, qid, offset, max_nums, codes, suspend_ms):
@@ -284,9 +325,7 @@ class PullProcessor:
             return make_response(cmd, RC.INVALID_PARAMETER,
                                  f"queueId[{qid}] is illegal, topic:[{topic}] readQueueNums:[{tc['readQueueNums']}]")
         if sys_flag & PULL_SUBSCRIPTION:
-            if (h.get("expressionType") or "TAG").upper() != "TAG":
-                return make_response(cmd, RC.SUBSCRIPTION_PARSE_FAILED, "only TAG expressions are supported")
-            codes = parse_subscription(h.get("subscription"))
+            kind, text = h.get("expressionType") or "TAG", h.get("subscription")
         else:
             sub = await self.meta.subscription(group, topic)
             if sub is None:
@@ -294,7 +333,15 @@ class PullProcessor:
                                      f"the consumer's subscription not exist, group: {group}")
             if sub["subVersion"] < sub_version:
                 return make_response(cmd, RC.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
-            codes = parse_subscription(sub["subString"])
+            kind, text = sub.get("expressionType", "TAG"), sub["subString"]
+        if kind.upper() != "TAG" and not self.config.enablePropertyFilter:
+            return make_response(cmd, RC.SYSTEM_ERROR,
+                                 f"The broker does not support consumer to filter message by {kind}")
+        try:
+            codes = self._codes(kind, text)
+        except ValueError as e:
+            log.info("pull of %s for %s: %s expression %r refused: %s", topic, group, kind, text, e)
+            return make_response(cmd, RC.SUBSCRIPTION_PARSE_FAILED, "parse the consumer's subscription failed")
         if sys_flag & PULL_COMMIT_OFFSET and self.config.brokerRole != "SLAVE":
             await self.meta.commit_offset(group, topic, qid, commit_offset)
 
@@ -341,7 +388,7 @@ class PullProcessor:
         log.error("damaged record skipped, not served: %s:%d queue offset %d, CommitLog %d (%d bytes) fails its "
                   "check (CRC or lengths); consumers move past it", topic, qid, queue_offset, phy, size)
 
-    def get_messages(self, topic: str, qid: int, offset: int, max_nums: int, codes: frozenset | None,
+    def get_messages(self, topic: str, qid: int, offset: int, max_nums: int, codes: "frozenset | Sql92Filter | None",
                      group: str | None = None):
         """(code, status name, nextBeginOffset, min, max, body, physical offset of
         the last entry examined or None).  What is found counts for `group` in the metrics."""
@@ -364,6 +411,9 @@ class PullProcessor:
         last_phy = None
         min_phy = self.store.cl.min_pos
         topic_bytes = topic.encode()
+        sql = codes if codes.__class__ is Sql92Filter else None
+        if sql is not None:
+            codes = None
         for phy, msg_size, tags in entries:
             if parts and (len(parts) >= count_max or size + msg_size > bytes_max):
                 break
@@ -374,10 +424,13 @@ class PullProcessor:
             if codes is not None and tags not in codes:
                 continue
             try:
-                parts.append(self.store.cl.read_record(phy, msg_size, qid, offset + scanned - 1, topic_bytes))
+                view = self.store.cl.read_record(phy, msg_size, qid, offset + scanned - 1, topic_bytes)
             except CorruptRecord:
                 self._damaged(topic, qid, offset + scanned - 1, phy, msg_size)
                 continue             # skipped like a filtered message: the consumer moves past it
+            if sql is not None and not sql.matches_raw(record_properties(view)):
+                continue
+            parts.append(view)
             size += msg_size
         next_off = offset + scanned
         if not parts:

@@ -91,7 +91,7 @@ class IoWorker:
                     R.SEND_BATCH_MESSAGE: self.send.handle, R.CONSUMER_SEND_MSG_BACK: self.send.send_back,
                     R.END_TRANSACTION: self.send.end_transaction,
                     R.SEND_REPLY_MESSAGE: self.send.send_reply, R.SEND_REPLY_MESSAGE_V2: self.send.send_reply,
-                    R.PULL_MESSAGE: self.pull.handle, **self.admin.handlers(), **self.query.handlers(),
+                    R.PULL_MESSAGE: self.pull.handle, R.CHECK_CLIENT_CONFIG: self.pull.check_client_config, **self.admin.handlers(), **self.query.handlers(),
                     **self.ops.handlers()}
         handlers = {code: _guarded(h) for code, h in handlers.items()}
         if cfg.aclEnable:

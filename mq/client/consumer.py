@@ -122,7 +122,7 @@ async def pull_kernel(inst: ClientInstance, group: str, mq: MessageQueue, sub: S
     ext = {"consumerGroup": group, "topic": mq.topic, "queueId": mq.queue_id, "queueOffset": offset,
            "maxMsgNums": max_nums, "sysFlag": sys_flag, "commitOffset": commit_offset,
            "suspendTimeoutMillis": suspend_timeout_ms, "subscription": sub.sub_string,
-           "subVersion": sub.sub_version, "expressionType": "TAG", "bname": mq.broker_name}
+           "subVersion": sub.sub_version, "expressionType": sub.expression_type, "bname": mq.broker_name}
     r = await inst.invoke(addr, R.PULL_MESSAGE, ext, timeout_s=timeout_s)
     status = PULL_STATUS_BY_CODE.get(r.code)
     if status is None:
@@ -339,11 +339,16 @@ class PushConsumer:
     def client_id(self) -> str:
         return self.instance.client_id if self.instance else ""
 
-    def subscribe(self, topic: str, expression: str = "*") -> None:
-        """Subscribe `topic` with a TAG expression ('*', 'TagA', 'TagA || TagC')."""
+    def subscribe(self, topic: str, expression: str = "*", expression_type: str = "TAG") -> None:
+        """Subscribe `topic` with a TAG expression ('*', 'TagA', 'TagA || TagC') or, with
+        expression_type "SQL92", a filter over message properties ("a > 5 AND region = 'eu'") that
+        the broker evaluates (it must run with enablePropertyFilter=true)."""
         if not topic:
             raise MQClientError("topic is empty")
-        self._subs[topic] = SubscriptionData.build(topic, expression)
+        try:
+            self._subs[topic] = SubscriptionData.build(topic, expression, expression_type)
+        except ValueError as e:
+            raise MQClientError(str(e)) from None
         if self.instance is not None:
             self.instance.spawn(self._after_subscription_change(), "subscribe")
 
@@ -782,9 +787,11 @@ class PullConsumer:
         return route.subscribe_queues(topic)
 
     async def pull(self, queue: MessageQueue, offset: int, max_nums: int = 32, expression: str = "*", *,
-                   block: bool = False, suspend_timeout_ms: int = 15000, timeout_s: float | None = None) -> PullResult:
-        """Messages of `queue` from `offset` (at most max_nums, matching the TAG expression).  With block,
-        the broker holds the request up to suspend_timeout_ms when nothing is there yet."""
+                   block: bool = False, suspend_timeout_ms: int = 15000, timeout_s: float | None = None,
+                   expression_type: str = "TAG") -> PullResult:
+        """Messages of `queue` from `offset` (at most max_nums, matching the TAG expression, or the SQL92
+        one with expression_type="SQL92").  With block, the broker holds the request up to
+        suspend_timeout_ms when nothing is there yet."""
         if offset < 0:
             raise MQClientError(f"offset {offset} < 0")
         if max_nums <= 0:
@@ -792,7 +799,10 @@ class PullConsumer:
         inst = self._inst()
         if inst.pull_addr(queue.broker_name, MASTER_ID) is None:
             await inst.update_route(queue.topic)
-        sub = SubscriptionData.build(queue.topic, expression)
+        try:
+            sub = SubscriptionData.build(queue.topic, expression, expression_type)
+        except ValueError as e:
+            raise MQClientError(str(e)) from None
         wait_s = timeout_s or (self.timeout_s + (suspend_timeout_ms / 1000 if block else 0))
         return await pull_kernel(inst, self.group, queue, sub, offset, max_nums, suspend=block,
                                  suspend_timeout_ms=suspend_timeout_ms, timeout_s=wait_s)

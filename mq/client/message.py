@@ -295,14 +295,23 @@ class PullResult:
 
 @dataclass
 class SubscriptionData:
-    """A TAG subscription as heartbeats carry it (spec 2.3, HEART_BEAT): `*` means every tag."""
+    """A subscription as heartbeats carry it (spec 2.3, HEART_BEAT): a TAG expression (`*` means every
+    tag) or, with expression_type "SQL92", a filter the broker evaluates (enablePropertyFilter)."""
     topic: str
     sub_string: str
     tags: tuple[str, ...]
     sub_version: int
+    expression_type: str = "TAG"
 
     @classmethod
-    def build(cls, topic: str, expression: str | None) -> "SubscriptionData":
+    def build(cls, topic: str, expression: str | None, expression_type: str = "TAG") -> "SubscriptionData":
+        expression_type = expression_type.upper()
+        if expression_type == "SQL92":
+            if not (expression or "").strip():
+                raise ValueError("an SQL92 subscription needs an expression")
+            return cls(topic, expression, (), int(time.time() * 1000), "SQL92")
+        if expression_type != "TAG":
+            raise ValueError(f"expression type {expression_type!r} is neither TAG nor SQL92")
         expr = (expression or "").strip()
         if expr in ("", "*"):
             return cls(topic, "*", (), int(time.time() * 1000))
@@ -317,7 +326,7 @@ class SubscriptionData:
 
     def as_json(self) -> dict:
         return {"classFilterMode": False, "codeSet": [java_string_hashcode(t) for t in self.tags],
-                "expressionType": "TAG", "subString": self.sub_string, "subVersion": self.sub_version,
+                "expressionType": self.expression_type, "subString": self.sub_string, "subVersion": self.sub_version,
                 "tagsSet": list(self.tags), "topic": self.topic}
 
 
