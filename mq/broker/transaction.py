@@ -21,15 +21,20 @@ otherwise a copy is stored again at the end of the half queue with TRANSACTION_C
 and CHECK_TRANSACTION_STATE (39) goes to a live connection of its producer group, naming the copy
 (whose END_TRANSACTION then ends the transaction).
 
-Beyond RocketMQ: END_TRANSACTION and the check pass run in one process (the supervisor's event
-loop), which knows every transaction ended within fileReservedTime (by UNIQ_KEY, read back from
-the op queue at start; an older half is never checked again: it goes to CHECK_MAX_TOPIC), so a
-transaction is committed once even when its producer answers both the original half and a
-checked copy (RocketMQ stores both).  Named limits: a broker killed between
-storing a committed message and its op record, or a DLedger leader whose op record is lost in
-a leader change, checks the transaction again and may commit it twice (RocketMQ alike); the
-memory of ended transactions is one entry per transaction of the last fileReservedTime, and a
-(re)started supervisor reads that much of the op queue (two record reads per op) before its first
+Beyond RocketMQ, a transaction is committed once:
+  * END_TRANSACTION and the check pass run in one process (the supervisor's event loop), which
+    knows every transaction ended within fileReservedTime (by UNIQ_KEY, read back from the op
+    queue at start; an older half is never checked again: it goes to CHECK_MAX_TOPIC), so a
+    producer that answers both the original half and a checked copy commits it once (RocketMQ
+    stores both);
+  * a commit first asks the message index whether the real topic holds the transaction's
+    message already (REAL_TOPIC#UNIQ_KEY, transaction type COMMIT), and a check pass asks the
+    same before it checks a half: a broker killed, or a DLedger leader deposed, between storing
+    the committed message and its op record then writes the op record only, where RocketMQ
+    would commit the message again.
+Named limits: without messageIndexEnable the second point does not hold; the memory of ended
+transactions is one entry per transaction of the last fileReservedTime, and a (re)started
+supervisor reads that much of the op queue (two record reads per op) before its first
 END_TRANSACTION or check."""
 from __future__ import annotations
 
@@ -39,7 +44,9 @@ import time
 
 from mq.remoting import ResponseCode as RC
 from mq.store import PutStatus, StoreError
+from mq.store.index import IndexReader
 from mq.wire import commitlog as wcl
+from mq.wire.errors import WireError
 from mq.wire.msgid import offset_msg_id
 from mq.wire.properties import decode_properties, encode_properties
 from mq.wire.topics import SCHEDULE_TOPIC
@@ -94,6 +101,9 @@ class TransactionService:
         self.config = sup.config
         self.metadata = sup.metadata
         self.ended: dict[str, float] = {}      # UNIQ_KEY -> time.monotonic() it ended here or was read back
+        scfg = sup.config.store_config()
+        self.index = (IndexReader(scfg.storePathRootDir, scfg.maxHashSlotNum, scfg.maxIndexNum)
+                      if scfg.messageIndexEnable else None)
         self._op_cursor: int | None = None     # the next op queue offset read into `ended`
         self.checks_sent = 0
         self.discarded = 0
@@ -185,13 +195,33 @@ class TransactionService:
                      "commit" if kind == wcl.TRANSACTION_COMMIT else "rollback", rec.queue_offset)
             return RC.SUCCESS, None
         if kind == wcl.TRANSACTION_COMMIT:
-            code, remark = await self._commit(rec, props)
-            if code != RC.SUCCESS:
-                return code, remark
+            if self.committed_already(rec, props):
+                log.warning("transaction %s is in %s already (its op record was lost): not committed again",
+                            uniq, props.get(REAL_TOPIC))
+            else:
+                code, remark = await self._commit(rec, props)
+                if code != RC.SUCCESS:
+                    return code, remark
         code, remark = await self._put_op(rec)
         if code == RC.SUCCESS:
             self.ended[uniq] = time.monotonic()
         return code, remark
+
+    def committed_already(self, half, props: dict) -> bool:
+        """Does the real topic hold this transaction's committed message (the message index's
+        REAL_TOPIC#UNIQ_KEY entries, each checked against its record)?"""
+        topic, uniq = props.get(REAL_TOPIC), props.get(UNIQ_KEY)
+        if self.index is None or not topic or not uniq:
+            return False
+        for phy in self.index.query(topic, uniq, 16, half.store_timestamp_ms - 3600_000, 2 ** 62):
+            try:
+                rec = wcl.parse_record(self.store.cl.read_record(phy))
+            except (StoreError, WireError):
+                continue
+            if (rec.topic == topic and rec.sys_flag & wcl.TRANSACTION_MASK == wcl.TRANSACTION_COMMIT
+                    and decode_properties(rec.properties).get(UNIQ_KEY) == uniq):
+                return True
+        return False
 
     async def _commit(self, rec, props: dict) -> tuple[int, str | None]:
         topic = props.pop(REAL_TOPIC, None)
@@ -254,7 +284,16 @@ class TransactionService:
                     i += 1                          # damaged (logged): never checked, never committed
                     continue
                 props = decode_properties(half.properties)
-                if self.uniq_of(half, props) in self.ended:
+                uniq = self.uniq_of(half, props)
+                if uniq in self.ended:
+                    i += 1
+                    continue
+                if self.committed_already(half, props):
+                    # committed, its op record lost (a crash or a leader change between the two)
+                    code, remark = await self._put_op(half)
+                    if code != RC.SUCCESS:
+                        break
+                    self.ended[uniq] = time.monotonic()
                     i += 1
                     continue
                 now_ms = int(time.time() * 1000)

@@ -22,6 +22,7 @@ from mq.client import AdminClient, LocalTransactionState, Message, PullConsumer,
 from mq.client.errors import MQClientError, RemotingTimeout
 from mq.wire import commitlog as wcl
 from mq.wire.codes import RequestCode as R, ResponseCode as RC
+from mq.wire.headers import send_v2
 from mq.wire.msgid import decode_offset_msg_id
 from mq.cluster import DLedgerGroup, free_port
 from tests.ha.test_broker_ha import pull_bodies
@@ -338,3 +339,30 @@ def test_dledger_new_leader_carries_on_the_checks(tmp_path):
                 group_.close()
         finally:
             ns.stop()
+
+
+def test_a_transaction_committed_without_its_op_record_is_not_committed_again(cluster):
+    """What a crash between storing a committed message and its op record leaves behind, made
+    directly: a half left UNKNOW, and its committed message (transaction type COMMIT, the same
+    UNIQ_KEY) in the real topic with no op record.  The check pass finds that message through the
+    message index and writes the op record only: the producer is never asked (it would say
+    COMMIT, and RocketMQ would commit again), and the message is there once."""
+    ns, broker = cluster
+    topic, group = uniq("T_txo"), uniq("PG_txo")
+    asked: list[str] = []
+
+    async def flow():
+        async with TransactionProducer(group, ns.addr, checker=lambda m: asked.append(m.msg_id) or COMMIT) as prod:
+            r = await prod.send_in_transaction(Message(topic, b"once", properties={"seq": "0"}), lambda m, a: UNKNOW)
+            props = f"UNIQ_KEY\x01{r.transaction_id}\x02PGROUP\x01{group}\x02seq\x010"
+            ext = send_v2(producerGroup=group, topic=topic, defaultTopic="TBW102", defaultTopicQueueNums=4,
+                          queueId=r.send_result.queue.queue_id, sysFlag=wcl.TRANSACTION_COMMIT, bornTimestamp=0,
+                          flag=0, properties=props)
+            resp = await prod.instance.invoke(broker.addr, R.SEND_MESSAGE_V2, ext, b"once", timeout_s=5)
+            assert resp.code == RC.SUCCESS, (resp.code, resp.remark)
+            await asyncio.sleep(3.0)              # past transactionTimeOut (1 s): several check passes
+            return r, await read_all(ns.addr, topic, 1, settle_s=0.5)
+
+    r, got = run(flow())
+    assert asked == [], "the producer was asked about a transaction whose message is stored"
+    assert [m.body for m in got] == [b"once"]
