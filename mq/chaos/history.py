@@ -18,7 +18,10 @@ offset), and reads "intact" (the body matches its BODYCRC).
 
 `ok` send: acknowledged (SEND_OK) at that queue and offset; `fail`: definitely not stored (a
 refusal); `info`: the outcome is unknown (timeout, connection lost), so the message may or may
-not be there - both are allowed.  A `read` is a message a consumer got (the final drain reads
+not be there - both are allowed.  The transactional workload (mqchaos --workload tx) records a
+transaction its producer decided to commit as `ok` without queue and offset (the message takes
+its place only when the broker commits it: no place or order is judged for it), and one it
+decided to roll back as `fail`, whatever its half's send said: never to be read.  A `read` is a message a consumer got (the final drain reads
 every queue to its end after the faults healed).  Values are unique per send.
 
 Verdicts (check()):
@@ -178,8 +181,8 @@ def check(ops: list[dict], cut_allowed: bool = False) -> Verdict:
     v.unknown = v.sends - v.acked - v.failed
     v.read = len(reads)
     unread = [(val, o) for val, o in outcome.items() if o["type"] == "ok" and val not in reads]
-    v.expired = sum(1 for _, o in unread if o["offset"] < expired_below.get(o["queue"], 0))
-    missing = [(val, o) for val, o in unread if o["offset"] >= expired_below.get(o["queue"], 0)]
+    v.expired = sum(1 for _, o in unread if "queue" in o and o["offset"] < expired_below.get(o["queue"], 0))
+    missing = [(val, o) for val, o in unread if "queue" not in o or o["offset"] >= expired_below.get(o["queue"], 0)]
     damaged_values = {d["value"] for d in damage}
     v.damaged = sorted(val for val, _ in missing if val in damaged_values)
     v.cut = sorted(val for val, o in missing if val not in damaged_values and _after_damage(o, damage))
@@ -188,7 +191,7 @@ def check(ops: list[dict], cut_allowed: bool = False) -> Verdict:
     v.damaged_served = sorted(set(v.damaged_served))
     v.offset_reused = sorted(f"{q}@{off}: {' '.join(sorted(vals))}" for (q, off), vals in at_place.items()
                              if len(vals) > 1)
-    v.wrong_ack = sorted(val for val, o in outcome.items() if o["type"] == "ok" and val in reads
+    v.wrong_ack = sorted(val for val, o in outcome.items() if o["type"] == "ok" and val in reads and "queue" in o
                          and ((o["queue"], o["offset"]) not in reads[val]
                               or ("msgid" in o and val in read_ids and o["msgid"] not in read_ids[val])))
     v.unexpected = sorted(val for val in reads if val not in invoked)
@@ -227,7 +230,7 @@ def _reordered(invoked: dict, outcome: dict, reads: dict) -> list[tuple[str, str
     after a lost suffix, later sends take its offsets again."""
     per_queue: dict[str, list[tuple[int, int, int, str]]] = {}
     for val, o in outcome.items():
-        if o["type"] == "ok" and val in invoked and val in reads:
+        if o["type"] == "ok" and val in invoked and val in reads and "queue" in o:
             per_queue.setdefault(o["queue"], []).append((invoked[val]["t_us"], o["t_us"], o["offset"], val))
     bad = []
     for sends in per_queue.values():
@@ -259,7 +262,7 @@ def _suffix_only(lost: list[str], invoked: dict, outcome: dict, fault_starts: li
     cuts = sorted(fault_starts)
     pieces: dict[tuple[str, int], tuple[list[int], list[int]]] = {}
     for val, o in outcome.items():
-        if o["type"] != "ok" or val not in invoked:
+        if o["type"] != "ok" or val not in invoked or "queue" not in o:
             continue
         piece = sum(1 for c in cuts if c <= invoked[val]["t_us"])
         kept, gone = pieces.setdefault((o["queue"], piece), ([], []))

@@ -2,7 +2,7 @@
 recording every operation, a nemesis, a final drain of every queue, and the checker's verdict
 (mq.chaos.history).
 
-    mqchaos run --mode MODE --nemesis NEMESIS --seconds N [--dir DIR] [--producers P] [--json]
+    mqchaos run --mode MODE --nemesis NEMESIS --seconds N [--dir DIR] [--producers P] [--workload W] [--json]
 
 Modes (the broker configurations RELIABILITY.md makes promises for):
     async                   one broker, ASYNC_FLUSH
@@ -51,7 +51,17 @@ exit 1.
 
 The producers use mq.client with no retries (one attempt per recorded invoke, so a duplicate
 in the history is the broker's, not a retry's); a send answered with a code that says nothing
-was stored is a `fail`, a timeout or any other error an `info` (unknown outcome)."""
+was stored is a `fail`, a timeout or any other error an `info` (unknown outcome).
+
+Workloads: `plain` (the default) sends as above; `tx` sends every message in a transaction
+(mq.client.TransactionProducer, one producer group for all producers, so any of them answers the
+broker's checks): value n is committed at once when n % 3 == 0, rolled back when n % 3 == 1, and
+left unknown otherwise, which the checker then commits when n is even and rolls back when odd
+(a function of the value, so every producer answers alike).  A committed transaction is an `ok`
+without place, a rolled-back one a `fail` (mq.chaos.history); before the drain a producer of the
+group stays connected until every committed one is readable (TX_RESOLVE_S at most), so halves
+left pending by a fault get checked.  The promises: nothing committed lost, nothing rolled back
+visible, nothing committed twice."""
 from __future__ import annotations
 
 import argparse
@@ -69,7 +79,7 @@ import time
 import zlib
 
 from mq import loop as mq_loop
-from mq.client import Message, MQBrokerError, MQClientError, Producer, PullConsumer
+from mq.client import Message, MQBrokerError, MQClientError, Producer, PullConsumer, TransactionProducer
 from mq.client.message import PullStatus
 from mq.proxy import FaultProxy
 from mq.cluster import Broker, DLedgerGroup, NameServer, wait_for
@@ -113,12 +123,18 @@ HEAL_S = 30.0          # after the run: how long the cluster may take to serve a
 RECOVERY_GRACE_S = 3.0  # the producers keep going this long after the last fault ended
 # codes that say the message was not stored (anything else that is not SUCCESS may have been)
 NOT_STORED = {13, 14, 16, 17, 23, 26, 29}
+WORKLOADS = ("plain", "tx")
+TX_GROUP = "chaos_tx"
+# the brokers' transaction checks in a tx cell: quick, and never giving up within a run
+TX_BROKER_OPTS = {"transactionTimeOut": 1000, "transactionCheckInterval": 500, "transactionCheckMax": 1000}
+TX_RESOLVE_S = 60.0     # after the faults: how long pending transactions may take to be checked
 
 
 class Cluster:
     """The processes of one mode, and the nemesis's handles on them."""
 
-    def __init__(self, mode: str, workdir: str, small_disk: bool = False, clocks: bool = False):
+    def __init__(self, mode: str, workdir: str, small_disk: bool = False, clocks: bool = False,
+                 extra_opts: dict | None = None):
         """small_disk: the (master) broker's store on a tmpfs of its own (DISK_BYTES), with
         small CommitLog files, for the diskfull nemesis to fill.  clocks: every broker's wall
         clock can be shifted (self.clocks, by broker port) for the clock nemesis."""
@@ -135,7 +151,7 @@ class Cluster:
         # registerNameServerPeriod: the shortest RocketMQ allows (10 s, not 30 s), so a name server
         # restarted by the namesrv nemesis knows the brokers again within 10 s
         opts = {"brokerClusterName": "ChaosCluster", "sendMessageThreadPoolNums": 1,
-                "registerNameServerPeriod": 10000}
+                "registerNameServerPeriod": 10000, **(extra_opts or {})}
         self.group: DLedgerGroup | None = None
         self.broker: Broker | None = None
         self.slave: Broker | None = None
@@ -435,6 +451,91 @@ async def produce(ns_addr: str, history: HistoryWriter, deadline: float, name: s
         await producer.shutdown()
 
 
+def tx_decision(value: str) -> tuple[str, str]:
+    """(what the local transaction says, what the producer finally wants) for a tx value
+    "<name>-<n>" (the module docstring)."""
+    n = int(value.rsplit("-", 1)[1])
+    final = "COMMIT_MESSAGE" if n % 3 == 0 or (n % 3 == 2 and n % 2 == 0) else "ROLLBACK_MESSAGE"
+    return ("COMMIT_MESSAGE", "ROLLBACK_MESSAGE", "UNKNOW")[n % 3], final
+
+
+def tx_checker(msg) -> str:
+    return tx_decision(msg.body.decode())[1]
+
+
+async def produce_tx(ns_addr: str, history: HistoryWriter, deadline: float, name: str, nemesis: "Nemesis",
+                     committed: set) -> None:
+    """The tx workload's producer (the module docstring); adds the values it commits to `committed`."""
+    producer = TransactionProducer(TX_GROUP, ns_addr, checker=tx_checker, send_timeout_s=2.0,
+                                   retry_times_when_send_failed=0, fault_isolation_s=1.0,
+                                   route_refresh_interval_s=1.0, heartbeat_interval_s=1.0)
+    await producer.start()
+    try:
+        n = 0
+        while time.monotonic() < deadline or (not nemesis.settled() and time.monotonic() < deadline + HEAL_S):
+            value = f"{name}-{n}"
+            n += 1
+            local, final = tx_decision(value)
+            history.record("invoke", "send", value)
+            try:
+                await producer.send_in_transaction(Message(TOPIC, value.encode()), lambda m, a: local)
+            except MQBrokerError as e:
+                stored = e.code not in NOT_STORED
+                history.record("info" if stored and final == "COMMIT_MESSAGE" else "fail", "send", value,
+                               code=e.code, error=str(e)[:200])
+                await asyncio.sleep(0.05)
+                continue
+            except (MQClientError, OSError, asyncio.TimeoutError) as e:
+                history.record("info" if final == "COMMIT_MESSAGE" else "fail", "send", value,
+                               error=f"{type(e).__name__}: {e}"[:200])
+                await asyncio.sleep(0.05)
+                continue
+            if final == "COMMIT_MESSAGE":
+                committed.add(value)
+                history.record("ok", "send", value, local=local)
+            else:
+                history.record("fail", "send", value, local=local)
+    finally:
+        await producer.shutdown()
+
+
+async def resolve_pending(ns_addr: str, committed: set, timeout_s: float = TX_RESOLVE_S) -> None:
+    """A producer of the tx group stays connected (answering the brokers' checks) until every
+    committed value is readable, or timeout_s; what is then still missing is the checker's to judge."""
+    async with TransactionProducer(TX_GROUP, ns_addr, checker=tx_checker, route_refresh_interval_s=1.0,
+                                   heartbeat_interval_s=1.0):
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            try:
+                if committed <= await read_values(ns_addr):
+                    return
+            except (MQClientError, OSError, asyncio.TimeoutError):
+                pass
+            await asyncio.sleep(1.0)
+
+
+async def read_values(ns_addr: str) -> set:
+    """Every value readable in the topic (not recorded: the drain records what it reads)."""
+    consumer = PullConsumer("chaos_resolve", ns_addr)
+    await consumer.start()
+    out = set()
+    try:
+        for mq in await consumer.fetch_queues(TOPIC):
+            offset = 0
+            while True:
+                r = await consumer.pull(mq, offset, 32, timeout_s=10)
+                if r.status is not PullStatus.FOUND:
+                    if r.next_begin_offset > offset and r.next_begin_offset < r.max_offset:
+                        offset = r.next_begin_offset
+                        continue
+                    break
+                out.update(m.body.decode("utf-8", "replace") for m in r.messages)
+                offset = r.next_begin_offset
+    finally:
+        await consumer.shutdown()
+    return out
+
+
 async def drain(ns_addr: str, history: HistoryWriter) -> int:
     """Reads every queue of the topic from its start to its end; returns the messages read."""
     consumer = PullConsumer("chaos_drain", ns_addr)
@@ -482,14 +583,16 @@ def _create_topic(cluster: Cluster) -> None:
     wait_for(created, 60, 0.5, "mqadmin updateTopic on the cluster's master")
 
 
-def run_cell(mode: str, nemesis: str, seconds: float, directory: str, producers: int = 2) -> dict:
+def run_cell(mode: str, nemesis: str, seconds: float, directory: str, producers: int = 2,
+             workload: str = "plain") -> dict:
     """One cell: returns the checker's summary plus the cell's own fields."""
-    assert mode in MODES and nemesis in NEMESES, (mode, nemesis)
+    assert mode in MODES and nemesis in NEMESES and workload in WORKLOADS, (mode, nemesis, workload)
     if (mode, nemesis) in NOT_APPLICABLE:
         raise ValueError(f"the {nemesis} nemesis does not apply to mode {mode}")
     hist_dir = os.path.join(directory, "history")
     cluster = Cluster(mode, os.path.join(directory, "cluster"), small_disk=nemesis == "diskfull",
-                      clocks=nemesis == "clock")
+                      clocks=nemesis == "clock", extra_opts=TX_BROKER_OPTS if workload == "tx" else None)
+    committed: set = set()
     try:
         _create_topic(cluster)
         wait_for(lambda: _routed(cluster.ns.addr), 30, 0.1, "the topic's route")
@@ -497,9 +600,13 @@ def run_cell(mode: str, nemesis: str, seconds: float, directory: str, producers:
         nem = Nemesis(cluster, nemesis, HistoryWriter(hist_dir, "nemesis"), deadline)
         writers = [HistoryWriter(hist_dir, f"p{i}") for i in range(producers)]
 
-        async def workload():
-            await asyncio.gather(*(produce(cluster.ns.addr, w, deadline, f"p{i}", nem)
-                                   for i, w in enumerate(writers)))
+        async def run_workload():
+            if workload == "tx":
+                await asyncio.gather(*(produce_tx(cluster.ns.addr, w, deadline, f"p{i}", nem, committed)
+                                       for i, w in enumerate(writers)))
+            else:
+                await asyncio.gather(*(produce(cluster.ns.addr, w, deadline, f"p{i}", nem)
+                                       for i, w in enumerate(writers)))
 
         hostiles = [HostileClient(b.port, TOPIC, seed=i) for i, b in enumerate(cluster.brokers())] \
             if nemesis == "hostile" else []
@@ -507,7 +614,7 @@ def run_cell(mode: str, nemesis: str, seconds: float, directory: str, producers:
             h.start()
         nem.start()
         try:
-            mq_loop.run(workload())
+            mq_loop.run(run_workload())
         finally:
             for h in hostiles:
                 h.stop()
@@ -524,6 +631,8 @@ def run_cell(mode: str, nemesis: str, seconds: float, directory: str, producers:
             cluster.ns.start()
         cluster.target()                              # healed: a broker (leader) serves again
         wait_for(lambda: _routed(cluster.ns.addr), HEAL_S + 30, 0.2, "the topic's route after the faults")
+        if workload == "tx":
+            mq_loop.run(resolve_pending(cluster.ns.addr, committed))
         reader = HistoryWriter(hist_dir, "drain")
         mq_loop.run(asyncio.wait_for(drain(cluster.ns.addr, reader), 120))
         for w in writers + [reader, nem.history]:
@@ -539,7 +648,8 @@ def run_cell(mode: str, nemesis: str, seconds: float, directory: str, producers:
     # the cell's promise: the checker's verdict, except where a lost suffix is allowed
     if (mode, nemesis) in SUFFIX_LOSS_ALLOWED and verdict.lost and verdict.suffix_loss:
         summary["valid"] = not (verdict.unexpected or verdict.duplicated or verdict.reordered or verdict.failed_read)
-    return {"mode": mode, "nemesis": nemesis, "seconds": seconds, "faults": nem.faults, **summary}
+    return {"mode": mode, "nemesis": nemesis, "workload": workload, "seconds": seconds, "faults": nem.faults,
+            **summary}
 
 
 def _routed(ns_addr: str) -> bool:
@@ -608,9 +718,11 @@ def matrix_table(results: list[dict], seconds: float) -> str:
 def _line(r: dict) -> str:
     if "error" in r:
         return f"{r['mode']:22s} {r['nemesis']:9s} could not run: {r['error']}"
-    return (f"{r['mode']:22s} {r['nemesis']:9s} faults {r['faults']}: acked {r['acked']} of {r['sends']} sends "
+    mode = r["mode"] + (" (tx)" if r.get("workload") == "tx" else "")
+    return (f"{mode:22s} {r['nemesis']:9s} faults {r['faults']}: acked {r['acked']} of {r['sends']} sends "
             f"({r['failed']} refused, {r['unknown']} unknown), read {r['read']}, expired {r['expired']}; lost {r['lost']}, "
             f"unexpected {r['unexpected']}, duplicated {r['duplicated']}, reordered {r['reordered']}, "
+            f"refused but read {r.get('failed_read', 0)}, "
             f"damaged {r['damaged']} (served {r['damaged_served']}), cut {r['cut']}, offsets reused "
             f"{r['offset_reused']}, wrong acks {r['wrong_ack']}{_hostile(r)}; "
             f"max unavailable {r['max_unavailable_s']} s; recovery {r['recovery_s']}; "
@@ -631,6 +743,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--nemesis", choices=NEMESES, required=True)
     r.add_argument("--seconds", type=float, default=20.0, help="how long the producers run (default 20)")
     r.add_argument("--producers", type=int, default=2, help="producer connections (default 2)")
+    r.add_argument("--workload", choices=WORKLOADS, default="plain",
+                   help="plain sends, or every message in a transaction (default plain)")
     r.add_argument("--dir", help="where the cluster and the history go (default: a temporary directory, removed)")
     r.add_argument("--json", action="store_true", help="print the verdict as one JSON object")
     m = sub.add_parser("matrix", help="every mode x every nemesis; writes the table")
@@ -655,10 +769,10 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"the {args.nemesis} nemesis does not apply to mode {args.mode}")
     if args.dir:
         os.makedirs(args.dir, exist_ok=True)
-        result = run_cell(args.mode, args.nemesis, args.seconds, args.dir, args.producers)
+        result = run_cell(args.mode, args.nemesis, args.seconds, args.dir, args.producers, args.workload)
     else:
         with tempfile.TemporaryDirectory(prefix="mqchaos-") as d:
-            result = run_cell(args.mode, args.nemesis, args.seconds, d, args.producers)
+            result = run_cell(args.mode, args.nemesis, args.seconds, d, args.producers, args.workload)
     print(json.dumps(result) if args.json else _line(result))
     return 0 if result["valid"] else 1
 
