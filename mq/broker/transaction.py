@@ -23,19 +23,23 @@ and CHECK_TRANSACTION_STATE (39) goes to a live connection of its producer group
 
 Beyond RocketMQ, a transaction is committed once:
   * END_TRANSACTION and the check pass run in one process (the supervisor's event loop), which
-    knows every transaction ended within fileReservedTime (by UNIQ_KEY, read back from the op
-    queue at start; an older half is never checked again: it goes to CHECK_MAX_TOPIC), so a
-    producer that answers both the original half and a checked copy commits it once (RocketMQ
-    stores both);
+    knows the transactions ended within fileReservedTime, by their original half's queue offset
+    (every copy a check stores carries it as TRAN_PREPARED_QUEUE_OFFSET; read back from the op
+    queue at start; an older half is never checked again: it goes to CHECK_MAX_TOPIC), and the
+    ones being ended right now, so a producer that answers both the original half and a checked
+    copy, or sends END_TRANSACTION twice at once, commits it once (RocketMQ stores both);
   * a commit first asks the message index whether the real topic holds the transaction's
-    message already (REAL_TOPIC#UNIQ_KEY, transaction type COMMIT), and a check pass asks the
+    message already (REAL_TOPIC#UNIQ_KEY, transaction type COMMIT, the same original half), and
+    a check pass asks the
     same before it checks a half: a broker killed, or a DLedger leader deposed, between storing
     the committed message and its op record then writes the op record only, where RocketMQ
     would commit the message again.
+A commit whose op record then fails to be stored is still a commit (answered SUCCESS, remembered
+here; the index check covers a restart), as RocketMQ answers with the commit's result.
 Named limits: without messageIndexEnable the second point does not hold; the memory of ended
-transactions is one entry per transaction of the last fileReservedTime, and a (re)started
-supervisor reads that much of the op queue (two record reads per op) before its first
-END_TRANSACTION or check."""
+transactions keeps at most ENDED_MAX of them (the oldest go first; the index check still stops a
+second commit of a forgotten one), and a (re)started supervisor reads up to fileReservedTime of
+the op queue (two record reads per op) before its first END_TRANSACTION or check."""
 from __future__ import annotations
 
 import asyncio
@@ -69,6 +73,7 @@ CHECK_IMMUNITY_S = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
 PASS_TIME_MAX_S = 60.0            # MAX_PROCESS_TIME_LIMIT: one pass stops after this
 PASS_BATCH = 64                   # queue entries read at a time
+ENDED_MAX = 1_000_000             # ended transactions remembered (module docstring)
 
 
 def is_half(props: dict) -> bool:
@@ -100,7 +105,9 @@ class TransactionService:
         self.store = sup.store
         self.config = sup.config
         self.metadata = sup.metadata
-        self.ended: dict[str, float] = {}      # UNIQ_KEY -> time.monotonic() it ended here or was read back
+        # original half's queue offset -> time.monotonic() it ended here or was read back (oldest first)
+        self.ended: dict[int, float] = {}
+        self._ending: dict[int, asyncio.Future] = {}     # being ended now: a second END waits for the first
         scfg = sup.config.store_config()
         self.index = (IndexReader(scfg.storePathRootDir, scfg.maxHashSlotNum, scfg.maxIndexNum)
                       if scfg.messageIndexEnable else None)
@@ -125,6 +132,19 @@ class TransactionService:
         except StoreError as err:
             log.error("half message %d at %d is damaged: %s", queue_offset, e[0], err)
             return None
+
+    @staticmethod
+    def root_of(half, props: dict) -> int:
+        """The queue offset of the transaction's original half: a copy names it."""
+        root = _int(props.get(PREPARED_QUEUE_OFFSET), -1)
+        return root if root >= 0 else half.queue_offset
+
+    def _remember(self, root: int) -> None:
+        self.ended.pop(root, None)               # to the end: the dict stays oldest first
+        self.ended[root] = time.monotonic()
+        if len(self.ended) > ENDED_MAX:
+            for r in list(self.ended)[:ENDED_MAX // 10]:
+                del self.ended[r]
 
     def uniq_of(self, rec, props: dict) -> str:
         return props.get(UNIQ_KEY) or self._offset_id(rec.physical_offset)
@@ -161,7 +181,7 @@ class TransactionService:
                 else:
                     half = self._half_at(_int(bytes(op.body).decode("ascii", "replace"), -1))
                     if half is not None:
-                        self.ended.setdefault(self.uniq_of(half, decode_properties(half.properties)), now)
+                        self.ended.setdefault(self.root_of(half, decode_properties(half.properties)), now)
                 self._op_cursor += 1
         horizon = now - self._horizon_s()
         if self.ended and next(iter(self.ended.values())) < horizon:
@@ -189,22 +209,42 @@ class TransactionService:
         if rec.physical_offset != phy:
             return RC.SYSTEM_ERROR, "The commit log offset wrong"
         self.read_ops()
-        uniq = self.uniq_of(rec, props)
-        if uniq in self.ended:
-            log.info("transaction %s ended already; END_TRANSACTION (%s) for half %d changes nothing", uniq,
-                     "commit" if kind == wcl.TRANSACTION_COMMIT else "rollback", rec.queue_offset)
+        root = self.root_of(rec, props)
+        what = "commit" if kind == wcl.TRANSACTION_COMMIT else "rollback"
+        if root in self.ended:
+            log.info("transaction %s (half %d) ended already; END_TRANSACTION (%s) for half %d changes nothing",
+                     self.uniq_of(rec, props), root, what, rec.queue_offset)
             return RC.SUCCESS, None
+        pending = self._ending.get(root)
+        if pending is not None:                  # being ended by another END_TRANSACTION: its outcome
+            return await asyncio.shield(pending)
+        pending = self._ending[root] = asyncio.get_running_loop().create_future()
+        outcome: tuple[int, str | None] = (RC.SYSTEM_ERROR, "UNKNOWN_ERROR")
+        try:
+            outcome = await self._end(rec, props, root, kind)
+        finally:
+            del self._ending[root]
+            pending.set_result(outcome)
+        return outcome
+
+    async def _end(self, rec, props: dict, root: int, kind: int) -> tuple[int, str | None]:
         if kind == wcl.TRANSACTION_COMMIT:
             if self.committed_already(rec, props):
-                log.warning("transaction %s is in %s already (its op record was lost): not committed again",
-                            uniq, props.get(REAL_TOPIC))
+                log.warning("transaction %s (half %d) is in %s already (its op record was lost): not committed "
+                            "again", self.uniq_of(rec, props), root, props.get(REAL_TOPIC))
             else:
-                code, remark = await self._commit(rec, props)
+                code, remark = await self._commit(rec, dict(props))
                 if code != RC.SUCCESS:
                     return code, remark
+            self._remember(root)                 # committed: whatever happens to its op record
         code, remark = await self._put_op(rec)
         if code == RC.SUCCESS:
-            self.ended[uniq] = time.monotonic()
+            self._remember(root)
+        elif kind == wcl.TRANSACTION_COMMIT:
+            log.error("transaction %s (half %d) committed, but its op record was not stored (%s): remembered "
+                      "here, and the message index stops a second commit after a restart",
+                      self.uniq_of(rec, props), root, remark)
+            return RC.SUCCESS, None
         return code, remark
 
     def committed_already(self, half, props: dict) -> bool:
@@ -213,13 +253,26 @@ class TransactionService:
         topic, uniq = props.get(REAL_TOPIC), props.get(UNIQ_KEY)
         if self.index is None or not topic or not uniq:
             return False
+        root = self.root_of(half, props)
         for phy in self.index.query(topic, uniq, 16, half.store_timestamp_ms - 3600_000, 2 ** 62):
             try:
                 rec = wcl.parse_record(self.store.cl.read_record(phy))
             except (StoreError, WireError):
                 continue
-            if (rec.topic == topic and rec.sys_flag & wcl.TRANSACTION_MASK == wcl.TRANSACTION_COMMIT
-                    and decode_properties(rec.properties).get(UNIQ_KEY) == uniq):
+            c_props = decode_properties(rec.properties)
+            if (rec.topic != topic or rec.sys_flag & wcl.TRANSACTION_MASK != wcl.TRANSACTION_COMMIT
+                    or c_props.get(UNIQ_KEY) != uniq):
+                continue
+            # the same transaction, not another one whose producer reused the message (and its
+            # UNIQ_KEY): committed from a copy, it names the original half; from the original, it
+            # points at it (PREPARED_TRANSACTION_OFFSET)
+            c_root = _int(c_props.get(PREPARED_QUEUE_OFFSET), -1)
+            if c_root < 0:
+                try:
+                    c_root = self._record(rec.prepared_transaction_offset).queue_offset
+                except (StoreError, WireError):
+                    return True              # its half is gone: assume it is this one (never commit twice)
+            if c_root == root:
                 return True
         return False
 
@@ -284,8 +337,8 @@ class TransactionService:
                     i += 1                          # damaged (logged): never checked, never committed
                     continue
                 props = decode_properties(half.properties)
-                uniq = self.uniq_of(half, props)
-                if uniq in self.ended:
+                root = self.root_of(half, props)
+                if root in self.ended or root in self._ending:
                     i += 1
                     continue
                 if self.committed_already(half, props):
@@ -293,7 +346,7 @@ class TransactionService:
                     code, remark = await self._put_op(half)
                     if code != RC.SUCCESS:
                         break
-                    self.ended[uniq] = time.monotonic()
+                    self._remember(root)
                     i += 1
                     continue
                 now_ms = int(time.time() * 1000)
@@ -321,6 +374,7 @@ class TransactionService:
                 elif 0 <= age_ms < immunity_ms:
                     break                           # too young: everything after it is younger still
                 props[CHECK_TIMES] = str(times + 1)
+                props.setdefault(PREPARED_QUEUE_OFFSET, str(half.queue_offset))    # the copy names the original
                 copy = await self._put_back(half, props)
                 if copy is None:
                     break
@@ -364,7 +418,7 @@ class TransactionService:
             log.error("half message %d not moved to %s: %s", half.queue_offset, CHECK_MAX_TOPIC, remark)
             return False
         self.discarded += 1
-        self.ended[self.uniq_of(half, props)] = time.monotonic()   # over for the broker: its other copies pass
+        self._remember(self.root_of(half, props))      # over for the broker: its other copies pass
         return True
 
     def _send_check(self, half, props: dict, copy) -> None:

@@ -16,12 +16,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+import zlib
 
+from mq.wire.errors import WireError
 from mq.wire.properties import decode_properties
 from mq.wire.topics import reply_topic
 
 from .errors import MQClientError
-from .message import Message, MessageExt
+from .message import SYSFLAG_COMPRESSED, Message, MessageExt, decompress_body
 
 log = logging.getLogger("mq.client.reply")
 
@@ -74,22 +76,26 @@ class ReplyWaiters:
     async def on_push(self, addr: str, cmd) -> None:
         """PUSH_REPLY_MESSAGE_TO_CLIENT (326) from the broker at addr."""
         h = cmd.ext_fields or {}
-        props = decode_properties(h.get("properties") or "")
+        try:
+            props = decode_properties(h.get("properties") or "")
+            sys_flag = int(h.get("sysFlag") or 0)
+            # a reply body of 4 KiB or more was compressed by the replier's producer
+            body = decompress_body(cmd.body, sys_flag)
+            msg = MessageExt(h.get("topic", ""), body, props, int(h.get("flag") or 0))
+            msg.sys_flag = sys_flag & ~SYSFLAG_COMPRESSED
+            msg.born_host = h.get("bornHost", "")
+            msg.store_host = h.get("storeHost", "")
+            msg.born_timestamp_ms = int(h.get("bornTimestamp") or 0)
+            msg.store_timestamp_ms = int(h.get("storeTimestamp") or 0)
+            msg.queue_id = int(h.get("queueId") or 0)
+        except (ValueError, WireError, zlib.error) as e:
+            log.warning("a reply from %s that does not decode: %s", addr, e)
+            return
         correlation_id = props.get(PROPERTY_CORRELATION_ID)
         fut = self.waiting.pop(correlation_id, None) if correlation_id else None
         if fut is None or fut.done():
             log.info("a reply from %s for no waiting request (correlation id %s): dropped", addr, correlation_id)
             return
-        msg = MessageExt(h.get("topic", ""), cmd.body, props, int(h.get("flag") or 0))
-        msg.born_host = h.get("bornHost", "")
-        msg.store_host = h.get("storeHost", "")
-        try:
-            msg.born_timestamp_ms = int(h.get("bornTimestamp") or 0)
-            msg.store_timestamp_ms = int(h.get("storeTimestamp") or 0)
-            msg.queue_id = int(h.get("queueId") or 0)
-            msg.sys_flag = int(h.get("sysFlag") or 0)
-        except ValueError:
-            pass
         fut.set_result(msg)
 
 

@@ -27,9 +27,8 @@ from mq.wire.codes import RequestCode as R
 from mq.wire.errors import WireError
 from mq.wire.msgid import decode_offset_msg_id
 
-from .errors import MQClientError
+from .errors import MQClientError, RemotingError
 from .message import Message, MessageExt, SendResult, SendStatus, decode_messages
-from .errors import RemotingError
 from .producer import DEFAULT_TOPIC, Producer
 
 log = logging.getLogger("mq.client.transaction")
@@ -103,11 +102,18 @@ class TransactionProducer(Producer):
             except Exception as e:
                 log.warning("local transaction of %s failed: %s", result.msg_id, e)
                 state, remark = LocalTransactionState.UNKNOW, f"executeLocalTransactionBranch exception: {e}"
-        addr = self._inst().master_addr(result.queue.broker_name)
-        if addr is None:
-            raise MQClientError(f"the broker {result.queue.broker_name} has no master address")
-        _, _, phy = decode_offset_msg_id(result.offset_msg_id)
-        await self._end(addr, result.queue_offset, phy, state, result.msg_id, False, remark)
+        # the local transaction ran: whatever happens to END_TRANSACTION now, its outcome is the
+        # result (the broker asks again if the end did not arrive), never an exception that would
+        # make the caller run it twice (DefaultMQProducerImpl logs and returns alike)
+        try:
+            addr = self._inst().master_addr(result.queue.broker_name)
+            if addr is None:
+                raise MQClientError(f"the broker {result.queue.broker_name} has no master address")
+            _, _, phy = decode_offset_msg_id(result.offset_msg_id)
+            await self._end(addr, result.queue_offset, phy, state, result.msg_id, False, remark)
+        except (RemotingError, MQClientError, WireError, OSError) as e:
+            log.warning("transaction %s is %s here, but END_TRANSACTION was not sent (%s): the broker will ask",
+                        result.msg_id, state.value, e)
         return TransactionSendResult(result, state)
 
     async def _end(self, addr: str, tran_state_table_offset: int, commit_log_offset: int,

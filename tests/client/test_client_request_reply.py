@@ -123,3 +123,34 @@ def test_a_reply_for_no_connected_requester_is_refused(cluster):
     assert (missing.code, missing.remark) == (RC.SYSTEM_ERROR, "reply message properties[REPLY_TO_CLIENT] is null")
     stored = run(read_topic(ns.addr, REPLY_TOPIC))
     assert b"orphan-1" in stored and b"orphan-2" in stored
+
+
+def test_a_large_reply_arrives_as_it_was_sent(cluster):
+    """A reply of 10 KiB (the replier's producer compresses bodies of 4 KiB or more) reaches the
+    requester inflated."""
+    ns, _ = cluster
+    topic = uniq("T_bigreq")
+    big = bytes(range(256)) * 40
+
+    async def flow():
+        async with Producer(uniq("PG_req"), ns.addr) as p:
+            await p.send(Message(topic, b"warm-up: makes the topic"))
+            await route_ready(ns.addr, topic)
+            answer = Producer(uniq("PG_replier"), ns.addr)
+            await answer.start()
+
+            async def listener(msg):
+                if msg.body != b"warm-up: makes the topic":
+                    await answer.send(create_reply(msg, big))
+                return True
+            cons = PushConsumer(uniq("CG_replier"), ns.addr, consume_from=FIRST, listener=listener)
+            cons.subscribe(topic, "*")
+            await cons.start()
+            try:
+                return await p.request(Message(topic, b"send me the big one"), timeout_s=15)
+            finally:
+                await cons.shutdown()
+                await answer.shutdown()
+
+    reply = run(flow())
+    assert reply.body == big and not reply.sys_flag & 0x1

@@ -24,6 +24,7 @@ from mq.wire import commitlog as wcl
 from mq.wire.codes import RequestCode as R, ResponseCode as RC
 from mq.wire.headers import send_v2
 from mq.wire.msgid import decode_offset_msg_id
+from mq.chaos.clock import SlowSync
 from mq.cluster import DLedgerGroup, free_port
 from tests.ha.test_broker_ha import pull_bodies
 from tests.client.clientkit import Broker, NameServer, route_ready, run, uniq, until
@@ -354,7 +355,9 @@ def test_a_transaction_committed_without_its_op_record_is_not_committed_again(cl
     async def flow():
         async with TransactionProducer(group, ns.addr, checker=lambda m: asked.append(m.msg_id) or COMMIT) as prod:
             r = await prod.send_in_transaction(Message(topic, b"once", properties={"seq": "0"}), lambda m, a: UNKNOW)
-            props = f"UNIQ_KEY\x01{r.transaction_id}\x02PGROUP\x01{group}\x02seq\x010"
+            # as a commit from a checked copy stores it: naming the original half
+            props = (f"UNIQ_KEY\x01{r.transaction_id}\x02PGROUP\x01{group}\x02seq\x010\x02"
+                     f"TRAN_PREPARED_QUEUE_OFFSET\x01{r.send_result.queue_offset}")
             ext = send_v2(producerGroup=group, topic=topic, defaultTopic="TBW102", defaultTopicQueueNums=4,
                           queueId=r.send_result.queue.queue_id, sysFlag=wcl.TRANSACTION_COMMIT, bornTimestamp=0,
                           flag=0, properties=props)
@@ -366,3 +369,56 @@ def test_a_transaction_committed_without_its_op_record_is_not_committed_again(cl
     r, got = run(flow())
     assert asked == [], "the producer was asked about a transaction whose message is stored"
     assert [m.body for m in got] == [b"once"]
+
+
+def test_a_reused_message_is_two_transactions(cluster):
+    """A producer that sends the same Message object in two transactions (its UNIQ_KEY kept, as
+    Java's producer keeps it) gets two commits: transactions are told apart by their halves."""
+    ns, _ = cluster
+    topic, group = uniq("T_txr2"), uniq("PG_txr2")
+
+    async def flow():
+        async with TransactionProducer(group, ns.addr, checker=lambda m: ROLLBACK) as prod:
+            msg = Message(topic, b"again", properties={"seq": "0"})
+            first = await prod.send_in_transaction(msg, lambda m, a: COMMIT)
+            second = await prod.send_in_transaction(msg, lambda m, a: COMMIT)
+            assert first.transaction_id == second.transaction_id
+            return await read_all(ns.addr, topic, 2, settle_s=2.0)
+
+    assert [m.body for m in run(flow())] == [b"again", b"again"]
+
+
+def test_concurrent_end_transactions_commit_once(tmp_path):
+    """SYNC_FLUSH on a slow disk (each sync 300 ms more, the slowsync shim: a commit waits for its
+    flush that long): five END_TRANSACTION commits of one half at once all answer SUCCESS, and
+    the message is stored once (before, each commit that arrived while the first waited for its
+    flush stored the message again)."""
+    slow = SlowSync(str(tmp_path), "tx")
+    ns = NameServer(str(tmp_path))
+    broker = None
+    try:
+        broker = Broker(str(tmp_path), ns.addr, flushDiskType="SYNC_FLUSH", env=slow.env(), **TX_OPTIONS)
+        run(route_ready(ns.addr, "TBW102"))
+        topic, group = uniq("T_txc"), uniq("PG_txc")
+
+        async def flow():
+            async with TransactionProducer(group, ns.addr, checker=lambda m: UNKNOW) as prod:
+                r = await prod.send_in_transaction(Message(topic, b"one"), lambda m, a: UNKNOW)
+                slow.set(300)
+                sr = r.send_result
+                ext = {"producerGroup": group, "tranStateTableOffset": str(sr.queue_offset),
+                       "commitLogOffset": str(decode_offset_msg_id(sr.offset_msg_id)[2]),
+                       "commitOrRollback": str(wcl.TRANSACTION_COMMIT), "fromTransactionCheck": "false",
+                       "msgId": r.transaction_id, "transactionId": r.transaction_id}
+                answers = await asyncio.gather(*(prod.instance.invoke(broker.addr, R.END_TRANSACTION, ext,
+                                                                      timeout_s=10) for _ in range(5)))
+                assert [a.code for a in answers] == [RC.SUCCESS] * 5, [(a.code, a.remark) for a in answers]
+                slow.set(0)
+                return await read_all(ns.addr, topic, 1, settle_s=2.0)
+        assert [m.body for m in run(flow())] == [b"one"]
+    finally:
+        try:
+            if broker is not None:
+                assert broker.stop() == 0, broker.proc.output()[-5000:]
+        finally:
+            ns.stop()
