@@ -28,6 +28,7 @@ import json
 import logging
 import threading
 import time
+from time import perf_counter_ns
 
 from mq.remoting import ResponseCode as RC, make_response
 from mq.store import CorruptRecord, control as C
@@ -45,6 +46,11 @@ from .tracing import CURRENT
 log = logging.getLogger("mq.broker.pull")
 
 CQ_SCAN_BYTES_MIN = 16000
+# an SQL92-filtered pull stops scanning after this much evaluation (checked every SQL_CHECK_EVERY
+# records) and answers with what it found, nextBeginOffset where it stopped: a costly filter over
+# records that do not match cannot hold the io worker (and its other connections) for long
+SQL_SCAN_BUDGET_NS = 5_000_000
+SQL_CHECK_EVERY = 32
 PULLS_HELD_MAX = 100_000
 STOP_WAKES_MAX = 40                # stop() wakes the watch thread every 50 ms, 2 s at most
 DAMAGED_REPORTED_MAX = 10_000      # damaged records remembered as reported (one log line each)
@@ -414,6 +420,7 @@ class PullProcessor:
         sql = codes if codes.__class__ is Sql92Filter else None
         if sql is not None:
             codes = None
+            sql_deadline_ns = perf_counter_ns() + SQL_SCAN_BUDGET_NS
         for phy, msg_size, tags in entries:
             if parts and (len(parts) >= count_max or size + msg_size > bytes_max):
                 break
@@ -428,8 +435,12 @@ class PullProcessor:
             except CorruptRecord:
                 self._damaged(topic, qid, offset + scanned - 1, phy, msg_size)
                 continue             # skipped like a filtered message: the consumer moves past it
-            if sql is not None and not sql.matches_raw(record_properties(view)):
-                continue
+            if sql is not None:
+                if scanned % SQL_CHECK_EVERY == 0 and perf_counter_ns() > sql_deadline_ns:
+                    scanned -= 1                 # this one is left for the next pull
+                    break
+                if not sql.matches_raw(record_properties(view)):
+                    continue
             parts.append(view)
             size += msg_size
         next_off = offset + scanned

@@ -19,8 +19,10 @@ Evaluation (ComparisonExpression with CONVERT_STRING_EXPRESSIONS, as the broker 
     an integer literal, a double for a decimal one), with a boolean to a boolean; a string that
     does not convert makes the whole filter fail for that message (not delivered), as RocketMQ's
     exception does; > >= < <= between two strings compare them as doubles, or fail likewise;
-  * three-valued logic: a comparison with NULL is unknown, NOT unknown is unknown, AND/OR as SQL;
-    a message is delivered only when the filter is TRUE.
+  * three-valued logic: a comparison with NULL is unknown, NOT unknown is unknown, AND/OR as SQL,
+    and as RocketMQ's LogicExpression evaluated left first, the right side only when the left
+    does not decide (so a failing right side does not matter then); a message is delivered only
+    when the filter is TRUE.
 `compile_sql92(text)` raises Sql92Error (with the position) for text outside the grammar."""
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ __all__ = ["Sql92Error", "Sql92Filter", "compile_sql92", "EXPRESSION_LEN_MAX"]
 
 EXPRESSION_LEN_MAX = 4096      # longer filters are refused (a subscription rides in every heartbeat)
 DEPTH_MAX = 64                 # nesting of parentheses and unary operators
+OPERATORS_MAX = 256            # operators in one filter: its evaluation nests this deep (Python's stack)
 
 _TOKEN = re.compile(r"""
     (?P<ws>\s+|--[^\n\r]*)
@@ -137,20 +140,28 @@ def _order(lv, rv, op: str):
     return {">": lv > rv, ">=": lv >= rv, "<": lv < rv, "<=": lv <= rv}[op]
 
 
-def _and(a, b):
-    if a is False or b is False:
-        return False
-    if a is None or b is None:
-        return None
-    return True
+def _and(left: Expr, right: Expr) -> Expr:
+    def both(p):
+        a = _truth(left(p))
+        if a is False:
+            return False
+        b = _truth(right(p))
+        if b is False:
+            return False
+        return None if a is None or b is None else True
+    return both
 
 
-def _or(a, b):
-    if a is True or b is True:
-        return True
-    if a is None or b is None:
-        return None
-    return False
+def _or(left: Expr, right: Expr) -> Expr:
+    def either(p):
+        a = _truth(left(p))
+        if a is True:
+            return True
+        b = _truth(right(p))
+        if b is True:
+            return True
+        return None if a is None or b is None else False
+    return either
 
 
 def _not(a):
@@ -169,6 +180,7 @@ class _Parser:
         self.i = 0
         self.depth = 0
         self.names: set[str] = set()           # the properties the expression reads
+        self.operators = 0
 
     def peek(self, kind: str, value=None) -> bool:
         k, v, _ = self.toks[self.i]
@@ -182,6 +194,11 @@ class _Parser:
             raise Sql92Error(f"expected {want} at {pos}, found {got}")
         self.i += 1
         return v
+
+    def _operator(self):
+        self.operators += 1
+        if self.operators > OPERATORS_MAX:
+            raise Sql92Error(f"more than {OPERATORS_MAX} operators")
 
     def _deeper(self):
         self.depth += 1
@@ -198,7 +215,8 @@ class _Parser:
         while self.peek("kw", "OR"):
             self.i += 1
             right = self.and_expr()
-            left = (lambda a, b: lambda p: _or(_truth(a(p)), _truth(b(p))))(left, right)
+            self._operator()
+            left = _or(left, right)
         return left
 
     def and_expr(self) -> Expr:
@@ -206,7 +224,8 @@ class _Parser:
         while self.peek("kw", "AND"):
             self.i += 1
             right = self.cmp_expr()
-            left = (lambda a, b: lambda p: _and(_truth(a(p)), _truth(b(p))))(left, right)
+            self._operator()
+            left = _and(left, right)
         return left
 
     def cmp_expr(self) -> Expr:
@@ -215,15 +234,18 @@ class _Parser:
             k, v, _ = self.toks[self.i]
             if k == "op" and v in ("=", "<>"):
                 self.i += 1
+                self._operator()
                 right = self.unary()
                 eq = (lambda a, b: lambda p: _equal(a(p), b(p)))(left, right)
                 left = eq if v == "=" else (lambda e: lambda p: _not(e(p)))(eq)
             elif k == "op" and v in (">", ">=", "<", "<="):
                 self.i += 1
+                self._operator()
                 right = self.unary()
                 left = (lambda a, b, op: lambda p: _order(a(p), b(p), op))(left, right, v)
             elif k == "kw" and v == "IS":
                 self.i += 1
+                self._operator()
                 negate = self.peek("kw", "NOT")
                 if negate:
                     self.i += 1
@@ -238,12 +260,13 @@ class _Parser:
                     self.i += 1
                     v = nv
                 self.i += 1
+                self._operator()
                 if v == "BETWEEN":
                     low = self.unary()
                     self.take("kw", "AND")
                     high = self.unary()
-                    inside = (lambda a, lo, hi: lambda p: _and(_order(a(p), lo(p), ">="), _order(a(p), hi(p), "<=")))(
-                        left, low, high)
+                    inside = _and((lambda a, lo: lambda p: _order(a(p), lo(p), ">="))(left, low),
+                                  (lambda a, hi: lambda p: _order(a(p), hi(p), "<="))(left, high))
                     left = (lambda e: lambda p: _not(e(p)))(inside) if negate else inside
                 else:
                     left = self._in_list(left, negate)
@@ -334,7 +357,7 @@ class Sql92Filter:
     def matches(self, properties: dict) -> bool:
         try:
             return self._expr(properties) is True
-        except _Fail:
+        except (_Fail, RecursionError):          # RecursionError: OPERATORS_MAX keeps it away; never a crash
             return False
 
     def matches_raw(self, raw: bytes) -> bool:
@@ -342,14 +365,20 @@ class Sql92Filter:
         counts with its last value, as Java's decoding keeps the last)."""
         props = {}
         for name, key in self._names:
-            at = raw.rfind(key)
-            while at > 0 and raw[at - 1] != 2:          # inside a value or a longer name: look further left
-                at = raw.rfind(key, 0, at)
-            if at < 0:
-                continue
-            start = at + len(key)
-            end = raw.find(b"\x02", start)
-            props[name] = raw[start:end if end >= 0 else len(raw)].decode("utf-8", "replace")
+            limit = len(raw)
+            while True:
+                at = raw.rfind(key, 0, limit)
+                if at < 0:
+                    break
+                limit = at + len(key) - 1               # next: an occurrence starting before this one
+                if at > 0 and raw[at - 1] != 2:         # inside a value or a longer name
+                    continue
+                start = at + len(key)
+                end = raw.find(b"\x02", start)
+                value = raw[start:end if end >= 0 else len(raw)]
+                if value:                               # an empty value is no property (Java's decoding)
+                    props[name] = value.decode("utf-8", "replace")
+                    break
         return self.matches(props)
 
     def __repr__(self) -> str:

@@ -58,3 +58,26 @@ def test_reading_the_raw_properties_agrees_with_decoding_them(pairs, text):
     raw = b"\x02".join(f"{k}\x01{v}".encode() for k, v in pairs)
     f = compile_sql92(text)
     assert f.matches_raw(raw) is f.matches(decode_properties(raw))
+
+
+@pytest.mark.parametrize("text, props, expected", [
+    # RocketMQ's LogicExpression: the right side is evaluated only when the left does not decide,
+    # so a right side that cannot be evaluated (a string that is not a number) does not matter then
+    ("r = 'eu' OR p > 10", {"r": "eu", "p": "n/a"}, True),
+    ("NOT (r = 'us' AND p > 10)", {"r": "eu", "p": "n/a"}, True),
+    ("r = 'us' OR p > 10", {"r": "eu", "p": "n/a"}, False),
+    ("p > 10 OR r = 'eu'", {"r": "eu", "p": "n/a"}, False),          # the left side fails first
+    ("p BETWEEN 20 AND 10", {"p": "15"}, False),
+])
+def test_and_or_decide_from_the_left(text, props, expected):
+    assert compile_sql92(text).matches(props) is expected
+
+
+def test_operator_count_is_bounded_and_long_chains_evaluate():
+    """Chains build nested closures: OPERATORS_MAX bounds their depth (no RecursionError on a
+    pull); a chain at the bound evaluates."""
+    from mq.broker.sql92 import OPERATORS_MAX
+    at_bound = " OR ".join(["a = 'x'"] * (OPERATORS_MAX // 2 - 1))
+    assert compile_sql92(at_bound + " OR a = 'y'").matches({"a": "y"}) is True
+    with pytest.raises(Sql92Error):
+        compile_sql92("a" + " = a" * (OPERATORS_MAX + 1))
