@@ -74,6 +74,7 @@ PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
 PASS_TIME_MAX_S = 60.0            # MAX_PROCESS_TIME_LIMIT: one pass stops after this
 PASS_BATCH = 64                   # queue entries read at a time
 ENDED_MAX = 1_000_000             # ended transactions remembered (module docstring)
+DISPATCH_WAIT_S = 2.0             # END_TRANSACTION waits this long for its half's queue entry
 
 
 def is_half(props: dict) -> bool:
@@ -208,6 +209,15 @@ class TransactionService:
             return RC.SYSTEM_ERROR, "The transaction state table offset wrong"
         if rec.physical_offset != phy:
             return RC.SYSTEM_ERROR, "The commit log offset wrong"
+        # ours: the half queue must name that record too (RocketMQ trusts any record at the offset,
+        # so a "half" forged inside another message's body could be committed)
+        cq = self.store.cqs.get(HALF_TOPIC, 0)
+        deadline = time.monotonic() + DISPATCH_WAIT_S
+        while cq.max_offset <= rec.queue_offset and time.monotonic() < deadline:
+            await asyncio.sleep(0.002)           # an END right after its half: the entry is being dispatched
+        entry = cq.entry(rec.queue_offset)
+        if entry is None or entry[0] != phy:
+            return RC.SYSTEM_ERROR, "The commit log offset wrong"
         self.read_ops()
         root = self.root_of(rec, props)
         what = "commit" if kind == wcl.TRANSACTION_COMMIT else "rollback"
@@ -300,6 +310,8 @@ class TransactionService:
     async def _put(self, topic: str, queue_id: int, body: bytes, props: dict, **kw) -> tuple[int, str | None]:
         """One store write, waited for as a send is (flush; DLedger: the commit); SendMessageProcessor's
         success codes (a slave or flush timeout is still stored) answer SUCCESS."""
+        if self.sup.disk.full:               # as every send is refused (mq.store.retention)
+            return RC.SERVICE_NOT_AVAILABLE, "service not available now: the disk is full"
         if topic in (OP_TOPIC, CHECK_MAX_TOPIC):
             self.metadata.create_system_topic(topic, 1)      # made on first use (never a real topic: its
                                                              # config is the producer's, or a follower's to learn)
