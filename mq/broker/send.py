@@ -199,6 +199,21 @@ class SendProcessor:
             raise BadRequest(RC.NO_PERMISSION, f"the topic[{tc['topicName']}] sending message is forbidden")
         return qid
 
+    @staticmethod
+    def _born(conn) -> tuple[str, int]:
+        """(born host, born port) of a connection's messages: its peer, the host normalized once."""
+        born_host = conn.attrs.get("born_host")
+        if born_host is None:
+            born_host = conn.attrs["born_host"] = normalize_host(conn.peer[0])
+        return born_host, conn.peer[1]
+
+    async def _target(self, h: dict) -> tuple[str, dict, int]:
+        """(topic, its config, queue id) of a send header, checked in RocketMQ's order (BadRequest)."""
+        topic = h.get("topic", "")
+        self._common_checks(topic)
+        tc = await self._topic_config(h)
+        return topic, tc, self._queue_id(h, tc)
+
     def _response(self, cmd, result: PutResult, queue_id: int = 0, batch=False):
         code, remark, stored = send_status(result)
         res = result.result
@@ -320,14 +335,8 @@ class SendProcessor:
     async def _process(self, conn, cmd):
         h = header_fields(cmd)
         try:
-            topic = h.get("topic", "")
-            self._common_checks(topic)
-            tc = await self._topic_config(h)
-            qid = self._queue_id(h, tc)
-            born_host = conn.attrs.get("born_host")
-            if born_host is None:
-                born_host = conn.attrs["born_host"] = normalize_host(conn.peer[0])
-            born_port = conn.peer[1]
+            topic, tc, qid = await self._target(h)
+            born_host, born_port = self._born(conn)
             born_ts = header_int(h, "bornTimestamp", 0, INT64_MIN, INT64_MAX)
             sys_flag = header_int(h, "sysFlag", 0)
             flag = header_int(h, "flag", 0)
@@ -455,10 +464,7 @@ class SendProcessor:
         (RocketMQ waits for the client's answer)."""
         h = header_fields(cmd)
         try:
-            topic = h.get("topic", "")
-            self._common_checks(topic)
-            tc = await self._topic_config(h)
-            qid = self._queue_id(h, tc)
+            topic, tc, qid = await self._target(h)
             born_ts = header_int(h, "bornTimestamp", 0, INT64_MIN, INT64_MAX)
             sys_flag = header_int(h, "sysFlag", 0)
             flag = header_int(h, "flag", 0)
@@ -472,9 +478,7 @@ class SendProcessor:
             return make_response(cmd, e.code, e.remark)
         except (ValueError, KeyError) as e:
             return make_response(cmd, RC.INVALID_PARAMETER, f"bad send header: {e}")
-        born_host = conn.attrs.get("born_host")
-        if born_host is None:
-            born_host = conn.attrs["born_host"] = normalize_host(conn.peer[0])
+        born_host, _ = self._born(conn)
         cfg = self.config
         client = props.get("REPLY_TO_CLIENT")
         if not client:

@@ -423,30 +423,41 @@ class Nemesis(threading.Thread):
         return note
 
 
+async def _produce(history: HistoryWriter, deadline: float, name: str, nemesis: "Nemesis", attempt) -> None:
+    """Invokes `attempt(value)` for value name-0, name-1, ... until the deadline and until the
+    nemesis has settled (bounded by HEAL_S more), recording each invoke and its outcome: what
+    attempt returns (type, fields), `fail` for a refusal that stored nothing, `info` otherwise."""
+    n = 0
+    while time.monotonic() < deadline or (not nemesis.settled() and time.monotonic() < deadline + HEAL_S):
+        value = f"{name}-{n}"
+        n += 1
+        history.record("invoke", "send", value)
+        try:
+            kind, fields = await attempt(value)
+        except MQBrokerError as e:
+            history.record("fail" if e.code in NOT_STORED else "info", "send", value, code=e.code,
+                           error=str(e)[:200])
+            await asyncio.sleep(0.05)
+            continue
+        except (MQClientError, OSError, asyncio.TimeoutError) as e:
+            history.record("info", "send", value, error=f"{type(e).__name__}: {e}"[:200])
+            await asyncio.sleep(0.05)
+            continue
+        history.record(kind, "send", value, **fields)
+
+
 async def produce(ns_addr: str, history: HistoryWriter, deadline: float, name: str, nemesis: "Nemesis") -> None:
-    """Sends until the deadline and until the nemesis has settled (bounded by HEAL_S more)."""
+    """The plain workload's producer: one send per value, no retries."""
     producer = Producer(f"chaos_{name}", ns_addr, send_timeout_s=2.0, retry_times_when_send_failed=0,
                         fault_isolation_s=1.0, route_refresh_interval_s=1.0)
     await producer.start()
+
+    async def send(value: str):
+        r = await producer.send(Message(TOPIC, value.encode()))
+        return "ok", {"queue": f"{r.queue.broker_name}@{r.queue.queue_id}", "offset": r.queue_offset,
+                      "msgid": r.offset_msg_id}
     try:
-        n = 0
-        while time.monotonic() < deadline or (not nemesis.settled() and time.monotonic() < deadline + HEAL_S):
-            value = f"{name}-{n}"
-            n += 1
-            history.record("invoke", "send", value)
-            try:
-                r = await producer.send(Message(TOPIC, value.encode()))
-            except MQBrokerError as e:
-                kind = "fail" if e.code in NOT_STORED else "info"
-                history.record(kind, "send", value, code=e.code, error=str(e)[:200])
-                await asyncio.sleep(0.05)
-                continue
-            except (MQClientError, OSError, asyncio.TimeoutError) as e:
-                history.record("info", "send", value, error=f"{type(e).__name__}: {e}"[:200])
-                await asyncio.sleep(0.05)
-                continue
-            history.record("ok", "send", value, queue=f"{r.queue.broker_name}@{r.queue.queue_id}",
-                           offset=r.queue_offset, msgid=r.offset_msg_id)
+        await _produce(history, deadline, name, nemesis, send)
     finally:
         await producer.shutdown()
 
@@ -465,36 +476,32 @@ def tx_checker(msg) -> str:
 
 async def produce_tx(ns_addr: str, history: HistoryWriter, deadline: float, name: str, nemesis: "Nemesis",
                      committed: set) -> None:
-    """The tx workload's producer (the module docstring); adds the values it commits to `committed`."""
+    """The tx workload's producer (the module docstring); adds the values it commits to `committed`.
+    A half whose send failed is `info` when its transaction was to commit (the check may still
+    commit it), `fail` when it was to roll back (never to be read)."""
     producer = TransactionProducer(TX_GROUP, ns_addr, checker=tx_checker, send_timeout_s=2.0,
                                    retry_times_when_send_failed=0, fault_isolation_s=1.0,
                                    route_refresh_interval_s=1.0, heartbeat_interval_s=1.0)
     await producer.start()
-    try:
-        n = 0
-        while time.monotonic() < deadline or (not nemesis.settled() and time.monotonic() < deadline + HEAL_S):
-            value = f"{name}-{n}"
-            n += 1
-            local, final = tx_decision(value)
-            history.record("invoke", "send", value)
-            try:
-                await producer.send_in_transaction(Message(TOPIC, value.encode()), lambda m, a: local)
-            except MQBrokerError as e:
-                stored = e.code not in NOT_STORED
-                history.record("info" if stored and final == "COMMIT_MESSAGE" else "fail", "send", value,
-                               code=e.code, error=str(e)[:200])
-                await asyncio.sleep(0.05)
-                continue
-            except (MQClientError, OSError, asyncio.TimeoutError) as e:
-                history.record("info" if final == "COMMIT_MESSAGE" else "fail", "send", value,
-                               error=f"{type(e).__name__}: {e}"[:200])
-                await asyncio.sleep(0.05)
-                continue
+
+    async def send_in_transaction(value: str):
+        local, final = tx_decision(value)
+        try:
+            await producer.send_in_transaction(Message(TOPIC, value.encode()), lambda m, a: local)
+        except MQBrokerError as e:
+            if final == "COMMIT_MESSAGE" or e.code in NOT_STORED:
+                raise
+            return "fail", {"code": e.code, "error": str(e)[:200]}
+        except (MQClientError, OSError, asyncio.TimeoutError) as e:
             if final == "COMMIT_MESSAGE":
-                committed.add(value)
-                history.record("ok", "send", value, local=local)
-            else:
-                history.record("fail", "send", value, local=local)
+                raise
+            return "fail", {"error": f"{type(e).__name__}: {e}"[:200]}
+        if final == "COMMIT_MESSAGE":
+            committed.add(value)
+            return "ok", {"local": local}
+        return "fail", {"local": local}
+    try:
+        await _produce(history, deadline, name, nemesis, send_in_transaction)
     finally:
         await producer.shutdown()
 

@@ -1,11 +1,12 @@
 """Helpers for mq.client and mqadmin tests against real mqnamesrv/mqbroker processes
 (mq/cluster.py)."""
 import asyncio
+import contextlib
 import itertools
 import threading
 import time
 
-from mq.client import AdminClient, ConsumeStatus, Message
+from mq.client import AdminClient, ConsumeStatus, Message, PullConsumer, PullStatus
 from mq.cluster import Broker, NameServer, wait_for
 
 _ids = itertools.count()
@@ -74,6 +75,49 @@ class Collector:
             return len(self.got)
 
 
+@contextlib.contextmanager
+def own_cluster(work: str, **options):
+    """A name server and one broker started with `options`, TBW102 routed; both stopped at the end
+    (the broker's clean stop asserted)."""
+    ns = NameServer(work)
+    broker = None
+    try:
+        broker = Broker(work, ns.addr, **options)
+        run(route_ready(ns.addr, "TBW102"))
+        yield ns, broker
+    finally:
+        try:
+            if broker is not None:
+                assert broker.stop() == 0, broker.proc.output()[-5000:]
+        finally:
+            ns.stop()
+
+
+async def read_topic(ns_addr: str, topic: str, expected: int = 0, settle_s: float = 0.0,
+                     timeout_s: float = 20.0) -> list:
+    """Every message of `topic`, each queue from offset 0 to its end; first waits until the queues
+    hold at least `expected`, then settle_s more (so that a late extra one shows)."""
+    async with PullConsumer(uniq("CG_read"), ns_addr) as pc:
+        async def count():
+            try:
+                return sum([await pc.max_offset(q) for q in await pc.fetch_queues(topic)]) >= expected
+            except Exception:      # noqa: BLE001 - no route yet
+                return False
+        if expected:
+            await until(count, timeout_s, f"{expected} messages in {topic}")
+        await asyncio.sleep(settle_s)
+        got = []
+        for q in await pc.fetch_queues(topic):
+            offset = 0
+            while True:
+                res = await pc.pull(q, offset, 32)
+                if res.status is not PullStatus.FOUND:
+                    break
+                got += res.messages
+                offset = res.next_begin_offset
+        return got
+
+
 def start_cluster(work: str):
     """A name server and one broker (broker-a) with TBW102 routed."""
     ns = NameServer(work)
@@ -91,5 +135,5 @@ def start_cluster(work: str):
     return ns, broker
 
 
-__all__ = ["uniq", "run", "until", "route_ready", "message", "Collector", "start_cluster", "Broker", "NameServer",
-           "wait_for"]
+__all__ = ["uniq", "run", "until", "route_ready", "message", "Collector", "start_cluster", "own_cluster", "read_topic",
+           "Broker", "NameServer", "wait_for"]

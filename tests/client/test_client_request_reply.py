@@ -11,11 +11,10 @@ import asyncio
 
 import pytest
 
-from mq.client import (FIRST, Message, Producer, PullConsumer, PullStatus, PushConsumer, RequestTimeout,
-                       create_reply)
+from mq.client import FIRST, Message, Producer, PushConsumer, RequestTimeout, create_reply
 from mq.wire.codes import RequestCode as R, ResponseCode as RC
 from mq.wire.headers import send_v2
-from tests.client.clientkit import route_ready, run, uniq
+from tests.client.clientkit import read_topic, route_ready, run, uniq
 
 CLUSTER = "TestCluster"
 REPLY_TOPIC = f"{CLUSTER}_REPLY_TOPIC"
@@ -65,22 +64,12 @@ def test_each_request_gets_its_own_reply(cluster):
         assert reply.body == b"re:q%d" % i
         assert reply.topic == REPLY_TOPIC and reply.properties["MSG_TYPE"] == "reply"
         assert "PUSH_REPLY_TIME" in reply.properties
-    stored = run(read_topic(ns.addr, REPLY_TOPIC))
+    stored = run(read_bodies(ns.addr, REPLY_TOPIC))
     assert {b"re:q%d" % i for i in range(40)} <= set(stored)
 
 
-async def read_topic(ns_addr: str, topic: str) -> list[bytes]:
-    async with PullConsumer(uniq("CG_read"), ns_addr) as pc:
-        out = []
-        for q in await pc.fetch_queues(topic):
-            offset = 0
-            while True:
-                res = await pc.pull(q, offset, 32)
-                if res.status is not PullStatus.FOUND:
-                    break
-                out += [m.body for m in res.messages]
-                offset = res.next_begin_offset
-        return out
+async def read_bodies(ns_addr: str, topic: str) -> list[bytes]:
+    return [m.body for m in await read_topic(ns_addr, topic)]
 
 
 def test_a_request_nobody_answers_times_out(cluster):
@@ -121,7 +110,7 @@ def test_a_reply_for_no_connected_requester_is_refused(cluster):
     assert (nobody.code, nobody.remark) == (RC.SYSTEM_ERROR, "push reply message fail, channel of <127.0.0.1@nobody> "
                                                             "not found.")
     assert (missing.code, missing.remark) == (RC.SYSTEM_ERROR, "reply message properties[REPLY_TO_CLIENT] is null")
-    stored = run(read_topic(ns.addr, REPLY_TOPIC))
+    stored = run(read_bodies(ns.addr, REPLY_TOPIC))
     assert b"orphan-1" in stored and b"orphan-2" in stored
 
 

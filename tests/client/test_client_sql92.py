@@ -11,7 +11,7 @@ import pytest
 from mq.client import Message, Producer, PullConsumer, PullStatus, PushConsumer
 from mq.client.errors import MQBrokerError
 from mq.wire.codes import RequestCode as R, ResponseCode as RC
-from tests.client.clientkit import Broker, NameServer, route_ready, run, uniq, until
+from tests.client.clientkit import own_cluster, run, uniq, until
 
 FILTER = "a >= 50 AND region = 'eu'"
 N = 120
@@ -27,21 +27,8 @@ def msg(topic: str, i: int) -> Message:
 
 @pytest.fixture(scope="module")
 def filtering(tmp_path_factory):
-    work = str(tmp_path_factory.mktemp("sql"))
-    ns = NameServer(work)
-    try:
-        broker = Broker(work, ns.addr, enablePropertyFilter="true")
-    except BaseException:
-        ns.stop()
-        raise
-    try:
-        run(route_ready(ns.addr, "TBW102"))
-        yield ns, broker
-    finally:
-        try:
-            assert broker.stop() == 0, broker.proc.output()[-5000:]
-        finally:
-            ns.stop()
+    with own_cluster(str(tmp_path_factory.mktemp("sql")), enablePropertyFilter="true") as c:
+        yield c
 
 
 async def produce(ns_addr: str, topic: str) -> None:

@@ -18,7 +18,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from mq.client import AdminClient, LocalTransactionState, Message, PullConsumer, PullStatus, TransactionProducer
+from mq.client import AdminClient, LocalTransactionState, Message, TransactionProducer
 from mq.client.errors import MQClientError, RemotingTimeout
 from mq.wire import commitlog as wcl
 from mq.wire.codes import RequestCode as R, ResponseCode as RC
@@ -27,7 +27,7 @@ from mq.wire.msgid import decode_offset_msg_id
 from mq.chaos.clock import SlowSync
 from mq.cluster import DLedgerGroup, free_port
 from tests.ha.test_broker_ha import pull_bodies
-from tests.client.clientkit import Broker, NameServer, route_ready, run, uniq, until
+from tests.client.clientkit import NameServer, own_cluster, read_topic, route_ready, run, uniq, until
 
 COMMIT, ROLLBACK, UNKNOW = (LocalTransactionState.COMMIT_MESSAGE, LocalTransactionState.ROLLBACK_MESSAGE,
                             LocalTransactionState.UNKNOW)
@@ -38,45 +38,11 @@ CHECK_MAX_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    work = str(tmp_path_factory.mktemp("tx"))
-    ns = NameServer(work)
-    try:
-        broker = Broker(work, ns.addr, metricsPort=free_port(), **TX_OPTIONS)
-    except BaseException:
-        ns.stop()
-        raise
-    try:
-        run(route_ready(ns.addr, "TBW102"))
-        yield ns, broker
-    finally:
-        try:
-            assert broker.stop() == 0, broker.proc.output()[-5000:]
-        finally:
-            ns.stop()
+    with own_cluster(str(tmp_path_factory.mktemp("tx")), metricsPort=free_port(), **TX_OPTIONS) as c:
+        yield c
 
 
-async def read_all(ns_addr: str, topic: str, expected: int, settle_s: float = 0.0, timeout_s: float = 20.0):
-    """Every message of `topic` from offset 0, once at least `expected` are there (and, with settle_s,
-    after waiting that long more so that a late extra one shows)."""
-    async with PullConsumer(uniq("CGR"), ns_addr) as pc:
-        async def count():
-            try:
-                return sum([await pc.max_offset(q) for q in await pc.fetch_queues(topic)]) >= expected
-            except Exception:      # noqa: BLE001 - no route yet
-                return False
-        if expected:
-            await until(count, timeout_s, f"{expected} messages in {topic}")
-        await asyncio.sleep(settle_s)
-        got = []
-        for q in await pc.fetch_queues(topic):
-            offset = 0
-            while True:
-                res = await pc.pull(q, offset, 32)
-                if res.status is not PullStatus.FOUND:
-                    break
-                got += res.messages
-                offset = res.next_begin_offset
-        return got
+read_all = read_topic
 
 
 def test_commit_rollback_and_check(cluster):
@@ -221,14 +187,9 @@ def test_end_transaction_is_checked_and_idempotent(cluster):
 def test_pending_halves_are_checked_after_a_broker_is_killed(tmp_path):
     """kill -9 of every broker process with halves pending; after the restart the broker asks the
     producer about them and each is committed once."""
-    work = str(tmp_path)
-    ns = NameServer(work)
-    broker = None
-    try:
-        # checks go on while no producer of the group is connected (each counts, as in RocketMQ):
-        # enough of them that the halves are still asked about once the producer is back
-        broker = Broker(work, ns.addr, **{**TX_OPTIONS, "transactionCheckMax": 1000})
-        run(route_ready(ns.addr, "TBW102"))
+    # checks go on while no producer of the group is connected (each counts, as in RocketMQ):
+    # enough of them that the halves are still asked about once the producer is back
+    with own_cluster(str(tmp_path), **{**TX_OPTIONS, "transactionCheckMax": 1000}) as (ns, broker):
         topic, group = uniq("T_txk"), uniq("PG_txk")
         checked: list[int] = []
 
@@ -252,12 +213,6 @@ def test_pending_halves_are_checked_after_a_broker_is_killed(tmp_path):
         got = run(after())
         assert sorted(int(m.properties["seq"]) for m in got) == list(range(5))
         assert sorted(set(checked)) == list(range(5))
-    finally:
-        try:
-            if broker is not None:
-                assert broker.stop() == 0, broker.proc.output()[-5000:]
-        finally:
-            ns.stop()
 
 
 def test_reject_transaction_message(cluster):
@@ -394,11 +349,7 @@ def test_concurrent_end_transactions_commit_once(tmp_path):
     the message is stored once (before, each commit that arrived while the first waited for its
     flush stored the message again)."""
     slow = SlowSync(str(tmp_path), "tx")
-    ns = NameServer(str(tmp_path))
-    broker = None
-    try:
-        broker = Broker(str(tmp_path), ns.addr, flushDiskType="SYNC_FLUSH", env=slow.env(), **TX_OPTIONS)
-        run(route_ready(ns.addr, "TBW102"))
+    with own_cluster(str(tmp_path), flushDiskType="SYNC_FLUSH", env=slow.env(), **TX_OPTIONS) as (ns, broker):
         topic, group = uniq("T_txc"), uniq("PG_txc")
 
         async def flow():
@@ -416,9 +367,3 @@ def test_concurrent_end_transactions_commit_once(tmp_path):
                 slow.set(0)
                 return await read_all(ns.addr, topic, 1, settle_s=2.0)
         assert [m.body for m in run(flow())] == [b"one"]
-    finally:
-        try:
-            if broker is not None:
-                assert broker.stop() == 0, broker.proc.output()[-5000:]
-        finally:
-            ns.stop()
