@@ -1,5 +1,5 @@
 """The CI subset of the fault matrix (every mode and every nemesis at least once; `none` in the CLI
-test; two cells of the transactional workload): mqchaos cells against real processes, each showing its
+test; a cell of the transactional workload): mqchaos cells against real processes, each showing its
 promise holding (RELIABILITY.md: a process fault loses no acknowledged message, and nothing is
 unexpected, duplicated or reordered; a byte-level fault never gets a damaged message served, a
 queue offset used twice or an acknowledgement naming another message's place) with the fault
@@ -68,15 +68,16 @@ def test_matrix_table():
     assert rows[2] == "| dledger | ✘ RuntimeError: boom | – |"
 
 
-TX_CELLS = [("dledger", "kill", 10.0), ("sync_master", "powerloss", 8.0)]
+# one transactional cell in CI (~17 s: a DLedger failover with halves pending); sync_master
+# powerloss, dledger pause and partition, async and sync_master kill held when run by hand
+TX_CELLS = [("dledger", "kill", 10.0)]
 
 
 @pytest.mark.parametrize("mode,nemesis,seconds", TX_CELLS, ids=[f"{m}-{n}-tx" for m, n, _ in TX_CELLS])
 def test_transactional_cell_keeps_its_promise(tmp_path, mode, nemesis, seconds):
     """The tx workload (mq/chaos/run.py): every message in a transaction, committed, rolled back
     or left to the broker's check, with the leader killed (a DLedger failover with halves
-    pending) or the master losing its unflushed bytes (taken back from the slave): nothing
-    committed lost, nothing rolled back read, nothing committed twice."""
+    pending): nothing committed lost, nothing rolled back read, nothing committed twice."""
     r = run_cell(mode, nemesis, seconds, str(tmp_path), workload="tx")
     assert r["valid"], r
     assert r["workload"] == "tx" and r["faults"] >= 1, r
