@@ -4,12 +4,11 @@ compiled here into Python closures evaluated against a message's properties.
 
 Grammar (keywords and identifiers case-insensitive):
     expr       := and_expr (OR and_expr)*
-    and_expr   := cmp_expr (AND cmp_expr)*
-    cmp_expr   := unary ( (= | <>) unary
-                        | (> | >= | < | <=) unary
+    and_expr   := eq_expr (AND eq_expr)*
+    eq_expr    := cmp_expr ( (= | <>) cmp_expr | IS [NOT] NULL )*
+    cmp_expr   := unary ( (> | >= | < | <=) unary
                         | [NOT] BETWEEN unary AND unary
-                        | [NOT] IN ( 'string' [, 'string']* )
-                        | IS [NOT] NULL )*
+                        | [NOT] IN ( 'string' [, 'string']* ) )*
     unary      := + unary | - unary | NOT unary | primary
     primary    := TRUE | FALSE | NULL | integer [L] | decimal | 'string' ('' for a quote)
                 | identifier ([a-zA-Z_$][a-zA-Z0-9_$]*, a property) | ( expr )
@@ -19,7 +18,9 @@ Evaluation (ComparisonExpression with CONVERT_STRING_EXPRESSIONS, as the broker 
     an integer literal, a double for a decimal one), with a boolean to a boolean; a string that
     does not convert makes the whole filter fail for that message (not delivered), as RocketMQ's
     exception does; > >= < <= between two strings compare them as doubles, or fail likewise;
-  * three-valued logic: a comparison with NULL is unknown, NOT unknown is unknown, AND/OR as SQL,
+  * three-valued logic: a comparison with NULL is unknown (but NULL = NULL, two missing
+    properties compared, is TRUE, as ActiveMQ's equality has it; negating what is not a number
+    is NULL), NOT unknown is unknown, AND/OR as SQL,
     and as RocketMQ's LogicExpression evaluated left first, the right side only when the left
     does not decide (so a failing right side does not matter then); a message is delivered only
     when the filter is TRUE.
@@ -117,6 +118,8 @@ def _coerced(lv, rv):
 
 def _equal(lv, rv):
     if lv is None or rv is None:
+        if lv is None and rv is None:
+            return True
         return None if lv is None else False
     if lv.__class__ is rv.__class__:
         return lv == rv
@@ -220,29 +223,25 @@ class _Parser:
         return left
 
     def and_expr(self) -> Expr:
-        left = self.cmp_expr()
+        left = self.eq_expr()
         while self.peek("kw", "AND"):
             self.i += 1
-            right = self.cmp_expr()
+            right = self.eq_expr()
             self._operator()
             left = _and(left, right)
         return left
 
-    def cmp_expr(self) -> Expr:
-        left = self.unary()
+    def eq_expr(self) -> Expr:
+        """Equality binds more loosely than the comparisons (RocketMQ's equalityExpression)."""
+        left = self.cmp_expr()
         while True:
             k, v, _ = self.toks[self.i]
             if k == "op" and v in ("=", "<>"):
                 self.i += 1
                 self._operator()
-                right = self.unary()
+                right = self.cmp_expr()
                 eq = (lambda a, b: lambda p: _equal(a(p), b(p)))(left, right)
                 left = eq if v == "=" else (lambda e: lambda p: _not(e(p)))(eq)
-            elif k == "op" and v in (">", ">=", "<", "<="):
-                self.i += 1
-                self._operator()
-                right = self.unary()
-                left = (lambda a, b, op: lambda p: _order(a(p), b(p), op))(left, right, v)
             elif k == "kw" and v == "IS":
                 self.i += 1
                 self._operator()
@@ -251,6 +250,18 @@ class _Parser:
                     self.i += 1
                 self.take("kw", "NULL")
                 left = (lambda a, n: lambda p: (a(p) is None) != n)(left, negate)
+            else:
+                return left
+
+    def cmp_expr(self) -> Expr:
+        left = self.unary()
+        while True:
+            k, v, _ = self.toks[self.i]
+            if k == "op" and v in (">", ">=", "<", "<="):
+                self.i += 1
+                self._operator()
+                right = self.unary()
+                left = (lambda a, b, op: lambda p: _order(a(p), b(p), op))(left, right, v)
             elif k == "kw" and v in ("BETWEEN", "NOT", "IN"):
                 negate = v == "NOT"
                 if negate:
@@ -312,7 +323,7 @@ class _Parser:
                     return None
                 if x.__class__ in (int, float):
                     return -x
-                raise _Fail("negating something that is not a number")
+                return None                         # UnaryExpression.createNegate: not a number -> NULL
             return negate
         if k == "kw" and v == "NOT":
             self.i += 1

@@ -81,3 +81,15 @@ def test_operator_count_is_bounded_and_long_chains_evaluate():
     assert compile_sql92(at_bound + " OR a = 'y'").matches({"a": "y"}) is True
     with pytest.raises(Sql92Error):
         compile_sql92("a" + " = a" * (OPERATORS_MAX + 1))
+
+
+@pytest.mark.parametrize("text, props, expected", [
+    ("TRUE = a > 5", {"a": "7"}, True),            # = binds more loosely than > (RocketMQ's grammar)
+    ("a > 5 = TRUE", {"a": "7"}, True),
+    ("a IS NULL = TRUE", {}, True),
+    ("x = y", {}, True),                            # two missing properties are equal
+    ("x = y", {"x": "1"}, False),
+    ("-b IS NULL", {"b": "abc"}, True),            # negating a string is NULL, not a failure
+])
+def test_precedence_and_nulls_as_rocketmq(text, props, expected):
+    assert compile_sql92(text).matches(props) is expected
