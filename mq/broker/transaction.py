@@ -430,7 +430,8 @@ class TransactionService:
             log.error("half message %d not moved to %s: %s", half.queue_offset, CHECK_MAX_TOPIC, remark)
             return False
         self.discarded += 1
-        self._remember(self.root_of(half, props))      # over for the broker: its other copies pass
+        # not remembered as ended: an END_TRANSACTION that arrives after all still commits or rolls
+        # it back (as RocketMQ's does); no copy of it comes after this one, so no check asks again
         return True
 
     def _send_check(self, half, props: dict, copy) -> None:

@@ -91,7 +91,8 @@ def test_commit_rollback_and_check(cluster):
 
 def test_a_transaction_never_decided_ends_in_the_check_max_topic(cluster):
     """A producer that answers UNKNOW to every check: asked transactionCheckMax (3) times, then the
-    half goes to TRANS_CHECK_MAX_TIME_TOPIC; it never reaches its topic."""
+    half goes to TRANS_CHECK_MAX_TIME_TOPIC; it never reaches its topic unless the producer ends
+    the transaction after all."""
     ns, _ = cluster
     topic, group = uniq("T_txu"), uniq("PG_txu")
     asked: list[str] = []
@@ -118,6 +119,20 @@ def test_a_transaction_never_decided_ends_in_the_check_max_topic(cluster):
     assert moved.body == b"undecided" and moved.properties["REAL_TOPIC"] == topic
     assert moved.properties["TRANSACTION_CHECK_TIMES"] == "3"
     assert run(read_all(ns.addr, topic, 0)) == []
+
+    async def late_commit():
+        """The producer decides after all (END_TRANSACTION for its original half): committed, as
+        RocketMQ commits it, never answered SUCCESS without the message."""
+        async with TransactionProducer(group, ns.addr, checker=checker) as prod:
+            sr = r.send_result
+            ext = {"producerGroup": group, "tranStateTableOffset": str(sr.queue_offset),
+                   "commitLogOffset": str(decode_offset_msg_id(sr.offset_msg_id)[2]),
+                   "commitOrRollback": str(wcl.TRANSACTION_COMMIT), "fromTransactionCheck": "false",
+                   "msgId": r.transaction_id, "transactionId": r.transaction_id}
+            resp = await prod.instance.invoke(cluster[1].addr, R.END_TRANSACTION, ext, timeout_s=5)
+            assert resp.code == RC.SUCCESS, (resp.code, resp.remark)
+            return await read_all(ns.addr, topic, 1, settle_s=0.5)
+    assert [m.body for m in run(late_commit())] == [b"undecided"]
 
 
 def metric(broker, name: str) -> float:
