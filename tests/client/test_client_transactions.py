@@ -286,7 +286,8 @@ def test_dledger_new_leader_carries_on_the_checks(tmp_path):
                 for i in range(18):
                     await prod.send_in_transaction(Message(topic, b"d%d" % i, properties={"seq": str(i)}),
                                                    lambda m, arg: decide(arg), i)
-                await asyncio.sleep(0.3)                  # the last END_TRANSACTION (one-way) arrives
+                # the one-way END_TRANSACTIONs of the six committed at once took effect on this leader
+                await read_all(ns.addr, topic, 6)
                 group_.kill(old)
                 new = group_.wait_leader(15, among=[i for i in group_.ids if i != old])
                 await until(lambda: {i for i in range(18) if i % 3 == 2} <= set(asked), 30,
