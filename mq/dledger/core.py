@@ -33,9 +33,10 @@ with term 0.  `commit` is the highest committed index (-1: none).
 Log interface the core calls synchronously (a deterministic function of the
 calls made so far; see SimLog in mq.dledger.sim and DLedgerLog in
 mq.dledger.log):
-    last_index() -> int              -1 when empty
+    last_index() -> int              -1 when empty (first_index() - 1 after an install)
     last_term() -> int               0 when empty
-    first_index() -> int             index of the first entry still held
+    first_index() -> int             index of the first entry still held; every entry
+                                     below it is committed (retention deletes only those)
     term_at(index) -> int | None     term of entry `index`; 0 for -1; None when
                                      absent (beyond the end, or before the
                                      first retained entry)
@@ -47,7 +48,23 @@ mq.dledger.log):
                                      on, right after the current last entry
     truncate_from(index)             drop entries index.. (never committed ones)
     append_noop(term) -> int         append the leader's no-op; its index
+    install(batch)                   only with Config.install: drop every entry and hold
+                                     the batch alone; first_index() is then its first index
 A batch (the Append's payload) offers: first_index, last_index, term_of(i).
+
+Retention (a member deleting its oldest, committed entries) meets replication
+where a follower needs entries the leader no longer holds: its next index is at
+or below the leader's first_index(), so the leader does not know the term of
+the entry before.  With Config.install the leader then sends an install: an
+Append flagged install, prev_index first-1, prev_term 0, entries from its first
+entry on, and its commit (>= first-1).  The follower keeps its log when it holds
+the leader's first entry with the same term (log matching: everything up to it
+is the leader's), or when the install lies within its commit; otherwise its
+entries from the leader's first index on differ from the leader's, so none of
+them is committed, and the ones below are committed history the leader already
+dropped: it replaces its whole log by the batch (DLedger truncates a follower
+to the leader's begin index the same way).  A node's commit is never below
+first_index() - 1, also right after a restart.
 
 Messages of an older term (from a leader or candidate that was paused, cut off
 or slow) are answered, when they are requests, with the response of their own
@@ -57,7 +74,8 @@ produces any other answer.  The election timer is reset by a leader heard, a
 vote granted or a campaign started, never by a refused candidate's higher term.
 
 Invariants asserted here (a violation is a bug, never input): a committed
-entry is never truncated; commit never moves back; at most one vote per term;
+entry is never truncated (an install drops only committed entries below the
+leader's first one, as retention does); commit never moves back; at most one vote per term;
 the term never moves back."""
 from __future__ import annotations
 
@@ -100,6 +118,7 @@ class Append(Message):
     prev_term: int
     entries: Any                    # a batch (see the module docstring), or None: nothing to append
     commit: int
+    install: bool = False           # entries begin at the leader's first entry; prev_term is unknown (0)
 
     @property
     def count(self) -> int:
@@ -148,6 +167,7 @@ class Config:
     max_inflight: int = 64                # Append messages in flight per follower while replicating
     preferred_leader: str | None = None   # the leader hands over to it when it is caught up
     transfer_timeout_ticks: int = 0       # 0: election_ticks_max
+    install: bool = False                 # catch up a follower behind our first entry (the log has install())
 
     def __post_init__(self) -> None:
         assert self.node_id in self.peers, (self.node_id, self.peers)
@@ -188,7 +208,9 @@ class RaftNode:
         self.term = term
         self.vote = vote
         assert commit <= log.last_index(), (commit, log.last_index())
-        self.commit = commit
+        # entries below the first one held are committed: a restarted member that retention or
+        # an install moved on knows that much without a checkpoint
+        self.commit = max(commit, log.first_index() - 1)
         self.role = Role.FOLLOWER
         self.leader_id: str | None = None
         self.pre_candidate = False
@@ -425,13 +447,17 @@ class RaftNode:
     def _on_append(self, m: Append) -> None:
         self._follow(m.src)
         log = self.log
-        if m.prev_index < self.commit:
+        if m.prev_index <= self.commit:
             # everything up to our commit matches any leader of this term: skip what we have
+            # (a stale or duplicated install lands here and changes nothing)
             first = self.commit + 1
             if m.entries is not None and m.entries.last_index >= first:
                 self._accept(m, first)
             else:
                 self._send(AppendResp(self.term, self.id, m.src, True, self.commit))
+            return
+        if m.install:
+            self._on_install(m)
             return
         prev_term = log.term_at(m.prev_index)
         if prev_term != m.prev_term:
@@ -448,6 +474,21 @@ class RaftNode:
                                   hint_index=max(hint, -1)))
             return
         self._accept(m, m.prev_index + 1)
+
+    def _on_install(self, m: Append) -> None:
+        """An install beyond our commit: the leader's log begins at batch.first_index (B)."""
+        batch = m.entries
+        b = batch.first_index
+        if m.commit < m.prev_index or b != m.prev_index + 1:
+            # the leader holds only committed entries below B: a commit below B-1 is a broken install
+            self._send(AppendResp(self.term, self.id, m.src, False, -1, reject_index=-1, hint_index=-1))
+            return
+        if self.log.term_at(b) == batch.term_of(b):
+            self._accept(m, b)          # we hold the leader's entry B: our log is its log up to there
+            return
+        self.log.install(batch)
+        self.commit = max(self.commit, min(m.commit, batch.last_index))
+        self._send(AppendResp(self.term, self.id, m.src, True, batch.last_index))
 
     def _accept(self, m: Append, first: int) -> None:
         """m's prev entry matches; append what we lack from index `first` on, cutting a
@@ -539,10 +580,16 @@ class RaftNode:
         has_new = pr.next <= last
         if not has_new and not force_commit and pr.state == Progress.REPLICATE:
             return
+        first = self.log.first_index()
+        if pr.next <= first and first > 0:
+            # the follower needs the entry before our first: the term we would check is gone
+            if self.cfg.install:
+                self._send_install(p, pr, first, last)
+            return
         prev = pr.next - 1
         prev_term = self.log.term_at(prev)
-        if prev_term is None or pr.next < self.log.first_index():
-            return          # the follower needs entries we no longer hold: it cannot be caught up
+        if prev_term is None:
+            return
         batch = self.log.entries(pr.next, last) if has_new else None
         self._send(Append(self.term, self.id, p, prev, prev_term, batch, self.commit))
         pr.sent_commit = self.commit
@@ -553,6 +600,18 @@ class RaftNode:
                 pr.inflight_since = self.ticks
             pr.inflight.append(batch.last_index)
             pr.next = batch.last_index + 1
+
+    def _send_install(self, p: str, pr: Progress, first: int, last: int) -> None:
+        """Our log from its first entry on, to a follower behind it; probed like a first Append
+        (one at a time, resent with the heartbeat until answered)."""
+        assert self.commit >= first - 1, (self.commit, first)
+        pr.state = Progress.PROBE
+        pr.inflight = []
+        pr.next = first
+        pr.probe_sent = True
+        self._send(Append(self.term, self.id, p, first - 1, 0, self.log.entries(first, last), self.commit,
+                          install=True))
+        pr.sent_commit = self.commit
 
     def _on_append_resp(self, m: AppendResp) -> None:
         if self.role is not Role.LEADER:

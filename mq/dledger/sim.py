@@ -68,12 +68,15 @@ class SimFailure(AssertionError):
 
 # ---- the in-memory log --------------------------------------------------------------------------
 class SimBatch:
-    """An immutable snapshot of entries first_index.. (what an Append carries)."""
-    __slots__ = ("first_index", "items")
+    """An immutable snapshot of entries first_index.. (what an Append carries).  base: how many
+    proposals (entries other than no-ops) the log held below first_index -- what the broker's
+    install carries as its queue offsets, checked for continuity here."""
+    __slots__ = ("first_index", "items", "base")
 
-    def __init__(self, first_index: int, items: list):
+    def __init__(self, first_index: int, items: list, base: int = 0):
         self.first_index = first_index
         self.items = items
+        self.base = base
 
     @property
     def last_index(self) -> int:
@@ -87,49 +90,77 @@ class SimBatch:
 
 
 class SimLog:
-    """Entries are (term, payload); every append is durable at once (SYNC durability)."""
+    """Entries are (term, payload); every append is durable at once (SYNC durability).  The log
+    holds entries begin.. (retention -- compact() -- and installs move begin on); base counts the
+    proposals below begin."""
 
     def __init__(self, batch_max: int = 8):
         self.items: list = []
+        self.begin = 0
+        self.base = 0
+        self.installs = 0
         self.batch_max = batch_max
 
     def last_index(self) -> int:
-        return len(self.items) - 1
+        return self.begin + len(self.items) - 1
 
     def last_term(self) -> int:
         return self.items[-1][0] if self.items else 0
 
     def first_index(self) -> int:
-        return 0
+        return self.begin
 
     def term_at(self, index: int):
         if index == -1:
             return 0
-        if 0 <= index < len(self.items):
-            return self.items[index][0]
+        i = index - self.begin
+        if 0 <= i < len(self.items):
+            return self.items[i][0]
         return None
 
+    def item(self, index: int):
+        assert index >= self.begin, (index, self.begin)
+        return self.items[index - self.begin]
+
     def durable_index(self) -> int:
-        return len(self.items) - 1
+        return self.last_index()
 
     def entries(self, first: int, last: int) -> SimBatch:
+        assert first >= self.begin, (first, self.begin)
         last = min(last, first + self.batch_max - 1)
-        return SimBatch(first, self.items[first:last + 1])
+        i = first - self.begin
+        # base is known (and needed: an install) for a batch from the first entry only
+        return SimBatch(first, self.items[i:last - self.begin + 1], self.base if i == 0 else -1)
 
     def append(self, batch: SimBatch, from_index: int) -> None:
-        assert from_index == len(self.items), (from_index, len(self.items))
+        assert from_index == self.last_index() + 1, (from_index, self.last_index())
         self.items.extend(batch.items[from_index - batch.first_index:])
 
     def truncate_from(self, index: int) -> None:
-        del self.items[index:]
+        assert index >= self.begin, (index, self.begin)
+        del self.items[index - self.begin:]
+
+    def install(self, batch: SimBatch) -> None:
+        self.items = list(batch.items)
+        self.begin = batch.first_index
+        self.base = batch.base
+        self.installs += 1
+
+    def compact(self, upto: int) -> None:
+        """Retention: drop the entries below `upto` (committed ones; at least one entry stays)."""
+        assert self.begin < upto <= self.last_index(), (self.begin, upto, self.last_index())
+        cut = upto - self.begin
+        self.base += sum(1 for e in self.items[:cut] if e[1] != NOOP)
+        del self.items[:cut]
+        self.begin = upto
 
     def append_noop(self, term: int) -> int:
         self.items.append((term, NOOP))
-        return len(self.items) - 1
+        return self.last_index()
 
     def propose(self, term: int, payload) -> int:
         self.items.append((term, payload))
-        return len(self.items) - 1
+        return self.last_index()
 
 
 # ---- the network -----------------------------------------------------------------------------------
@@ -196,6 +227,7 @@ class SimParams:
     pause_weight: float = 0.15     # pauses of a member (mostly the leader) per fault draw of another kind
     pause_ticks_max: int = 80      # a pause lasts election_ticks_min..this
     catchup_ticks: int = 40        # ticks a resumed member replays at most (the role: 200 of 10 ms)
+    compact_weight: float = 0.0    # retention passes on a running member per fault draw of another kind
     liveness_timeouts: int = 6     # election timeouts (max) a talking majority may go without a leader
 
 
@@ -220,7 +252,7 @@ class SimNode:
         p = c.params
         cfg = Config(self.id, c.ids, heartbeat_ticks=p.heartbeat_ticks, election_ticks_min=p.election_ticks_min,
                      election_ticks_max=p.election_ticks_max, pre_vote=p.pre_vote, check_quorum=p.check_quorum,
-                     max_inflight=4)
+                     max_inflight=4, install=True)
         self.raft = RaftNode(cfg, self.log, random.Random(c.rng.random()), term=self.hard[0], vote=self.hard[1])
         self.checked_commit = -1
         self.paused_since = None
@@ -243,7 +275,8 @@ class SimCluster:
         self.pending: list = []                    # (node, term, index, payload) proposals awaiting commit
         self.next_value = 0
         # what a run exercised (a sweep asserts it is not vacuous)
-        self.counts = {"pauses": 0, "stale_heartbeats": 0, "stale_appends": 0, "liveness_ticks": 0}
+        self.counts = {"pauses": 0, "stale_heartbeats": 0, "stale_appends": 0, "liveness_ticks": 0,
+                       "compactions": 0, "installs": 0}
         self.events: deque = deque(maxlen=60)
         self._majority_cache: dict = {}
         self._talking: frozenset | None = None     # the talking majority of the liveness check
@@ -303,12 +336,16 @@ class SimCluster:
             if other != node.id:
                 self.fail(f"two leaders in term {r.term}: {other} and {node.id}")
             if not was_leader:
-                self.note(f"{node.id} leads term {r.term} (last {node.log.last_index()})")
+                log = node.log
+                self.note(f"{node.id} leads term {r.term} (first {log.first_index()}, last {log.last_index()})")
+                if log.first_index() > len(self.committed):
+                    self.fail(f"new leader {node.id} begins at {log.first_index()}, beyond the committed "
+                              f"{len(self.committed)} entries")
                 for i, e in self.committed.items():
-                    if i > node.log.last_index() or node.log.items[i] != e:
+                    if i >= log.first_index() and (i > log.last_index() or log.item(i) != e):
                         self.fail(f"new leader {node.id} lacks committed entry {i} {e}")
-        for i in range(node.checked_commit + 1, r.commit + 1):
-            e = node.log.items[i]
+        for i in range(max(node.checked_commit + 1, node.log.first_index()), r.commit + 1):
+            e = node.log.item(i)
             prev = self.committed.setdefault(i, e)
             if prev != e:
                 self.fail(f"index {i} committed as {prev} and as {e} (on {node.id})")
@@ -416,6 +453,13 @@ class SimCluster:
             for m in inbox:
                 self._deliver(node, m)
 
+    def compact(self, node: SimNode, upto: int) -> None:
+        """A retention pass on a running member: its entries below `upto` (committed) are deleted."""
+        assert node.running and upto <= node.raft.commit, (node.id, upto)
+        self.note(f"compact {node.id} below {upto} (first {node.log.first_index()}, commit {node.raft.commit})")
+        node.log.compact(upto)
+        self.counts["compactions"] += 1
+
     def restart(self, node: SimNode) -> None:
         self.note(f"restart {node.id} (term {node.hard[0]}, log {node.log.last_index()})")
         node.start()
@@ -423,8 +467,13 @@ class SimCluster:
     # ---- one run ------------------------------------------------------------------------------------
     def random_fault(self) -> None:
         rng, p = self.rng, self.params
-        k = rng.random() * (1 + p.pause_weight)
-        if k >= 1:
+        k = rng.random() * (1 + p.pause_weight + p.compact_weight)
+        if k >= 1 + p.pause_weight:
+            up = [n for n in self.running() if n.raft.commit > n.log.first_index()]
+            if up:
+                n = rng.choice(up)
+                self.compact(n, rng.randint(n.log.first_index() + 1, n.raft.commit))
+        elif k >= 1:
             up = self.running()
             leaders = [n for n in up if n.raft.role is Role.LEADER]
             if up:
@@ -531,6 +580,7 @@ class SimCluster:
             self.fail(f"no liveness {p.calm_ticks} ticks after the faults stopped: "
                       + ", ".join(f"{n.id}={n.raft.role.value}/t{n.raft.term}/c{n.raft.commit}/l{n.log.last_index()}"
                                   for n in self.alive()))
+        self.counts["installs"] = sum(n.log.installs for n in self.nodes.values())
         self._final_checks()
 
     def _final_checks(self) -> None:
@@ -539,22 +589,35 @@ class SimCluster:
             if e is None or e[1] != value:
                 self.fail(f"acknowledged {value} at {idx} is not committed there (found {e})")
         top = max(n.raft.commit for n in self.alive())
+        proposals = 0                              # proposals in the committed log up to i
+        below = {}
+        for i in range(top + 1):
+            below[i] = proposals
+            proposals += self.committed[i][1] != NOOP
         for n in self.alive():
-            for i in range(n.raft.commit + 1):
-                if n.log.items[i] != self.committed[i]:
+            log = n.log
+            for i in range(log.first_index(), n.raft.commit + 1):
+                if log.item(i) != self.committed[i]:
                     self.fail(f"{n.id} disagrees at committed index {i}")
+            # what an install carried (the broker: queue offsets) continues the group's count
+            if log.base != below.get(log.first_index(), proposals):
+                self.fail(f"{n.id} counts {log.base} proposals below its first entry {log.first_index()}, "
+                          f"the committed log {below.get(log.first_index(), proposals)}")
         assert top >= 0
 
 
 def params_for(seed: int) -> SimParams:
     """A seed's own shape, so that a sweep covers 3 and 5 nodes, narrow election windows
-    (split votes: several candidates in one term) and runs without pre-vote."""
+    (split votes: several candidates in one term), runs without pre-vote, and half of them
+    with retention deleting members' oldest entries (followers behind a leader's first
+    entry are installed)."""
     rng = random.Random(seed * 7919 + 17)
     narrow = rng.random() < 0.3
     return SimParams(nodes=5 if rng.random() < 0.3 else 3,
                      election_ticks_min=10, election_ticks_max=11 if narrow else 20,
                      pre_vote=rng.random() < 0.75, check_quorum=rng.random() < 0.85,
-                     fault_ticks=rng.choice([300, 400, 600]), batch_max=rng.choice([1, 2, 8]))
+                     fault_ticks=rng.choice([300, 400, 600]), batch_max=rng.choice([1, 2, 8]),
+                     compact_weight=0.5 if rng.random() < 0.5 else 0.0)
 
 
 def run_seed(seed: int, params: SimParams | None = None, verbose: bool = False) -> SimCluster:

@@ -19,14 +19,17 @@ PAUSE_SEEDS = int(os.environ.get("MQ_RAFT_PAUSE_SEEDS", "200"))
 PAUSE_SEED_BASE = 100_000          # a range of its own: these runs differ from the main sweep's anyway
 
 
-def _run_range(bounds: tuple[int, int]) -> list[str]:
-    failures = []
+def _run_range(bounds: tuple[int, int]) -> tuple[list[str], dict]:
+    failures, counts = [], {}
     for seed in range(*bounds):
         try:
-            run_seed(seed)
+            c = run_seed(seed)
         except SimFailure as e:
             failures.append(str(e))
-    return failures
+            continue
+        for k, v in c.counts.items():
+            counts[k] = counts.get(k, 0) + v
+    return failures, counts
 
 
 def _run_paused_range(bounds: tuple[int, int]) -> tuple[list[str], dict]:
@@ -48,14 +51,20 @@ def _run_paused_range(bounds: tuple[int, int]) -> tuple[list[str], dict]:
 def test_thousands_of_seeded_runs_keep_every_safety_property_and_recover():
     """Proves, over SEEDS seeded runs (3 and 5 nodes; message loss, duplication,
     delay and reordering; partitions; crashes and restarts from persisted
-    state; with and without pre-vote): at most one leader per term, a committed
+    state; with and without pre-vote; half of them with retention deleting
+    members' oldest committed entries): at most one leader per term, a committed
     entry never lost or changed, every node's log equal to the others up to its
-    commit index, every acknowledged proposal committed at its index, and a
-    ready leader committing a fresh proposal on all nodes once faults stop."""
+    commit index, every acknowledged proposal committed at its index, a member
+    installed from a leader's first entry counting the proposals below it as the
+    group does, and a ready leader committing a fresh proposal on all nodes once
+    faults stop.  The counts prove retention ran and members were installed."""
     half = SEEDS // 2
     with mp.get_context("fork").Pool(2) as pool:
-        failures = sum(pool.map(_run_range, [(0, half), (half, SEEDS)]), [])
+        parts = pool.map(_run_range, [(0, half), (half, SEEDS)])
+    failures = sum((f for f, _ in parts), [])
     assert not failures, f"{len(failures)} of {SEEDS} seeds failed; the first:\n{failures[0]}"
+    counts = {k: sum(c.get(k, 0) for _, c in parts) for k in parts[0][1]}
+    assert counts["compactions"] >= SEEDS and counts["installs"] >= SEEDS // 10, counts
 
 
 def test_paused_leaders_their_stale_messages_and_liveness_over_many_seeds():
@@ -391,3 +400,115 @@ def test_a_hard_state_counts_as_saved_only_once_the_driver_says_so():
     n0.saved(again.hard_state)
     n0.step(core.Heartbeat(1, "n1", "n0", -1))
     assert n0.ready().hard_state is None
+
+
+# ---- a member behind the leader's first entry (retention): installs --------------------------------
+def test_a_member_behind_the_leaders_first_entry_is_installed_and_catches_up():
+    """A member down while the others delete the entries it lacks: restarted, the leader cannot
+    probe it (the term before its first entry is gone) and installs its log from its first
+    entry; the member drops its older log, catches up to the leader's commit and counts the
+    proposals below its new first entry as the group does.  With install off it would never
+    catch up (the leader has nothing to send it)."""
+    for install in (True, False):
+        c = group(3)
+        if not install:
+            for n in c.nodes.values():
+                n.raft.cfg.install = False
+        run_until(c, lambda: leader_of(c) is not None and leader_of(c).raft.is_ready_leader)
+        lead = leader_of(c)
+        victim, other = [n for n in c.alive() if n is not lead]
+        for _ in range(5):
+            c.propose()
+            c.tick()
+        run_until(c, lambda: victim.raft.commit == lead.log.last_index())
+        c.crash(victim)
+        for _ in range(40):
+            c.propose()
+            c.tick()
+        run_until(c, lambda: lead.raft.commit == lead.log.last_index() == other.raft.commit)
+        upto = lead.raft.commit - 3
+        assert victim.log.last_index() < upto - 1
+        c.compact(lead, upto)
+        c.compact(other, upto)
+        c.restart(victim)
+        if not install:
+            victim.raft.cfg.install = False
+            for _ in range(200):
+                c.tick()
+            assert victim.raft.commit < upto and victim.log.installs == 0
+            continue
+        run_until(c, lambda: victim.log.last_index() == lead.log.last_index() == victim.raft.commit)
+        assert leader_of(c) is lead and victim.log.installs == 1
+        assert victim.log.first_index() == upto and victim.log.base == lead.log.base > 0
+        assert victim.log.items == lead.log.items
+        c._final_checks()
+
+
+def _follower(entries: list, commit: int) -> RaftNode:
+    log = SimLog()
+    log.items = list(entries)
+    return RaftNode(Config("n1", ["n0", "n1", "n2"], install=True), log, __import__("random").Random(0),
+                    term=2, commit=commit)
+
+
+def _install(first: int, items: list, commit: int) -> Append:
+    from mq.dledger.sim import SimBatch
+    return Append(2, "n0", "n1", first - 1, 0, SimBatch(first, items, base=first), commit, install=True)
+
+
+def _answer(node: RaftNode) -> AppendResp:
+    (resp,) = [m for m in node.ready().messages if isinstance(m, AppendResp)]
+    return resp
+
+
+def test_an_install_keeps_a_follower_log_holding_the_leaders_first_entry():
+    """A follower whose commit lags but which holds the leader's first entry with its term keeps
+    its log (log matching: up to that entry it is the leader's; dropping it could take a
+    committed entry off a majority) and appends from there; one whose entry there differs has
+    nothing committed from there on and is reset to the leader's log."""
+    f = _follower([(1, f"v{i}") for i in range(10)], commit=2)
+    f.step(_install(5, [(1, "v5"), (1, "v6")], commit=8))
+    r = _answer(f)
+    assert r.success and r.index == 6 and f.commit == 6
+    assert f.log.first_index() == 0 and f.log.last_index() == 9 and f.log.installs == 0
+
+    f = _follower([(1, f"v{i}") for i in range(5)] + [(2, "stale"), (2, "stale2")], commit=2)
+    f.step(_install(5, [(1, "v5"), (1, "v6")], commit=8))
+    r = _answer(f)
+    assert r.success and r.index == 6 and f.commit == 6
+    assert f.log.installs == 1 and f.log.first_index() == 5 and f.log.items == [(1, "v5"), (1, "v6")]
+    assert f.log.base == 5
+
+
+def test_a_stale_or_duplicated_install_does_not_cut_a_caught_up_follower():
+    """An install within the follower's commit (late, duplicated, or from a leader whose first
+    entry is older than ours) changes nothing: it answers success with its commit."""
+    entries = [(1, f"v{i}") for i in range(10)]
+    f = _follower(entries, commit=8)
+    f.step(_install(5, [(1, "v5"), (1, "v6")], commit=8))
+    r = _answer(f)
+    assert r.success and r.index == 8 and f.log.items == entries and f.log.installs == 0
+
+
+def test_an_install_whose_commit_does_not_cover_it_is_refused():
+    """A leader holds only committed entries below its first one, so an install whose commit is
+    below first-1 is broken: refused without touching the log (the leader resends)."""
+    entries = [(1, f"v{i}") for i in range(3)]
+    f = _follower(entries, commit=1)
+    f.step(_install(5, [(2, "v5")], commit=3))
+    r = _answer(f)
+    assert not r.success and r.reject_index == -1 and f.log.items == entries and f.log.installs == 0
+
+
+def test_a_restarted_member_knows_what_lies_below_its_first_entry_is_committed():
+    """After retention (or an install) a member's log begins above 0; restarted with no
+    checkpoint, its commit is its first index - 1, never below: the entries under it are
+    committed history, and a leader's probe below them must not look like a conflict."""
+    log = SimLog()
+    log.items = [(1, f"v{i}") for i in range(10)]
+    log.compact(6)
+    n = RaftNode(Config("n1", ["n0", "n1", "n2"], install=True), log, __import__("random").Random(0), term=1)
+    assert n.commit == 5
+    n.step(Append(1, "n0", "n1", 2, 1, None, 9))
+    r = _answer(n)
+    assert r.success and r.index == 5 and log.first_index() == 6
