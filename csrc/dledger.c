@@ -100,6 +100,84 @@ int mq_dledger_entry(mq_commitlog *cl, uint64_t index, uint64_t *pos_out, uint32
     return dl_read_unit(cl, index, pos_out, size_out, term_out);
 }
 
+/* The entries of buf as they would sit from (first_index, first_pos) after an entry of prev_term:
+ * magic, sizes, index continuity, terms nondecreasing and <= max_term, pos, the room rule, the
+ * record inside; fillers reach their file's end.  Reads buf only. */
+typedef struct { uint32_t n; uint64_t end_pos, end_index; int64_t last_term, last_ts; } dl_checked;
+
+static int dl_check_entries(mq_commitlog *cl, const uint8_t *buf, size_t len, uint64_t first_index,
+                            uint64_t first_pos, int64_t prev_term, int64_t max_term, dl_checked *out) {
+    const uint64_t fs = cl->file_size;
+    size_t at = 0;
+    uint64_t pos = first_pos, index = first_index;
+    uint32_t n = 0;
+    int64_t last_ts = 0, term = prev_term;
+    while (at < len) {
+        const uint8_t *p = buf + at;
+        const uint64_t room = fs - pos % fs;
+        if (len - at < 8) return MQ_E_CORRUPT;
+        if (be32r(p) == MQ_DL_BLANK_MAGIC) {              /* a filler: it reaches its file's end */
+            if (be32r(p + 4) != room || len - at < room) return MQ_E_CORRUPT;
+            at += room;
+            pos += room;
+            continue;
+        }
+        mq_scan_rec rec;
+        int stop;
+        if (dl_entry_check(p, pos, room, len - at, 1, &rec, &stop) != MQ_OK) return MQ_E_CORRUPT;
+        if ((uint64_t)rec.dl_index != index || rec.dl_term < term || rec.dl_term > max_term) return MQ_E_CORRUPT;
+        term = rec.dl_term;
+        last_ts = rec.store_ts_ms;
+        const uint32_t size = be32r(p + 4);
+        at += size;
+        pos += size;
+        index++;
+        n++;
+    }
+    out->n = n;
+    out->end_pos = pos;
+    out->end_index = index;
+    out->last_term = term;
+    out->last_ts = last_ts;
+    return MQ_OK;
+}
+
+/* Copies checked entries to first_pos.. (beyond WRITE: invisible until published) and writes
+ * their index units. */
+static int dl_copy_entries(mq_commitlog *cl, const uint8_t *buf, size_t len, uint64_t first_pos) {
+    const uint64_t fs = cl->file_size;
+    size_t at = 0;
+    uint64_t pos = first_pos;
+    int rc;
+    while (at < len) {
+        uint8_t *base;
+        rc = seg_get(cl, pos / fs, 1, &base);
+        if (rc) return rc;
+        size_t chunk = fs - pos % fs;
+        if (chunk > len - at) chunk = len - at;
+        memcpy(base + pos % fs, buf + at, chunk);
+        at += chunk;
+        pos += chunk;
+    }
+    at = 0;
+    pos = first_pos;
+    while (at < len) {
+        const uint8_t *p = buf + at;
+        if (be32r(p) == MQ_DL_BLANK_MAGIC) {
+            uint64_t room = fs - pos % fs;
+            at += room;
+            pos += room;
+            continue;
+        }
+        const uint32_t size = be32r(p + 4);
+        rc = dl_write_unit(cl, be64r(p + 8), pos, size, (int64_t)be64r(p + 16));
+        if (rc) return rc;
+        at += size;
+        pos += size;
+    }
+    return MQ_OK;
+}
+
 int mq_dledger_append_raw(mq_commitlog *cl, const uint8_t *buf, size_t len, uint64_t first_index,
                           uint64_t first_pos, int64_t max_term, uint32_t *n_out) {
     mq_ctl *c = cl->ctl;
@@ -130,33 +208,9 @@ int mq_dledger_append_raw(mq_commitlog *cl, const uint8_t *buf, size_t len, uint
     }
 
     /* 1. validate everything before writing anything */
-    size_t at = 0;
-    uint64_t pos = first_pos, index = first_index;
-    uint32_t n = 0;
-    int64_t last_ts = 0, term = prev_term;
-    while (at < len) {
-        const uint8_t *p = buf + at;
-        const uint64_t room = fs - pos % fs;
-        if (len - at < 8) return MQ_E_CORRUPT;
-        if (be32r(p) == MQ_DL_BLANK_MAGIC) {              /* a filler: it reaches its file's end */
-            if (be32r(p + 4) != room || len - at < room) return MQ_E_CORRUPT;
-            at += room;
-            pos += room;
-            continue;
-        }
-        mq_scan_rec rec;
-        int stop;
-        if (dl_entry_check(p, pos, room, len - at, 1, &rec, &stop) != MQ_OK) return MQ_E_CORRUPT;
-        if ((uint64_t)rec.dl_index != index || rec.dl_term < term || rec.dl_term > max_term) return MQ_E_CORRUPT;
-        term = rec.dl_term;
-        last_ts = rec.store_ts_ms;
-        const uint32_t size = be32r(p + 4);
-        at += size;
-        pos += size;
-        index++;
-        n++;
-    }
-    const uint64_t end = pos;
+    dl_checked ck;
+    rc = dl_check_entries(cl, buf, len, first_index, first_pos, prev_term, max_term, &ck);
+    if (rc) return rc;
 
     /* 2. copy the bytes (beyond WRITE: invisible until published) and write the index units */
     if (rollover) {
@@ -165,34 +219,8 @@ int mq_dledger_append_raw(mq_commitlog *cl, const uint8_t *buf, size_t len, uint
         if (rc) return rc;
         dl_write_blank(base + w0 % fs, fs - w0 % fs);
     }
-    at = 0;
-    pos = first_pos;
-    while (at < len) {
-        uint8_t *base;
-        rc = seg_get(cl, pos / fs, 1, &base);
-        if (rc) return rc;
-        size_t chunk = fs - pos % fs;
-        if (chunk > len - at) chunk = len - at;
-        memcpy(base + pos % fs, buf + at, chunk);
-        at += chunk;
-        pos += chunk;
-    }
-    at = 0;
-    pos = first_pos;
-    while (at < len) {
-        const uint8_t *p = buf + at;
-        if (be32r(p) == MQ_DL_BLANK_MAGIC) {
-            uint64_t room = fs - pos % fs;
-            at += room;
-            pos += room;
-            continue;
-        }
-        const uint32_t size = be32r(p + 4);
-        rc = dl_write_unit(cl, be64r(p + 8), pos, size, (int64_t)be64r(p + 16));
-        if (rc) return rc;
-        at += size;
-        pos += size;
-    }
+    rc = dl_copy_entries(cl, buf, len, first_pos);
+    if (rc) return rc;
 
     /* 3. publish, if nothing moved meanwhile (only this thread appends here: a change is a bug or a race
      *    with a truncation of this same log, which must not happen) */
@@ -203,16 +231,16 @@ int mq_dledger_append_raw(mq_commitlog *cl, const uint8_t *buf, size_t len, uint
         ctl_unlock(c);
         return MQ_E_RANGE;
     }
-    if (n) {
-        __atomic_store_n(&c->pos[MQ_POS_LAST_STORE_TS], (uint64_t)last_ts, __ATOMIC_RELEASE);
-        __atomic_store_n(&c->pos[MQ_POS_DL_END_TERM], (uint64_t)term, __ATOMIC_RELEASE);
+    if (ck.n) {
+        __atomic_store_n(&c->pos[MQ_POS_LAST_STORE_TS], (uint64_t)ck.last_ts, __ATOMIC_RELEASE);
+        __atomic_store_n(&c->pos[MQ_POS_DL_END_TERM], (uint64_t)ck.last_term, __ATOMIC_RELEASE);
     }
-    __atomic_add_fetch(&c->pos[MQ_POS_MSGS], n, __ATOMIC_RELEASE);
-    __atomic_store_n(&c->pos[MQ_POS_DL_NEXT_INDEX], index, __ATOMIC_RELEASE);
-    __atomic_store_n(&c->pos[MQ_POS_WRITE], end, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&c->pos[MQ_POS_MSGS], ck.n, __ATOMIC_RELEASE);
+    __atomic_store_n(&c->pos[MQ_POS_DL_NEXT_INDEX], ck.end_index, __ATOMIC_RELEASE);
+    __atomic_store_n(&c->pos[MQ_POS_WRITE], ck.end_pos, __ATOMIC_RELEASE);
     ctl_unlock(c);
     mq_ctl_wake(c, MQ_SEQ_WRITE);
-    *n_out = n;
+    *n_out = ck.n;
     return MQ_OK;
 }
 
@@ -293,6 +321,59 @@ int mq_dledger_truncate(mq_commitlog *cl, uint64_t next_index) {
     if (c->pos[MQ_POS_DL_FLUSHED_INDEX] > next_index)
         __atomic_store_n(&c->pos[MQ_POS_DL_FLUSHED_INDEX], next_index, __ATOMIC_RELEASE);
     ctl_unlock(c);
+    return MQ_OK;
+}
+
+int mq_dledger_install(mq_commitlog *cl, const uint8_t *buf, size_t len, uint64_t begin_index,
+                       uint64_t begin_pos, int64_t max_term, uint32_t *n_out) {
+    mq_ctl *c = cl->ctl;
+    assert(cl->dledger && (buf || len == 0) && n_out);
+    *n_out = 0;
+    if (len == 0 || begin_pos % cl->file_size) return MQ_E_INVAL;
+    int rc = ctl_lock(c);
+    if (rc) return rc;
+    if (c->pos[MQ_POS_DL_APPEND_TERM] || begin_pos < c->pos[MQ_POS_MIN] || begin_pos < c->pos[MQ_POS_COMMITTED] ||
+        begin_index < c->pos[MQ_POS_DL_COMMIT_INDEX] || begin_index < c->pos[MQ_POS_DL_BEGIN_INDEX]) {
+        ctl_unlock(c);
+        return MQ_E_INVAL;
+    }
+    const uint64_t w0 = c->pos[MQ_POS_WRITE], next0 = c->pos[MQ_POS_DL_NEXT_INDEX], epoch = c->trunc_epoch;
+    ctl_unlock(c);
+
+    dl_checked ck;                               /* the leader's first entry follows no entry: term 0 */
+    rc = dl_check_entries(cl, buf, len, begin_index, begin_pos, 0, max_term, &ck);
+    if (rc) return rc;
+    if (ck.n == 0) return MQ_E_CORRUPT;
+    /* our log from the new beginning on is an uncommitted tail: zeroed as a truncation zeroes it */
+    if (w0 > begin_pos) rc = dl_zero_range(cl, begin_pos, w0);
+    if (rc == MQ_OK && next0 > begin_index) rc = dl_zero_units(cl, begin_index, next0);
+    if (rc == MQ_OK) rc = dl_copy_entries(cl, buf, len, begin_pos);
+    if (rc) return rc;
+
+    rc = ctl_lock(c);
+    if (rc) return rc;
+    if (c->pos[MQ_POS_WRITE] != w0 || c->pos[MQ_POS_DL_NEXT_INDEX] != next0 || c->trunc_epoch != epoch ||
+        c->pos[MQ_POS_DL_APPEND_TERM]) {
+        ctl_unlock(c);
+        return MQ_E_RANGE;
+    }
+    c->trunc_epoch++;                           /* a flush in flight must not publish the old tail */
+    /* MIN first: a reader that sees any of the new positions also sees that nothing below is held */
+    __atomic_store_n(&c->pos[MQ_POS_MIN], begin_pos, __ATOMIC_RELEASE);
+    __atomic_store_n(&c->pos[MQ_POS_DL_BEGIN_INDEX], begin_index, __ATOMIC_RELEASE);
+    __atomic_store_n(&c->pos[MQ_POS_COMMITTED], begin_pos, __ATOMIC_RELEASE);
+    __atomic_store_n(&c->pos[MQ_POS_DL_COMMIT_INDEX], begin_index, __ATOMIC_RELEASE);
+    __atomic_store_n(&c->pos[MQ_POS_FLUSHED], begin_pos, __ATOMIC_RELEASE);
+    __atomic_store_n(&c->pos[MQ_POS_DL_FLUSHED_INDEX], begin_index, __ATOMIC_RELEASE);
+    __atomic_store_n(&c->pos[MQ_POS_LAST_STORE_TS], (uint64_t)ck.last_ts, __ATOMIC_RELEASE);
+    __atomic_store_n(&c->pos[MQ_POS_DL_END_TERM], (uint64_t)ck.last_term, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&c->pos[MQ_POS_MSGS], ck.n, __ATOMIC_RELEASE);
+    __atomic_store_n(&c->pos[MQ_POS_DL_NEXT_INDEX], ck.end_index, __ATOMIC_RELEASE);
+    __atomic_store_n(&c->pos[MQ_POS_WRITE], ck.end_pos, __ATOMIC_RELEASE);
+    ctl_unlock(c);
+    mq_ctl_wake(c, MQ_SEQ_WRITE);
+    mq_ctl_wake(c, MQ_SEQ_COMMIT);
+    *n_out = ck.n;
     return MQ_OK;
 }
 

@@ -54,6 +54,20 @@
  *     DL_COMMIT_INDEX or DL_BEGIN_INDEX, or appends are allowed; MQ_E_CORRUPT when the index
  *     units disagree with the positions (the new end past WRITE or below COMMITTED); file errors
  *     (positions unchanged, though bytes past the new end may already be zeroed).
+ * mq_dledger_install  a follower behind the leader's first entry takes the leader's log from
+ *     it on: `buf` holds whole entries from (begin_index, begin_pos) as append_raw's (checked the
+ *     same way, the first one after term 0; at least one entry).  Our entries from begin_index
+ *     and bytes from begin_pos on are zeroed (an uncommitted tail), the bytes copied and the units
+ *     written, then under the lock, in one step: MIN = COMMITTED = FLUSHED = begin_pos,
+ *     DL_BEGIN_INDEX = DL_COMMIT_INDEX = DL_FLUSHED_INDEX = begin_index (everything below is
+ *     committed history), DL_NEXT_INDEX, DL_END_TERM, WRITE, LAST_STORE_TS after the entries,
+ *     MSGS += n; SEQ_WRITE and SEQ_COMMIT wake.  DISPATCHED is left to the dispatcher (below MIN
+ *     it rebases the ConsumeQueues).  Files below begin_pos are not touched (the caller deletes
+ *     them; other processes may map them).  MQ_E_INVAL when len is 0, begin_pos is not a file
+ *     start, appends are allowed, or begin_pos is below MIN or COMMITTED, or begin_index below
+ *     DL_COMMIT_INDEX or DL_BEGIN_INDEX; MQ_E_CORRUPT for a bad entry (nothing written);
+ *     MQ_E_RANGE when WRITE, DL_NEXT_INDEX or DL_APPEND_TERM moved or a truncation ran meanwhile;
+ *     file errors.  *n_out = entries installed (0 on any error).
  * mq_dledger_set_commit  DL_COMMIT_INDEX to commit_next_index (monotonic: a value not past it,
  *     or not past DL_BEGIN_INDEX, is a no-op) and COMMITTED to the end of entry
  *     commit_next_index - 1; wakes SEQ_COMMIT.  MQ_E_RANGE past DL_NEXT_INDEX; the unit's
@@ -90,6 +104,8 @@ int      mq_dledger_entry(mq_commitlog *cl, uint64_t index, uint64_t *pos_out, u
 int      mq_dledger_append_raw(mq_commitlog *cl, const uint8_t *buf, size_t len, uint64_t first_index,
                                uint64_t first_pos, int64_t max_term, uint32_t *n_out);
 int      mq_dledger_truncate(mq_commitlog *cl, uint64_t next_index);
+int      mq_dledger_install(mq_commitlog *cl, const uint8_t *buf, size_t len, uint64_t begin_index,
+                            uint64_t begin_pos, int64_t max_term, uint32_t *n_out);
 int      mq_dledger_set_commit(mq_commitlog *cl, uint64_t commit_next_index);
 int      mq_dledger_set_append_term(mq_commitlog *cl, int64_t term);
 int      mq_dledger_recover_index(mq_commitlog *cl, uint64_t from_pos, uint64_t end_pos,

@@ -403,6 +403,15 @@ class CommitLog:
         check(rc, f"DLedger append of {len(buf)} bytes at index {first_index}, pos {first_pos}")
         return n[0]
 
+    def dledger_install(self, buf, begin_index: int, begin_pos: int, max_term: int) -> int:
+        """A follower behind the leader's first entry takes the leader's log from (begin_index,
+        begin_pos) on, in one step (dledger.h); entries installed."""
+        n = ffi.new("uint32_t *")
+        src = ffi.from_buffer(buf)
+        rc = lib.mq_dledger_install(self._h, src, len(buf), begin_index, begin_pos, max_term, n)
+        check(rc, f"DLedger install of {len(buf)} bytes at index {begin_index}, pos {begin_pos}")
+        return n[0]
+
     def dledger_truncate(self, next_index: int) -> None:
         check(lib.mq_dledger_truncate(self._h, next_index), f"DLedger truncate to index {next_index}")
 

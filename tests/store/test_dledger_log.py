@@ -257,6 +257,79 @@ def test_a_follower_refuses_bad_input_and_publishes_nothing(leader, follower, fa
     assert follower.next_index == 0 and follower.cl.write_pos == 0
 
 
+def test_install_resets_a_follower_behind_the_leaders_first_entry(leader, follower, tmp_path):
+    """mq_dledger_install: a follower whose log ends below the leader's first retained entry B
+    (at the start of a data file P) takes the leader's log from there in one step: its stale,
+    uncommitted tail from P on is zeroed, MIN/COMMITTED/FLUSHED move to P and BEGIN/COMMIT/
+    FLUSHED index to B (below is committed history), and after appending the rest of the
+    leader's bytes its data and index units from P and B on are the leader's.  It refuses while
+    appends are allowed, at a position that is not a file start, below COMMITTED, and bad bytes
+    (nothing published)."""
+    leader.cl.dledger_set_append_term(1)
+    leader.append(100, size=400)
+    leader.cl.dledger_set_append_term(3)
+    leader.append(600, size=400, seed=1)
+    end = leader.cl.write_pos
+    # the follower: the leader's first 100 entries (committed), then a tail of its own term 2
+    # (an old leader's, never committed) that reaches past P
+    other = Log(str(tmp_path / "other"))
+    try:
+        first100 = leader.data(0, leader.cl.dledger_entry(100)[0])
+        other.cl.dledger_append_raw(first100, 0, 0, 1)
+        other.cl.dledger_set_append_term(2)
+        other.append(700, size=400, seed=2)
+        follower.cl.dledger_append_raw(other.data(0, other.cl.write_pos), 0, 0, 2)
+    finally:
+        other.close()
+    follower.cl.dledger_set_commit(100)
+    stale_end = follower.cl.write_pos
+    p = 2 * FS
+    b = next(i for i in range(700) if leader.cl.dledger_entry(i)[0] == p)
+    assert 100 < b and stale_end > p + FS
+    # B's file: the entries from B to the last one in that file, with its filler (a push)
+    b_last = max(i for i in range(b, 700) if leader.cl.dledger_entry(i)[0] < p + FS)
+    batch = leader.data(p, p + FS)
+    assert batch[:0] == b"" and len(batch) == FS
+
+    follower.cl.dledger_set_append_term(2)
+    with pytest.raises(ValueError):                        # io workers may append
+        follower.cl.dledger_install(batch, b, p, 3)
+    follower.cl.dledger_set_append_term(0)
+    with pytest.raises(ValueError):                        # not a file start
+        follower.cl.dledger_install(batch[48:], b, p + 48, 3)
+    damaged = bytearray(batch)
+    damaged[48 + 90] ^= 1
+    with pytest.raises(CorruptRecord):
+        follower.cl.dledger_install(bytes(damaged), b, p, 3)
+    with pytest.raises(CorruptRecord):                     # a term above the bound
+        follower.cl.dledger_install(batch, b, p, 2)
+    assert follower.next_index == 800 and follower.cl.write_pos == stale_end
+
+    seq = follower.ctl.seq(C.SEQ_COMMIT)
+    assert follower.cl.dledger_install(batch, b, p, 3) == b_last - b + 1
+    get = follower.ctl.get
+    assert (get(C.POS_MIN), get(C.POS_COMMITTED), get(C.POS_FLUSHED)) == (p, p, p)
+    assert (get(C.POS_DL_BEGIN_INDEX), get(C.POS_DL_COMMIT_INDEX), get(C.POS_DL_FLUSHED_INDEX)) == (b, b, b)
+    assert follower.next_index == b_last + 1 and follower.cl.write_pos == p + FS
+    assert get(C.POS_DL_END_TERM) == 3 and follower.ctl.seq(C.SEQ_COMMIT) != seq
+    for at in range(p // FS, (stale_end - 1) // FS + 1):    # the stale tail is gone (past WRITE: the files)
+        with open(os.path.join(follower.root, "data", "%020d" % (at * FS)), "rb") as f:
+            data = f.read()
+        assert at == p // FS or data == bytes(FS)
+    with pytest.raises(OutOfRange):
+        follower.cl.dledger_entry(b - 1)
+    b1 = next(i for i in range(700) if leader.cl.dledger_entry(i)[0] == FS)
+    with pytest.raises(ValueError):                        # below MIN and COMMITTED now
+        follower.cl.dledger_install(leader.data(FS, 2 * FS), b1, FS, 3)
+
+    rest = leader.data(p + FS, end)
+    assert follower.cl.dledger_append_raw(rest, b_last + 1, p + FS, 3) == 700 - b_last - 1
+    assert follower.cl.write_pos == end and follower.data(p, end) == leader.data(p, end)
+    assert follower.index_bytes(700)[b * 32:] == leader.index_bytes(700)[b * 32:]
+    follower.cl.dledger_set_commit(700)
+    assert follower.ctl.get(C.POS_COMMITTED) == end
+
+
 def test_truncate_then_append_again(leader):
     """Truncation cuts to an index: WRITE, NEXT_INDEX and END_TERM follow, the bytes and units
     past the cut are zero; it never cuts committed entries; appending resumes at the cut."""
