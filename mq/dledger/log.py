@@ -14,12 +14,19 @@ Batches:
 
 A fence: a follower's append and truncate first make sure io workers cannot append any more
 (DL_APPEND_TERM 0) -- the step that makes a leader a follower and the step that then cuts its
-log can be the same one."""
+log can be the same one.
+
+An install (a follower behind the leader's first entry, mq.dledger.core): the batch also
+carries every queue's offset at the leader's first position (queue_offsets).  The follower
+saves them in the rebase file (durable), then mq_dledger_install resets its log to the
+leader's in one step; the dispatcher finishes the rest (MessageStore.finish_install: files
+below go, ConsumeQueues restart at those offsets), or recovery after a crash does."""
 from __future__ import annotations
 
 import struct
 
 from mq.store import control as C
+from mq.store.dledgerfiles import save_rebase
 from mq.wire import dledger_rpc as RPC
 
 ENTRY_HEADER = struct.Struct(">iiqqqiiii")      # magic, size, index, term, pos, channel, chainCrc, bodyCrc, bodySize
@@ -42,14 +49,15 @@ class OutBatch:
 
 class InBatch:
     """Entries first_index..last_index received in `buf` (bytes as in the leader's files from first_pos)."""
-    __slots__ = ("first_index", "last_index", "first_pos", "buf", "_offsets")
+    __slots__ = ("first_index", "last_index", "first_pos", "buf", "_offsets", "queue_offsets")
 
-    def __init__(self, buf, first_index: int, count: int, first_pos: int):
+    def __init__(self, buf, first_index: int, count: int, first_pos: int, queue_offsets: list | None = None):
         assert count > 0
         self.buf = buf
         self.first_index = first_index
         self.last_index = first_index + count - 1
         self.first_pos = first_pos
+        self.queue_offsets = queue_offsets     # an install's [(topic, queueId, offset at first_pos)]
         self._offsets: list[tuple[int, int]] | None = None     # (offset in buf, term) per entry
 
     def _walk(self) -> list[tuple[int, int]]:
@@ -86,13 +94,16 @@ class DLedgerLog:
     """mq.dledger.core's log interface.  durable: 'sync' counts only flushed entries as the
     leader's own match (flushDiskType=SYNC_FLUSH), 'async' counts what is written."""
 
-    def __init__(self, cl, sync_durable: bool, push_bytes_max: int = RPC.PUSH_BYTES_MAX):
+    def __init__(self, cl, sync_durable: bool, push_bytes_max: int = RPC.PUSH_BYTES_MAX,
+                 dledger_dir: str | None = None):
         self.cl = cl
+        self.dledger_dir = dledger_dir         # where an install's rebase file goes (None: no installs)
         self.ctl = cl.ctl
         self.sync_durable = sync_durable
         self.push_bytes_max = push_bytes_max
         self.file_size = cl.file_size
         self.appended = 0              # follower appends since start (entries), for stats
+        self.installs = 0              # installs since start
 
     # ---- reading ------------------------------------------------------------------------------------
     def last_index(self) -> int:
@@ -159,6 +170,16 @@ class DLedgerLog:
     def truncate_from(self, index: int) -> None:
         self._fence()
         self.cl.dledger_truncate(index)
+
+    def install(self, batch: InBatch) -> None:
+        """The leader's log from its first entry on replaces ours (see the module docstring)."""
+        assert self.dledger_dir is not None and batch.queue_offsets is not None
+        self._fence()
+        save_rebase(self.dledger_dir, batch.first_index, batch.first_pos, batch.queue_offsets)
+        n = self.cl.dledger_install(batch.buf, batch.first_index, batch.first_pos, max_term=self._max_term)
+        assert n == batch.last_index - batch.first_index + 1, (n, batch.first_index, batch.last_index)
+        self.appended += n
+        self.installs += 1
 
     def append_noop(self, term: int) -> int:
         return self.cl.dledger_append_noop(term)

@@ -259,11 +259,43 @@ class ConsumeQueue:
             fsync_path(offset_file_path(self.dir, start))
 
     def last_phy_end(self, max_offset: int) -> int:
-        """phy_offset + size of the last entry below max_offset (0 if none)."""
+        """phy_offset + size of the last entry below max_offset (0 if none, or a FILLER)."""
         if max_offset <= 0:
             return 0
         e = self.get_raw(max_offset - 1)
-        return e[0] + e[1] if e else 0
+        return e[0] + e[1] if e and e != FILLER else 0
+
+    def rebase(self, queue_offset: int) -> None:
+        """The queue restarts at `queue_offset`, holding nothing yet (a DLedger install: the
+        entries below are history the group deleted; dispatch writes the ones from there on at
+        their records' queue offsets).  Files wholly below its file are deleted; its file is
+        kept or created, with FILLER entries before it (RocketMQ's fillPreBlank: recovery and
+        the manifest then see where the queue starts) and zeros from it on; later files are
+        zeroed.  Writes go to the files in place, through the page cache, so every process's
+        map of a file sees them (a deleted and recreated file would leave readers on the old
+        inode).  CQ_MIN = CQ_MAX = NEXT_OFFSET = queue_offset.  OSError (ENOSPC) when the disk
+        refuses the filler's blocks, before anything changed."""
+        assert self.writable and queue_offset >= 0
+        start, at = self._locate(queue_offset)
+        self._map(start, create=True)
+        self._allocate(start, at // ENTRY_SIZE + 1)
+        for s in self.file_starts():
+            path = offset_file_path(self.dir, s)
+            if s < start:
+                self._forget(s)
+                os.unlink(path)
+                continue
+            mm = self._map(s, create=False)
+            if mm is None:
+                continue
+            first = at if s == start else 0
+            if s == start and at:
+                mm[:at] = ENTRY.pack(*FILLER) * (at // ENTRY_SIZE)
+            _zero_pages(mm, first)
+            fsync_path(path)
+        self._synced_max = None
+        for field_ in (C.Q_CQ_MIN, C.Q_CQ_MAX, C.Q_NEXT_OFFSET):
+            self.ctl.queue_set(self.slot, field_, queue_offset)
 
     def get_raw(self, queue_offset: int) -> tuple[int, int, int] | None:
         start, off = self._locate(queue_offset)
@@ -321,6 +353,17 @@ def _zeros_from(mm: mmap.mmap, at: int) -> bool:
             return False
         at += n
     return True
+
+
+def _zero_pages(mm: mmap.mmap, at: int) -> None:
+    """Zeroes mm from `at` on, writing only the pages that hold a non-zero byte (a page that is
+    a hole of the sparse file stays one: no block is allocated for zeros)."""
+    size, page = len(mm), mmap.PAGESIZE
+    while at < size:
+        end = min(size, at - at % page + page)
+        if mm[at:end] != _ZERO_CHUNK[:end - at]:
+            mm[at:end] = _ZERO_CHUNK[:end - at]
+        at = end
 
 
 def _first_empty(mm: mmap.mmap) -> int:

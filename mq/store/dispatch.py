@@ -12,7 +12,10 @@ DLedger mode (committed_only): the walk stops at COMMITTED instead of
 write_pos and wakes on SEQ_COMMIT, so a ConsumeQueue -- and so a pull --
 never holds an entry the group has not committed; the C scanner steps over
 each entry's 48-byte header and reports the record inside (its physical
-offset is the entry's pos + 48).
+offset is the entry's pos + 48).  Finding DISPATCHED below MIN there means an
+install (a follower behind the leader's first entry took the leader's log from
+it): `rebase` (MessageStore.finish_install) restarts the ConsumeQueues at the
+leader's offsets, every cached CQ map is dropped, and dispatch goes on from MIN.
 
 The message index (mq.store.index) is built in the same walk, batch by batch,
 before dispatched_pos moves past the batch; a walk that starts below where the
@@ -40,7 +43,8 @@ SPACE_RETRY_S = 0.5            # how often a dispatch paused for disk space trie
 class Dispatcher:
     def __init__(self, cl: CommitLog, cqs: ConsumeQueueSet, delay_levels_ms: list[int],
                  checkpoint: Checkpoint | None = None, cq_flush_interval_ms: int = 1000,
-                 cq_thorough_interval_ms: int = 60000, committed_only: bool = False, index=None):
+                 cq_thorough_interval_ms: int = 60000, committed_only: bool = False, index=None,
+                 rebase=None):
         self.cl = cl
         # what is visible to consumers ends at END_POS; SEQ_END moves when it does
         self.end_pos = C.POS_COMMITTED if committed_only else C.POS_WRITE
@@ -52,6 +56,7 @@ class Dispatcher:
         self.cq_flush_interval_ms = cq_flush_interval_ms
         self.cq_thorough_interval_ms = cq_thorough_interval_ms
         self.index = index                      # IndexWriter, or None (messageIndexEnable=false)
+        self.rebase = rebase                    # DLedger: finishes an install (see the module docstring)
         self.scanner = cl.scanner(SCAN_BATCH_RECORDS)
         self.last_store_ts_ms = 0
         self.records_dispatched = 0
@@ -81,6 +86,8 @@ class Dispatcher:
         and the next call tries again (logged once per episode): it never dies of a full
         disk, and what it dispatched stays readable."""
         start = self.ctl.get(C.POS_DISPATCHED)
+        if self.rebase is not None and start < self.ctl.get(C.POS_MIN):
+            start = self._rebase()
         end = self.ctl.get(self.end_pos) if limit is None else limit
         total = 0
         recs = self.scanner.recs
@@ -128,6 +135,16 @@ class Dispatcher:
             self.records_dispatched += total
             self.ctl.wake(C.SEQ_DISPATCH)
         return total
+
+    def _rebase(self) -> int:
+        """DISPATCHED below MIN: only an install moves MIN past what is dispatched (retention
+        deletes dispatched files only).  The store finishes it (files below go, queues restart);
+        the maps C writes through are dropped, since files were deleted and rewritten."""
+        min_pos = self.ctl.get(C.POS_MIN)
+        self.rebase(min_pos)
+        self.maps = ffi.new("mq_cq_map[]", lib.MQ_QUEUE_SLOTS)
+        self.ctl.advance(C.POS_DISPATCHED, min_pos)
+        return min_pos
 
     def _space_refused(self, e: OSError) -> None:
         if self._refused_since is None:

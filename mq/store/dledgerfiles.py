@@ -3,6 +3,10 @@
     currterm      currTerm, voteLeader: the Raft role's hard state
     checkpoint    endIndex, committedIndex: a hint for recovery (what is committed is also known
                   from the ConsumeQueues and, at last, from the leader)
+    rebase        while an install is being applied (a follower behind the leader's first entry
+                  takes the leader's log from it): beginIndex, beginPos and every queue's offset
+                  at beginPos (JSON, fsynced); the dispatcher, or recovery after a crash,
+                  finishes the install from it and deletes it last
 
 Both are replaced atomically (a file renamed over the old one): currterm is fsynced, and its
 directory, before the Raft role sends anything that depends on it.
@@ -51,6 +55,41 @@ def load_hard_state(dledger_dir: str) -> tuple[int, str | None]:
 def save_hard_state(dledger_dir: str, term: int, vote: str | None) -> None:
     """Durable when it returns (file and directory fsynced); OSError when it could not be saved."""
     _replace(os.path.join(dledger_dir, CURRTERM), W.build_currterm(term, vote), durable=True)
+
+
+REBASE = "rebase"
+
+
+def save_rebase(dledger_dir: str, begin_index: int, begin_pos: int, queues: list) -> None:
+    """Durable when it returns.  queues: [(topic, queueId, queue offset at begin_pos)]."""
+    import json
+    text = json.dumps({"beginIndex": begin_index, "beginPos": begin_pos,
+                       "queues": [[t, int(q), int(o)] for t, q, o in queues]})
+    write_atomic(os.path.join(dledger_dir, REBASE), text)
+    fsync_dir(dledger_dir)
+
+
+def load_rebase(dledger_dir: str) -> tuple[int, int, dict] | None:
+    """(beginIndex, beginPos, {(topic, queueId): offset}) of a pending install, or None (none, or
+    a file that does not parse: logged)."""
+    import json
+    text = _read(os.path.join(dledger_dir, REBASE))
+    if not text:
+        return None
+    try:
+        d = json.loads(text)
+        return int(d["beginIndex"]), int(d["beginPos"]), {(str(t), int(q)): int(o) for t, q, o in d["queues"]}
+    except (ValueError, KeyError, TypeError) as e:
+        log.error("DLedger rebase file in %s unreadable (%s): ignored", dledger_dir, e)
+        return None
+
+
+def clear_rebase(dledger_dir: str) -> None:
+    try:
+        os.unlink(os.path.join(dledger_dir, REBASE))
+    except FileNotFoundError:
+        return
+    fsync_dir(dledger_dir)
 
 
 def load_checkpoint(dledger_dir: str) -> tuple[int, int]:

@@ -51,7 +51,8 @@ def role_main(role: str, config_values: dict, store_host: str, store_port: int, 
             Dispatcher(store.cl, store.cqs, cfg.delay_levels_ms, store.checkpoint,
                        cfg.flushIntervalConsumeQueue, cfg.flushConsumeQueueThoroughInterval,
                        committed_only=cfg.enableDLegerCommitLog,
-                       index=index_writer(cfg, store.checkpoint)).run(stop)
+                       index=index_writer(cfg, store.checkpoint),
+                       rebase=store.finish_install if cfg.enableDLegerCommitLog else None).run(stop)
         else:
             raise ValueError(f"unknown store role {role!r}")
     finally:

@@ -46,6 +46,7 @@ from .checkpoint import Checkpoint
 from .commitlog import CommitLog, list_files, SCAN_STOP_NAMES, AppendResult
 from .config import StoreConfig
 from .consumequeue import ConsumeQueueSet, ENTRY_SIZE, read_manifest, write_manifest
+from .dledgerfiles import clear_rebase, load_rebase
 from .dispatch import Dispatcher, index_writer
 from mq.files import fsync_dir
 from mq.wire.filenames import offset_file_path
@@ -211,7 +212,8 @@ class MessageStore:
             self.dispatcher = Dispatcher(self.cl, self.cqs, cfg.delay_levels_ms, self.checkpoint,
                                          cfg.flushIntervalConsumeQueue, cfg.flushConsumeQueueThoroughInterval,
                                          committed_only=self.dledger,
-                                         index=index_writer(cfg, self.checkpoint))
+                                         index=index_writer(cfg, self.checkpoint),
+                                         rebase=self.finish_install if self.dledger else None)
             self.recovery = self._recover()
         except BaseException:
             self._release_handles()
@@ -233,6 +235,7 @@ class MessageStore:
         fs = cfg.mappedFileSizeCommitLog
         rep = RecoveryReport()
         abort = os.path.exists(self.abort_path)
+        install = self._pending_install() if self.dledger else None
         files = self._checked_files(rep)
         if not files:
             if self.cqs.on_disk():
@@ -284,6 +287,9 @@ class MessageStore:
         self.cl.release(from_index=end // fs + 1)
 
         self._set_positions(end, min_pos, last_ts)
+        if install is not None:
+            self._rebase_queues(install[2])
+            write_manifest(self.config_dir, self.queue_bounds())     # the queues start where the leader's do
         redispatch_from, rebuild = self._recover_queues(end, min_pos, rep)
         if rep.dropped_bytes:
             # one line that says exactly what the damage cost
@@ -305,6 +311,8 @@ class MessageStore:
         self._sync_next_offsets()
         write_manifest(self.config_dir, self.queue_bounds())
         self.dispatcher.flush_queues()
+        if install is not None:
+            clear_rebase(cfg.dledger_dir)
         if self.dispatcher.index is not None:
             self.dispatcher.index.close()       # the dispatch role writes it from here on
         rep.end_offset = end
@@ -312,6 +320,99 @@ class MessageStore:
         log.info("store recovered (%s): end=%d validated=%d redispatched=%d in %.3fs",
                  rep.mode, end, rep.records_validated, n, rep.seconds)
         return rep
+
+    # ---- DLedger install: a follower behind the leader's first entry (mq.dledger.log) --------------
+    def queue_offsets_below(self, pos: int) -> list[tuple[str, int, int]]:
+        """Leader: (topic, queueId, entries below CommitLog position `pos`) of every queue -- what
+        an install at pos carries, so that the member installed there continues every queue's
+        offsets, also those of queues with no message after pos.  Valid while DISPATCHED >= pos
+        (true for the first retained file: retention deletes only dispatched files).  FILLER
+        entries (phy 0) count as below: a leader that was itself installed answers right."""
+        out = []
+        for slot, topic, qid in self.ctl.queues():
+            lo, hi = self.ctl.queue_get(slot, C.Q_CQ_MIN), self.ctl.queue_get(slot, C.Q_CQ_MAX)
+            out.append((topic, qid, self.cqs.get(topic, qid).first_entry_at_or_after(lo, hi, pos)))
+        return out
+
+    def finish_install(self, begin_pos: int) -> bool:
+        """Follower, once mq_dledger_install moved MIN to begin_pos (the dispatcher finds
+        DISPATCHED below MIN): what lies below goes -- data files, DLedger index files, message
+        index files -- and every ConsumeQueue restarts at the offset the leader's install named
+        (a queue it did not name at 0: the leader holds none of it); then the manifest is
+        written and the rebase file removed, last.  False (logged) when no install at begin_pos
+        is pending: the queues are then left as they are."""
+        cfg = self.config
+        pending = load_rebase(cfg.dledger_dir)
+        if pending is None or pending[1] != begin_pos:
+            log.error("dispatch is below the first retained position %d, and no install there is pending "
+                      "(found %s): dispatch goes on from there, the ConsumeQueues keep their entries",
+                      begin_pos, pending and pending[:2])
+            return False
+        begin_index, _, table = pending
+        self._drop_below_install(begin_index, begin_pos)
+        self._rebase_queues(table)
+        write_manifest(self.config_dir, self.queue_bounds())
+        clear_rebase(cfg.dledger_dir)
+        log.warning("DLedger install finished: the log begins at entry %d (position %d); %d ConsumeQueue(s) "
+                    "restarted at the leader's offsets", begin_index, begin_pos, len(table))
+        return True
+
+    def _pending_install(self) -> tuple[int, int, dict] | None:
+        """Recovery: an install whose rebase file is still there.  Applied (the data file at
+        beginPos holds entry beginIndex there): what lies below is deleted now and the queues
+        are rebased before they are recovered; not applied (the crash came before the C call):
+        the file goes and the old log recovers as it is (the leader installs again)."""
+        cfg = self.config
+        pending = load_rebase(cfg.dledger_dir)
+        if pending is None:
+            return None
+        begin_index, begin_pos, _ = pending
+        head = b""
+        try:
+            with open(offset_file_path(cfg.commitlog_dir, begin_pos), "rb") as f:
+                head = f.read(32)
+        except FileNotFoundError:
+            pass
+        if len(head) == 32 and int.from_bytes(head[:4], "big") == 1 and \
+                int.from_bytes(head[8:16], "big") == begin_index and int.from_bytes(head[24:32], "big") == begin_pos:
+            self._drop_below_install(begin_index, begin_pos)
+            log.warning("recovery: finishing the DLedger install at entry %d (position %d)", begin_index, begin_pos)
+            return pending
+        log.warning("recovery: a DLedger install at entry %d (position %d) had not been applied: the log "
+                    "recovers as it was", begin_index, begin_pos)
+        clear_rebase(cfg.dledger_dir)
+        return None
+
+    def _drop_below_install(self, begin_index: int, begin_pos: int) -> None:
+        cfg = self.config
+        for start in list_files(cfg.commitlog_dir):
+            if start < begin_pos:
+                try:
+                    os.unlink(offset_file_path(cfg.commitlog_dir, start))
+                except FileNotFoundError:
+                    pass
+        if self.cl is not None:
+            self.cl.release(below=begin_pos)
+        isize = cfg.mappedFileSizeForEntryIndex
+        for start in list_files(cfg.dledger_index_dir):
+            if start + isize <= begin_index * INDEX_UNIT_SIZE:
+                try:
+                    os.unlink(offset_file_path(cfg.dledger_index_dir, start))
+                except FileNotFoundError:
+                    pass
+        if cfg.messageIndexEnable:
+            from .index import delete_files_below
+            delete_files_below(cfg.storePathRootDir, begin_pos, cfg.maxHashSlotNum, cfg.maxIndexNum)
+
+    def _rebase_queues(self, table: dict) -> None:
+        queues = {(topic, qid) for _, topic, qid in self.ctl.queues()} | set(table) | set(self.cqs.on_disk())
+        for topic, qid in sorted(queues):
+            cq = self.cqs.get(topic, qid)
+            off = table.get((topic, qid), 0)
+            if cq.max_offset > off:
+                log.error("DLedger install: ConsumeQueue %s:%d held %d entries, the leader counts %d below its "
+                          "first entry; restarting it at %d", topic, qid, cq.max_offset, off, off)
+            cq.rebase(off)
 
     def _checked_files(self, rep: RecoveryReport) -> list[int]:
         """The CommitLog's files, each of its full size.  A file cut short (a half-finished
@@ -439,6 +540,10 @@ class MessageStore:
         next_index, end_term = self.cl.dledger_recover_index(start, end)
         begin = self.cl.dledger_entry_at(min_pos)[0] if end > min_pos else next_index
         self._set_dledger_positions(next_index, end_term, begin, 0)
+        if end > min_pos:
+            # the entries below the first one held are committed history (retention, an install)
+            self.ctl.set(C.POS_COMMITTED, min_pos)
+            self.ctl.set(C.POS_DL_COMMIT_INDEX, begin)
         _, ckpt_committed = load_checkpoint(self.config.dledger_dir)
         commit_next = ckpt_committed + 1
         if min_pos < dispatched_end <= end:
