@@ -375,13 +375,17 @@ class DLedgerGroup:
             p.heal()
 
     # ---- the logs ---------------------------------------------------------------------------------
-    def data_bytes(self, i: str, end: int) -> bytes:
-        """Member i's data-file bytes [first retained file, end)."""
+    def data_files(self, i: str) -> list[int]:
+        """Start positions of member i's data files."""
+        return list_files(os.path.join(self.brokers[i].dir, f"dledger-{i}", "data"))
+
+    def data_bytes(self, i: str, end: int, start: int | None = None) -> bytes:
+        """Member i's data-file bytes [start (default: its first retained file), end)."""
         d = os.path.join(self.brokers[i].dir, f"dledger-{i}", "data")
         files = list_files(d)
         fs = int(self.options.get("mappedFileSizeCommitLog", 16 * 1024 * 1024))
         out = bytearray()
-        pos = files[0] if files else 0
+        pos = start if start is not None else files[0] if files else 0
         while pos < end:
             with open(offset_file_path(d, (pos - pos % fs)), "rb") as f:
                 f.seek(pos % fs)

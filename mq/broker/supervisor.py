@@ -57,7 +57,7 @@ SCHEDULE_TICK_S = 0.1
 SCHEDULE_BATCH_MAX = 256
 CHILD_CHECK_S = 0.5
 WORKER_START_TIMEOUT_S = 60
-RETENTION_FIRST_DELAY_S = 60
+RETENTION_FIRST_DELAY_S = 60           # RocketMQ's; MQ_RETENTION_FIRST_DELAY_S overrides it (tests)
 HA_MASTER_FILE = "ha-master.txt"
 
 
@@ -522,7 +522,7 @@ class Supervisor:
         the first pass RETENTION_FIRST_DELAY_S after boot (RocketMQ's schedule).
         A pass touches the disk, so it runs in a thread."""
         retention = Retention(self.store, disk=self.disk)
-        await asyncio.sleep(RETENTION_FIRST_DELAY_S)
+        await asyncio.sleep(float(os.environ.get("MQ_RETENTION_FIRST_DELAY_S", RETENTION_FIRST_DELAY_S)))
         while True:
             try:
                 await asyncio.to_thread(retention.run_once)

@@ -23,11 +23,14 @@ leader's in one step; the dispatcher finishes the rest (MessageStore.finish_inst
 below go, ConsumeQueues restart at those offsets), or recovery after a crash does."""
 from __future__ import annotations
 
+import logging
 import struct
 
 from mq.store import control as C
 from mq.store.dledgerfiles import save_rebase
 from mq.wire import dledger_rpc as RPC
+
+log = logging.getLogger("mq.dledger")
 
 ENTRY_HEADER = struct.Struct(">iiqqqiiii")      # magic, size, index, term, pos, channel, chainCrc, bodyCrc, bodySize
 BLANK_MAGIC = -1
@@ -174,6 +177,9 @@ class DLedgerLog:
     def install(self, batch: InBatch) -> None:
         """The leader's log from its first entry on replaces ours (see the module docstring)."""
         assert self.dledger_dir is not None and batch.queue_offsets is not None
+        log.warning("DLedger: our log (entries %d..%d) is behind the leader's first entry %d: installing the "
+                    "leader's log from it (position %d, %d queues)", self.first_index(), self.last_index(),
+                    batch.first_index, batch.first_pos, len(batch.queue_offsets))
         self._fence()
         save_rebase(self.dledger_dir, batch.first_index, batch.first_pos, batch.queue_offsets)
         n = self.cl.dledger_install(batch.buf, batch.first_index, batch.first_pos, max_term=self._max_term)

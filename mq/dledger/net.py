@@ -11,7 +11,8 @@ socket itself.  One event-loop thread does everything; nothing here blocks.
     Listener  accepts the peers' connections.
 
 Limits: an incoming frame larger than FRAME_IN_MAX closes its connection (a PUSH carries at most
-mq.wire.dledger_rpc.PUSH_BYTES_MAX of entries); a connection with more than OUT_QUEUE_MAX items
+mq.wire.dledger_rpc.PUSH_BYTES_MAX of entries, an install's also its table of at most
+INSTALL_TABLE_BYTES_MAX); a connection with more than OUT_QUEUE_MAX items
 unsent is closed (a peer that stopped reading).  A dial gives up after DIAL_TIMEOUT_S.
 
 What a frame can cost (a link must survive any frame a peer sends, in any state):
@@ -41,7 +42,7 @@ from mq.wire.remoting import (FRAME_PREFIX_SIZE, HEADER_LENGTH_MAX, RPC_RESPONSE
 
 log = logging.getLogger("mq.dledger.net")
 
-FRAME_IN_MAX = RPC.PUSH_BYTES_MAX + 65536
+FRAME_IN_MAX = RPC.PUSH_BYTES_MAX + RPC.INSTALL_TABLE_BYTES_MAX + 65536
 OUT_QUEUE_MAX = 4096
 RECV_SIZE = 256 * 1024
 DIAL_TIMEOUT_S = 1.0

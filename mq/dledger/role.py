@@ -89,7 +89,8 @@ def raft_config(cfg: StoreConfig) -> Config:
     return Config(cfg.dLegerSelfId, peers, heartbeat_ticks=ticks(cfg.heartBeatTimeIntervalMs),
                   election_ticks_min=ticks(base + cfg.minVoteIntervalMs),
                   election_ticks_max=ticks(base + cfg.maxVoteIntervalMs),
-                  preferred_leader=cfg.preferredLeaderId or None, max_inflight=PUSHES_IN_FLIGHT_MAX)
+                  preferred_leader=cfg.preferredLeaderId or None, max_inflight=PUSHES_IN_FLIGHT_MAX,
+                  install=True)
 
 
 def read_status(store_root: str) -> dict | None:
@@ -115,7 +116,8 @@ class DLedgerRole:
         self.sync_durable = cfg.flushDiskType == "SYNC_FLUSH"
         self._status_episode = Episode(log, "writing the DLedger status file")
         self._checkpoint_episode = Episode(log, "writing the DLedger checkpoint")
-        self.log = DLedgerLog(self.cl, self.sync_durable)
+        self.log = DLedgerLog(self.cl, self.sync_durable, dledger_dir=self.dir)
+        self._install_tables: dict[int, bytes] = {}
         term, vote = load_hard_state(self.dir)
         commit = self.ctl.get(C.POS_DL_COMMIT_INDEX) - 1
         self.node = RaftNode(raft_config(cfg), self.log, rng or random.Random(), term=term, vote=vote,
@@ -133,7 +135,8 @@ class DLedgerRole:
         self._next_tick = 0.0
         self._last_status = 0.0
         self._last_checkpoint = 0.0
-        self.stats = {"pushes_in": 0, "pushes_out": 0, "elections": 0, "responses_dropped": 0, "tick_errors": 0,
+        self.stats = {"pushes_in": 0, "pushes_out": 0, "installs_in": 0, "installs_out": 0, "elections": 0,
+                      "responses_dropped": 0, "tick_errors": 0,
                       "stale_requests_in": 0}        # requests of an older term (refused with our term)
 
     # ---- lifecycle --------------------------------------------------------------------------------
@@ -344,14 +347,16 @@ class DLedgerRole:
         opaque = next(self.opaques)
         if isinstance(m, Append):
             b = m.entries
+            table = self._install_table(b.pos) if m.install else b""
             ext = RPC.push_ext(self.group, m.src, m.dst, m.term, m.prev_index, m.prev_term, m.commit,
                                b.first_index if b else m.prev_index + 1, m.count, b.pos if b else -1,
-                               b.nbytes if b else 0)
+                               b.nbytes if b else 0, len(table) if m.install else -1)
             code = RPC.PUSH
             if b is not None:
                 self._remember(m.dst, opaque, code)
-                if link.send_range(request_frame(code, opaque, ext, b.nbytes), b.pos, b.nbytes):
-                    self.stats["pushes_out"] += 1
+                head = request_frame(code, opaque, ext, len(table) + b.nbytes) + table
+                if link.send_range(head, b.pos, b.nbytes):
+                    self.stats["installs_out" if m.install else "pushes_out"] += 1
                 return
             frame = request_frame(code, opaque, ext)
         elif isinstance(m, Heartbeat):
@@ -373,6 +378,15 @@ class DLedgerRole:
             raise AssertionError(f"no wire form for request {m!r}")      # a message kind added to the core only
         self._remember(m.dst, opaque, code)
         link.send(frame)
+
+    def _install_table(self, pos: int) -> bytes:
+        """What an install at our first position carries: every queue's offset there (cached:
+        the first position moves only when retention deletes a file)."""
+        cached = self._install_tables.get(pos)
+        if cached is None:
+            self._install_tables = {pos: RPC.install_table(self.store.queue_offsets_below(pos))}
+            cached = self._install_tables[pos]
+        return cached
 
     def _remember(self, peer: str, opaque: int, code: int) -> None:
         w = self.waiting[peer]
@@ -448,13 +462,17 @@ class DLedgerRole:
         me = self.self_id
         if code == RPC.PUSH:
             count, size = f["count"], f["bodySize"]
-            if size != len(body) or (count == 0) != (size == 0) or count < 0 \
-                    or (count and f["firstIndex"] != f["prevIndex"] + 1):
-                raise WireError(f"PUSH of {count} entries says {size} bytes, carries {len(body)}")
-            batch = InBatch(body, f["firstIndex"], count, f["firstPos"]) if count else None
-            m = Append(f["term"], src, me, f["prevIndex"], f["prevTerm"], batch, f["commitIndex"])
+            install, table_size = bool(f["install"]), f["tableSize"] or 0
+            if size + table_size != len(body) or (count == 0) != (size == 0) or count < 0 or table_size < 0 \
+                    or (count and f["firstIndex"] != f["prevIndex"] + 1) or (install and not count):
+                raise WireError(f"PUSH of {count} entries says {size} + {table_size} bytes, carries {len(body)}")
+            table = RPC.parse_install_table(body[:table_size]) if install else None
+            if table_size:
+                body = memoryview(body)[table_size:]
+            batch = InBatch(body, f["firstIndex"], count, f["firstPos"], table) if count else None
+            m = Append(f["term"], src, me, f["prevIndex"], f["prevTerm"], batch, f["commitIndex"], install=install)
             self.log.set_term_bound(f["term"])
-            self.stats["pushes_in"] += 1
+            self.stats["installs_in" if install else "pushes_in"] += 1
         elif code == RPC.HEART_BEAT:
             m = Heartbeat(f["term"], src, me, f["commitIndex"])
         elif code == RPC.VOTE:

@@ -11,6 +11,9 @@ sendfile(2) and validated entry by entry by the follower before it appends them.
       response                        term, code
     PUSH (51004)                      leaderId, prevIndex, prevTerm, commitIndex, firstIndex, count,
                                       firstPos, bodySize;  body = `bodySize` bytes of entries (count 0 = none)
+                                      an install (a follower behind the leader's first entry; ours) adds
+                                      install=true and tableSize: the body then starts with `tableSize`
+                                      bytes of the install table (below), then the entries
       response                        term, code, index, rejectIndex, hintIndex
     LEADERSHIP_TRANSFER (51005)       from the leader: leaderId, transfereeId (the receiver starts an
                                       election at once); from an operator (no localId, no term):
@@ -24,6 +27,10 @@ whose bodies are fastjson objects with the entries inside: one group of ours tal
 so PUSH carries raw entry bytes (zero-copy on the leader, one validation pass on the follower),
 and VOTE adds preVote/transfer (pre-vote and leadership transfer, which DLedger lacks).
 
+The install table: every queue's offset at the install's first position, so the installed member
+continues each queue where the leader's does -- JSON (as RocketMQ's bodies), a list of
+[topic, queueId, offset]; at most INSTALL_QUEUES_MAX rows and INSTALL_TABLE_BYTES_MAX bytes.
+
 Each message is declared once below as a table of typed fields; encode() and decode() are the only
 ways in and out, and decode() rejects a missing or malformed field with a FieldError (a WireError)
 naming the code and the field."""
@@ -35,7 +42,8 @@ __all__ = ["METADATA", "APPEND", "GET", "VOTE", "HEART_BEAT", "PULL", "PUSH", "L
            "SUCCESS", "UNKNOWN_GROUP", "NOT_LEADER", "UNKNOWN_MEMBER", "INCONSISTENT_STATE", "DISK_FULL",
            "WAIT_QUORUM_ACK_TIMEOUT", "TERM_CHANGED", "LEADER_NOT_READY", "LEADER_TRANSFERRING",
            "ACCEPT", "REJECT", "FieldError", "MESSAGES", "encode", "decode", "PUSH_BYTES_MAX", "CODE_NAMES",
-           "push_ext", "push_resp_ext", "push_resp_values"]
+           "push_ext", "push_resp_ext", "push_resp_values", "install_table", "parse_install_table",
+           "INSTALL_QUEUES_MAX", "INSTALL_TABLE_BYTES_MAX"]
 
 # request codes (DLedgerRequestCode)
 METADATA = 50000
@@ -66,6 +74,10 @@ REJECT = "REJECT"
 
 # the most bytes of entries one PUSH carries (a follower refuses a larger body before reading it)
 PUSH_BYTES_MAX = 4 * 1024 * 1024
+# an install's table: a row per queue of the store's topic-queue table (MQ_QUEUE_SLOTS, 3/4 usable),
+# each at most a 127-character topic and two integers
+INSTALL_QUEUES_MAX = 32768
+INSTALL_TABLE_BYTES_MAX = INSTALL_QUEUES_MAX * 176
 
 
 class FieldError(MalformedError):
@@ -83,7 +95,8 @@ MESSAGES: dict[tuple[int, bool], tuple] = {
     (HEART_BEAT, True): (("term", int, True), ("code", int, True)),
     (PUSH, False): _COMMON + (("leaderId", str, True), ("prevIndex", int, True), ("prevTerm", int, True),
                               ("commitIndex", int, True), ("firstIndex", int, True), ("count", int, True),
-                              ("firstPos", int, True), ("bodySize", int, True)),
+                              ("firstPos", int, True), ("bodySize", int, True),
+                              ("install", bool, False), ("tableSize", int, False)),
     (PUSH, True): (("term", int, True), ("code", int, True), ("index", int, True), ("rejectIndex", int, True),
                    ("hintIndex", int, True)),
     (LEADERSHIP_TRANSFER, False): (("group", str, True), ("transfereeId", str, True), ("localId", str, False),
@@ -166,12 +179,45 @@ def decode(code: int, response: bool, ext: dict | None) -> dict:
 # ---- fast paths for the hot messages (one PUSH and one answer per batch of entries); tests prove
 # them equal to encode/decode above -------------------------------------------------------------
 def push_ext(group: str, leader: str, remote: str, term: int, prev_index: int, prev_term: int, commit: int,
-             first_index: int, count: int, first_pos: int, body_size: int) -> dict[str, str]:
-    """encode(PUSH, False, ...) for the leader's values (trusted: they come from its own state)."""
-    return {"group": group, "localId": leader, "remoteId": remote, "term": str(term), "leaderId": leader,
-            "prevIndex": str(prev_index), "prevTerm": str(prev_term), "commitIndex": str(commit),
-            "firstIndex": str(first_index), "count": str(count), "firstPos": str(first_pos),
-            "bodySize": str(body_size)}
+             first_index: int, count: int, first_pos: int, body_size: int, table_size: int = -1) -> dict[str, str]:
+    """encode(PUSH, False, ...) for the leader's values (trusted: they come from its own state);
+    table_size >= 0: an install."""
+    ext = {"group": group, "localId": leader, "remoteId": remote, "term": str(term), "leaderId": leader,
+           "prevIndex": str(prev_index), "prevTerm": str(prev_term), "commitIndex": str(commit),
+           "firstIndex": str(first_index), "count": str(count), "firstPos": str(first_pos),
+           "bodySize": str(body_size)}
+    if table_size >= 0:
+        ext["install"] = "true"
+        ext["tableSize"] = str(table_size)
+    return ext
+
+
+def install_table(queues: list) -> bytes:
+    """The install table of [(topic, queueId, offset)]."""
+    assert len(queues) <= INSTALL_QUEUES_MAX
+    import json
+    return json.dumps([[t, int(q), int(o)] for t, q, o in queues], separators=(",", ":")).encode()
+
+
+def parse_install_table(raw: bytes) -> list[tuple[str, int, int]]:
+    """install_table's rows; MalformedError for anything else (size, shape, types, ranges)."""
+    import json
+    raw = bytes(raw)                          # a view into the frame's buffer
+    if len(raw) > INSTALL_TABLE_BYTES_MAX:
+        raise MalformedError(f"install table of {len(raw)} bytes (limit {INSTALL_TABLE_BYTES_MAX})")
+    try:
+        rows = json.loads(raw)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise MalformedError(f"install table is not JSON: {e}") from None
+    if not isinstance(rows, list) or len(rows) > INSTALL_QUEUES_MAX:
+        raise MalformedError("install table is not a list of at most %d rows" % INSTALL_QUEUES_MAX)
+    out = []
+    for row in rows:
+        if not (isinstance(row, list) and len(row) == 3 and isinstance(row[0], str) and 0 < len(row[0]) <= 127
+                and all(type(v) is int and 0 <= v <= _INT64_MAX for v in row[1:])):
+            raise MalformedError(f"install table row {row!r} is not [topic, queueId >= 0, offset >= 0]")
+        out.append((row[0], row[1], row[2]))
+    return out
 
 
 def push_resp_ext(term: int, success: bool, index: int, reject_index: int, hint_index: int) -> dict[str, str]:

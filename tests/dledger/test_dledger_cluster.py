@@ -390,3 +390,82 @@ def test_after_a_paused_leader_resumes_the_next_failover_does_not_wait_for_the_d
     assert send(g.addr(old), b"last").code == 0
     got = pull_all(g.addr(old))
     assert b"before" in got and b"after" in got and b"last" in got
+
+
+def _queue_bounds(addr: str, topic: str, queues: int) -> list[tuple[int, int]]:
+    out = []
+    for q in range(queues):
+        lo = call(addr, 31, {"topic": topic, "queueId": q})
+        hi = call(addr, 30, {"topic": topic, "queueId": q})
+        assert lo.code == hi.code == 0, (lo, hi)
+        out.append((int(lo.ext_fields["offset"]), int(hi.ext_fields["offset"])))
+    return out
+
+
+def _bodies_from(addr: str, topic: str, q: int, offset: int) -> list[bytes]:
+    from mq.wire import commitlog as wcl
+    out = []
+    while True:
+        r = call(addr, PULL, {"consumerGroup": "G", "topic": topic, "queueId": q, "queueOffset": offset,
+                              "maxMsgNums": 32, "sysFlag": 4, "commitOffset": 0, "subscription": "*",
+                              "subVersion": 0, "suspendTimeoutMillis": 0})
+        if r.code != 0:
+            return out
+        pos = 0
+        while pos < len(r.body):
+            rec = wcl.parse_record(r.body, pos)
+            out.append(rec.body)
+            pos += rec.total_size
+        offset = int(r.ext_fields["nextBeginOffset"])
+
+
+def test_a_member_down_while_the_others_delete_old_files_is_installed_and_catches_up(group, ns):
+    """A member down for longer than retention: while it is down the others take 600 x 1 KiB and
+    delete their oldest data files (128 KiB files, cleaned forcibly); restarted, its log ends
+    below the leader's first entry.  The leader installs its log from that entry, with every
+    queue's offset there, and the member catches up: from the later of the two first files its
+    data bytes are the leader's up to the commit, each queue's min and max are the leader's --
+    also of a queue that had no message after the install point -- and it serves the leader's
+    bodies.  After a leadership transfer to it, sends continue every queue's offsets (none
+    handed out twice)."""
+    fs = 128 * 1024
+    g = group(mappedFileSizeCommitLog=fs, cleanFileForciblyEnable="true", diskSpaceCleanForciblyRatio="0.01",
+              cleanResourceInterval=200, env_for=lambda i: {"MQ_RETENTION_FIRST_DELAY_S": "0"})
+    leader = g.wait_leader()
+    victim = next(i for i in g.ids if i != leader)
+    for k in range(20):
+        assert send(g.addr(leader), b"a%d" % k, qid=k % 4).code == 0
+    wait_for(lambda: g.committed_pos(victim) >= g.committed_pos(leader), 10, 0.05, "the victim has the first 20")
+    g.kill(victim)
+    victim_last = g.data_files(victim)[-1]
+    for k in range(30):
+        assert send(g.addr(leader), b"early%d" % k, qid=0, topic="EARLY").code == 0
+    for k in range(600):
+        assert send(g.addr(leader), b"b%04d" % k + b"x" * 1024, qid=k % 4).code == 0
+    wait_for(lambda: g.data_files(leader)[0] > victim_last + fs, 20, 0.1,
+             "the leader deleted every file the victim still has and the next one")
+    g.restart(victim)
+    wait_for(lambda: g.committed_pos(victim) >= g.committed_pos(leader) > 0, 30, 0.05, "the installed member caught up")
+    assert g.status(victim)["stats"]["installs_in"] >= 1
+    assert sum(g.status(i)["stats"]["installs_out"] for i in g.ids if i != victim) >= 1
+    end = g.committed_pos(leader)
+    start = max(g.data_files(leader)[0], g.data_files(victim)[0])
+    assert start > victim_last and g.data_bytes(victim, end, start) == g.data_bytes(leader, end, start)
+    for topic, queues in ((TOPIC, 4), ("EARLY", 1)):
+        bounds = _queue_bounds(g.addr(leader), topic, queues)
+        wait_for(lambda: _queue_bounds(g.addr(victim), topic, queues) == bounds, 10, 0.05,
+                 f"{topic}'s queues on the member as on the leader {bounds}")
+        for q, (lo, hi) in enumerate(bounds):
+            assert _bodies_from(g.addr(victim), topic, q, lo) == _bodies_from(g.addr(leader), topic, q, lo)
+    early_max = _queue_bounds(g.addr(leader), "EARLY", 1)[0][1]
+    assert early_max == 30
+    # the installed member leads: every queue continues where it was
+    from mq.cli import admin
+    before = _queue_bounds(g.addr(leader), TOPIC, 4)
+    wait_for(lambda: admin.main(["leadershipTransfer", "-n", ns.addr, "-b", "RaftNode00", "-t", victim]) == 0
+             and g.leader() == victim, 20, 0.2, f"{victim} leading")
+    for q in range(4):
+        r = send(g.addr(victim), b"after", qid=q)
+        assert r.code == 0 and int(r.ext_fields["queueOffset"]) == before[q][1], (q, r)
+    r = send(g.addr(victim), b"after", qid=0, topic="EARLY")
+    assert r.code == 0 and int(r.ext_fields["queueOffset"]) == early_max

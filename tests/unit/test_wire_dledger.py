@@ -116,6 +116,30 @@ def test_the_push_fast_paths_equal_the_declared_codec():
         RPC.push_resp_values({"term": "1", "code": "200", "index": "3", "rejectIndex": "-1"})
 
 
+def test_an_install_is_a_push_with_its_table_declared_once():
+    """An install (ours: a follower behind the leader's first entry) is a PUSH with install=true
+    and tableSize; push_ext gives what encode() gives; the table round-trips, and a table that is
+    too large, not JSON or of the wrong shape is a MalformedError naming why."""
+    from mq.wire.errors import MalformedError
+    ext = RPC.push_ext("g", "n0", "n1", 5, 99, 0, 120, 100, 3, 4096, 777, table_size=40)
+    assert ext == RPC.encode(RPC.PUSH, False, {
+        "group": "g", "localId": "n0", "remoteId": "n1", "term": 5, "leaderId": "n0", "prevIndex": 99,
+        "prevTerm": 0, "commitIndex": 120, "firstIndex": 100, "count": 3, "firstPos": 4096, "bodySize": 777,
+        "install": True, "tableSize": 40})
+    f = RPC.decode(RPC.PUSH, False, ext)
+    assert f["install"] is True and f["tableSize"] == 40
+    plain = RPC.decode(RPC.PUSH, False, RPC.push_ext("g", "n0", "n1", 5, 99, 4, 90, 100, 3, 4096, 777))
+    assert not plain["install"] and plain["tableSize"] is None
+    rows = [("T", 0, 12), ("%RETRY%G", 3, 0), ("t" * 127, 1, 2 ** 40)]
+    table = RPC.install_table(rows)
+    assert RPC.parse_install_table(memoryview(table)) == rows
+    for bad, why in ((b"[", "not JSON"), (b"{}", "list"), (b'[["T", -1, 0]]', "row"), (b'[["T", 0]]', "row"),
+                     (b'[["", 0, 0]]', "row"), (b'[["T", 0, 1.5]]', "row"), (b'[["T", true, 0]]', "row"),
+                     (b"\xff", "not JSON"), (b" " * (RPC.INSTALL_TABLE_BYTES_MAX + 1), "limit")):
+        with pytest.raises(MalformedError, match=why):
+            RPC.parse_install_table(bad)
+
+
 def test_peer_frames_are_remoting_frames():
     """The DLedger role's frame heads (orjson) decode with mq.wire.remoting's declared decoder to
     the same command, and its fast decoder agrees on them."""
