@@ -324,38 +324,76 @@ int mq_dledger_truncate(mq_commitlog *cl, uint64_t next_index) {
     return MQ_OK;
 }
 
+/* msyncs the data bytes [from, to) (their files are mapped). */
+static int dl_sync_range(mq_commitlog *cl, uint64_t from, uint64_t to) {
+    const uint64_t fs = cl->file_size;
+    while (from < to) {
+        uint64_t fi = from / fs, fend = (fi + 1) * fs < to ? (fi + 1) * fs : to;
+        uint8_t *base;
+        int rc = seg_get(cl, fi, 0, &base);
+        if (rc) return rc;
+        uint64_t a = (from % fs) & ~(uint64_t)(MQ_PAGE - 1);
+        if (msync(base + a, fend - fi * fs - a, MS_SYNC) != 0) return io_fail(cl, errno);
+        from = fend;
+    }
+    return MQ_OK;
+}
+
+static int dl_install_checks(mq_ctl *c, uint64_t begin_index, uint64_t begin_pos) {
+    if (c->pos[MQ_POS_DL_APPEND_TERM] || begin_pos < c->pos[MQ_POS_MIN] || begin_pos < c->pos[MQ_POS_COMMITTED] ||
+        begin_index < c->pos[MQ_POS_DL_COMMIT_INDEX] || begin_index < c->pos[MQ_POS_DL_BEGIN_INDEX])
+        return MQ_E_INVAL;
+    return MQ_OK;
+}
+
 int mq_dledger_install(mq_commitlog *cl, const uint8_t *buf, size_t len, uint64_t begin_index,
                        uint64_t begin_pos, int64_t max_term, uint32_t *n_out) {
     mq_ctl *c = cl->ctl;
+    const uint64_t fs = cl->file_size;
     assert(cl->dledger && (buf || len == 0) && n_out);
     *n_out = 0;
-    if (len == 0 || begin_pos % cl->file_size) return MQ_E_INVAL;
+    if (len == 0 || begin_pos % fs) return MQ_E_INVAL;
     int rc = ctl_lock(c);
     if (rc) return rc;
-    if (c->pos[MQ_POS_DL_APPEND_TERM] || begin_pos < c->pos[MQ_POS_MIN] || begin_pos < c->pos[MQ_POS_COMMITTED] ||
-        begin_index < c->pos[MQ_POS_DL_COMMIT_INDEX] || begin_index < c->pos[MQ_POS_DL_BEGIN_INDEX]) {
-        ctl_unlock(c);
-        return MQ_E_INVAL;
-    }
-    const uint64_t w0 = c->pos[MQ_POS_WRITE], next0 = c->pos[MQ_POS_DL_NEXT_INDEX], epoch = c->trunc_epoch;
+    rc = dl_install_checks(c, begin_index, begin_pos);
     ctl_unlock(c);
+    if (rc) return rc;
 
+    /* 1. check the entries and create (allocate) their files: nothing is written yet, and these are the
+     *    steps that can fail for input or for space */
     dl_checked ck;                               /* the leader's first entry follows no entry: term 0 */
     rc = dl_check_entries(cl, buf, len, begin_index, begin_pos, 0, max_term, &ck);
     if (rc) return rc;
     if (ck.n == 0) return MQ_E_CORRUPT;
-    /* our log from the new beginning on is an uncommitted tail: zeroed as a truncation zeroes it */
-    if (w0 > begin_pos) rc = dl_zero_range(cl, begin_pos, w0);
-    if (rc == MQ_OK && next0 > begin_index) rc = dl_zero_units(cl, begin_index, next0);
-    if (rc == MQ_OK) rc = dl_copy_entries(cl, buf, len, begin_pos);
-    if (rc) return rc;
+    for (uint64_t fi = begin_pos / fs; fi <= (ck.end_pos - 1) / fs; fi++) {
+        uint8_t *base;
+        rc = seg_get(cl, fi, 1, &base);
+        if (rc) return rc;
+    }
 
+    /* 2. under the lock (as a truncation): copy, make durable, zero our old tail past the new end,
+     *    publish.  A failure from here leaves bytes the positions do not describe: it is made sticky
+     *    (the broker stops; recovery validates the files and the leader installs again) */
     rc = ctl_lock(c);
     if (rc) return rc;
-    if (c->pos[MQ_POS_WRITE] != w0 || c->pos[MQ_POS_DL_NEXT_INDEX] != next0 || c->trunc_epoch != epoch ||
-        c->pos[MQ_POS_DL_APPEND_TERM]) {
+    rc = dl_install_checks(c, begin_index, begin_pos);
+    if (rc) { ctl_unlock(c); return rc; }
+    const uint64_t w0 = c->pos[MQ_POS_WRITE], next0 = c->pos[MQ_POS_DL_NEXT_INDEX];
+    rc = dl_copy_entries(cl, buf, len, begin_pos);
+    if (rc == MQ_OK) rc = dl_sync_range(cl, begin_pos, ck.end_pos);
+    if (rc == MQ_OK && w0 > ck.end_pos) rc = dl_zero_range(cl, ck.end_pos, w0);
+    if (rc == MQ_OK && next0 > ck.end_index) rc = dl_zero_units(cl, ck.end_index, next0);
+    /* the units before B in B's index file are our old log's, not the leader's: a unit there would
+     * claim the term of entry B-1 (DLedgerLog.term_at reads it for the entry before the first) */
+    const uint64_t ipf = cl->index.file_size / MQ_DL_INDEX_UNIT;
+    if (rc == MQ_OK) rc = dl_zero_units(cl, begin_index - begin_index % ipf, begin_index);
+    if (rc) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "DLedger install at index %llu, pos %llu failed while writing: %s",
+                 (unsigned long long)begin_index, (unsigned long long)begin_pos, strerror(cl->last_errno));
+        mq_ctl_set_fatal(c, cl->last_errno ? cl->last_errno : EIO, msg);
         ctl_unlock(c);
-        return MQ_E_RANGE;
+        return rc;
     }
     c->trunc_epoch++;                           /* a flush in flight must not publish the old tail */
     /* MIN first: a reader that sees any of the new positions also sees that nothing below is held */
@@ -363,15 +401,17 @@ int mq_dledger_install(mq_commitlog *cl, const uint8_t *buf, size_t len, uint64_
     __atomic_store_n(&c->pos[MQ_POS_DL_BEGIN_INDEX], begin_index, __ATOMIC_RELEASE);
     __atomic_store_n(&c->pos[MQ_POS_COMMITTED], begin_pos, __ATOMIC_RELEASE);
     __atomic_store_n(&c->pos[MQ_POS_DL_COMMIT_INDEX], begin_index, __ATOMIC_RELEASE);
-    __atomic_store_n(&c->pos[MQ_POS_FLUSHED], begin_pos, __ATOMIC_RELEASE);
-    __atomic_store_n(&c->pos[MQ_POS_DL_FLUSHED_INDEX], begin_index, __ATOMIC_RELEASE);
+    __atomic_store_n(&c->pos[MQ_POS_FLUSHED], ck.end_pos, __ATOMIC_RELEASE);
+    __atomic_store_n(&c->pos[MQ_POS_DL_FLUSHED_INDEX], ck.end_index, __ATOMIC_RELEASE);
     __atomic_store_n(&c->pos[MQ_POS_LAST_STORE_TS], (uint64_t)ck.last_ts, __ATOMIC_RELEASE);
+    __atomic_store_n(&c->pos[MQ_POS_FLUSHED_STORE_TS], (uint64_t)ck.last_ts, __ATOMIC_RELEASE);
     __atomic_store_n(&c->pos[MQ_POS_DL_END_TERM], (uint64_t)ck.last_term, __ATOMIC_RELEASE);
     __atomic_add_fetch(&c->pos[MQ_POS_MSGS], ck.n, __ATOMIC_RELEASE);
     __atomic_store_n(&c->pos[MQ_POS_DL_NEXT_INDEX], ck.end_index, __ATOMIC_RELEASE);
     __atomic_store_n(&c->pos[MQ_POS_WRITE], ck.end_pos, __ATOMIC_RELEASE);
     ctl_unlock(c);
     mq_ctl_wake(c, MQ_SEQ_WRITE);
+    mq_ctl_wake(c, MQ_SEQ_FLUSH);
     mq_ctl_wake(c, MQ_SEQ_COMMIT);
     *n_out = ck.n;
     return MQ_OK;

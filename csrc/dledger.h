@@ -56,18 +56,20 @@
  *     (positions unchanged, though bytes past the new end may already be zeroed).
  * mq_dledger_install  a follower behind the leader's first entry takes the leader's log from
  *     it on: `buf` holds whole entries from (begin_index, begin_pos) as append_raw's (checked the
- *     same way, the first one after term 0; at least one entry).  Our entries from begin_index
- *     and bytes from begin_pos on are zeroed (an uncommitted tail), the bytes copied and the units
- *     written, then under the lock, in one step: MIN = COMMITTED = FLUSHED = begin_pos,
- *     DL_BEGIN_INDEX = DL_COMMIT_INDEX = DL_FLUSHED_INDEX = begin_index (everything below is
- *     committed history), DL_NEXT_INDEX, DL_END_TERM, WRITE, LAST_STORE_TS after the entries,
- *     MSGS += n; SEQ_WRITE and SEQ_COMMIT wake.  DISPATCHED is left to the dispatcher (below MIN
- *     it rebases the ConsumeQueues).  Files below begin_pos are not touched (the caller deletes
- *     them; other processes may map them).  MQ_E_INVAL when len is 0, begin_pos is not a file
- *     start, appends are allowed, or begin_pos is below MIN or COMMITTED, or begin_index below
- *     DL_COMMIT_INDEX or DL_BEGIN_INDEX; MQ_E_CORRUPT for a bad entry (nothing written);
- *     MQ_E_RANGE when WRITE, DL_NEXT_INDEX or DL_APPEND_TERM moved or a truncation ran meanwhile;
- *     file errors.  *n_out = entries installed (0 on any error).
+ *     same way, the first one after term 0; at least one entry).  Checked and their files created
+ *     first (nothing written: MQ_E_CORRUPT for a bad entry, file errors such as no space); then,
+ *     holding the lock as a truncation does, the bytes are copied and msync'd, the units written,
+ *     our old tail past the new end zeroed (bytes and units), the units before begin_index in its
+ *     index file zeroed (they are our old log's), and in one step: MIN = COMMITTED =
+ *     begin_pos, DL_BEGIN_INDEX = DL_COMMIT_INDEX = begin_index (everything below is committed
+ *     history), FLUSHED and DL_FLUSHED_INDEX, DL_NEXT_INDEX, DL_END_TERM, WRITE, the store
+ *     timestamps after the entries, MSGS += n; SEQ_WRITE, SEQ_FLUSH and SEQ_COMMIT wake.  A
+ *     write or msync failure in that step is made sticky (mq_ctl_set_fatal).  DISPATCHED is left
+ *     to the dispatcher (below MIN it rebases the ConsumeQueues).  Files below begin_pos are not
+ *     touched (the caller deletes them; other processes may map them).  MQ_E_INVAL when len is 0,
+ *     begin_pos is not a file start, appends are allowed, begin_pos is below MIN or COMMITTED, or
+ *     begin_index below DL_COMMIT_INDEX or DL_BEGIN_INDEX (checked before and again under the
+ *     lock).  *n_out = entries installed (0 on any error).
  * mq_dledger_set_commit  DL_COMMIT_INDEX to commit_next_index (monotonic: a value not past it,
  *     or not past DL_BEGIN_INDEX, is a no-op) and COMMITTED to the end of entry
  *     commit_next_index - 1; wakes SEQ_COMMIT.  MQ_E_RANGE past DL_NEXT_INDEX; the unit's

@@ -39,7 +39,9 @@ mq.dledger.log):
                                      below it is committed (retention deletes only those)
     term_at(index) -> int | None     term of entry `index`; 0 for -1; None when
                                      absent (beyond the end, or before the
-                                     first retained entry)
+                                     first retained entry -- the entry just before
+                                     it may still be known: then a follower whose
+                                     log ends there is caught up without an install)
     durable_index() -> int           highest index that is durable here (the
                                      leader counts only that toward a quorum)
     entries(first, last) -> batch    a batch of entries first.. (at most last)
@@ -580,15 +582,13 @@ class RaftNode:
         has_new = pr.next <= last
         if not has_new and not force_commit and pr.state == Progress.REPLICATE:
             return
-        first = self.log.first_index()
-        if pr.next <= first and first > 0:
-            # the follower needs the entry before our first: the term we would check is gone
-            if self.cfg.install:
-                self._send_install(p, pr, first, last)
-            return
         prev = pr.next - 1
-        prev_term = self.log.term_at(prev)
+        first = self.log.first_index()
+        prev_term = self.log.term_at(prev) if pr.next >= first else None
         if prev_term is None:
+            if pr.next <= first and first > 0 and self.cfg.install:
+                # the follower needs entries before our first: the term we would check is gone
+                self._send_install(p, pr, first, last)
             return
         batch = self.log.entries(pr.next, last) if has_new else None
         self._send(Append(self.term, self.id, p, prev, prev_term, batch, self.commit))

@@ -24,10 +24,14 @@ below go, ConsumeQueues restart at those offsets), or recovery after a crash doe
 from __future__ import annotations
 
 import logging
+import os
 import struct
 
 from mq.store import control as C
-from mq.store.dledgerfiles import save_rebase
+from mq.store.dledgerfiles import REBASE, clear_rebase, save_rebase
+from mq.wire import dledger as W
+from mq.wire.errors import WireError
+from mq.wire.filenames import offset_file_path
 from mq.wire import dledger_rpc as RPC
 
 log = logging.getLogger("mq.dledger")
@@ -98,9 +102,11 @@ class DLedgerLog:
     leader's own match (flushDiskType=SYNC_FLUSH), 'async' counts what is written."""
 
     def __init__(self, cl, sync_durable: bool, push_bytes_max: int = RPC.PUSH_BYTES_MAX,
-                 dledger_dir: str | None = None):
+                 dledger_dir: str | None = None, index_dir: str | None = None, index_file_size: int = 0):
         self.cl = cl
         self.dledger_dir = dledger_dir         # where an install's rebase file goes (None: no installs)
+        self.index_dir = index_dir             # where the unit of the entry before the first may be read
+        self.index_file_size = index_file_size
         self.ctl = cl.ctl
         self.sync_durable = sync_durable
         self.push_bytes_max = push_bytes_max
@@ -119,11 +125,29 @@ class DLedgerLog:
         return self.ctl.get(C.POS_DL_BEGIN_INDEX)
 
     def term_at(self, index: int):
-        if index == -1:
-            return 0
-        if index < self.first_index() or index > self.last_index():
+        first = self.first_index()
+        if index < first:
+            if index == -1:
+                return 0 if first == 0 else None
+            return self._term_before_first(index) if index == first - 1 else None
+        if index > self.last_index():
             return None
         return self.cl.dledger_entry(index)[2]
+
+    def _term_before_first(self, index: int) -> int | None:
+        """The term of the entry just before the first one held, from its index unit if retention
+        left that (it deletes whole index files only; an install zeroes the units before its
+        first entry): a follower whose log ends there is then caught up without an install."""
+        if self.index_dir is None or not self.index_file_size:
+            return None
+        at = index * W.INDEX_UNIT_SIZE
+        try:
+            with open(offset_file_path(self.index_dir, at - at % self.index_file_size), "rb") as f:
+                f.seek(at % self.index_file_size)
+                unit = W.parse_index_unit(f.read(W.INDEX_UNIT_SIZE))
+        except (OSError, WireError):
+            return None
+        return unit.term if unit is not None and unit.index == index and unit.term > 0 else None
 
     def durable_index(self) -> int:
         if self.sync_durable:
@@ -174,15 +198,24 @@ class DLedgerLog:
         self._fence()
         self.cl.dledger_truncate(index)
 
+    def install_pending(self) -> bool:
+        """Is an earlier install still being finished (its rebase file there)?  A new one waits."""
+        return self.dledger_dir is not None and os.path.exists(os.path.join(self.dledger_dir, REBASE))
+
     def install(self, batch: InBatch) -> None:
-        """The leader's log from its first entry on replaces ours (see the module docstring)."""
+        """The leader's log from its first entry on replaces ours (see the module docstring).
+        The rebase file goes again if the store refuses the install (nothing was applied)."""
         assert self.dledger_dir is not None and batch.queue_offsets is not None
         log.warning("DLedger: our log (entries %d..%d) is behind the leader's first entry %d: installing the "
                     "leader's log from it (position %d, %d queues)", self.first_index(), self.last_index(),
                     batch.first_index, batch.first_pos, len(batch.queue_offsets))
         self._fence()
         save_rebase(self.dledger_dir, batch.first_index, batch.first_pos, batch.queue_offsets)
-        n = self.cl.dledger_install(batch.buf, batch.first_index, batch.first_pos, max_term=self._max_term)
+        try:
+            n = self.cl.dledger_install(batch.buf, batch.first_index, batch.first_pos, max_term=self._max_term)
+        except BaseException:
+            clear_rebase(self.dledger_dir)
+            raise
         assert n == batch.last_index - batch.first_index + 1, (n, batch.first_index, batch.last_index)
         self.appended += n
         self.installs += 1

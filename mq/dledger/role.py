@@ -116,8 +116,11 @@ class DLedgerRole:
         self.sync_durable = cfg.flushDiskType == "SYNC_FLUSH"
         self._status_episode = Episode(log, "writing the DLedger status file")
         self._checkpoint_episode = Episode(log, "writing the DLedger checkpoint")
-        self.log = DLedgerLog(self.cl, self.sync_durable, dledger_dir=self.dir)
+        self.log = DLedgerLog(self.cl, self.sync_durable, dledger_dir=self.dir, index_dir=cfg.dledger_index_dir,
+                              index_file_size=cfg.mappedFileSizeForEntryIndex)
         self._install_tables: dict[int, bytes] = {}
+        self._table_job: tuple | None = None     # (pos, future) computing an install table
+        self._install_wait_logged = False
         term, vote = load_hard_state(self.dir)
         commit = self.ctl.get(C.POS_DL_COMMIT_INDEX) - 1
         self.node = RaftNode(raft_config(cfg), self.log, rng or random.Random(), term=term, vote=vote,
@@ -348,6 +351,8 @@ class DLedgerRole:
         if isinstance(m, Append):
             b = m.entries
             table = self._install_table(b.pos) if m.install else b""
+            if table is None:
+                return                          # not ready: the probe goes again with the next heartbeat
             ext = RPC.push_ext(self.group, m.src, m.dst, m.term, m.prev_index, m.prev_term, m.commit,
                                b.first_index if b else m.prev_index + 1, m.count, b.pos if b else -1,
                                b.nbytes if b else 0, len(table) if m.install else -1)
@@ -379,14 +384,35 @@ class DLedgerRole:
         self._remember(m.dst, opaque, code)
         link.send(frame)
 
-    def _install_table(self, pos: int) -> bytes:
-        """What an install at our first position carries: every queue's offset there (cached:
-        the first position moves only when retention deletes a file)."""
+    def _install_table(self, pos: int) -> bytes | None:
+        """What an install at our first position carries: every queue's offset there.  Computed
+        on a thread (it reads every ConsumeQueue: seconds on a cold disk, which would stall the
+        heartbeats), cached per position (it moves only when retention deletes a file); None
+        until it is ready."""
         cached = self._install_tables.get(pos)
-        if cached is None:
-            self._install_tables = {pos: RPC.install_table(self.store.queue_offsets_below(pos))}
-            cached = self._install_tables[pos]
-        return cached
+        if cached is not None:
+            return cached
+        if self._table_job is None or self._table_job[0] != pos:
+            fut = self.loop.run_in_executor(None, self._compute_table, pos)
+            self._table_job = (pos, fut)
+
+            def done(f, pos=pos):
+                if self._table_job is not None and self._table_job[1] is f:
+                    self._table_job = None
+                if not f.cancelled() and f.exception() is None and f.result() is not None:
+                    self._install_tables = {pos: f.result()}
+                elif not f.cancelled() and f.exception() is not None:
+                    log.error("DLedger %s: the install table at %d could not be made: %s", self.self_id, pos,
+                              f.exception())
+            fut.add_done_callback(done)
+        return None
+
+    def _compute_table(self, pos: int) -> bytes | None:
+        """(thread) The table, or None while our ConsumeQueues do not describe `pos` yet: not
+        dispatched that far, or an install of our own still being finished."""
+        if self.ctl.get(C.POS_DISPATCHED) < pos or self.log.install_pending():
+            return None
+        return RPC.install_table(self.store.queue_offsets_below(pos))
 
     def _remember(self, peer: str, opaque: int, code: int) -> None:
         w = self.waiting[peer]
@@ -466,6 +492,13 @@ class DLedgerRole:
             if size + table_size != len(body) or (count == 0) != (size == 0) or count < 0 or table_size < 0 \
                     or (count and f["firstIndex"] != f["prevIndex"] + 1) or (install and not count):
                 raise WireError(f"PUSH of {count} entries says {size} + {table_size} bytes, carries {len(body)}")
+            if install and self.log.install_pending():
+                # the dispatcher is still finishing an earlier install: no answer (the leader resends)
+                if not self._install_wait_logged:
+                    self._install_wait_logged = True
+                    log.info("DLedger %s: an install from %s waits for the previous one to finish", me, src)
+                return
+            self._install_wait_logged = False
             table = RPC.parse_install_table(body[:table_size]) if install else None
             if table_size:
                 body = memoryview(body)[table_size:]

@@ -98,6 +98,7 @@ class SimLog:
         self.items: list = []
         self.begin = 0
         self.base = 0
+        self.begin_term = None     # term of entry begin-1 when known (retention keeps it; an install does not)
         self.installs = 0
         self.batch_max = batch_max
 
@@ -116,7 +117,7 @@ class SimLog:
         i = index - self.begin
         if 0 <= i < len(self.items):
             return self.items[i][0]
-        return None
+        return self.begin_term if i == -1 else None
 
     def item(self, index: int):
         assert index >= self.begin, (index, self.begin)
@@ -144,6 +145,7 @@ class SimLog:
         self.items = list(batch.items)
         self.begin = batch.first_index
         self.base = batch.base
+        self.begin_term = None
         self.installs += 1
 
     def compact(self, upto: int) -> None:
@@ -151,6 +153,7 @@ class SimLog:
         assert self.begin < upto <= self.last_index(), (self.begin, upto, self.last_index())
         cut = upto - self.begin
         self.base += sum(1 for e in self.items[:cut] if e[1] != NOOP)
+        self.begin_term = self.items[cut - 1][0]
         del self.items[:cut]
         self.begin = upto
 

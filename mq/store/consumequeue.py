@@ -119,9 +119,22 @@ class ConsumeQueue:
         start, off = self._locate(queue_offset)
         ptr = self._ptrs.get(start)
         if ptr is None:
-            mm = self._maps.get(start) or self._map(start, create=True)
+            mm = self._maps.get(start)
+            if mm is None:
+                first_file = off > 0 and not self.file_starts()
+                mm = self._map(start, create=True)
+                if first_file:
+                    self._fill_pre_blank(mm, start, off)
             ptr = self._ptrs[start] = ffi.from_buffer(mm)
         return ptr, start // ENTRY_SIZE, self._allocate(start, off // ENTRY_SIZE + 1)
+
+    def _fill_pre_blank(self, mm: mmap.mmap, start: int, off: int) -> None:
+        """A queue's first file created at an entry past its start (a rebuild from a CommitLog
+        whose first files retention deleted, or an install): FILLER entries before it, as
+        RocketMQ's fillPreBlank, so that recovery sees where the queue starts (an all-zero entry
+        would end it there)."""
+        self._allocate(start, off // ENTRY_SIZE + 1)
+        mm[:off] = ENTRY.pack(*FILLER) * (off // ENTRY_SIZE)
 
     def _allocate(self, start: int, entries: int) -> int:
         """Blocks of file `start` allocated for its first `entries` entries at least, in steps
@@ -283,7 +296,10 @@ class ConsumeQueue:
             path = offset_file_path(self.dir, s)
             if s < start:
                 self._forget(s)
-                os.unlink(path)
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass                       # retention got there first
                 continue
             mm = self._map(s, create=False)
             if mm is None:
@@ -329,7 +345,10 @@ class ConsumeQueue:
             if last[1] == 0 or last[0] + last[1] > min_phy:
                 break
             self._forget(start)
-            os.unlink(offset_file_path(self.dir, start))
+            try:
+                os.unlink(offset_file_path(self.dir, start))
+            except FileNotFoundError:
+                continue                       # a DLedger install's rebase got there first
             removed += 1
         return removed
 

@@ -87,7 +87,11 @@ class Dispatcher:
         disk, and what it dispatched stays readable."""
         start = self.ctl.get(C.POS_DISPATCHED)
         if self.rebase is not None and start < self.ctl.get(C.POS_MIN):
-            start = self._rebase()
+            try:
+                start = self._rebase()
+            except OSError as e:              # no space for a queue's filler: retried as any CQ space
+                self._space_refused(e)
+                return 0
         end = self.ctl.get(self.end_pos) if limit is None else limit
         total = 0
         recs = self.scanner.recs
@@ -141,9 +145,13 @@ class Dispatcher:
         deletes dispatched files only).  The store finishes it (files below go, queues restart);
         the maps C writes through are dropped, since files were deleted and rewritten."""
         min_pos = self.ctl.get(C.POS_MIN)
-        self.rebase(min_pos)
         self.maps = ffi.new("mq_cq_map[]", lib.MQ_QUEUE_SLOTS)
+        self.rebase(min_pos)
         self.ctl.advance(C.POS_DISPATCHED, min_pos)
+        if self._refused_since is not None:
+            log.warning("dispatch resumed: the install's ConsumeQueues are rebased (paused %.1f s)",
+                        time.monotonic() - self._refused_since)
+            self._refused_since = None
         return min_pos
 
     def _space_refused(self, e: OSError) -> None:

@@ -347,6 +347,8 @@ class MessageStore:
             log.error("dispatch is below the first retained position %d, and no install there is pending "
                       "(found %s): dispatch goes on from there, the ConsumeQueues keep their entries",
                       begin_pos, pending and pending[:2])
+            if pending is not None and pending[1] < begin_pos:
+                clear_rebase(cfg.dledger_dir)     # an older install's, superseded (a newer one is not touched)
             return False
         begin_index, _, table = pending
         self._drop_below_install(begin_index, begin_pos)
@@ -390,7 +392,7 @@ class MessageStore:
                 try:
                     os.unlink(offset_file_path(cfg.commitlog_dir, start))
                 except FileNotFoundError:
-                    pass
+                    pass                      # retention got there first
         if self.cl is not None:
             self.cl.release(below=begin_pos)
         isize = cfg.mappedFileSizeForEntryIndex

@@ -107,6 +107,7 @@ MESSAGES: dict[tuple[int, bool], tuple] = {
 }
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+_INT32_MAX = (1 << 31) - 1
 
 
 def _fields(code: int, response: bool) -> tuple:
@@ -214,8 +215,9 @@ def parse_install_table(raw: bytes) -> list[tuple[str, int, int]]:
     out = []
     for row in rows:
         if not (isinstance(row, list) and len(row) == 3 and isinstance(row[0], str) and 0 < len(row[0]) <= 127
-                and all(type(v) is int and 0 <= v <= _INT64_MAX for v in row[1:])):
-            raise MalformedError(f"install table row {row!r} is not [topic, queueId >= 0, offset >= 0]")
+                and type(row[1]) is int and 0 <= row[1] <= _INT32_MAX
+                and type(row[2]) is int and 0 <= row[2] <= _INT64_MAX):
+            raise MalformedError(f"install table row {row!r} is not [topic, 0 <= queueId < 2^31, offset >= 0]")
         out.append((row[0], row[1], row[2]))
     return out
 

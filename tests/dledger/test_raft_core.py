@@ -512,3 +512,29 @@ def test_a_restarted_member_knows_what_lies_below_its_first_entry_is_committed()
     n.step(Append(1, "n0", "n1", 2, 1, None, 9))
     r = _answer(n)
     assert r.success and r.index == 5 and log.first_index() == 6
+
+
+def test_a_member_whose_log_ends_right_before_the_leaders_first_entry_is_not_installed():
+    """Retention deleted exactly the entries a down member has: its log ends at the entry before
+    the leader's first one, whose term the leader still knows (retention keeps it; DLedgerLog
+    reads it from the index unit).  Restarted, it is caught up by plain appends, keeping its log."""
+    c = group(3)
+    run_until(c, lambda: leader_of(c) is not None and leader_of(c).raft.is_ready_leader)
+    lead = leader_of(c)
+    victim, other = [n for n in c.alive() if n is not lead]
+    for _ in range(5):
+        c.propose()
+        c.tick()
+    run_until(c, lambda: victim.raft.commit == lead.log.last_index())
+    c.crash(victim)
+    for _ in range(20):
+        c.propose()
+        c.tick()
+    run_until(c, lambda: lead.raft.commit == lead.log.last_index() == other.raft.commit)
+    upto = victim.log.last_index() + 1
+    c.compact(lead, upto)
+    c.compact(other, upto)
+    c.restart(victim)
+    run_until(c, lambda: victim.log.last_index() == lead.log.last_index() == victim.raft.commit)
+    assert victim.log.installs == 0 and victim.log.first_index() == 0
+    c._final_checks()

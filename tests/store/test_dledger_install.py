@@ -119,6 +119,9 @@ def test_an_installed_follower_serves_the_leaders_queues_from_its_first_entry(pa
     leader, follower = pair
     b, p = _install(leader, follower)
     assert load_rebase(follower.config.dledger_dir)[:2] == (b, p)
+    # the units before B are the follower's old log's: zeroed, so B-1's term is not claimed
+    dl = DLedgerLog(follower.cl, False, index_dir=follower.config.dledger_index_dir, index_file_size=4096)
+    assert dl.term_at(b - 1) is None and dl.term_at(b) == 1
     _catch_up(leader, follower, p)
     follower.dispatcher.dispatch_once()
     assert not os.path.exists(os.path.join(follower.config.dledger_dir, REBASE))

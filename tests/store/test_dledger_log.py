@@ -260,8 +260,9 @@ def test_a_follower_refuses_bad_input_and_publishes_nothing(leader, follower, fa
 def test_install_resets_a_follower_behind_the_leaders_first_entry(leader, follower, tmp_path):
     """mq_dledger_install: a follower whose log ends below the leader's first retained entry B
     (at the start of a data file P) takes the leader's log from there in one step: its stale,
-    uncommitted tail from P on is zeroed, MIN/COMMITTED/FLUSHED move to P and BEGIN/COMMIT/
-    FLUSHED index to B (below is committed history), and after appending the rest of the
+    uncommitted tail from P on is replaced and zeroed past the new end, MIN/COMMITTED move to P
+    and BEGIN/COMMIT index to B (below is committed history), FLUSHED past the installed entries
+    (msync'd before they are published), and after appending the rest of the
     leader's bytes its data and index units from P and B on are the leader's.  It refuses while
     appends are allowed, at a position that is not a file start, below COMMITTED, and bad bytes
     (nothing published)."""
@@ -308,8 +309,8 @@ def test_install_resets_a_follower_behind_the_leaders_first_entry(leader, follow
     seq = follower.ctl.seq(C.SEQ_COMMIT)
     assert follower.cl.dledger_install(batch, b, p, 3) == b_last - b + 1
     get = follower.ctl.get
-    assert (get(C.POS_MIN), get(C.POS_COMMITTED), get(C.POS_FLUSHED)) == (p, p, p)
-    assert (get(C.POS_DL_BEGIN_INDEX), get(C.POS_DL_COMMIT_INDEX), get(C.POS_DL_FLUSHED_INDEX)) == (b, b, b)
+    assert (get(C.POS_MIN), get(C.POS_COMMITTED), get(C.POS_FLUSHED)) == (p, p, p + FS)     # msync'd
+    assert (get(C.POS_DL_BEGIN_INDEX), get(C.POS_DL_COMMIT_INDEX), get(C.POS_DL_FLUSHED_INDEX)) == (b, b, b_last + 1)
     assert follower.next_index == b_last + 1 and follower.cl.write_pos == p + FS
     assert get(C.POS_DL_END_TERM) == 3 and follower.ctl.seq(C.SEQ_COMMIT) != seq
     for at in range(p // FS, (stale_end - 1) // FS + 1):    # the stale tail is gone (past WRITE: the files)
@@ -318,6 +319,11 @@ def test_install_resets_a_follower_behind_the_leaders_first_entry(leader, follow
         assert at == p // FS or data == bytes(FS)
     with pytest.raises(OutOfRange):
         follower.cl.dledger_entry(b - 1)
+    # the units before B held the follower's own (stale, term 2) entries: zeroed, so the term of
+    # B-1 is not claimed from them
+    from mq.dledger.log import DLedgerLog
+    assert DLedgerLog(follower.cl, False, index_dir=os.path.join(follower.root, "index"),
+                      index_file_size=IFS).term_at(b - 1) is None
     b1 = next(i for i in range(700) if leader.cl.dledger_entry(i)[0] == FS)
     with pytest.raises(ValueError):                        # below MIN and COMMITTED now
         follower.cl.dledger_install(leader.data(FS, 2 * FS), b1, FS, 3)
@@ -507,6 +513,12 @@ def test_retention_in_dledger_mode_moves_the_first_index(tmp_path):
             store.cl.dledger_entry(begin - 1)
         idx_files = sorted(os.listdir(cfg.dledger_index_dir))
         assert int(idx_files[0]) + 4096 > begin * 32
+        # the entry before the first one held: its term is still known from its unit (unless that
+        # unit's file went too), so a follower whose log ends there needs no install
+        from mq.dledger.log import DLedgerLog
+        dl = DLedgerLog(store.cl, False, index_dir=cfg.dledger_index_dir, index_file_size=4096)
+        assert dl.term_at(begin - 1) == (1 if (begin - 1) * 32 >= int(idx_files[0]) else None)
+        assert dl.term_at(begin - 2) is None and dl.term_at(-1) is None
         assert store.get_messages("R", 0, store.min_offset("R", 0), 1)
     finally:
         store.close()

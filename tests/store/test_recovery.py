@@ -382,3 +382,34 @@ def test_the_zero_tail_check_sees_one_stray_byte_anywhere(tmp_path):
             assert not _zeros_from(mm, 0) and not _zeros_from(mm, at)
             assert _zeros_from(mm, at + 1)
             mm[at] = 0
+
+
+def test_a_queue_rebuilt_after_retention_starts_with_fillers_and_is_trusted_at_the_next_start(make_store):
+    """A ConsumeQueue lost while its first CommitLog files are already deleted by retention is
+    rebuilt from the first record left, whose queue offset is past the start of its queue file:
+    the file gets FILLER entries before it (RocketMQ's fillPreBlank), so the next start reads
+    the queue's bounds from its files and trusts it.  (Before: the entries before it were zero,
+    recovery saw the queue end there, and rebuilt it again at every start.)"""
+    from mq.store.retention import Retention
+    s = make_store(mappedFileSizeCommitLog=FS, mappedFileSizeConsumeQueue=20 * 64, fileReservedTime=1)
+    root = s.config.storePathRootDir
+    _fill(s, 1500, topic="R", queues=2)
+    s.cl.flush(0)
+    assert Retention(s, usage_fn=lambda _: 0.99).run_once(force=True)
+    bounds = {q: (s.min_offset("R", q), s.max_offset("R", q)) for q in range(2)}
+    assert all(lo % 64 for lo, _ in bounds.values()), bounds         # starts inside a queue file
+    s.close()
+    shutil.rmtree(os.path.join(root, "consumequeue", "R", "1"))
+    s2 = _reopen(root, mappedFileSizeConsumeQueue=20 * 64)
+    try:
+        assert s2.recovery.queues_rebuilt == ["R:1"]
+        assert {q: (s2.min_offset("R", q), s2.max_offset("R", q)) for q in range(2)} == bounds
+    finally:
+        s2.close()
+    s3 = _reopen(root, mappedFileSizeConsumeQueue=20 * 64)
+    try:
+        assert s3.recovery.queues_rebuilt == []
+        assert {q: (s3.min_offset("R", q), s3.max_offset("R", q)) for q in range(2)} == bounds
+        assert s3.put("R", 1, b"next").result.queue_offset() == bounds[1][1]
+    finally:
+        s3.close()

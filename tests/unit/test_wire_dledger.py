@@ -134,7 +134,7 @@ def test_an_install_is_a_push_with_its_table_declared_once():
     table = RPC.install_table(rows)
     assert RPC.parse_install_table(memoryview(table)) == rows
     for bad, why in ((b"[", "not JSON"), (b"{}", "list"), (b'[["T", -1, 0]]', "row"), (b'[["T", 0]]', "row"),
-                     (b'[["", 0, 0]]', "row"), (b'[["T", 0, 1.5]]', "row"), (b'[["T", true, 0]]', "row"),
+                     (b'[["", 0, 0]]', "row"), (b'[["T", 0, 1.5]]', "row"), (b'[["T", true, 0]]', "row"), (b'[["T", 2147483648, 0]]', "row"),
                      (b"\xff", "not JSON"), (b" " * (RPC.INSTALL_TABLE_BYTES_MAX + 1), "limit")):
         with pytest.raises(MalformedError, match=why):
             RPC.parse_install_table(bad)
