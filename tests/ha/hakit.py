@@ -67,16 +67,17 @@ def wait_same(master, slave, timeout_s: float = 15.0) -> None:
 
 
 def queue_messages(store, topic: str, qid: int, from_phy: int = 0) -> list[tuple[int, bytes]]:
-    """(queue offset, record bytes) of every message of the queue stored at or past from_phy."""
+    """(queue offset, record bytes) of every message of the queue stored at or past from_phy, read
+    from the queue's min offset (a store whose log starts past 0 starts its queues past 0 too)."""
     out = []
-    qo, hi = 0, store.max_offset(topic, qid)
+    qo, hi = store.min_offset(topic, qid), store.max_offset(topic, qid)
     while qo < hi:
         got = store.get_messages(topic, qid, qo, 64)
         for q, view in got:
             phy = int.from_bytes(view[wcl.POS_PHYSICAL_OFFSET:wcl.POS_PHYSICAL_OFFSET + 8], "big")
             if phy >= from_phy:
                 out.append((q, bytes(view)))
-        qo += 64
+        qo = got[-1][0] + 1 if got else qo + 1
     return out
 
 
