@@ -17,7 +17,7 @@ import pytest
 from mq.cluster import NameServer, wait_for
 
 from tests.dledger.dlkit import DLedgerGroup, call
-from tests.ha.test_broker_ha import pull_bodies
+from tests.ha.test_broker_ha import pull_bodies, pull_queue
 
 TOPIC = "DLT"
 SEND, PULL, RUNTIME = 310, 11, 28
@@ -402,23 +402,6 @@ def _queue_bounds(addr: str, topic: str, queues: int) -> list[tuple[int, int]]:
     return out
 
 
-def _bodies_from(addr: str, topic: str, q: int, offset: int) -> list[bytes]:
-    from mq.wire import commitlog as wcl
-    out = []
-    while True:
-        r = call(addr, PULL, {"consumerGroup": "G", "topic": topic, "queueId": q, "queueOffset": offset,
-                              "maxMsgNums": 32, "sysFlag": 4, "commitOffset": 0, "subscription": "*",
-                              "subVersion": 0, "suspendTimeoutMillis": 0})
-        if r.code != 0:
-            return out
-        pos = 0
-        while pos < len(r.body):
-            rec = wcl.parse_record(r.body, pos)
-            out.append(rec.body)
-            pos += rec.total_size
-        offset = int(r.ext_fields["nextBeginOffset"])
-
-
 def test_a_member_down_while_the_others_delete_old_files_is_installed_and_catches_up(group, ns):
     """A member down for longer than retention: while it is down the others take 600 x 1 KiB and
     delete their oldest data files (128 KiB files, cleaned forcibly); restarted, its log ends
@@ -456,7 +439,7 @@ def test_a_member_down_while_the_others_delete_old_files_is_installed_and_catche
         wait_for(lambda: _queue_bounds(g.addr(victim), topic, queues) == bounds, 10, 0.05,
                  f"{topic}'s queues on the member as on the leader {bounds}")
         for q, (lo, hi) in enumerate(bounds):
-            assert _bodies_from(g.addr(victim), topic, q, lo) == _bodies_from(g.addr(leader), topic, q, lo)
+            assert pull_queue(g.addr(victim), topic, q, lo) == pull_queue(g.addr(leader), topic, q, lo)
     early_max = _queue_bounds(g.addr(leader), "EARLY", 1)[0][1]
     assert early_max == 30
     # the installed member leads: every queue continues where it was

@@ -403,6 +403,24 @@ def test_a_hard_state_counts_as_saved_only_once_the_driver_says_so():
 
 
 # ---- a member behind the leader's first entry (retention): installs --------------------------------
+def _member_down_while_proposals_go_on(c: SimCluster, before: int, during: int):
+    """(leader, the member crashed, the other follower): `before` proposals committed on all, then
+    one follower down while `during` more are committed on the other two."""
+    run_until(c, lambda: leader_of(c) is not None and leader_of(c).raft.is_ready_leader)
+    lead = leader_of(c)
+    victim, other = [n for n in c.alive() if n is not lead]
+    for _ in range(before):
+        c.propose()
+        c.tick()
+    run_until(c, lambda: victim.raft.commit == lead.log.last_index())
+    c.crash(victim)
+    for _ in range(during):
+        c.propose()
+        c.tick()
+    run_until(c, lambda: lead.raft.commit == lead.log.last_index() == other.raft.commit)
+    return lead, victim, other
+
+
 def test_a_member_behind_the_leaders_first_entry_is_installed_and_catches_up():
     """A member down while the others delete the entries it lacks: restarted, the leader cannot
     probe it (the term before its first entry is gone) and installs its log from its first
@@ -414,18 +432,7 @@ def test_a_member_behind_the_leaders_first_entry_is_installed_and_catches_up():
         if not install:
             for n in c.nodes.values():
                 n.raft.cfg.install = False
-        run_until(c, lambda: leader_of(c) is not None and leader_of(c).raft.is_ready_leader)
-        lead = leader_of(c)
-        victim, other = [n for n in c.alive() if n is not lead]
-        for _ in range(5):
-            c.propose()
-            c.tick()
-        run_until(c, lambda: victim.raft.commit == lead.log.last_index())
-        c.crash(victim)
-        for _ in range(40):
-            c.propose()
-            c.tick()
-        run_until(c, lambda: lead.raft.commit == lead.log.last_index() == other.raft.commit)
+        lead, victim, other = _member_down_while_proposals_go_on(c, 5, 40)
         upto = lead.raft.commit - 3
         assert victim.log.last_index() < upto - 1
         c.compact(lead, upto)
@@ -519,18 +526,7 @@ def test_a_member_whose_log_ends_right_before_the_leaders_first_entry_is_not_ins
     the leader's first one, whose term the leader still knows (retention keeps it; DLedgerLog
     reads it from the index unit).  Restarted, it is caught up by plain appends, keeping its log."""
     c = group(3)
-    run_until(c, lambda: leader_of(c) is not None and leader_of(c).raft.is_ready_leader)
-    lead = leader_of(c)
-    victim, other = [n for n in c.alive() if n is not lead]
-    for _ in range(5):
-        c.propose()
-        c.tick()
-    run_until(c, lambda: victim.raft.commit == lead.log.last_index())
-    c.crash(victim)
-    for _ in range(20):
-        c.propose()
-        c.tick()
-    run_until(c, lambda: lead.raft.commit == lead.log.last_index() == other.raft.commit)
+    lead, victim, other = _member_down_while_proposals_go_on(c, 5, 20)
     upto = victim.log.last_index() + 1
     c.compact(lead, upto)
     c.compact(other, upto)

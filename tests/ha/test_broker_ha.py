@@ -23,22 +23,24 @@ def call(addr: str, code: int, ext: dict | None = None, body: bytes = b""):
 
 def pull_bodies(addr: str, topic: str, queues: int) -> list[bytes]:
     """Every message body of the topic's queues at `addr` (pulls from offset 0 to the end)."""
+    return [b for q in range(queues) for b in pull_queue(addr, topic, q)]
+
+
+def pull_queue(addr: str, topic: str, q: int, offset: int = 0) -> list[bytes]:
+    """The message bodies of one queue at `addr`, pulled from `offset` to the end."""
     out = []
-    for q in range(queues):
-        offset = 0
-        while True:
-            r = call(addr, 11, {"consumerGroup": "G", "topic": topic, "queueId": q, "queueOffset": offset,
-                                "maxMsgNums": 32, "sysFlag": 4, "commitOffset": 0, "subscription": "*",
-                                "subVersion": 0, "suspendTimeoutMillis": 0})
-            if r.code != 0:
-                break
-            pos = 0
-            while pos < len(r.body):
-                rec = wcl.parse_record(r.body, pos)
-                out.append(rec.body)
-                pos += rec.total_size
-            offset = int(r.ext_fields["nextBeginOffset"])
-    return out
+    while True:
+        r = call(addr, 11, {"consumerGroup": "G", "topic": topic, "queueId": q, "queueOffset": offset,
+                            "maxMsgNums": 32, "sysFlag": 4, "commitOffset": 0, "subscription": "*",
+                            "subVersion": 0, "suspendTimeoutMillis": 0})
+        if r.code != 0:
+            return out
+        pos = 0
+        while pos < len(r.body):
+            rec = wcl.parse_record(r.body, pos)
+            out.append(rec.body)
+            pos += rec.total_size
+        offset = int(r.ext_fields["nextBeginOffset"])
 
 
 def send(addr: str, topic: str, body: bytes, qid: int = 0):
