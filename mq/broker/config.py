@@ -131,6 +131,10 @@ BROKER_OPTIONS: list[Option] = [
            lambda v: v > 0, "> 0"),
     Option("totalPhysicalMemoryOverride", int, 0, "RAM bytes used by the read/write split (0: the machine's; ours, for tests)",
            lambda v: v >= 0, ">= 0"),
+    Option("fastSendEnable", bool, True,
+           "single sends that need no decision of Python's are parsed, appended and answered in C, one call "
+           "per read (ours; mq.broker.fastsend; used only where sends need no wait: ASYNC_MASTER with "
+           "ASYNC_FLUSH, no ACL, no perf tracing)"),
     # perf tracing (ours; mq.broker.tracing, schema in mq.trace).  Not RocketMQ's traceTopicEnable,
     # which is message trace (who sent and consumed what, stored in a topic): a different feature.
     Option("perfTraceEnable", bool, False,

@@ -70,6 +70,7 @@ class RemoteMeta:
         # topic configs this worker has read (dropped when the supervisor says topics changed):
         # the fast paths of send and pull look here without a call; read-only outside this class
         self.cached_topics: dict[str, dict] = {}
+        self.on_topics_cleared = None      # called after cached_topics is emptied (the C send path's table)
         self._groups: dict[str, dict] = {}
         self._subs: dict[tuple[str, str], tuple[float, dict | None]] = {}
         self._tasks: set = set()
@@ -91,6 +92,8 @@ class RemoteMeta:
             self.on_notify(msg["group"], msg["conns"])
         elif kind == "topics":
             self.cached_topics.clear()
+            if self.on_topics_cleared is not None:
+                self.on_topics_cleared()
         elif kind == "groups":
             self._groups.clear()
         elif kind == "role" and self.on_role is not None:

@@ -143,11 +143,12 @@ class SendProcessor:
         self.store = broker.store
         self.meta = broker.meta
         self.group = group                 # None: every send takes the full path
+        self.fast = None                   # the C path (mq.broker.fastsend.FastSends), or None
         self.stats = getattr(broker, "stats", None)     # mq.broker.iostats.IoStats, or None (no stats block)
         self._good_topics: set[str] = set()   # names _check_topic passed
         trace_on = self.config.traceOn
         # a stored send's answer: SendMessageResponseHeader, then the broker's region and trace switch
-        self._stored = ResponseTemplate(("msgId", "queueId", "queueOffset"), {
+        self._stored = self.stored_template = ResponseTemplate(("msgId", "queueId", "queueOffset"), {
             "MSG_REGION": str(self.config.regionId),
             "TRACE_ON": str(trace_on).lower() if isinstance(trace_on, bool) else str(trace_on)})
 
@@ -250,6 +251,9 @@ class SendProcessor:
         tc = self.meta.cached_topics.get(topic)
         if tc is None or not cmd.body:
             return self.process(conn, cmd)
+        fast = self.fast
+        if fast is not None and fast.usable:
+            fast.publish(topic, tc)         # C takes this topic's sends from the next one on
         props = props or ""
         wait = True
         if "\x01" in props:

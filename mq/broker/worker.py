@@ -25,6 +25,7 @@ from mq.store import control as C
 from mq.store.notify import CommitWaiter, PositionWaiter
 from mq.store.retention import service_not_available_remark
 from mq.store.stats import PUBLISH_INTERVAL_S, StatsBlock, region_of
+from mq.wire.topics import PERM_WRITE
 
 from .admin import AdminProcessor
 from .ops import OpsProcessor
@@ -36,6 +37,7 @@ from .link import RemoteMeta
 from .hastatus import HAStatus
 from .launcher import die_with_parent
 from .pull import PullProcessor
+from .fastsend import FastSends
 from .send import BadRequest, SendGroup, SendProcessor
 from .tracing import CURRENT, FLUSH_INTERVAL_S, RequestTracer, broker_label, trace_dir
 
@@ -83,6 +85,8 @@ class IoWorker:
             self._stats_publisher = asyncio.create_task(self._publish_stats())
         self.send = SendProcessor(self)
         self.send.group = self.send_group = SendGroup(self, self.send)
+        self.send.fast = self.fast = FastSends(self, self.send.stored_template)
+        self.meta.on_topics_cleared = self.fast.clear_topics
         self.pull = PullProcessor(self)
         self.admin = AdminProcessor(self)
         self.query = QueryProcessor(self)
@@ -113,6 +117,7 @@ class IoWorker:
         await main.start(cfg.listenAddress, cfg.listenPort, reuse_port=True)
         await fast.start(cfg.listenAddress, cfg.fast_port, reuse_port=True)
         self.servers = [main, fast]
+        self._fast_policy()
         await self.meta.hello()          # "up" means serving: the supervisor waits for this
         log.info("io worker %d serving on %s:%d and :%d", self.worker_id, cfg.listenAddress, cfg.listenPort,
                  cfg.fast_port)
@@ -128,6 +133,7 @@ class IoWorker:
         # parked pulls first: they are answered (PULL_NOT_FOUND) at once instead of
         # holding the servers' grace period, and never run against a closed store
         self.pull.stop()
+        self.fast.run()
         await self.send_group.drain()
         for s in self.servers:
             await s.stop(grace_s=3.0)
@@ -138,6 +144,7 @@ class IoWorker:
             self._acl_poller.cancel()
         if self.stats is not None:
             self._stats_publisher.cancel()
+            self.fast.take_counts()
             self.stats.publish()
             self._stats_block.close()
         await self.meta.close()
@@ -147,6 +154,7 @@ class IoWorker:
         """Publishes this worker's counters every PUBLISH_INTERVAL_S (mq.store.stats)."""
         while True:
             await asyncio.sleep(PUBLISH_INTERVAL_S)
+            self.fast.take_counts()
             self.stats.publish()
 
     async def _flush_trace(self) -> None:
@@ -235,7 +243,9 @@ class IoWorker:
         return (self.worker_id, conn.id)
 
     def extra_runtime_info(self) -> dict:
-        info = {"ioWorker": str(self.worker_id), "ioWorkerPid": str(os.getpid())}
+        info = {"ioWorker": str(self.worker_id), "ioWorkerPid": str(os.getpid()),
+                # sends of this worker taken by the C path (mq.broker.fastsend), whether it is on now
+                "fastSendMsgs": str(self.fast.msgs), "fastSendOn": str(self.fast.usable).lower()}
         if self.commit_waiter is not None:
             info.update(dledger_runtime_info(self.config.storePathRootDir, self.store.ctl))
             return info
@@ -256,6 +266,21 @@ class IoWorker:
         """DLedger mode: the supervisor followed a role change of the Raft role."""
         self.config.brokerRole = broker_role
         self.config.brokerId = broker_id
+        self._fast_policy()
+
+    def _fast_policy(self) -> None:
+        """Uses the C send path (mq.broker.fastsend) only where a stored send is answered at once
+        and checked by nothing but the send path: an ASYNC_MASTER with ASYNC_FLUSH, not DLedger,
+        without ACL or perf tracing, whose brokerPermission allows writes (fastSendEnable)."""
+        cfg = self.config
+        usable = (cfg.fastSendEnable and cfg.brokerRole == "ASYNC_MASTER" and self.commit_waiter is None
+                  and self.store.config.flushDiskType == "ASYNC_FLUSH" and not cfg.aclEnable
+                  and self.tracer is None and bool(cfg.brokerPermission & PERM_WRITE))
+        if not usable:
+            self.fast.run()                # what it staged is answered before the path closes
+        self.fast.usable = usable
+        for server in self.servers:
+            server.taker = self.fast.take if usable else None
 
     def _link_push(self, msg: dict) -> None:
         """The supervisor's pushes beyond notify/role (mq.broker.link)."""
@@ -270,6 +295,7 @@ class IoWorker:
         elif kind == "config":
             for k, v in msg["values"].items():
                 setattr(self.config, k, v)
+            self._fast_policy()
         elif kind in ("check", "reply"):
             conn = self.conns.get(msg["conn"])
             if conn is not None and not conn.closed:

@@ -14,6 +14,10 @@ A handler is a plain function `handler(conn, cmd)` that returns one of:
   * DEFERRED: the handler's owner took the request and will answer it with conn.respond() later
     (the broker's group append answers all sends of one loop iteration together).
 `async def` handlers are simply handlers that always return a coroutine.
+A server may also have a `taker` (the broker's C send path, mq.broker.fastsend): before a frame
+is decoded, it is offered the rest of the read and takes the frames it answers itself (later,
+in one write per connection), up to the first one it leaves to the handlers; the frames it
+takes count against no in-flight bound (they are answered within the loop iteration).
 
 Rules (spec 1.5, RELIABILITY.md):
   * a framing error (length < 4 or over FRAME_SIZE_MAX, header past the frame, unknown
@@ -394,6 +398,7 @@ class _ServerProtocol(asyncio.Protocol):
         pos = 0
         view = memoryview(data)
         tracer = server.tracer
+        taker = server.taker
         conn._flush_scheduled = True        # answers of this read go out in the flush below, together
         # the answer bytes this read may queue before they are handed to the transport mid-read,
         # which pauses the connection if they then pass its cap or the process's (flush)
@@ -402,6 +407,10 @@ class _ServerProtocol(asyncio.Protocol):
             room = conn._budget.room_bytes
         try:
             while size - pos >= 4:
+                if taker is not None:
+                    pos = taker(conn, data, pos, size)     # the frames it takes from here on
+                    if size - pos < 4:
+                        break
                 end = frame_end(data, pos, size)
                 if not end:
                     break
@@ -466,6 +475,9 @@ class RemotingServer:
         self.on_close = on_close
         self.tracer = tracer
         self.budget = budget if budget is not None else PROCESS_BUDGET
+        # taker(conn, data, pos, size) -> pos: takes the frames of a read from pos on that its owner
+        # handles itself (the broker's C send path), returning where the first one it left starts
+        self.taker = None
         self._server: asyncio.base_events.Server | None = None
         self._conns: set[Connection] = set()
         self._ids = itertools.count(1)

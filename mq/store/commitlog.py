@@ -212,6 +212,14 @@ class CommitLog:
         }.get(rc, "")
         check(rc, f"append to {topic}:{queue_id} refused: {why}" if why else f"append to {topic}:{queue_id}")
 
+    def append_error(self, rc: int, topic: str, queue_id: int) -> StoreError | None:
+        """The StoreError an append's rc stands for (what append would have raised), None for MQ_OK."""
+        try:
+            self._check_append(rc, topic, queue_id)
+        except StoreError as e:
+            return e
+        return None
+
     def append_batch(self, topic: str, queue_id: int, batch_body: bytes, *, sys_flag: int = 0,
                      born_ts_ms: int = 0, born_host: str = "127.0.0.1", born_port: int = 0,
                      extra_props: bytes = b"") -> AppendResult:
@@ -610,11 +618,7 @@ class GroupAppend:
 
     def error(self, i: int, topic: str, queue_id: int):
         """The StoreError message i's rc stands for (what CommitLog.append would have raised)."""
-        try:
-            self.cl._check_append(self._rc[i], topic, queue_id)
-        except StoreError as e:
-            return e
-        return None
+        return self.cl.append_error(self._rc[i], topic, queue_id)
 
     def msg_id(self, i: int) -> bytes:
         return ffi.string(self._out[i].msg_id)

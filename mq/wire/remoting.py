@@ -489,8 +489,12 @@ class ResponseTemplate:
         self._bin_tail = b"".join(_I16.pack(len(kb)) + kb + _I32.pack(len(vb)) + vb
                                   for kb, vb in ((k.encode(), v.encode()) for k, v in self.fixed.items()))
         # JSON: fastjson's key order (encode_json_header), the fixed values as orjson writes them
-        ext = b",".join([b'"%b":"%%b"' % k.encode() for k in varying]
-                        + [orjson.dumps(k) + b":" + orjson.dumps(v).replace(b"%", b"%%") for k, v in self.fixed.items()])
+        fixed_json = [orjson.dumps(k) + b":" + orjson.dumps(v) for k, v in self.fixed.items()]
+        ext = b",".join([b'"%b":"%%b"' % k.encode() for k in varying] + [f.replace(b"%", b"%%") for f in fixed_json])
+        # the fixed entries once more, for the C send path (csrc/fastsend.h): binary, and JSON with
+        # each entry preceded by ','
+        self.bin_fixed = self._bin_tail
+        self.json_fixed = b"".join(b"," + f for f in fixed_json)
         self._json = (b'{"code":%%d,"extFields":{%b},"flag":%d,"language":"%%b","opaque":%%d,'
                       b'"serializeTypeCurrentRPC":"JSON","version":%%d}' % (ext, RPC_RESPONSE))
         self._languages = {code: name.encode() for code, name in LANGUAGE_NAMES.items()}

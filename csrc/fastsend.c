@@ -1,0 +1,789 @@
+/*
+ * fastsend.c -- the hot send path: frames of a read walked, sends staged, appended and
+ * answered in C (the contract is fastsend.h's).  The parsers below accept a subset of what
+ * Python's decoders accept (mq.wire.remoting): whatever falls outside it is handed back,
+ * never guessed, so a frame taken here decodes to the same request in Python.
+ */
+#include "internal.h"
+#include "fastsend.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#define FRAME_SIZE_MAX   16777216u     /* mq.wire.remoting.FRAME_SIZE_MAX: prefix included */
+#define CODE_SEND        10
+#define CODE_SEND_V2     310
+#define RPC_RESPONSE     1
+#define RPC_ONEWAY       2
+#define PERM_WRITE       2
+#define HASH_SLOTS       (2 * MQ_FAST_TOPICS_MAX)     /* power of two, half full at most */
+
+_Static_assert(MQ_FAST_MSGS_MAX <= MQ_BATCH_MSGS_MAX, "a run is one group append");
+/* an answer's variable part: at most 250 bytes (the JSON form, 11-digit int32s, 20-digit offset) */
+_Static_assert(MQ_FAST_ANSWER_MAX >= 256 + MQ_FAST_FIXED_MAX, "an answer fits its slot");
+
+/* LanguageCode names by ordinal (mq.wire.remoting.LANGUAGE_CODES) */
+static const char *const LANGUAGES[] = {"JAVA", "CPP", "DOTNET", "PYTHON", "DELPHI", "ERLANG", "RUBY",
+                                        "OTHER", "HTTP", "GO", "PHP", "OMS", "RUST"};
+#define LANGUAGES_N ((int)(sizeof LANGUAGES / sizeof LANGUAGES[0]))
+
+typedef struct fast_topic {
+    char name[MQ_TOPIC_LEN_MAX + 1];
+    uint32_t len;
+    int32_t write_queues, read_queues, perm;
+    int used;
+    uint64_t msgs, bytes;              /* stored since the last take */
+} fast_topic;
+
+typedef struct staged {                /* what the answer needs besides the append's outcome */
+    uint32_t conn, topic_id, body_len;
+    int32_t opaque, version, language, serialize_type, oneway;
+    uint8_t born_host[16];
+} staged;
+
+struct mq_fast {
+    mq_commitlog *cl;
+    uint8_t *cluster, *json_fixed, *bin_fixed;
+    uint32_t cluster_len, json_fixed_len, bin_fixed_len, max_message_size;
+    fast_topic topics[MQ_FAST_TOPICS_MAX];
+    uint32_t hash[HASH_SLOTS];         /* topic id + 1, 0: free */
+    uint32_t ids_end;                  /* highest published id + 1 */
+    uint32_t n;                        /* staged sends */
+    mq_group_msg msgs[MQ_FAST_MSGS_MAX];
+    staged st[MQ_FAST_MSGS_MAX];
+    mq_append_out out[MQ_FAST_MSGS_MAX];
+    int32_t rc[MQ_FAST_MSGS_MAX];
+    size_t arena_used;
+    uint8_t arena[MQ_FAST_ARENA_BYTES];
+};
+
+/* ---- the topic table ------------------------------------------------------------------ */
+
+static uint32_t name_hash(const char *s, uint32_t len) {
+    uint32_t h = 2166136261u;          /* FNV-1a */
+    for (uint32_t i = 0; i < len; i++) h = (h ^ (uint8_t)s[i]) * 16777619u;
+    return h;
+}
+
+/* The id of topic s, or -1 with *slot_out the free hash slot it would take. */
+static int64_t topic_find(const mq_fast *f, const char *s, uint32_t len, uint32_t *slot_out) {
+    uint32_t i = name_hash(s, len) & (HASH_SLOTS - 1);
+    for (;;) {
+        uint32_t v = f->hash[i];
+        if (!v) {
+            if (slot_out) *slot_out = i;
+            return -1;
+        }
+        const fast_topic *t = &f->topics[v - 1];
+        if (t->len == len && memcmp(t->name, s, len) == 0) return v - 1;
+        i = (i + 1) & (HASH_SLOTS - 1);
+    }
+}
+
+int mq_fast_topic_put(mq_fast *f, uint32_t id, const char *topic, uint32_t topic_len,
+                      int32_t write_queues, int32_t read_queues, int32_t perm) {
+    assert(f && (topic || !topic_len));
+    if (id >= MQ_FAST_TOPICS_MAX) return MQ_E_INVAL;
+    if (topic_len == 0 || topic_len > MQ_TOPIC_LEN_MAX) return MQ_E_TOPIC_ILLEGAL;
+    uint32_t slot = 0;
+    int64_t at = topic_find(f, topic, topic_len, &slot);
+    if (at >= 0 && (uint32_t)at != id) return MQ_E_TABLE_FULL;
+    fast_topic *t = &f->topics[id];
+    if (at < 0) {
+        if (t->used) return MQ_E_TABLE_FULL;
+        memcpy(t->name, topic, topic_len);
+        t->len = topic_len;
+        t->used = 1;
+        t->msgs = t->bytes = 0;
+        f->hash[slot] = id + 1;
+        if (id + 1 > f->ids_end) f->ids_end = id + 1;
+    }
+    t->write_queues = write_queues;
+    t->read_queues = read_queues;
+    t->perm = perm;
+    return MQ_OK;
+}
+
+int mq_fast_topics_clear(mq_fast *f) {
+    assert(f && f->n == 0);            /* staged sends point at the table's names */
+    memset(f->topics, 0, sizeof f->topics);
+    memset(f->hash, 0, sizeof f->hash);
+    f->ids_end = 0;
+    return MQ_OK;
+}
+
+int mq_fast_take_counts(mq_fast *f, uint64_t *msgs, uint64_t *bytes, uint32_t cap, uint32_t *n_out) {
+    assert(f && (cap == 0 || (msgs && bytes)) && n_out);
+    uint32_t n = f->ids_end < cap ? f->ids_end : cap;
+    for (uint32_t i = 0; i < n; i++) {
+        msgs[i] = f->topics[i].msgs;
+        bytes[i] = f->topics[i].bytes;
+        f->topics[i].msgs = f->topics[i].bytes = 0;
+    }
+    *n_out = n;
+    return MQ_OK;
+}
+
+/* ---- open / close ----------------------------------------------------------------------- */
+
+static uint8_t *dup_bytes(const uint8_t *p, uint32_t len) {
+    uint8_t *d = malloc(len ? len : 1);
+    if (d && len) memcpy(d, p, len);
+    return d;
+}
+
+int mq_fast_open(mq_commitlog *cl, const mq_fast_opts *o, mq_fast **out) {
+    assert(cl && o && out);
+    if (o->json_fixed_len > MQ_FAST_FIXED_MAX || o->bin_fixed_len > MQ_FAST_FIXED_MAX
+        || o->cluster_prop_len == 0 || o->cluster_prop_len > MQ_PROPS_LEN_MAX)
+        return MQ_E_INVAL;
+    mq_fast *f = calloc(1, sizeof *f);
+    if (!f) return MQ_E_IO;
+    f->cl = cl;
+    f->cluster = dup_bytes(o->cluster_prop, o->cluster_prop_len);
+    f->json_fixed = dup_bytes(o->json_fixed, o->json_fixed_len);
+    f->bin_fixed = dup_bytes(o->bin_fixed, o->bin_fixed_len);
+    if (!f->cluster || !f->json_fixed || !f->bin_fixed) {
+        mq_fast_close(f);
+        return MQ_E_IO;
+    }
+    f->cluster_len = o->cluster_prop_len;
+    f->json_fixed_len = o->json_fixed_len;
+    f->bin_fixed_len = o->bin_fixed_len;
+    f->max_message_size = o->max_message_size;
+    *out = f;
+    return MQ_OK;
+}
+
+void mq_fast_close(mq_fast *f) {
+    if (!f) return;
+    free(f->cluster);
+    free(f->json_fixed);
+    free(f->bin_fixed);
+    free(f);
+}
+
+uint32_t mq_fast_staged(mq_fast *f) {
+    assert(f);
+    return f->n;
+}
+
+/* ---- text ------------------------------------------------------------------------------- */
+
+/* The length of the well-formed UTF-8 sequence at p (< end) whose lead byte is >= 0x80, or 0
+ * (Python's strict decoder: no overlongs, no surrogates, nothing past U+10FFFF). */
+static int utf8_seq(const uint8_t *p, const uint8_t *end) {
+    uint8_t c = p[0];
+    int n;
+    uint8_t lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) n = 2;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        n = 3;
+        if (c == 0xE0) lo = 0xA0;
+        if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        n = 4;
+        if (c == 0xF0) lo = 0x90;
+        if (c == 0xF4) hi = 0x8F;
+    } else return 0;
+    if (end - p < n) return 0;
+    if (p[1] < lo || p[1] > hi) return 0;
+    for (int i = 2; i < n; i++)
+        if (p[i] < 0x80 || p[i] > 0xBF) return 0;
+    return n;
+}
+
+static int utf8_ok(const uint8_t *p, size_t len) {
+    const uint8_t *end = p + len;
+    while (p < end) {
+        if (*p < 0x80) { p++; continue; }
+        int n = utf8_seq(p, end);
+        if (!n) return 0;
+        p += n;
+    }
+    return 1;
+}
+
+/* A decimal string as Python's int() reads the plain ones: optional '-', 1 to 19 digits, in
+ * [lo, hi]; an empty string is 0 (the send path's "absent").  0: not taken (hand back). */
+static int parse_dec(const uint8_t *p, uint32_t len, int64_t lo, int64_t hi, int64_t *v) {
+    if (len == 0) { *v = 0; return 1; }
+    int neg = p[0] == '-';
+    uint32_t i = neg;
+    if (i == len || len - i > 19) return 0;
+    uint64_t acc = 0;
+    for (; i < len; i++) {
+        if (p[i] < '0' || p[i] > '9') return 0;
+        acc = acc * 10 + (p[i] - '0');
+    }
+    if (acc > (uint64_t)INT64_MAX + (uint64_t)neg) return 0;
+    int64_t x = neg ? (int64_t)(0 - acc) : (int64_t)acc;
+    if (x < lo || x > hi) return 0;
+    *v = x;
+    return 1;
+}
+
+/* ---- the fields of a send header ---------------------------------------------------------- */
+
+enum { F_TOPIC, F_QID, F_PROPS, F_BATCH, F_SYSFLAG, F_BORN, F_FLAG, F_RECONSUME, F_N };
+/* the long names and SEND_MESSAGE_V2's letters (mq.wire.headers.SEND_V2_FIELDS), per F_* */
+static const char *const LONG_NAMES[F_N] = {"topic", "queueId", "properties", "batch", "sysFlag",
+                                            "bornTimestamp", "flag", "reconsumeTimes"};
+static const char LETTERS[F_N] = {'b', 'e', 'i', 'm', 'f', 'g', 'h', 'j'};
+
+typedef struct fval {
+    const uint8_t *p;                  /* the raw text (JSON: between the quotes, or the token) */
+    uint32_t len;
+    uint8_t seen;                      /* the key came (a second time: hand back) */
+    uint8_t present;                   /* with a value (JSON null: absent, as Python drops it) */
+    uint8_t escaped;                   /* JSON: the string holds escapes */
+} fval;
+
+typedef struct fields {
+    fval lng[F_N], let[F_N];
+    int has_ext;
+} fields;
+
+/* The field slot of key k, or NULL when it is none of ours. */
+static fval *field_of(fields *fs, const uint8_t *k, uint32_t len) {
+    if (len == 1) {
+        for (int i = 0; i < F_N; i++)
+            if (k[0] == (uint8_t)LETTERS[i]) return &fs->let[i];
+        return NULL;
+    }
+    for (int i = 0; i < F_N; i++)
+        if (strlen(LONG_NAMES[i]) == len && memcmp(LONG_NAMES[i], k, len) == 0) return &fs->lng[i];
+    return NULL;
+}
+
+typedef struct req {
+    int32_t code, opaque, version, flag, language, serialize_type;
+    fields fs;
+} req;
+
+/* ---- ROCKETMQ header --------------------------------------------------------------------- */
+
+static int parse_binary(const uint8_t *h, uint32_t size, req *r) {
+    if (size < 21) return 0;
+    r->code = (int16_t)be16r(h);
+    r->language = h[2];
+    r->version = (int16_t)be16r(h + 3);
+    r->opaque = (int32_t)be32r(h + 5);
+    r->flag = (int32_t)be32r(h + 9);
+    int32_t remark = (int32_t)be32r(h + 13);
+    uint32_t pos = 17;
+    if (remark < 0 || (uint32_t)remark > size - pos - 4) return 0;
+    if (!utf8_ok(h + pos, (uint32_t)remark)) return 0;
+    pos += (uint32_t)remark;
+    int32_t ext = (int32_t)be32r(h + pos);
+    pos += 4;
+    if (ext <= 0 || (uint32_t)ext > size - pos) return 0;      /* no extFields: Python's */
+    uint32_t end = pos + (uint32_t)ext;
+    while (pos < end) {
+        if (end - pos < 2) return 0;
+        int16_t klen = (int16_t)be16r(h + pos);
+        pos += 2;
+        if (klen < 0 || (uint32_t)klen + 4 > end - pos) return 0;
+        const uint8_t *k = h + pos;
+        pos += (uint32_t)klen;
+        int32_t vlen = (int32_t)be32r(h + pos);
+        pos += 4;
+        if (vlen < 0 || (uint32_t)vlen > end - pos) return 0;
+        if (!utf8_ok(k, (uint32_t)klen) || !utf8_ok(h + pos, (uint32_t)vlen)) return 0;
+        fval *fv = field_of(&r->fs, k, (uint32_t)klen);
+        if (fv) {
+            if (fv->seen) return 0;
+            *fv = (fval){.p = h + pos, .len = (uint32_t)vlen, .seen = 1, .present = 1};
+        }
+        pos += (uint32_t)vlen;
+    }
+    r->fs.has_ext = 1;
+    return 1;
+}
+
+/* ---- JSON header ------------------------------------------------------------------------- */
+
+typedef struct jcur {
+    const uint8_t *p, *end;
+} jcur;
+
+static void jws(jcur *c) {
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r')) c->p++;
+}
+
+static int hexv(uint8_t c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* A string at c->p (its opening quote): checked, *s and *len its raw inside, *esc whether it has
+ * escapes; the cursor past the closing quote.  Escapes \u beyond 0x7F are not taken. */
+static int jstr(jcur *c, const uint8_t **s, uint32_t *len, uint8_t *esc) {
+    if (c->p >= c->end || *c->p != '"') return 0;
+    const uint8_t *p = ++c->p, *end = c->end;
+    *esc = 0;
+    while (p < end) {
+        uint8_t ch = *p;
+        if (ch == '"') {
+            *s = c->p;
+            *len = (uint32_t)(p - c->p);
+            c->p = p + 1;
+            return 1;
+        }
+        if (ch < 0x20) return 0;
+        if (ch == '\\') {
+            if (end - p < 2) return 0;
+            uint8_t e = p[1];
+            *esc = 1;
+            if (e == 'u') {
+                if (end - p < 6) return 0;
+                int a = hexv(p[2]), b = hexv(p[3]), cc = hexv(p[4]), d = hexv(p[5]);
+                if (a < 0 || b < 0 || cc < 0 || d < 0) return 0;
+                if (a || b || cc > 7) return 0;        /* beyond ASCII: Python's */
+                p += 6;
+            } else if (e == '"' || e == '\\' || e == '/' || e == 'b' || e == 'f' || e == 'n' || e == 'r' || e == 't') {
+                p += 2;
+            } else return 0;
+            continue;
+        }
+        if (ch >= 0x80) {
+            int n = utf8_seq(p, end);
+            if (!n) return 0;
+            p += n;
+            continue;
+        }
+        p++;
+    }
+    return 0;
+}
+
+/* Unescapes a string jstr checked into out (at most len bytes); returns the length. */
+static uint32_t junescape(const uint8_t *s, uint32_t len, uint8_t *out) {
+    uint32_t o = 0;
+    for (uint32_t i = 0; i < len;) {
+        if (s[i] != '\\') { out[o++] = s[i++]; continue; }
+        uint8_t e = s[i + 1];
+        switch (e) {
+        case 'u': out[o++] = (uint8_t)(hexv(s[i + 4]) * 16 + hexv(s[i + 5])); i += 6; continue;
+        case 'b': out[o++] = '\b'; break;
+        case 'f': out[o++] = '\f'; break;
+        case 'n': out[o++] = '\n'; break;
+        case 'r': out[o++] = '\r'; break;
+        case 't': out[o++] = '\t'; break;
+        default: out[o++] = e; break;  /* " \ / */
+        }
+        i += 2;
+    }
+    return o;
+}
+
+/* A JSON integer token (no fraction, no exponent, no leading zero) as text; 0: not one. */
+static int jint_tok(jcur *c, const uint8_t **s, uint32_t *len) {
+    const uint8_t *p = c->p, *end = c->end;
+    const uint8_t *start = p;
+    if (p < end && *p == '-') p++;
+    if (p >= end || *p < '0' || *p > '9') return 0;
+    if (*p == '0' && p + 1 < end && p[1] >= '0' && p[1] <= '9') return 0;
+    while (p < end && *p >= '0' && *p <= '9') p++;
+    if (p < end && (*p == '.' || *p == 'e' || *p == 'E')) return 0;
+    *s = start;
+    *len = (uint32_t)(p - start);
+    c->p = p;
+    return 1;
+}
+
+static int jlit(jcur *c, const char *lit) {
+    size_t n = strlen(lit);
+    if ((size_t)(c->end - c->p) < n || memcmp(c->p, lit, n) != 0) return 0;
+    c->p += n;
+    return 1;
+}
+
+/* An int32 member value: *v (null: the default, left as is). */
+static int jint32(jcur *c, int32_t *v) {
+    if (jlit(c, "null")) return 1;
+    const uint8_t *s;
+    uint32_t len;
+    int64_t x;
+    if (!jint_tok(c, &s, &len) || !parse_dec(s, len, INT32_MIN, INT32_MAX, &x)) return 0;
+    *v = (int32_t)x;
+    return 1;
+}
+
+/* Skips a scalar value (string, number, true, false, null). */
+static int jskip_scalar(jcur *c) {
+    const uint8_t *s;
+    uint32_t len;
+    uint8_t esc;
+    if (c->p >= c->end) return 0;
+    if (*c->p == '"') return jstr(c, &s, &len, &esc);
+    if (jlit(c, "true") || jlit(c, "false") || jlit(c, "null")) return 1;
+    if (!jint_tok(c, &s, &len)) return 0;      /* a fraction or exponent: not taken */
+    return 1;
+}
+
+static int jext(jcur *c, req *r) {
+    if (jlit(c, "null")) return 0;             /* extFields null: Python's */
+    if (c->p >= c->end || *c->p != '{') return 0;
+    c->p++;
+    jws(c);
+    if (c->p < c->end && *c->p == '}') { c->p++; r->fs.has_ext = 1; return 1; }
+    for (;;) {
+        const uint8_t *k, *s;
+        uint32_t klen, len;
+        uint8_t kesc, esc = 0;
+        jws(c);
+        if (!jstr(c, &k, &klen, &kesc) || kesc) return 0;
+        jws(c);
+        if (c->p >= c->end || *c->p != ':') return 0;
+        c->p++;
+        jws(c);
+        fval *fv = field_of(&r->fs, k, klen);
+        int present = 1;
+        if (c->p < c->end && *c->p == '"') {
+            if (!jstr(c, &s, &len, &esc)) return 0;
+        } else if (jlit(c, "true")) {
+            s = (const uint8_t *)"true", len = 4;
+        } else if (jlit(c, "false")) {
+            s = (const uint8_t *)"false", len = 5;
+        } else if (jlit(c, "null")) {
+            s = NULL, len = 0, present = 0;
+        } else if (!jint_tok(c, &s, &len)) return 0;
+        if (fv) {
+            if (fv->seen) return 0;
+            *fv = (fval){.p = s, .len = len, .seen = 1, .present = (uint8_t)present, .escaped = esc};
+        }
+        jws(c);
+        if (c->p >= c->end) return 0;
+        if (*c->p == ',') { c->p++; continue; }
+        if (*c->p == '}') { c->p++; break; }
+        return 0;
+    }
+    r->fs.has_ext = 1;
+    return 1;
+}
+
+static int parse_json(const uint8_t *h, uint32_t size, req *r) {
+    jcur c = {h, h + size};
+    unsigned seen = 0;                         /* bit per top-level key of ours */
+    r->language = 0;                           /* JAVA when absent */
+    jws(&c);
+    if (c.p >= c.end || *c.p != '{') return 0;
+    c.p++;
+    jws(&c);
+    if (c.p < c.end && *c.p == '}') return 0;  /* no code, no extFields */
+    for (;;) {
+        const uint8_t *k;
+        uint32_t klen;
+        uint8_t kesc;
+        jws(&c);
+        if (!jstr(&c, &k, &klen, &kesc) || kesc) return 0;
+        jws(&c);
+        if (c.p >= c.end || *c.p != ':') return 0;
+        c.p++;
+        jws(&c);
+#define KEY(lit) (klen == sizeof(lit) - 1 && memcmp(k, lit, klen) == 0)
+        unsigned bit = KEY("code") ? 1 : KEY("extFields") ? 2 : KEY("flag") ? 4 : KEY("language") ? 8
+                     : KEY("opaque") ? 16 : KEY("version") ? 32 : KEY("remark") ? 64 : 0;
+#undef KEY
+        if (bit & seen) return 0;
+        seen |= bit;
+        int ok;
+        switch (bit) {
+        case 1: ok = jint32(&c, &r->code); break;
+        case 2: ok = jext(&c, r); break;
+        case 4: ok = jint32(&c, &r->flag); break;
+        case 16: ok = jint32(&c, &r->opaque); break;
+        case 32: ok = jint32(&c, &r->version); break;
+        case 8: {
+            const uint8_t *s;
+            uint32_t len;
+            uint8_t esc;
+            int32_t ord = 0;
+            ok = 0;
+            if (c.p < c.end && *c.p == '"') {
+                if (jstr(&c, &s, &len, &esc) && !esc)
+                    for (int i = 0; i < LANGUAGES_N; i++)
+                        if (strlen(LANGUAGES[i]) == len && memcmp(LANGUAGES[i], s, len) == 0) {
+                            r->language = i;
+                            ok = 1;
+                        }
+            } else if (jint32(&c, &ord) && ord >= 0 && ord < LANGUAGES_N) {
+                r->language = ord;             /* null leaves JAVA, as Python */
+                ok = 1;
+            }
+            break;
+        }
+        default: ok = jskip_scalar(&c); break; /* remark, serializeTypeCurrentRPC, others */
+        }
+        if (!ok) return 0;
+        jws(&c);
+        if (c.p >= c.end) return 0;
+        if (*c.p == ',') { c.p++; continue; }
+        if (*c.p == '}') { c.p++; break; }
+        return 0;
+    }
+    jws(&c);
+    return c.p == c.end && (seen & 1) && r->fs.has_ext;
+}
+
+/* ---- taking one send ---------------------------------------------------------------------- */
+
+static const uint8_t *find(const uint8_t *p, size_t len, const char *needle, size_t nlen) {
+    if (nlen > len) return NULL;
+    for (size_t i = 0; i + nlen <= len; i++)
+        if (p[i] == (uint8_t)needle[0] && memcmp(p + i, needle, nlen) == 0) return p + i;
+    return NULL;
+}
+
+/* A field's text, unescaped into buf when it holds escapes (at most cap bytes): 0 when not taken. */
+static int field_text(const fval *v, uint8_t *buf, uint32_t cap, const uint8_t **s, uint32_t *len) {
+    if (!v->escaped) {
+        *s = v->p;
+        *len = v->len;
+        return 1;
+    }
+    if (v->len > cap) return 0;
+    *len = junescape(v->p, v->len, buf);
+    *s = buf;
+    return 1;
+}
+
+static int field_int(const fval *v, int64_t lo, int64_t hi, int64_t *x) {
+    if (!v->present) { *x = 0; return 1; }
+    uint8_t buf[64];
+    const uint8_t *s;
+    uint32_t len;
+    return field_text(v, buf, sizeof buf, &s, &len) && parse_dec(s, len, lo, hi, x);
+}
+
+/* Stages the send of request r with body [body, body + body_len): 1 taken, 0 not (hand back),
+ * -1 the stage has no room left (nothing staged). */
+static int take_send(mq_fast *f, const req *r, const uint8_t *body, uint32_t body_len, uint32_t conn,
+                     const uint8_t *born_host, uint32_t born_host_len, int32_t born_port) {
+    const fields *fs = &r->fs;
+    int v2 = fs->let[F_TOPIC].present && !fs->lng[F_TOPIC].present;     /* mq.wire.headers.is_send_v2 */
+    const fval *F = v2 ? fs->let : fs->lng;
+    if (!F[F_TOPIC].present || F[F_TOPIC].len == 0 || F[F_TOPIC].escaped || body_len == 0) return 0;
+    if (F[F_BATCH].present) {
+        const fval *b = &F[F_BATCH];
+        if (b->escaped) return 0;
+        if (!(b->len == 0 || (b->len == 1 && b->p[0] == '0') || (b->len == 5 && memcmp(b->p, "false", 5) == 0)))
+            return 0;
+    }
+    int64_t id = topic_find(f, (const char *)F[F_TOPIC].p, F[F_TOPIC].len, NULL);
+    if (id < 0) return 0;
+    const fast_topic *t = &f->topics[id];
+    int64_t qid, sys_flag, born_ts, flag, reconsume;
+    if (!F[F_QID].present || !field_int(&F[F_QID], 0, INT32_MAX, &qid) || F[F_QID].len == 0) return 0;
+    if (!field_int(&F[F_SYSFLAG], INT32_MIN, INT32_MAX, &sys_flag)
+        || !field_int(&F[F_BORN], INT64_MIN, INT64_MAX, &born_ts)
+        || !field_int(&F[F_FLAG], INT32_MIN, INT32_MAX, &flag)
+        || !field_int(&F[F_RECONSUME], INT32_MIN, INT32_MAX, &reconsume))
+        return 0;
+    int32_t queues = t->read_queues > t->write_queues ? t->read_queues : t->write_queues;
+    if (qid >= queues || !(t->perm & PERM_WRITE)) return 0;
+    if (f->n >= MQ_FAST_MSGS_MAX) return -1;
+    /* the properties, unescaped into the arena, WAIT cut */
+    const fval *pv = &F[F_PROPS];
+    uint32_t plen = 0;
+    uint8_t *props = f->arena + f->arena_used;
+    if (pv->present && pv->len) {
+        if (pv->len > MQ_FAST_ARENA_BYTES - f->arena_used) return f->n ? -1 : 0;
+        plen = pv->escaped ? junescape(pv->p, pv->len, props) : (memcpy(props, pv->p, pv->len), pv->len);
+        if (find(props, plen, "DELAY\x01", 6) || find(props, plen, "CLUSTER\x01", 8)
+            || find(props, plen, "TRAN_MSG\x01", 9))
+            return 0;
+        const uint8_t *w = find(props, plen, "WAIT\x01", 5);
+        if (w) {
+            size_t at = (size_t)(w - props);
+            if (at && props[at - 1] != 0x02) return 0;
+            const uint8_t *stop = memchr(w, 0x02, plen - at);
+            size_t cut_end = stop ? (size_t)(stop - props) + 1 : plen;
+            memmove(props + at, props + cut_end, plen - cut_end);
+            plen -= (uint32_t)(cut_end - at);
+            if (find(props, plen, "WAIT\x01", 5)) return 0;
+        }
+    }
+    uint32_t i = f->n;
+    staged *s = &f->st[i];
+    *s = (staged){.conn = conn, .topic_id = (uint32_t)id, .body_len = body_len, .opaque = r->opaque,
+                  .version = r->version, .language = r->language, .serialize_type = r->serialize_type,
+                  .oneway = (r->flag & RPC_ONEWAY) != 0};
+    memcpy(s->born_host, born_host, born_host_len);
+    f->msgs[i] = (mq_group_msg){
+        .topic = t->name, .born_host = s->born_host, .body = body, .props = plen ? props : NULL,
+        .extra_props = f->cluster, .born_ts_ms = born_ts, .topic_len = t->len, .queue_id = (int32_t)qid,
+        .sys_flag = (int32_t)sys_flag, .flag = (int32_t)flag, .reconsume_times = (int32_t)reconsume,
+        .born_port = born_port, .born_host_len = born_host_len, .body_len = body_len, .props_len = plen,
+        .extra_props_len = f->cluster_len,
+    };
+    f->arena_used += plen;
+    f->n = i + 1;
+    return 1;
+}
+
+int mq_fast_read(mq_fast *f, uint32_t conn, const uint8_t *born_host, uint32_t born_host_len,
+                 int32_t born_port, const uint8_t *buf, size_t len, size_t *consumed, int *stop_out,
+                 int32_t *code_out) {
+    assert(f && (buf || !len) && consumed && stop_out && code_out);
+    *code_out = -1;
+    if (born_host_len != 4 && born_host_len != 16) return MQ_E_INVAL;
+    assert(born_host);
+    mq_ctl *ctl = f->cl->ctl;
+    size_t pos = 0;
+    int stop = MQ_FAST_END;
+    if (ctl_load(ctl, MQ_POS_DISK_FULL) || ctl_load(ctl, MQ_POS_HA_TAKE_BACK_UNTIL)) {
+        stop = len - pos >= 4 ? MQ_FAST_HANDBACK : MQ_FAST_END;
+        goto out;
+    }
+    while (len - pos >= 4) {
+        uint32_t total = be32r(buf + pos);
+        if ((uint64_t)total + 4 > FRAME_SIZE_MAX) { stop = MQ_FAST_HANDBACK; break; }
+        if ((uint64_t)total + 4 > len - pos) break;                  /* incomplete */
+        const uint8_t *payload = buf + pos + 4;
+        if (total < 4) { stop = MQ_FAST_HANDBACK; break; }
+        uint32_t word = be32r(payload);
+        uint32_t ser = word >> 24, hlen = word & 0xFFFFFF;
+        if (hlen > total - 4 || ser > 1) { stop = MQ_FAST_HANDBACK; break; }
+        req r;
+        memset(&r, 0, sizeof r);
+        r.serialize_type = (int32_t)ser;
+        int ok = ser == 1 ? parse_binary(payload + 4, hlen, &r) : parse_json(payload + 4, hlen, &r);
+        if (ok) *code_out = r.code;
+        if (!ok || (r.code != CODE_SEND && r.code != CODE_SEND_V2) || (r.flag & RPC_RESPONSE)) {
+            stop = MQ_FAST_HANDBACK;
+            break;
+        }
+        int took = take_send(f, &r, payload + 4 + hlen, total - 4 - hlen, conn, born_host, born_host_len,
+                             born_port);
+        if (took == 0) { stop = MQ_FAST_HANDBACK; break; }
+        if (took < 0) { stop = MQ_FAST_FULL; break; }
+        pos += 4 + (size_t)total;
+    }
+out:
+    *consumed = pos;
+    *stop_out = stop;
+    return MQ_OK;
+}
+
+/* ---- answers ------------------------------------------------------------------------------ */
+
+static uint8_t *put_lit(uint8_t *p, const char *s) {
+    size_t n = strlen(s);
+    memcpy(p, s, n);
+    return p + n;
+}
+
+static uint8_t *put_dec(uint8_t *p, int64_t v) {
+    char tmp[24];
+    int n = snprintf(tmp, sizeof tmp, "%lld", (long long)v);
+    memcpy(p, tmp, (size_t)n);
+    return p + n;
+}
+
+static uint8_t *put_bin_entry(uint8_t *p, const char *k, const uint8_t *v, uint32_t vlen) {
+    uint16_t klen = (uint16_t)strlen(k);
+    be16w(p, klen);
+    memcpy(p + 2, k, klen);
+    p += 2 + klen;
+    be32w(p, vlen);
+    memcpy(p + 4, v, vlen);
+    return p + 4 + vlen;
+}
+
+/* Writes the answer of staged send i at p; returns its length (<= MQ_FAST_ANSWER_MAX). */
+static uint32_t answer(const mq_fast *f, uint32_t i, uint8_t *p) {
+    const staged *s = &f->st[i];
+    const mq_append_out *o = &f->out[i];
+    const char *msg_id = o->msg_id;
+    uint32_t id_len = (uint32_t)strlen(msg_id);
+    uint8_t *h = p + 8;                 /* the header, after the length and type words */
+    uint8_t *q = h;
+    if (s->serialize_type == 1) {
+        be16w(q, 0);                    /* SUCCESS */
+        q[2] = (uint8_t)s->language;
+        be16w(q + 3, (uint16_t)s->version);
+        be32w(q + 5, (uint32_t)s->opaque);
+        be32w(q + 9, RPC_RESPONSE);
+        be32w(q + 13, 0);               /* no remark */
+        uint8_t *ext_len = q + 17;
+        uint8_t *e = q + 21, *e0 = e;
+        uint8_t num[24];
+        e = put_bin_entry(e, "msgId", (const uint8_t *)msg_id, id_len);
+        e = put_bin_entry(e, "queueId", num, (uint32_t)(put_dec(num, f->msgs[i].queue_id) - num));
+        e = put_bin_entry(e, "queueOffset", num, (uint32_t)(put_dec(num, o->queue_offset) - num));
+        memcpy(e, f->bin_fixed, f->bin_fixed_len);
+        e += f->bin_fixed_len;
+        be32w(ext_len, (uint32_t)(e - e0));
+        q = e;
+    } else {
+        q = put_lit(q, "{\"code\":0,\"extFields\":{\"msgId\":\"");
+        memcpy(q, msg_id, id_len);
+        q += id_len;
+        q = put_lit(q, "\",\"queueId\":\"");
+        q = put_dec(q, f->msgs[i].queue_id);
+        q = put_lit(q, "\",\"queueOffset\":\"");
+        q = put_dec(q, o->queue_offset);
+        *q++ = '"';
+        memcpy(q, f->json_fixed, f->json_fixed_len);
+        q += f->json_fixed_len;
+        q = put_lit(q, "},\"flag\":1,\"language\":\"");
+        q = put_lit(q, LANGUAGES[s->language]);
+        q = put_lit(q, "\",\"opaque\":");
+        q = put_dec(q, s->opaque);
+        q = put_lit(q, ",\"serializeTypeCurrentRPC\":\"JSON\",\"version\":");
+        q = put_dec(q, s->version);
+        *q++ = '}';
+    }
+    uint32_t hlen = (uint32_t)(q - h);
+    be32w(p, 4 + hlen);
+    be32w(p + 4, ((uint32_t)s->serialize_type << 24) | hlen);
+    assert(8 + hlen <= MQ_FAST_ANSWER_MAX);
+    return 8 + hlen;
+}
+
+int mq_fast_run(mq_fast *f, uint8_t *out, size_t out_cap, mq_fast_span *spans, uint32_t *n_spans,
+                mq_fast_fail *fails, uint32_t *n_fails, uint32_t *n_ok) {
+    assert(f && n_spans && n_fails && n_ok);
+    uint32_t n = f->n;
+    *n_spans = *n_fails = *n_ok = 0;
+    if (!n) return MQ_OK;
+    assert(out && spans && fails);
+    if (out_cap < (size_t)n * MQ_FAST_ANSWER_MAX) return MQ_E_INVAL;
+    int appended = mq_commitlog_append_group(f->cl, f->msgs, n, f->max_message_size, f->out, f->rc);
+    assert(appended >= 0);             /* n <= MQ_FAST_MSGS_MAX <= MQ_BATCH_MSGS_MAX */
+    size_t used = 0;
+    uint32_t ns = 0, nf = 0, ok = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const staged *s = &f->st[i];
+        if (f->rc[i] != MQ_OK) {
+            fails[nf++] = (mq_fast_fail){.conn = s->conn, .rc = f->rc[i], .topic_id = s->topic_id,
+                                         .queue_id = f->msgs[i].queue_id, .opaque = s->opaque,
+                                         .version = s->version, .language = s->language,
+                                         .serialize_type = s->serialize_type, .oneway = s->oneway,
+                                         .body_len = s->body_len};
+            continue;
+        }
+        ok++;
+        fast_topic *t = &f->topics[s->topic_id];
+        t->msgs++;
+        t->bytes += s->body_len;
+        if (s->oneway) continue;
+        uint32_t alen = answer(f, i, out + used);
+        if (ns && spans[ns - 1].conn == s->conn && spans[ns - 1].offset + spans[ns - 1].len == used) {
+            spans[ns - 1].len += alen;
+        } else {
+            spans[ns++] = (mq_fast_span){.conn = s->conn, .offset = (uint32_t)used, .len = alen};
+        }
+        used += alen;
+    }
+    f->n = 0;
+    f->arena_used = 0;
+    *n_spans = ns;
+    *n_fails = nf;
+    *n_ok = ok;
+    return MQ_OK;
+}

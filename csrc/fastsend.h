@@ -1,0 +1,133 @@
+/*
+ * fastsend.h -- the io worker's hot send path in C (fastsend.c; Python: mq.broker.fastsend).
+ *
+ * One call per read takes every complete SEND_MESSAGE (10) / SEND_MESSAGE_V2 (310) frame of
+ * it that needs no decision of Python's, and stages it; one call per event-loop iteration
+ * appends what was staged (mq_commitlog_append_group: one wake of the dispatch and flush
+ * roles) and writes each stored send's answer frame, grouped by connection.  Python keeps the
+ * sockets, every policy and every refusal: C takes a frame only when the answer Python's path
+ * would give is "stored, SUCCESS" or a store error Python then answers, and hands every other
+ * frame back untouched (the first one it does not take ends the walk, so a connection's
+ * requests are still started in the order they came).
+ *
+ * A send is taken when all of these hold, else its frame is handed back (Python's send path,
+ * mq.broker.send.SendProcessor.handle, then gives the same answer it always gave):
+ *   - the frame: a request (flag bit 0 clear), serialize type JSON (0) or ROCKETMQ (1), code 10
+ *     or 310; the ROCKETMQ header well formed with every key and value valid UTF-8; the JSON
+ *     header a flat object as fastjson writes it (whitespace allowed between tokens; integers
+ *     as plain JSON integers; strings with the escapes \" \\ \/ \b \f \n \r \t and \u00XX below
+ *     0x80, raw UTF-8 validated; extFields values strings, integers, true/false or null; no
+ *     key of interest twice, no nested object or array elsewhere, a known language name);
+ *   - the header: extFields present; topic non-empty and in the topic table (Python publishes
+ *     only topics whose sends it would store: legal, not %RETRY%, not protected); batch absent,
+ *     "", "0" or "false"; queueId a decimal in [0, max(read, write) queues) and the topic
+ *     writable (perm & 2); sysFlag, flag, reconsumeTimes int32 and bornTimestamp int64
+ *     decimals (or empty: 0); a non-empty body;
+ *   - the properties: none of DELAY, CLUSTER, TRAN_MSG as a substring "NAME\x01", and WAIT
+ *     either absent or one entry starting the properties or after a \x02 (it is cut: the
+ *     broker honours WAIT and does not store it);
+ *   - the store: MQ_POS_DISK_FULL and MQ_POS_HA_TAKE_BACK_UNTIL are 0 (Python answers those).
+ * The store's own checks (body size, properties length, a full queue table, a fatal store)
+ * still run in the append; such a send comes back from mq_fast_run as a failure for Python to
+ * answer.  Python turns the whole path off (by not calling it) whenever the broker's mode
+ * makes sends wait or be checked elsewhere: SYNC_FLUSH, SYNC_MASTER, DLedger, a slave, ACL,
+ * tracing, brokerPermission without write.
+ *
+ * Answers are byte-identical to mq.wire.remoting.ResponseTemplate's for the same values:
+ * code SUCCESS, no remark, extFields msgId, queueId, queueOffset, then the fixed entries
+ * Python gives at open (already encoded, both forms), in the request's serialize type,
+ * language, version and opaque.  A oneway send is stored and not answered.
+ *
+ * Returns: 0 or a negative MQ_E_*.
+ * mq_fast_open   a stager appending through cl.  MQ_E_INVAL when a fixed part is over
+ *     MQ_FAST_FIXED_MAX bytes or cluster_prop is empty or over MQ_PROPS_LEN_MAX; MQ_E_IO when
+ *     out of memory.
+ * mq_fast_close  frees it; NULL is a no-op.
+ * mq_fast_topic_put  publishes a topic's queue counts and permission under id `id` (Python's
+ *     index, < MQ_FAST_TOPICS_MAX, reported back with failures and counts): MQ_OK, or
+ *     MQ_E_TOPIC_ILLEGAL (empty, over MQ_TOPIC_LEN_MAX), MQ_E_TABLE_FULL (id taken by
+ *     another name, or no hash room), MQ_E_INVAL (id out of range).  A name published again
+ *     gets the new values (its id must be the same).
+ * mq_fast_topics_clear  forgets every topic (their counters too: take them first).
+ * mq_fast_take_counts  for ids [0, cap): the messages and body bytes stored since the last
+ *     take, into msgs[] and bytes[], zeroing them.  *n_out = the highest published id + 1
+ *     (at most cap).  MQ_OK.
+ * mq_fast_read   walks the complete frames of buf[0, len) and stages the sends it takes (the
+ *     conn's born host, 4 or 16 bytes, and port go into their records).  Sets *consumed (the
+ *     bytes of the frames taken: buf + *consumed starts a frame, or is the end) and *stop_out:
+ *     MQ_FAST_END (no complete frame left), MQ_FAST_HANDBACK (the frame at *consumed is
+ *     Python's; *code_out is its request code when its header was read, else -1: a caller
+ *     that keeps a connection's sends in order runs the stage before Python appends that
+ *     frame's message), MQ_FAST_FULL (the stage is full: run it, then call again).  The bytes of buf
+ *     must stay unchanged and alive until the next mq_fast_run (bodies are staged by pointer).
+ *     MQ_E_INVAL: born_host_len not 4 or 16.
+ * mq_fast_run    appends every staged send and empties the stage.  Answers go to out (at
+ *     least MQ_FAST_ANSWER_MAX bytes per staged send: out_cap is checked, MQ_E_INVAL), as
+ *     *n_spans spans (conn, offset, length), one per run of consecutive answers of one
+ *     connection; a send the store refused is in fails[0, *n_fails) (its error, for Python to
+ *     answer); *n_ok sends were stored (oneway ones included).  spans and fails need room for
+ *     every staged send (mq_fast_staged says how many).
+ * mq_fast_staged the number of sends staged (a getter).
+ */
+#ifndef MQ_FASTSEND_H
+#define MQ_FASTSEND_H
+
+#include "mqbase.h"
+
+#define MQ_FAST_MSGS_MAX     1024          /* sends staged between two runs */
+#define MQ_FAST_ARENA_BYTES  524288        /* their unescaped properties, together (512 KiB) */
+#define MQ_FAST_TOPICS_MAX   4096          /* topics published at once */
+#define MQ_FAST_FIXED_MAX    512           /* bytes of an answer's fixed extFields, per form */
+#define MQ_FAST_ANSWER_MAX   1024          /* bytes of one answer frame, at most (~250 + the fixed part) */
+
+typedef struct mq_fast mq_fast;
+
+enum mq_fast_stop {
+    MQ_FAST_END = 0,        /* every complete frame was taken */
+    MQ_FAST_HANDBACK,       /* the frame at *consumed is Python's */
+    MQ_FAST_FULL            /* the stage is full */
+};
+
+typedef struct mq_fast_opts {
+    const uint8_t *cluster_prop;    /* "CLUSTER\x01<brokerClusterName>": every message's extra property */
+    uint32_t cluster_prop_len;
+    const uint8_t *json_fixed;      /* the fixed extFields as JSON, each entry preceded by ',' */
+    uint32_t json_fixed_len;
+    const uint8_t *bin_fixed;       /* the same entries as ROCKETMQ ext entries */
+    uint32_t bin_fixed_len;
+    uint32_t max_message_size;      /* maxMessageSize */
+} mq_fast_opts;
+
+typedef struct mq_fast_span {       /* answers of one connection, consecutive in out */
+    uint32_t conn;
+    uint32_t offset;
+    uint32_t len;
+} mq_fast_span;
+
+typedef struct mq_fast_fail {       /* a staged send the store refused: Python answers it */
+    uint32_t conn;
+    int32_t rc;                     /* the append's MQ_E_* */
+    uint32_t topic_id;
+    int32_t queue_id;
+    int32_t opaque;
+    int32_t version;
+    int32_t language;
+    int32_t serialize_type;
+    int32_t oneway;
+    uint32_t body_len;
+} mq_fast_fail;
+
+int      mq_fast_open(mq_commitlog *cl, const mq_fast_opts *opts, mq_fast **out);
+void     mq_fast_close(mq_fast *f);
+int      mq_fast_topic_put(mq_fast *f, uint32_t id, const char *topic, uint32_t topic_len,
+                           int32_t write_queues, int32_t read_queues, int32_t perm);
+int      mq_fast_topics_clear(mq_fast *f);
+int      mq_fast_take_counts(mq_fast *f, uint64_t *msgs, uint64_t *bytes, uint32_t cap, uint32_t *n_out);
+int      mq_fast_read(mq_fast *f, uint32_t conn, const uint8_t *born_host, uint32_t born_host_len,
+                      int32_t born_port, const uint8_t *buf, size_t len, size_t *consumed, int *stop_out,
+                      int32_t *code_out);
+int      mq_fast_run(mq_fast *f, uint8_t *out, size_t out_cap, mq_fast_span *spans, uint32_t *n_spans,
+                     mq_fast_fail *fails, uint32_t *n_fails, uint32_t *n_ok);
+uint32_t mq_fast_staged(mq_fast *f);
+
+#endif
