@@ -38,6 +38,7 @@ typedef struct fast_topic {
 typedef struct staged {                /* what the answer needs besides the append's outcome */
     uint32_t conn, topic_id, body_len;
     int32_t opaque, version, language, serialize_type, oneway;
+    int32_t wait;                      /* WAIT was not "false": under a hold the answer waits */
     uint8_t born_host[16];
 } staged;
 
@@ -55,6 +56,9 @@ struct mq_fast {
     int32_t rc[MQ_FAST_MSGS_MAX];
     size_t arena_used;
     uint8_t arena[MQ_FAST_ARENA_BYTES];
+    int hold;                          /* MQ_FAST_ANSWER_NOW or MQ_FAST_HOLD_WAITING */
+    uint32_t pending_head, pending_n;  /* the held answers: a ring, in append order */
+    mq_fast_fail pending[MQ_FAST_PENDING_MAX];
 };
 
 /* ---- the topic table ------------------------------------------------------------------ */
@@ -586,9 +590,12 @@ static int take_send(mq_fast *f, const req *r, const uint8_t *body, uint32_t bod
     int32_t queues = t->read_queues > t->write_queues ? t->read_queues : t->write_queues;
     if (qid >= queues || !(t->perm & PERM_WRITE)) return 0;
     if (f->n >= MQ_FAST_MSGS_MAX) return -1;
+    if (f->hold == MQ_FAST_HOLD_WAITING && f->n + f->pending_n >= MQ_FAST_PENDING_MAX)
+        return 0;                      /* no room to hold its answer: Python's path waits for it */
     /* the properties, unescaped into the arena, WAIT cut */
     const fval *pv = &F[F_PROPS];
     uint32_t plen = 0;
+    int wait = 1;
     uint8_t *props = f->arena + f->arena_used;
     if (pv->present && pv->len) {
         if (pv->len > MQ_FAST_ARENA_BYTES - f->arena_used) return f->n ? -1 : 0;
@@ -602,6 +609,8 @@ static int take_send(mq_fast *f, const req *r, const uint8_t *body, uint32_t bod
             if (at && props[at - 1] != 0x02) return 0;
             const uint8_t *stop = memchr(w, 0x02, plen - at);
             size_t cut_end = stop ? (size_t)(stop - props) + 1 : plen;
+            size_t vlen = (stop ? (size_t)(stop - props) : plen) - at - 5;
+            wait = !(vlen == 5 && memcmp(w + 5, "false", 5) == 0);
             memmove(props + at, props + cut_end, plen - cut_end);
             plen -= (uint32_t)(cut_end - at);
             if (find(props, plen, "WAIT\x01", 5)) return 0;
@@ -611,7 +620,7 @@ static int take_send(mq_fast *f, const req *r, const uint8_t *body, uint32_t bod
     staged *s = &f->st[i];
     *s = (staged){.conn = conn, .topic_id = (uint32_t)id, .body_len = body_len, .opaque = r->opaque,
                   .version = r->version, .language = r->language, .serialize_type = r->serialize_type,
-                  .oneway = (r->flag & RPC_ONEWAY) != 0};
+                  .oneway = (r->flag & RPC_ONEWAY) != 0, .wait = wait};
     memcpy(s->born_host, born_host, born_host_len);
     f->msgs[i] = (mq_group_msg){
         .topic = t->name, .born_host = s->born_host, .body = body, .props = plen ? props : NULL,
@@ -694,96 +703,170 @@ static uint8_t *put_bin_entry(uint8_t *p, const char *k, const uint8_t *v, uint3
     return p + 4 + vlen;
 }
 
-/* Writes the answer of staged send i at p; returns its length (<= MQ_FAST_ANSWER_MAX). */
-static uint32_t answer(const mq_fast *f, uint32_t i, uint8_t *p) {
-    const staged *s = &f->st[i];
-    const mq_append_out *o = &f->out[i];
-    const char *msg_id = o->msg_id;
-    uint32_t id_len = (uint32_t)strlen(msg_id);
+/* Writes the SUCCESS answer of stored send a at p; returns its length (<= MQ_FAST_ANSWER_MAX). */
+static uint32_t answer(const mq_fast *f, const mq_fast_fail *a, uint8_t *p) {
+    uint32_t id_len = (uint32_t)strlen(a->msg_id);
     uint8_t *h = p + 8;                 /* the header, after the length and type words */
     uint8_t *q = h;
-    if (s->serialize_type == 1) {
+    if (a->serialize_type == 1) {
         be16w(q, 0);                    /* SUCCESS */
-        q[2] = (uint8_t)s->language;
-        be16w(q + 3, (uint16_t)s->version);
-        be32w(q + 5, (uint32_t)s->opaque);
+        q[2] = (uint8_t)a->language;
+        be16w(q + 3, (uint16_t)a->version);
+        be32w(q + 5, (uint32_t)a->opaque);
         be32w(q + 9, RPC_RESPONSE);
         be32w(q + 13, 0);               /* no remark */
         uint8_t *ext_len = q + 17;
         uint8_t *e = q + 21, *e0 = e;
         uint8_t num[24];
-        e = put_bin_entry(e, "msgId", (const uint8_t *)msg_id, id_len);
-        e = put_bin_entry(e, "queueId", num, (uint32_t)(put_dec(num, f->msgs[i].queue_id) - num));
-        e = put_bin_entry(e, "queueOffset", num, (uint32_t)(put_dec(num, o->queue_offset) - num));
+        e = put_bin_entry(e, "msgId", (const uint8_t *)a->msg_id, id_len);
+        e = put_bin_entry(e, "queueId", num, (uint32_t)(put_dec(num, a->queue_id) - num));
+        e = put_bin_entry(e, "queueOffset", num, (uint32_t)(put_dec(num, a->queue_offset) - num));
         memcpy(e, f->bin_fixed, f->bin_fixed_len);
         e += f->bin_fixed_len;
         be32w(ext_len, (uint32_t)(e - e0));
         q = e;
     } else {
         q = put_lit(q, "{\"code\":0,\"extFields\":{\"msgId\":\"");
-        memcpy(q, msg_id, id_len);
+        memcpy(q, a->msg_id, id_len);
         q += id_len;
         q = put_lit(q, "\",\"queueId\":\"");
-        q = put_dec(q, f->msgs[i].queue_id);
+        q = put_dec(q, a->queue_id);
         q = put_lit(q, "\",\"queueOffset\":\"");
-        q = put_dec(q, o->queue_offset);
+        q = put_dec(q, a->queue_offset);
         *q++ = '"';
         memcpy(q, f->json_fixed, f->json_fixed_len);
         q += f->json_fixed_len;
         q = put_lit(q, "},\"flag\":1,\"language\":\"");
-        q = put_lit(q, LANGUAGES[s->language]);
+        q = put_lit(q, LANGUAGES[a->language]);
         q = put_lit(q, "\",\"opaque\":");
-        q = put_dec(q, s->opaque);
+        q = put_dec(q, a->opaque);
         q = put_lit(q, ",\"serializeTypeCurrentRPC\":\"JSON\",\"version\":");
-        q = put_dec(q, s->version);
+        q = put_dec(q, a->version);
         *q++ = '}';
     }
     uint32_t hlen = (uint32_t)(q - h);
     be32w(p, 4 + hlen);
-    be32w(p + 4, ((uint32_t)s->serialize_type << 24) | hlen);
+    be32w(p + 4, ((uint32_t)a->serialize_type << 24) | hlen);
     assert(8 + hlen <= MQ_FAST_ANSWER_MAX);
     return 8 + hlen;
 }
 
-int mq_fast_run(mq_fast *f, uint8_t *out, size_t out_cap, mq_fast_span *spans, uint32_t *n_spans,
-                mq_fast_fail *fails, uint32_t *n_fails, uint32_t *n_ok) {
-    assert(f && n_spans && n_fails && n_ok);
+/* Adds an answer of `len` bytes at out + *used for conn to the spans (a connection's consecutive
+ * answers share one span). */
+static void add_span(mq_fast_span *spans, uint32_t *ns, uint32_t conn, size_t *used, uint32_t len) {
+    if (*ns && spans[*ns - 1].conn == conn && spans[*ns - 1].offset + spans[*ns - 1].len == *used) {
+        spans[*ns - 1].len += len;
+    } else {
+        spans[(*ns)++] = (mq_fast_span){.conn = conn, .offset = (uint32_t)*used, .len = len};
+    }
+    *used += len;
+}
+
+int mq_fast_set_hold(mq_fast *f, int hold) {
+    assert(f);
+    if (hold != MQ_FAST_ANSWER_NOW && hold != MQ_FAST_HOLD_WAITING) return MQ_E_INVAL;
+    f->hold = hold;
+    return MQ_OK;
+}
+
+int mq_fast_run(mq_fast *f, int refuse_held, uint8_t *out, size_t out_cap, mq_fast_span *spans,
+                uint32_t *n_spans, mq_fast_fail *fails, uint32_t *n_fails, uint32_t *n_ok, uint32_t *n_held) {
+    assert(f && n_spans && n_fails && n_ok && n_held);
     uint32_t n = f->n;
-    *n_spans = *n_fails = *n_ok = 0;
+    *n_spans = *n_fails = *n_ok = *n_held = 0;
     if (!n) return MQ_OK;
     assert(out && spans && fails);
     if (out_cap < (size_t)n * MQ_FAST_ANSWER_MAX) return MQ_E_INVAL;
     int appended = mq_commitlog_append_group(f->cl, f->msgs, n, f->max_message_size, f->out, f->rc);
     assert(appended >= 0);             /* n <= MQ_FAST_MSGS_MAX <= MQ_BATCH_MSGS_MAX */
+    int64_t t_ms = mono_ms();
     size_t used = 0;
-    uint32_t ns = 0, nf = 0, ok = 0;
+    uint32_t ns = 0, nf = 0, ok = 0, held = 0;
     for (uint32_t i = 0; i < n; i++) {
         const staged *s = &f->st[i];
-        if (f->rc[i] != MQ_OK) {
-            fails[nf++] = (mq_fast_fail){.conn = s->conn, .rc = f->rc[i], .topic_id = s->topic_id,
-                                         .queue_id = f->msgs[i].queue_id, .opaque = s->opaque,
-                                         .version = s->version, .language = s->language,
-                                         .serialize_type = s->serialize_type, .oneway = s->oneway,
-                                         .body_len = s->body_len};
+        const mq_append_out *o = &f->out[i];
+        mq_fast_fail a = {.conn = s->conn, .rc = f->rc[i], .topic_id = s->topic_id,
+                          .queue_id = f->msgs[i].queue_id, .opaque = s->opaque, .version = s->version,
+                          .language = s->language, .serialize_type = s->serialize_type, .oneway = s->oneway,
+                          .body_len = s->body_len};
+        if (a.rc != MQ_OK) {
+            fails[nf++] = a;
             continue;
         }
         ok++;
         fast_topic *t = &f->topics[s->topic_id];
         t->msgs++;
         t->bytes += s->body_len;
-        if (s->oneway) continue;
-        uint32_t alen = answer(f, i, out + used);
-        if (ns && spans[ns - 1].conn == s->conn && spans[ns - 1].offset + spans[ns - 1].len == used) {
-            spans[ns - 1].len += alen;
-        } else {
-            spans[ns++] = (mq_fast_span){.conn = s->conn, .offset = (uint32_t)used, .len = alen};
+        a.queue_offset = o->queue_offset;
+        a.end_offset = o->phy_offset + o->size;
+        a.t_ms = t_ms;
+        memcpy(a.msg_id, o->msg_id, sizeof a.msg_id);
+        if (f->hold == MQ_FAST_HOLD_WAITING && s->wait) {
+            if (refuse_held) {
+                a.rc = MQ_FAST_RC_STORED;
+                fails[nf++] = a;
+                continue;
+            }
+            /* read() left room: staged + pending never pass MQ_FAST_PENDING_MAX while holding */
+            assert(f->pending_n < MQ_FAST_PENDING_MAX);
+            f->pending[(f->pending_head + f->pending_n) % MQ_FAST_PENDING_MAX] = a;
+            f->pending_n++;
+            held++;
+            continue;
         }
-        used += alen;
+        if (s->oneway) continue;
+        add_span(spans, &ns, s->conn, &used, answer(f, &a, out + used));
     }
     f->n = 0;
     f->arena_used = 0;
     *n_spans = ns;
     *n_fails = nf;
     *n_ok = ok;
+    *n_held = held;
+    return MQ_OK;
+}
+
+int mq_fast_pending(mq_fast *f, mq_fast_fail *head, mq_fast_fail *tail, uint32_t *n_out) {
+    assert(f && head && tail && n_out);
+    *n_out = f->pending_n;
+    if (f->pending_n) {
+        *head = f->pending[f->pending_head];
+        *tail = f->pending[(f->pending_head + f->pending_n - 1) % MQ_FAST_PENDING_MAX];
+    }
+    return MQ_OK;
+}
+
+int mq_fast_release(mq_fast *f, uint64_t pos, uint8_t *out, size_t out_cap, mq_fast_span *spans,
+                    uint32_t spans_cap, uint32_t *n_spans, uint32_t *n_released) {
+    assert(f && (out_cap == 0 || out) && (spans_cap == 0 || spans) && n_spans && n_released);
+    size_t used = 0;
+    uint32_t ns = 0, rel = 0;
+    while (f->pending_n && ns < spans_cap && out_cap - used >= MQ_FAST_ANSWER_MAX) {
+        const mq_fast_fail *a = &f->pending[f->pending_head];
+        if (a->end_offset > pos) break;
+        if (!a->oneway) add_span(spans, &ns, a->conn, &used, answer(f, a, out + used));
+        f->pending_head = (f->pending_head + 1) % MQ_FAST_PENDING_MAX;
+        f->pending_n--;
+        rel++;
+    }
+    *n_spans = ns;
+    *n_released = rel;
+    return MQ_OK;
+}
+
+int mq_fast_release_expired(mq_fast *f, int64_t appended_before_ms, mq_fast_fail *fails, uint32_t cap,
+                            uint32_t *n_out) {
+    assert(f && (cap == 0 || fails) && n_out);
+    uint32_t n = 0;
+    while (f->pending_n && n < cap) {
+        const mq_fast_fail *a = &f->pending[f->pending_head];
+        if (a->t_ms >= appended_before_ms) break;
+        fails[n] = *a;
+        fails[n].rc = MQ_FAST_RC_STORED;
+        n++;
+        f->pending_head = (f->pending_head + 1) % MQ_FAST_PENDING_MAX;
+        f->pending_n--;
+    }
+    *n_out = n;
     return MQ_OK;
 }

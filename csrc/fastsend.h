@@ -61,12 +61,26 @@
  *     frame's message), MQ_FAST_FULL (the stage is full: run it, then call again).  The bytes of buf
  *     must stay unchanged and alive until the next mq_fast_run (bodies are staged by pointer).
  *     MQ_E_INVAL: born_host_len not 4 or 16.
+ * mq_fast_set_hold  MQ_FAST_ANSWER_NOW: every stored send is answered by the run (ASYNC_FLUSH,
+ *     ASYNC_MASTER); MQ_FAST_HOLD_WAITING: a stored send whose WAIT is not "false" is held until
+ *     mq_fast_release sees a position past its end (SYNC_FLUSH: FLUSHED; SYNC_MASTER: ACKED),
+ *     and read() hands back a send when MQ_FAST_PENDING_MAX answers would be held.  MQ_E_INVAL
+ *     for another value.
  * mq_fast_run    appends every staged send and empties the stage.  Answers go to out (at
  *     least MQ_FAST_ANSWER_MAX bytes per staged send: out_cap is checked, MQ_E_INVAL), as
  *     *n_spans spans (conn, offset, length), one per run of consecutive answers of one
- *     connection; a send the store refused is in fails[0, *n_fails) (its error, for Python to
- *     answer); *n_ok sends were stored (oneway ones included).  spans and fails need room for
- *     every staged send (mq_fast_staged says how many).
+ *     connection; a send the store refused is in fails[0, *n_fails) (its append's rc, for Python
+ *     to answer); *n_ok sends were stored (oneway and held ones included), *n_held of them held.
+ *     refuse_held: a send that would be held is put in fails instead, stored, with rc
+ *     MQ_FAST_RC_STORED (Python answers it: SLAVE_NOT_AVAILABLE when no slave can take it).
+ *     spans and fails need room for every staged send (mq_fast_staged says how many).
+ * mq_fast_pending  *n_out answers held; when > 0, *head the oldest and *tail the newest.
+ * mq_fast_release  writes the answers of the held sends whose end is <= pos, oldest first, into
+ *     out and spans as mq_fast_run does, while out has MQ_FAST_ANSWER_MAX bytes left and spans a
+ *     slot; *n_released were released (oneway ones unanswered).  Call again while it releases.
+ * mq_fast_release_expired  the held sends appended before appended_before_ms (CLOCK_MONOTONIC
+ *     ms, Python's time.monotonic) and not released, oldest first, into fails (rc
+ *     MQ_FAST_RC_STORED), at most cap: their wait timed out, Python answers them.
  * mq_fast_staged the number of sends staged (a getter).
  */
 #ifndef MQ_FASTSEND_H
@@ -79,8 +93,15 @@
 #define MQ_FAST_TOPICS_MAX   4096          /* topics published at once */
 #define MQ_FAST_FIXED_MAX    512           /* bytes of an answer's fixed extFields, per form */
 #define MQ_FAST_ANSWER_MAX   1024          /* bytes of one answer frame, at most (~250 + the fixed part) */
+#define MQ_FAST_PENDING_MAX  16384         /* answers held for a position at once */
+#define MQ_FAST_RC_STORED    1             /* a fail record of a send that was stored (held, refused) */
 
 typedef struct mq_fast mq_fast;
+
+enum mq_fast_hold {
+    MQ_FAST_ANSWER_NOW = 0,
+    MQ_FAST_HOLD_WAITING
+};
 
 enum mq_fast_stop {
     MQ_FAST_END = 0,        /* every complete frame was taken */
@@ -104,9 +125,9 @@ typedef struct mq_fast_span {       /* answers of one connection, consecutive in
     uint32_t len;
 } mq_fast_span;
 
-typedef struct mq_fast_fail {       /* a staged send the store refused: Python answers it */
+typedef struct mq_fast_fail {       /* a send Python answers (refused, or stored and held); a held answer */
     uint32_t conn;
-    int32_t rc;                     /* the append's MQ_E_* */
+    int32_t rc;                     /* the append's MQ_E_*, or MQ_FAST_RC_STORED */
     uint32_t topic_id;
     int32_t queue_id;
     int32_t opaque;
@@ -115,6 +136,10 @@ typedef struct mq_fast_fail {       /* a staged send the store refused: Python a
     int32_t serialize_type;
     int32_t oneway;
     uint32_t body_len;
+    int64_t queue_offset;           /* stored: where */
+    uint64_t end_offset;            /* stored: the record's end (the position that covers it) */
+    int64_t t_ms;                   /* stored: when it was appended (CLOCK_MONOTONIC ms) */
+    char msg_id[33];                /* stored: its offset msgId */
 } mq_fast_fail;
 
 int      mq_fast_open(mq_commitlog *cl, const mq_fast_opts *opts, mq_fast **out);
@@ -126,8 +151,14 @@ int      mq_fast_take_counts(mq_fast *f, uint64_t *msgs, uint64_t *bytes, uint32
 int      mq_fast_read(mq_fast *f, uint32_t conn, const uint8_t *born_host, uint32_t born_host_len,
                       int32_t born_port, const uint8_t *buf, size_t len, size_t *consumed, int *stop_out,
                       int32_t *code_out);
-int      mq_fast_run(mq_fast *f, uint8_t *out, size_t out_cap, mq_fast_span *spans, uint32_t *n_spans,
-                     mq_fast_fail *fails, uint32_t *n_fails, uint32_t *n_ok);
+int      mq_fast_set_hold(mq_fast *f, int hold);
+int      mq_fast_run(mq_fast *f, int refuse_held, uint8_t *out, size_t out_cap, mq_fast_span *spans,
+                     uint32_t *n_spans, mq_fast_fail *fails, uint32_t *n_fails, uint32_t *n_ok, uint32_t *n_held);
+int      mq_fast_pending(mq_fast *f, mq_fast_fail *head, mq_fast_fail *tail, uint32_t *n_out);
+int      mq_fast_release(mq_fast *f, uint64_t pos, uint8_t *out, size_t out_cap, mq_fast_span *spans,
+                         uint32_t spans_cap, uint32_t *n_spans, uint32_t *n_released);
+int      mq_fast_release_expired(mq_fast *f, int64_t appended_before_ms, mq_fast_fail *fails, uint32_t cap,
+                                 uint32_t *n_out);
 uint32_t mq_fast_staged(mq_fast *f);
 
 #endif

@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from time import perf_counter_ns
 
 from mq.remoting import RequestCode as R, ResponseCode as RC, make_response
+from mq.store import PutResult, PutStatus
+from mq.store import control as C
 from mq.store.commitlog import host_bytes
 from mq.store.native import check, ffi, lib
 from mq.store.store import put_error
@@ -71,13 +74,19 @@ class FastSends:
         self._out_buf = ffi.buffer(self._out)
         self._spans = ffi.new("mq_fast_span[]", MSGS_MAX)
         self._fails = ffi.new("mq_fast_fail[]", MSGS_MAX)
-        self._n3 = ffi.new("uint32_t[3]")
+        self._n = ffi.new("uint32_t[4]")
+        self._head, self._tail = ffi.new("mq_fast_fail *"), ffi.new("mq_fast_fail *")
         self._consumed = ffi.new("size_t *")
         self._stop = ffi.new("int *")
         self._code = ffi.new("int32_t *")
         self._topic_ids: dict[str, int] = {}
         self._topic_names: list[bytes] = []
-        self._conns: dict[int, object] = {}      # slot -> Connection, of the staged sends
+        self._by_slot: dict[int, object] = {}    # slot -> Connection, of every open connection seen
+        self._staged: set[int] = set()           # slots of the staged sends
+        self._fixed = template.fixed             # a stored send's fixed answer fields
+        self.hold: str | None = None             # None, "flush" or "ack" (set_policy)
+        self._hold_rule = "flush"                # what the answers held now wait for
+        self._settler: asyncio.Task | None = None
         self._keep: list = []                    # the reads staged sends point into
         self._next_slot = 0
         self._t_first_ns = 0
@@ -115,9 +124,9 @@ class FastSends:
             return
         n = len(self._topic_names)
         msgs, size = ffi.new("uint64_t[]", n), ffi.new("uint64_t[]", n)
-        check(lib.mq_fast_take_counts(self._h, msgs, size, n, self._n3), "fast send counts")
+        check(lib.mq_fast_take_counts(self._h, msgs, size, n, self._n), "fast send counts")
         put = self.stats.put
-        for i in range(self._n3[0]):
+        for i in range(self._n[0]):
             if msgs[i]:
                 put(self._topic_names[i], msgs[i], size[i])
 
@@ -133,6 +142,7 @@ class FastSends:
             if host is None:
                 host = conn.attrs["born_host"] = normalize_host(conn.peer[0])
             conn.attrs["fast_born"] = host_bytes(host)
+            self._by_slot[slot] = conn
         born = conn.attrs["fast_born"]
         buf = ffi.from_buffer(data)
         h, consumed, stop, code = self._h, self._consumed, self._stop, self._code
@@ -141,64 +151,175 @@ class FastSends:
                                    code), "fast send read")
             took = consumed[0]
             if took:
-                if not self._conns:
+                if not self._staged:
                     self.loop.call_soon(self.run)
                     if self.stats is not None:
                         self._t_first_ns = perf_counter_ns()
-                self._conns[slot] = conn
+                self._staged.add(slot)
                 self._keep.append(data)
                 pos += took
             if stop[0] == STOP_FULL:
                 self.run()
                 continue
-            if stop[0] == STOP_HANDBACK and code[0] in APPENDING_CODES and self._conns:
+            if stop[0] == STOP_HANDBACK and code[0] in APPENDING_CODES and self._staged:
                 self.run()                 # what came before it is appended before it
             return pos
+
+    def forget(self, conn) -> None:
+        """conn closed: answers still held for it are dropped when released."""
+        slot = conn.attrs.get("fast_slot")
+        if slot is not None:
+            self._by_slot.pop(slot, None)
+
+    # ---- policy ----------------------------------------------------------------------------
+    def set_policy(self, usable: bool, hold: str | None) -> None:
+        """usable: C takes sends at all; hold: None (answered at once), "flush" (SYNC_FLUSH: held
+        until flushed) or "ack" (SYNC_MASTER: until a slave acknowledged).  What it staged is
+        appended first; answers already held are released under the rule they were held by."""
+        self.run()
+        self.usable = usable
+        if hold != self.hold:
+            check(lib.mq_fast_set_hold(self._h, lib.MQ_FAST_ANSWER_NOW if hold is None else lib.MQ_FAST_HOLD_WAITING),
+                  "fast send hold")
+            if hold is not None:
+                self._hold_rule = hold
+            self.hold = hold
 
     # ---- runs ------------------------------------------------------------------------------
     def run(self) -> None:
         """Appends what is staged and writes the answers (a loop callback, and at once when the
-        stage is full or the topics change)."""
-        if not self._conns:
+        stage is full, before a send C left to Python, or when the topics or the policy change)."""
+        if not self._staged:
             return
-        conns, self._conns = self._conns, {}
-        n3 = self._n3
+        staged, self._staged = self._staged, set()
+        n = self._n
+        refuse = 0
+        if self.hold == "ack":             # RocketMQ's isSlaveOK, on the end before this group
+            broker = self.broker
+            refuse = 0 if broker.ha_status.slave_ok(broker.store.ctl.get(C.POS_WRITE),
+                                                    broker.config.haSlaveFallbehindMax) else 1
         try:
-            check(lib.mq_fast_run(self._h, self._out, len(self._out), self._spans, n3, self._fails, n3 + 1, n3 + 2),
-                  "fast send run")
+            check(lib.mq_fast_run(self._h, refuse, self._out, len(self._out), self._spans, n, self._fails, n + 1,
+                                  n + 2, n + 3), "fast send run")
         finally:
             self._keep.clear()
-        n_spans, n_fails, n_ok = n3[0], n3[1], n3[2]
+        n_spans, n_fails, n_ok, n_held = n[0], n[1], n[2], n[3]
         self.runs += 1
         self.msgs += n_ok + n_fails
-        out, spans = self._out_buf, self._spans
+        self._write_spans(n_spans)
+        refused_stored = self._answer_fails(n_fails, PutStatus.SLAVE_NOT_AVAILABLE,
+                                            "no slave connected, or it is too far behind") if n_fails else 0
+        for slot in staged:
+            conn = self._by_slot.get(slot)
+            if conn is not None:
+                conn.flush()
+        answered_now = n_ok - n_held - refused_stored
+        if self.stats is not None and answered_now:
+            self.stats.sent(RC.SUCCESS, perf_counter_ns() - self._t_first_ns, answered_now)
+        if n_held and (self._settler is None or self._settler.done()):
+            self._settler = self.loop.create_task(self._settle())
+
+    def _write_spans(self, n_spans: int) -> None:
+        out, spans, by_slot = self._out_buf, self._spans, self._by_slot
         for i in range(n_spans):
             s = spans[i]
-            conns[s.conn].write_frame(out[s.offset:s.offset + s.len])
-        if n_fails:
-            self._answer_fails(conns, n_fails)
-        for conn in conns.values():
-            conn.flush()
-        if self.stats is not None and n_ok:
-            self.stats.sent(RC.SUCCESS, perf_counter_ns() - self._t_first_ns, n_ok)
+            conn = by_slot.get(s.conn)
+            if conn is not None:
+                conn.write_frame(out[s.offset:s.offset + s.len])
 
-    def _answer_fails(self, conns: dict, n: int) -> None:
-        """Sends the store refused: answered as the group path answers them (SendGroup._refuse's
-        codes through put_error and SEND_STATUS)."""
+    def _answer_fails(self, n: int, stored_status: PutStatus, stored_reason: str) -> int:
+        """Answers fails[0:n] as the group path answers them: a send the store refused through
+        put_error, a stored one (rc MQ_FAST_RC_STORED: not held, or held too long) with
+        stored_status and its msgId, queueId and queueOffset.  Returns how many were stored."""
         cl = self.broker.store.cl
+        stored = 0
         for i in range(n):
             f = self._fails[i]
-            topic = self._topic_names[f.topic_id].decode()
-            result = put_error(cl.append_error(f.rc, topic, f.queue_id))
-            code, remark, _ = send_status(result)
-            log.info("send refused (%s): body=%d bytes", result.reason, f.body_len)
+            ext = None
+            if f.rc == lib.MQ_FAST_RC_STORED:
+                stored += 1
+                code, remark, _ = send_status(PutResult(stored_status, None, stored_reason))
+                ext = {"msgId": ffi.string(f.msg_id).decode(), "queueId": f.queue_id, "queueOffset": f.queue_offset,
+                       **self._fixed}
+            else:
+                topic = self._topic_names[f.topic_id].decode()
+                result = put_error(cl.append_error(f.rc, topic, f.queue_id))
+                code, remark, _ = send_status(result)
+                log.info("send refused (%s): body=%d bytes", result.reason, f.body_len)
             if self.stats is not None:
                 self.stats.sent(code, 0)
-            if f.oneway:
+            conn = self._by_slot.get(f.conn)
+            if f.oneway or conn is None:
                 continue
             req = RemotingCommand(language=f.language, version=f.version, opaque=f.opaque,
                                   serialize_type=f.serialize_type)
-            conns[f.conn].write(make_response(req, code, remark))
+            conn.write(make_response(req, code, remark, ext))
+        return stored
+
+    # ---- held answers (SYNC_FLUSH, SYNC_MASTER) --------------------------------------------
+    async def _settle(self) -> None:
+        """Releases held answers as the flushed or acknowledged position passes them; those held
+        longer than syncFlushTimeout / slaveTimeout get FLUSH_DISK_TIMEOUT / FLUSH_SLAVE_TIMEOUT
+        (the flush's sticky error at once when the store is fatal), as the group path answers."""
+        broker = self.broker
+        ctl = broker.store.ctl
+        head, tail, n = self._head, self._tail, self._n
+        while True:
+            check(lib.mq_fast_pending(self._h, head, tail, n), "fast send pending")
+            if not n[0]:
+                return
+            if self._hold_rule == "flush":
+                waiter, pos, timeout_s = broker.store.flush_waiter, C.POS_FLUSHED, \
+                    broker.store.config.syncFlushTimeout / 1000
+                status, reason = PutStatus.FLUSH_DISK_TIMEOUT, "flush timed out"
+            else:
+                waiter, pos, timeout_s = broker.ack_waiter, C.POS_ACKED, broker.config.slaveTimeout / 1000
+                status, reason = PutStatus.FLUSH_SLAVE_TIMEOUT, "the slave did not acknowledge in time"
+            left_s = timeout_s - (time.monotonic() * 1000 - head.t_ms) / 1000
+            ok = left_s > 0 and await waiter.wait_async(head.end_offset, left_s)
+            self._release(ctl.get(pos))
+            if not ok:
+                # a fatal store ends every wait at once (the flush's reason is its sticky error)
+                fatal = ctl.fatal()
+                if fatal and self._hold_rule == "flush":
+                    reason = fatal
+                before_ms = int(time.monotonic() * 1000) + 1 if fatal else \
+                    int(time.monotonic() * 1000 - timeout_s * 1000) + 1
+                while True:
+                    check(lib.mq_fast_release_expired(self._h, before_ms, self._fails, MSGS_MAX, n),
+                          "fast send expire")
+                    if not n[0]:
+                        break
+                    self._answer_fails(n[0], status, reason)
+                    self._flush_all()
+
+    def _release(self, position: int) -> None:
+        n = self._n
+        while True:
+            check(lib.mq_fast_release(self._h, position, self._out, len(self._out), self._spans, MSGS_MAX, n,
+                                      n + 1), "fast send release")
+            if not n[1]:
+                return
+            self._write_spans(n[0])
+            self._flush_all(n[0])
+            if self.stats is not None:
+                self.stats.sent(RC.SUCCESS, int(time.monotonic() * 1e9) - self._head.t_ms * 1_000_000, n[1])
+
+    def _flush_all(self, n_spans: int | None = None) -> None:
+        """Writes the answers just queued (the spans' connections, or every one)."""
+        if n_spans is None:
+            conns = self._by_slot.values()
+        else:
+            conns = {self._spans[i].conn for i in range(n_spans)}
+            conns = [self._by_slot[c] for c in conns if c in self._by_slot]
+        for conn in conns:
+            conn.flush()
+
+    async def drain(self, timeout_s: float = 3.0) -> None:
+        """Appends what is staged and waits for the held answers (stopping)."""
+        self.run()
+        if self._settler is not None and not self._settler.done():
+            await asyncio.wait([self._settler], timeout=timeout_s)
 
 
 __all__ = ["FastSends", "fast_topic_ok"]

@@ -133,7 +133,7 @@ class IoWorker:
         # parked pulls first: they are answered (PULL_NOT_FOUND) at once instead of
         # holding the servers' grace period, and never run against a closed store
         self.pull.stop()
-        self.fast.run()
+        await self.fast.drain()
         await self.send_group.drain()
         for s in self.servers:
             await s.stop(grace_s=3.0)
@@ -259,6 +259,7 @@ class IoWorker:
         return info
 
     def _conn_closed(self, conn) -> None:
+        self.fast.forget(conn)
         if self.conns.pop(conn.id, None) is not None:
             asyncio.ensure_future(self.meta.connection_closed((self.worker_id, conn.id)))
 
@@ -269,16 +270,17 @@ class IoWorker:
         self._fast_policy()
 
     def _fast_policy(self) -> None:
-        """Uses the C send path (mq.broker.fastsend) only where a stored send is answered at once
-        and checked by nothing but the send path: an ASYNC_MASTER with ASYNC_FLUSH, not DLedger,
-        without ACL or perf tracing, whose brokerPermission allows writes (fastSendEnable)."""
+        """Uses the C send path (mq.broker.fastsend) only where a send is checked by nothing but
+        the send path and waits for at most one position: a master (not DLedger) without ACL or
+        perf tracing whose brokerPermission allows writes (fastSendEnable); under SYNC_FLUSH its
+        answers are held until flushed, under SYNC_MASTER until acknowledged (not both at once)."""
         cfg = self.config
-        usable = (cfg.fastSendEnable and cfg.brokerRole == "ASYNC_MASTER" and self.commit_waiter is None
-                  and self.store.config.flushDiskType == "ASYNC_FLUSH" and not cfg.aclEnable
+        sync_flush = self.store.config.flushDiskType == "SYNC_FLUSH"
+        sync_master = cfg.brokerRole == "SYNC_MASTER"
+        usable = (cfg.fastSendEnable and cfg.brokerRole in ("ASYNC_MASTER", "SYNC_MASTER")
+                  and self.commit_waiter is None and not (sync_flush and sync_master) and not cfg.aclEnable
                   and self.tracer is None and bool(cfg.brokerPermission & PERM_WRITE))
-        if not usable:
-            self.fast.run()                # what it staged is answered before the path closes
-        self.fast.usable = usable
+        self.fast.set_policy(usable, "flush" if sync_flush else "ack" if sync_master else None)
         for server in self.servers:
             server.taker = self.fast.take if usable else None
 

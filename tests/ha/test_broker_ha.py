@@ -120,7 +120,8 @@ def _max_phy(addr):
 def test_sync_master_replicates_before_send_ok(tmp_path):
     """SYNC_MASTER + a slave: every SEND_OK message is already on the slave
     (its max offset covers it when the answer arrives); the slave's CommitLog
-    is byte-identical and its ConsumeQueues serve the same messages.  With the
+    is byte-identical and its ConsumeQueues serve the same messages (the sends take the
+    io worker's C path, which holds each answer until the ack passes it).  With the
     slave stopped, sends answer 11; with the slave stalled (SIGSTOP), 12."""
     ns = NameServer(str(tmp_path))
     master = Broker(str(tmp_path), ns.addr, name="broker-a", brokerRole="SYNC_MASTER", slaveTimeout=1500,
@@ -134,6 +135,9 @@ def test_sync_master_replicates_before_send_ok(tmp_path):
             assert r.code == 0, (r.code, r.remark)
             end = int(r.ext_fields["queueOffset"])   # present: the message was stored
             assert end >= 0
+        # the io workers' C path took these sends and held each answer until the slave's ack (the
+        # count is the answering worker's: each call is a connection of its own, on either worker)
+        assert int(json.loads(call(master.addr, 28).body)["table"]["fastSendMsgs"]) >= 50
         end = _max_phy(master.addr)
         wait_for(lambda: _max_phy(slave.addr) >= end, 20, 0.1, "slave caught up")
         assert _commitlog_bytes(slave, end) == _commitlog_bytes(master, end), "byte-identical"

@@ -70,12 +70,14 @@ def _warm(port: int) -> None:
         p.close()
 
 
-@pytest.fixture(scope="module")
-def brokers(tmp_path_factory):
-    """(C path broker, Python path broker), their topics made and cached alike."""
-    with raw_broker(str(tmp_path_factory.mktemp("fastc")), TOPICS[0], QUEUES, autoCreateTopicEnable="false") as c, \
-            raw_broker(str(tmp_path_factory.mktemp("fastpy")), TOPICS[0], QUEUES, autoCreateTopicEnable="false",
-                       fastSendEnable="false") as py:
+@pytest.fixture(scope="module", params=["ASYNC_FLUSH", "SYNC_FLUSH"])
+def brokers(request, tmp_path_factory):
+    """(C path broker, Python path broker), their topics made and cached alike; under
+    SYNC_FLUSH the C path holds its answers until the flush passes them."""
+    mode = dict(autoCreateTopicEnable="false", flushDiskType=request.param)
+    with raw_broker(str(tmp_path_factory.mktemp("fastc")), TOPICS[0], QUEUES, **mode) as c, \
+            raw_broker(str(tmp_path_factory.mktemp("fastpy")), TOPICS[0], QUEUES, fastSendEnable="false",
+                       **mode) as py:
         for b in (c, py):
             _make_topics(b.port)
             _warm(b.port)
