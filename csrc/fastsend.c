@@ -27,6 +27,18 @@ static const char *const LANGUAGES[] = {"JAVA", "CPP", "DOTNET", "PYTHON", "DELP
                                         "OTHER", "HTTP", "GO", "PHP", "OMS", "RUST"};
 #define LANGUAGES_N ((int)(sizeof LANGUAGES / sizeof LANGUAGES[0]))
 
+static int64_t mono_ns(void) {           /* Python's time.perf_counter_ns: CLOCK_MONOTONIC */
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int64_t wall_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 typedef struct fast_topic {
     char name[MQ_TOPIC_LEN_MAX + 1];
     uint32_t len;
@@ -39,6 +51,8 @@ typedef struct staged {                /* what the answer needs besides the appe
     uint32_t conn, topic_id, body_len;
     int32_t opaque, version, language, serialize_type, oneway;
     int32_t wait;                      /* WAIT was not "false": under a hold the answer waits */
+    int32_t code;                      /* SEND_MESSAGE or SEND_MESSAGE_V2 */
+    int64_t t0_ns, t1_ns, ts_us;       /* tracing: frame read, header parsed, wall clock then */
     uint8_t born_host[16];
 } staged;
 
@@ -57,6 +71,9 @@ struct mq_fast {
     size_t arena_used;
     uint8_t arena[MQ_FAST_ARENA_BYTES];
     int hold;                          /* MQ_FAST_ANSWER_NOW or MQ_FAST_HOLD_WAITING */
+    int trace;                         /* stamp instants and keep a req row per answered send */
+    uint32_t trace_n;                  /* rows kept, MQ_FAST_TRACE_FIELDS values each */
+    int64_t trace_rows[MQ_FAST_TRACE_ROWS_MAX * MQ_FAST_TRACE_FIELDS];
     uint32_t pending_head, pending_n;  /* the held answers: a ring, in append order */
     mq_fast_fail pending[MQ_FAST_PENDING_MAX];
 };
@@ -262,6 +279,7 @@ static fval *field_of(fields *fs, const uint8_t *k, uint32_t len) {
 
 typedef struct req {
     int32_t code, opaque, version, flag, language, serialize_type;
+    int64_t t0_ns, t1_ns, ts_us;       /* tracing (0 when off) */
     fields fs;
 } req;
 
@@ -620,7 +638,8 @@ static int take_send(mq_fast *f, const req *r, const uint8_t *body, uint32_t bod
     staged *s = &f->st[i];
     *s = (staged){.conn = conn, .topic_id = (uint32_t)id, .body_len = body_len, .opaque = r->opaque,
                   .version = r->version, .language = r->language, .serialize_type = r->serialize_type,
-                  .oneway = (r->flag & RPC_ONEWAY) != 0, .wait = wait};
+                  .oneway = (r->flag & RPC_ONEWAY) != 0, .wait = wait, .code = r->code, .t0_ns = r->t0_ns,
+                  .t1_ns = r->t1_ns, .ts_us = r->ts_us};
     memcpy(s->born_host, born_host, born_host_len);
     f->msgs[i] = (mq_group_msg){
         .topic = t->name, .born_host = s->born_host, .body = body, .props = plen ? props : NULL,
@@ -660,7 +679,12 @@ int mq_fast_read(mq_fast *f, uint32_t conn, const uint8_t *born_host, uint32_t b
         req r;
         memset(&r, 0, sizeof r);
         r.serialize_type = (int32_t)ser;
+        if (f->trace) r.t0_ns = mono_ns();
         int ok = ser == 1 ? parse_binary(payload + 4, hlen, &r) : parse_json(payload + 4, hlen, &r);
+        if (f->trace) {
+            r.t1_ns = mono_ns();
+            r.ts_us = wall_us();
+        }
         if (ok) *code_out = r.code;
         if (!ok || (r.code != CODE_SEND && r.code != CODE_SEND_V2) || (r.flag & RPC_RESPONSE)) {
             stop = MQ_FAST_HANDBACK;
@@ -675,6 +699,47 @@ int mq_fast_read(mq_fast *f, uint32_t conn, const uint8_t *born_host, uint32_t b
 out:
     *consumed = pos;
     *stop_out = stop;
+    return MQ_OK;
+}
+
+/* ---- tracing ------------------------------------------------------------------------------ */
+
+/* Keeps the req row of answered send a (mq.broker.tracing.REQ_ROW; durations in ns, written as
+ * thousandths of a microsecond): decode runs from the frame's read to the group append, as the
+ * Python path's does (the wait for the loop pass included). */
+static void trace_row(mq_fast *f, const mq_fast_fail *a, int32_t status, int64_t flushed_ns, int64_t acked_ns,
+                      int64_t done_ns) {
+    if (f->trace_n >= MQ_FAST_TRACE_ROWS_MAX) return;        /* Python takes them after every call */
+    int64_t *v = &f->trace_rows[(size_t)f->trace_n++ * MQ_FAST_TRACE_FIELDS];
+    int64_t store = a->store_ns, appended = a->appended_ns;
+    v[0] = a->ts_us;
+    v[1] = a->code;
+    v[2] = a->rc == MQ_OK || a->rc == MQ_FAST_RC_STORED ? 1 : 0;
+    v[3] = a->body_len;
+    v[4] = status;
+    v[5] = store ? store - a->t0_ns : a->t1_ns - a->t0_ns;
+    v[6] = store ? appended - store : 0;
+    v[7] = store ? flushed_ns - appended : 0;
+    v[8] = store ? acked_ns - flushed_ns : 0;
+    v[9] = done_ns - (store ? acked_ns : done_ns);
+    v[10] = done_ns - a->t0_ns;
+}
+
+int mq_fast_set_trace(mq_fast *f, int on) {
+    assert(f);
+    f->trace = on != 0;
+    return MQ_OK;
+}
+
+int mq_fast_take_trace(mq_fast *f, int64_t *rows, uint32_t cap_rows, uint32_t *n_out) {
+    assert(f && (cap_rows == 0 || rows) && n_out);
+    uint32_t n = f->trace_n < cap_rows ? f->trace_n : cap_rows;
+    memcpy(rows, f->trace_rows, (size_t)n * MQ_FAST_TRACE_FIELDS * sizeof(int64_t));
+    if (n < f->trace_n)
+        memmove(f->trace_rows, f->trace_rows + (size_t)n * MQ_FAST_TRACE_FIELDS,
+                (size_t)(f->trace_n - n) * MQ_FAST_TRACE_FIELDS * sizeof(int64_t));
+    f->trace_n -= n;
+    *n_out = n;
     return MQ_OK;
 }
 
@@ -777,8 +842,10 @@ int mq_fast_run(mq_fast *f, int refuse_held, uint8_t *out, size_t out_cap, mq_fa
     if (!n) return MQ_OK;
     assert(out && spans && fails);
     if (out_cap < (size_t)n * MQ_FAST_ANSWER_MAX) return MQ_E_INVAL;
+    int64_t store_ns = f->trace ? mono_ns() : 0;
     int appended = mq_commitlog_append_group(f->cl, f->msgs, n, f->max_message_size, f->out, f->rc);
     assert(appended >= 0);             /* n <= MQ_FAST_MSGS_MAX <= MQ_BATCH_MSGS_MAX */
+    int64_t appended_ns = f->trace ? mono_ns() : 0;
     int64_t t_ms = mono_ms();
     size_t used = 0;
     uint32_t ns = 0, nf = 0, ok = 0, held = 0;
@@ -788,7 +855,8 @@ int mq_fast_run(mq_fast *f, int refuse_held, uint8_t *out, size_t out_cap, mq_fa
         mq_fast_fail a = {.conn = s->conn, .rc = f->rc[i], .topic_id = s->topic_id,
                           .queue_id = f->msgs[i].queue_id, .opaque = s->opaque, .version = s->version,
                           .language = s->language, .serialize_type = s->serialize_type, .oneway = s->oneway,
-                          .body_len = s->body_len};
+                          .body_len = s->body_len, .code = s->code, .t0_ns = s->t0_ns, .t1_ns = s->t1_ns,
+                          .ts_us = s->ts_us, .store_ns = store_ns, .appended_ns = appended_ns};
         if (a.rc != MQ_OK) {
             fails[nf++] = a;
             continue;
@@ -814,8 +882,8 @@ int mq_fast_run(mq_fast *f, int refuse_held, uint8_t *out, size_t out_cap, mq_fa
             held++;
             continue;
         }
-        if (s->oneway) continue;
-        add_span(spans, &ns, s->conn, &used, answer(f, &a, out + used));
+        if (!s->oneway) add_span(spans, &ns, s->conn, &used, answer(f, &a, out + used));
+        if (f->trace) trace_row(f, &a, 0, appended_ns, appended_ns, mono_ns());
     }
     f->n = 0;
     f->arena_used = 0;
@@ -836,15 +904,18 @@ int mq_fast_pending(mq_fast *f, mq_fast_fail *head, mq_fast_fail *tail, uint32_t
     return MQ_OK;
 }
 
-int mq_fast_release(mq_fast *f, uint64_t pos, uint8_t *out, size_t out_cap, mq_fast_span *spans,
+int mq_fast_release(mq_fast *f, uint64_t pos, int acked, uint8_t *out, size_t out_cap, mq_fast_span *spans,
                     uint32_t spans_cap, uint32_t *n_spans, uint32_t *n_released) {
     assert(f && (out_cap == 0 || out) && (spans_cap == 0 || spans) && n_spans && n_released);
     size_t used = 0;
     uint32_t ns = 0, rel = 0;
+    int64_t now_ns = f->trace ? mono_ns() : 0;
     while (f->pending_n && ns < spans_cap && out_cap - used >= MQ_FAST_ANSWER_MAX) {
         const mq_fast_fail *a = &f->pending[f->pending_head];
         if (a->end_offset > pos) break;
         if (!a->oneway) add_span(spans, &ns, a->conn, &used, answer(f, a, out + used));
+        if (f->trace)                  /* the wait ended now: a flush's, or a slave's ack */
+            trace_row(f, a, 0, acked ? a->appended_ns : now_ns, now_ns, mono_ns());
         f->pending_head = (f->pending_head + 1) % MQ_FAST_PENDING_MAX;
         f->pending_n--;
         rel++;

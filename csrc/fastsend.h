@@ -78,6 +78,14 @@
  * mq_fast_release  writes the answers of the held sends whose end is <= pos, oldest first, into
  *     out and spans as mq_fast_run does, while out has MQ_FAST_ANSWER_MAX bytes left and spans a
  *     slot; *n_released were released (oneway ones unanswered).  Call again while it releases.
+ *     acked: pos is a slave's ack (for the trace's phases), else the flush's.
+ * mq_fast_set_trace  on: every frame taken is stamped (CLOCK_MONOTONIC ns, Python's
+ *     perf_counter_ns) when read and parsed, every run around its append, and each send
+ *     answered here (by a run or a release, oneway ones too) leaves one row of
+ *     MQ_FAST_TRACE_FIELDS int64 values, mq.broker.tracing.REQ_ROW's (durations in ns); at most
+ *     MQ_FAST_TRACE_ROWS_MAX are kept (Python takes them after every call that answers).
+ *     Fails are Python's to trace.
+ * mq_fast_take_trace  moves up to cap_rows kept rows, oldest first, to rows; *n_out of them.
  * mq_fast_release_expired  the held sends appended before appended_before_ms (CLOCK_MONOTONIC
  *     ms, Python's time.monotonic) and not released, oldest first, into fails (rc
  *     MQ_FAST_RC_STORED), at most cap: their wait timed out, Python answers them.
@@ -95,6 +103,8 @@
 #define MQ_FAST_ANSWER_MAX   1024          /* bytes of one answer frame, at most (~250 + the fixed part) */
 #define MQ_FAST_PENDING_MAX  16384         /* answers held for a position at once */
 #define MQ_FAST_RC_STORED    1             /* a fail record of a send that was stored (held, refused) */
+#define MQ_FAST_TRACE_FIELDS 11            /* a req row: mq.broker.tracing.REQ_ROW */
+#define MQ_FAST_TRACE_ROWS_MAX 4096        /* rows kept between two takes */
 
 typedef struct mq_fast mq_fast;
 
@@ -140,6 +150,9 @@ typedef struct mq_fast_fail {       /* a send Python answers (refused, or stored
     uint64_t end_offset;            /* stored: the record's end (the position that covers it) */
     int64_t t_ms;                   /* stored: when it was appended (CLOCK_MONOTONIC ms) */
     char msg_id[33];                /* stored: its offset msgId */
+    int32_t code;                   /* SEND_MESSAGE or SEND_MESSAGE_V2 */
+    int64_t t0_ns, t1_ns, ts_us;    /* tracing: frame read, header parsed (CLOCK_MONOTONIC), wall clock */
+    int64_t store_ns, appended_ns;  /* tracing: around the group append */
 } mq_fast_fail;
 
 int      mq_fast_open(mq_commitlog *cl, const mq_fast_opts *opts, mq_fast **out);
@@ -155,8 +168,10 @@ int      mq_fast_set_hold(mq_fast *f, int hold);
 int      mq_fast_run(mq_fast *f, int refuse_held, uint8_t *out, size_t out_cap, mq_fast_span *spans,
                      uint32_t *n_spans, mq_fast_fail *fails, uint32_t *n_fails, uint32_t *n_ok, uint32_t *n_held);
 int      mq_fast_pending(mq_fast *f, mq_fast_fail *head, mq_fast_fail *tail, uint32_t *n_out);
-int      mq_fast_release(mq_fast *f, uint64_t pos, uint8_t *out, size_t out_cap, mq_fast_span *spans,
+int      mq_fast_release(mq_fast *f, uint64_t pos, int acked, uint8_t *out, size_t out_cap, mq_fast_span *spans,
                          uint32_t spans_cap, uint32_t *n_spans, uint32_t *n_released);
+int      mq_fast_set_trace(mq_fast *f, int on);
+int      mq_fast_take_trace(mq_fast *f, int64_t *rows, uint32_t cap_rows, uint32_t *n_out);
 int      mq_fast_release_expired(mq_fast *f, int64_t appended_before_ms, mq_fast_fail *fails, uint32_t cap,
                                  uint32_t *n_out);
 uint32_t mq_fast_staged(mq_fast *f);

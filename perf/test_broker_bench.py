@@ -81,8 +81,6 @@ CONSUME_TARGET = 1.0              # msgs/s ÷ Redis XREAD COUNT 1000 (AOF everys
 CONSUME_FLOOR = 0.10              # measured 0.63-1.75 here (Redis 23-106 k msgs/s)
 SYNC_FLUSH_TARGET = 1.5           # msgs/s ÷ Redis AOF always with redis-benchmark -c 50
 SYNC_FLUSH_FLOOR = 0.05           # measured 0.14-0.40 here (Redis 7.8-55 k msgs/s)
-NATIVE_TARGET = 1.0               # mqload msgs/s ÷ redis-benchmark -c 32 XADD (AOF everysec), 32 connections each
-NATIVE_FLOOR = 0.05               # measured 0.39-0.46 here when added (Redis 29-45 k msgs/s in the same run)
 SQL92_TARGET = 0.5                # SQL92-filtered pulls' msgs/s ÷ TAG-filtered pulls' (the same half selected)
 SQL92_FLOOR = 0.25                # measured 0.56-0.73 here when added (quick, a CI run sharing the machine)
 
@@ -730,14 +728,29 @@ def test_sync_flush_64_producers(benchmark, start_broker, session, redis_peer, s
 
 
 # =================================================================================================
-# 6. 32 connections from the native client (perf/mqload.c)
+# 6. native clients both sides (perf/mqload.c against redis-benchmark): three shapes of load
 # =================================================================================================
-NATIVE_CONNECTIONS = 32
+@dataclass(frozen=True)
+class NativeShape:
+    name: str
+    conns: int                    # mqload -c, redis-benchmark -c
+    depth: int                    # sends in flight per connection: mqload -d, redis-benchmark -P
+    target: float                 # msgs/s ÷ Redis's, this run
+    floor: float                  # what the test asserts (a regression guard)
+    cpu_target_us: float          # io-worker CPU per message (printed against it)
+
+
+NATIVE_SHAPES = [
+    # measured before the C send path (2026-11-25): 0.52-0.93 / 0.34-0.37 / 0.65-0.97 of Redis
+    NativeShape("one connection, one send at a time", 1, 1, 1.0, 0.2, 25.0),
+    NativeShape("one connection, 100 sends in flight", 1, 100, 1.0, 0.1, 4.0),
+    NativeShape("32 connections, one send in flight each", 32, 1, 1.2, 0.2, 12.0),
+]
 
 
 @dataclass(frozen=True)
 class NativeScale:
-    msgs_per_round: int           # per side: mqload -n, redis-benchmark -n
+    msgs_per_round: int           # per side: mqload -n, redis-benchmark -n (a fifth of it one at a time)
     rounds: int
 
 
@@ -754,36 +767,42 @@ def _stored(session: Session, addr: str, topic: str) -> list[int]:
     return offs
 
 
+@pytest.mark.parametrize("shape", NATIVE_SHAPES, ids=["one_at_a_time", "in_flight_100", "connections_32"])
 @pytest.mark.parametrize("scale", NATIVE_SCALES)
-def test_native_32_connections(benchmark, start_broker, session, redis_peer, scale):
-    """Gate 6: 32 connections to a broker with 1 io worker (ASYNC_FLUSH), each with one 1 KiB
-    SEND_MESSAGE_V2 in flight (WAIT=true, a UNIQ_KEY each, queueIds round robin over the
-    topic's 4 queues), from mqload: one C process, one thread, epoll (perf/mqload.c, built
-    before anything is timed).  Its clock starts once all 32 connections are up and stops at
-    the last response; any answer but SUCCESS fails the test.  Against: redis-server with AOF
-    everysec under `redis-benchmark -c 32 XADD s * f <1 KiB>` (one C process too, one request
-    in flight per connection: the same shape of load), the same number of messages per round.
-    The rounds alternate (Redis in the untimed setup, its stream deleted before each round; ours
-    measured).  Unlike the asyncio clients of gates 1-5, the client here costs a few
-    microseconds per message, so the broker's own cost is what the figure shows; the printout
-    gives the io worker's CPU per message next to mqload's.  Afterwards the queues' max
-    offsets must have grown by exactly the number of messages mqload saw acknowledged."""
-    benchmark.group = "broker gate 6: 32 connections, native clients"
+def test_native_clients(benchmark, start_broker, session, redis_peer, scale, shape):
+    """Gate 6: native clients on both sides, in three shapes (one connection one send at a
+    time; one connection 100 in flight; 32 connections one in flight each), against a broker
+    with 1 io worker (ASYNC_FLUSH): 1 KiB SEND_MESSAGE_V2 (WAIT=true, a UNIQ_KEY each, queueIds
+    round robin over the topic's 4 queues) from mqload, one C process, one thread, epoll
+    (perf/mqload.c, built before anything is timed).  Its clock starts once its connections
+    are up and stops at the last response; any answer but SUCCESS fails the test.  Against:
+    redis-server with AOF everysec under `redis-benchmark -c <conns> -P <depth> XADD s * f <1 KiB>`
+    (one C process too: the same shape of load), the same number of messages per round.  The
+    rounds alternate (Redis in the untimed setup, its stream deleted before each round; ours
+    measured).  The client costs a few microseconds per message, so the broker's own cost is
+    what the figure shows; the printout gives the io worker's CPU per message next to mqload's
+    and the shape's target.  Afterwards the queues' max offsets must have grown by exactly the
+    number of messages mqload saw acknowledged."""
+    benchmark.group = f"broker gate 6: native clients, {shape.name}"
     build_mqload()
     broker = start_broker(1)
     server, rds = redis_peer("everysec")
     topic = "PerfNative"
     addr = broker.addr
     session.run(create_topic(session.client, addr, topic))
+    n = scale.msgs_per_round // (5 if shape.conns == 1 and shape.depth == 1 else 1)
 
-    def load(n: int) -> dict:
-        r = run_mqload(addr, NATIVE_CONNECTIONS, n, depth=1, size=MSG_BODY_SIZE, topic=topic, queues=QUEUES)
-        assert r["errors"] == 0 and r["acked"] == n, f"mqload: {r}"
+    def load(count: int) -> dict:
+        r = run_mqload(addr, shape.conns, count, depth=shape.depth, size=MSG_BODY_SIZE, topic=topic, queues=QUEUES)
+        assert r["errors"] == 0 and r["acked"] == count, f"mqload: {r}"
         return r
 
-    warm = load(scale.msgs_per_round // 4)                                                     # warm-up
+    def xadd(count: int):
+        return redis_benchmark_xadd(server, "s", count, connections=shape.conns, pipeline=shape.depth)
+
+    warm = load(n // 4)                                                                         # warm-up
     rds.delete("s")
-    redis_benchmark_xadd(server, "s", scale.msgs_per_round // 4, connections=NATIVE_CONNECTIONS)
+    xadd(n // 4)
     before = session.run(wait_dispatched(session.client, addr, topic, 1 + warm["acked"]))
     meter = CpuMeter(broker_processes(broker))
     results: list[dict] = []
@@ -791,12 +810,12 @@ def test_native_32_connections(benchmark, start_broker, session, redis_peer, sca
 
     def setup():
         rds.delete("s")
-        redis.add(redis_benchmark_xadd(server, "s", scale.msgs_per_round, connections=NATIVE_CONNECTIONS))
+        redis.add(xadd(n))
 
     def measured():
         t0 = time.monotonic()
         with meter:
-            r = load(scale.msgs_per_round)
+            r = load(n)
         meter.exclude(max(0.0, time.monotonic() - t0 - r["seconds"]))     # mqload's start and connects
         results.append(r)
 
@@ -805,22 +824,23 @@ def test_native_32_connections(benchmark, start_broker, session, redis_peer, sca
     acked = sum(r["acked"] for r in results)
     session.run(wait_dispatched(session.client, addr, topic, sum(before) + acked))
     after = _stored(session, addr, topic)
-    n = scale.msgs_per_round
     secs = [r["seconds"] for r in results]
     rate = n / statistics.median(secs)
     p50 = statistics.median(r["p50_us"] for r in results)
     p99 = statistics.median(r["p99_us"] for r in results)
     client_us = sum(r["cpu_s"] for r in results) / acked * 1e6
-    print(f"\n{NATIVE_CONNECTIONS} connections from mqload (C, one thread, epoll), one 1 KiB SEND_MESSAGE_V2 in "
-          f"flight on each, ASYNC_FLUSH, 1 io worker: {len(secs)} rounds of {n:,}, alternating with Redis, medians")
+    print(f"\n{shape.name}: mqload (C, one thread, epoll), {shape.conns} connection(s) x {shape.depth} 1 KiB "
+          f"SEND_MESSAGE_V2 in flight, ASYNC_FLUSH, 1 io worker: {len(secs)} rounds of {n:,}, alternating with "
+          f"Redis, medians")
     print(f"  broker: {rate:9,.0f} msgs/s {spread_text(n, secs)} {rate * MSG_BODY_SIZE / 1e6:6.1f} MB/s  "
           f"latency per send p50 {p50:,.0f} us, p99 {p99:,.0f} us (medians of the rounds' own)")
-    print(f"  Redis AOF everysec, redis-benchmark -c {NATIVE_CONNECTIONS} XADD ({n:,} per round; its own p50/p99): "
-          f"{redis.text()}")
+    print(f"  Redis AOF everysec, redis-benchmark -c {shape.conns} -P {shape.depth} XADD ({n:,} per round; its own "
+          f"p50/p99): {redis.text()}")
     print(pairs_text(secs, n, redis))
     info = meter.report(n * len(secs))
     io_us = meter.cpu["io workers"] / (n * len(secs)) * 1e6
-    print(f"  io-worker CPU per message: {io_us:.1f} us; mqload's own CPU per message: {client_us:.1f} us")
+    print(f"  io-worker CPU per message: {io_us:.1f} us (target <= {shape.cpu_target_us:g}); mqload's own CPU per "
+          f"message: {client_us:.1f} us")
     print(f"  stored: the {QUEUES} queues' max offsets went from {sum(before):,} to {sum(after):,} "
           f"(+{sum(after) - sum(before):,}; mqload saw {acked:,} acknowledged)")
     assert sum(after) - sum(before) == acked, (before, after, acked)
@@ -828,8 +848,8 @@ def test_native_32_connections(benchmark, start_broker, session, redis_peer, sca
                  "mqload_cpu_us_per_msg": client_us, "redis_msgs_per_s": redis.msgs_per_s,
                  "redis_p50_us": redis.p50_us, "redis_p99_us": redis.p99_us})
     benchmark.extra_info.update(info)
-    judge(f"{NATIVE_CONNECTIONS} connections, native clients / redis-benchmark -c {NATIVE_CONNECTIONS}",
-          rate / redis.msgs_per_s, NATIVE_TARGET, NATIVE_FLOOR, REDIS_SAME_RUN)
+    judge(f"{shape.name}, native clients / redis-benchmark -c {shape.conns} -P {shape.depth}",
+          rate / redis.msgs_per_s, shape.target, shape.floor, REDIS_SAME_RUN)
 
 
 # =================================================================================================

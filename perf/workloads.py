@@ -632,15 +632,15 @@ def redis_xread(r, stream: str, count: int = XREAD_COUNT) -> Result:
 
 
 def redis_benchmark_xadd(server, stream: str, n: int,
-                         connections: int = BENCHMARK_CONNECTIONS) -> Result:
-    """`redis-benchmark -c connections -n n XADD stream * f <1 KiB>` against `server` (a running
-    peers.RedisServer): its own rate and latency percentiles (per XADD).  The seconds are
-    n / its rate, which excludes the tool's start; checks the stream grew by n."""
+                         connections: int = BENCHMARK_CONNECTIONS, pipeline: int = 1) -> Result:
+    """`redis-benchmark -c connections -P pipeline -n n XADD stream * f <1 KiB>` against `server`
+    (a running peers.RedisServer): its own rate and latency percentiles (per XADD).  The seconds
+    are n / its rate, which excludes the tool's start; checks the stream grew by n."""
     with server.client() as r:
         before = _xlen(r, stream)
         done = subprocess.run([server.programs["redis-benchmark"], "-h", "127.0.0.1", "-p", str(server.port),
-                               "-c", str(connections), "-n", str(n), "--csv", "XADD", stream, "*", "f",
-                               PRINTABLE_BODY_TEXT],
+                               "-c", str(connections), "-P", str(pipeline), "-n", str(n), "--csv", "XADD", stream,
+                               "*", "f", PRINTABLE_BODY_TEXT],
                               capture_output=True, text=True, timeout=600)
         if done.returncode != 0:
             raise RuntimeError(f"redis-benchmark failed ({done.returncode}): {done.stderr[-500:]}")

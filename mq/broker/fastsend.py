@@ -87,6 +87,8 @@ class FastSends:
         self.hold: str | None = None             # None, "flush" or "ack" (set_policy)
         self._hold_rule = "flush"                # what the answers held now wait for
         self._settler: asyncio.Task | None = None
+        self.tracer = None                       # mq.broker.tracing.RequestTracer (set_tracer)
+        self._trace_rows = None
         self._keep: list = []                    # the reads staged sends point into
         self._next_slot = 0
         self._t_first_ns = 0
@@ -185,6 +187,30 @@ class FastSends:
                 self._hold_rule = hold
             self.hold = hold
 
+    def set_tracer(self, tracer) -> None:
+        """Perf tracing on: C stamps each send it takes and keeps its req row, written here after
+        every run and release (csrc/fastsend.h, mq_fast_set_trace)."""
+        if tracer is None or self.tracer is tracer:
+            return
+        self.tracer = tracer
+        self._trace_rows = ffi.new("int64_t[]", lib.MQ_FAST_TRACE_ROWS_MAX * lib.MQ_FAST_TRACE_FIELDS)
+        check(lib.mq_fast_set_trace(self._h, 1), "fast send trace")
+
+    def _write_trace(self) -> None:
+        n = self._n
+        check(lib.mq_fast_take_trace(self._h, self._trace_rows, lib.MQ_FAST_TRACE_ROWS_MAX, n), "fast send trace")
+        self.tracer.writer.add_flat(self._trace_rows, n[0])
+
+    def _trace_fail(self, f, status: int) -> None:
+        """The req row of a send Python answered for C (refused, or stored and not held)."""
+        done = perf_counter_ns()
+        if f.store_ns:
+            phases = (f.store_ns - f.t0_ns, f.appended_ns - f.store_ns, done - f.appended_ns, 0, 0)
+        else:
+            phases = (f.t1_ns - f.t0_ns, 0, 0, 0, 0)
+        self.tracer.writer.add((f.ts_us, f.code, 1 if f.rc == lib.MQ_FAST_RC_STORED else 0, f.body_len,
+                                status, *phases, done - f.t0_ns))
+
     # ---- runs ------------------------------------------------------------------------------
     def run(self) -> None:
         """Appends what is staged and writes the answers (a loop callback, and at once when the
@@ -213,6 +239,8 @@ class FastSends:
             conn = self._by_slot.get(slot)
             if conn is not None:
                 conn.flush()
+        if self.tracer is not None:
+            self._write_trace()
         answered_now = n_ok - n_held - refused_stored
         if self.stats is not None and answered_now:
             self.stats.sent(RC.SUCCESS, perf_counter_ns() - self._t_first_ns, answered_now)
@@ -248,6 +276,8 @@ class FastSends:
                 log.info("send refused (%s): body=%d bytes", result.reason, f.body_len)
             if self.stats is not None:
                 self.stats.sent(code, 0)
+            if self.tracer is not None:
+                self._trace_fail(f, code)
             conn = self._by_slot.get(f.conn)
             if f.oneway or conn is None:
                 continue
@@ -296,10 +326,12 @@ class FastSends:
     def _release(self, position: int) -> None:
         n = self._n
         while True:
-            check(lib.mq_fast_release(self._h, position, self._out, len(self._out), self._spans, MSGS_MAX, n,
-                                      n + 1), "fast send release")
+            check(lib.mq_fast_release(self._h, position, 1 if self._hold_rule == "ack" else 0, self._out,
+                                      len(self._out), self._spans, MSGS_MAX, n, n + 1), "fast send release")
             if not n[1]:
                 return
+            if self.tracer is not None:
+                self._write_trace()
             self._write_spans(n[0])
             self._flush_all(n[0])
             if self.stats is not None:
