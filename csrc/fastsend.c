@@ -608,7 +608,7 @@ static int take_send(mq_fast *f, const req *r, const uint8_t *body, uint32_t bod
     int32_t queues = t->read_queues > t->write_queues ? t->read_queues : t->write_queues;
     if (qid >= queues || !(t->perm & PERM_WRITE)) return 0;
     if (f->n >= MQ_FAST_MSGS_MAX) return -1;
-    if (f->hold == MQ_FAST_HOLD_WAITING && f->n + f->pending_n >= MQ_FAST_PENDING_MAX)
+    if (f->hold != MQ_FAST_ANSWER_NOW && f->n + f->pending_n >= MQ_FAST_PENDING_MAX)
         return 0;                      /* no room to hold its answer: Python's path waits for it */
     /* the properties, unescaped into the arena, WAIT cut */
     const fval *pv = &F[F_PROPS];
@@ -663,7 +663,8 @@ int mq_fast_read(mq_fast *f, uint32_t conn, const uint8_t *born_host, uint32_t b
     mq_ctl *ctl = f->cl->ctl;
     size_t pos = 0;
     int stop = MQ_FAST_END;
-    if (ctl_load(ctl, MQ_POS_DISK_FULL) || ctl_load(ctl, MQ_POS_HA_TAKE_BACK_UNTIL)) {
+    if (ctl_load(ctl, MQ_POS_DISK_FULL) || ctl_load(ctl, MQ_POS_HA_TAKE_BACK_UNTIL)
+        || (f->cl->dledger && ctl_load(ctl, MQ_POS_DL_APPEND_TERM) == 0)) {
         stop = len - pos >= 4 ? MQ_FAST_HANDBACK : MQ_FAST_END;
         goto out;
     }
@@ -829,7 +830,7 @@ static void add_span(mq_fast_span *spans, uint32_t *ns, uint32_t conn, size_t *u
 
 int mq_fast_set_hold(mq_fast *f, int hold) {
     assert(f);
-    if (hold != MQ_FAST_ANSWER_NOW && hold != MQ_FAST_HOLD_WAITING) return MQ_E_INVAL;
+    if (hold != MQ_FAST_ANSWER_NOW && hold != MQ_FAST_HOLD_WAITING && hold != MQ_FAST_HOLD_ALL) return MQ_E_INVAL;
     f->hold = hold;
     return MQ_OK;
 }
@@ -868,8 +869,9 @@ int mq_fast_run(mq_fast *f, int refuse_held, uint8_t *out, size_t out_cap, mq_fa
         a.queue_offset = o->queue_offset;
         a.end_offset = o->phy_offset + o->size;
         a.t_ms = t_ms;
+        a.dl_term = o->dl_term;
         memcpy(a.msg_id, o->msg_id, sizeof a.msg_id);
-        if (f->hold == MQ_FAST_HOLD_WAITING && s->wait) {
+        if ((f->hold == MQ_FAST_HOLD_WAITING && s->wait) || f->hold == MQ_FAST_HOLD_ALL) {
             if (refuse_held) {
                 a.rc = MQ_FAST_RC_STORED;
                 fails[nf++] = a;
@@ -904,15 +906,15 @@ int mq_fast_pending(mq_fast *f, mq_fast_fail *head, mq_fast_fail *tail, uint32_t
     return MQ_OK;
 }
 
-int mq_fast_release(mq_fast *f, uint64_t pos, int acked, uint8_t *out, size_t out_cap, mq_fast_span *spans,
-                    uint32_t spans_cap, uint32_t *n_spans, uint32_t *n_released) {
+int mq_fast_release(mq_fast *f, uint64_t pos, int64_t term, int acked, uint8_t *out, size_t out_cap,
+                    mq_fast_span *spans, uint32_t spans_cap, uint32_t *n_spans, uint32_t *n_released) {
     assert(f && (out_cap == 0 || out) && (spans_cap == 0 || spans) && n_spans && n_released);
     size_t used = 0;
     uint32_t ns = 0, rel = 0;
     int64_t now_ns = f->trace ? mono_ns() : 0;
     while (f->pending_n && ns < spans_cap && out_cap - used >= MQ_FAST_ANSWER_MAX) {
         const mq_fast_fail *a = &f->pending[f->pending_head];
-        if (a->end_offset > pos) break;
+        if (a->end_offset > pos || (term >= 0 && a->dl_term != term)) break;
         if (!a->oneway) add_span(spans, &ns, a->conn, &used, answer(f, a, out + used));
         if (f->trace)                  /* the wait ended now: a flush's, or a slave's ack */
             trace_row(f, a, 0, acked ? a->appended_ns : now_ns, now_ns, mono_ns());
@@ -925,13 +927,13 @@ int mq_fast_release(mq_fast *f, uint64_t pos, int acked, uint8_t *out, size_t ou
     return MQ_OK;
 }
 
-int mq_fast_release_expired(mq_fast *f, int64_t appended_before_ms, mq_fast_fail *fails, uint32_t cap,
-                            uint32_t *n_out) {
+int mq_fast_release_expired(mq_fast *f, int64_t appended_before_ms, int64_t keep_term, mq_fast_fail *fails,
+                            uint32_t cap, uint32_t *n_out) {
     assert(f && (cap == 0 || fails) && n_out);
     uint32_t n = 0;
     while (f->pending_n && n < cap) {
         const mq_fast_fail *a = &f->pending[f->pending_head];
-        if (a->t_ms >= appended_before_ms) break;
+        if (a->t_ms >= appended_before_ms && (keep_term < 0 || a->dl_term == keep_term)) break;
         fails[n] = *a;
         fails[n].rc = MQ_FAST_RC_STORED;
         n++;

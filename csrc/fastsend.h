@@ -26,12 +26,15 @@
  *   - the properties: none of DELAY, CLUSTER, TRAN_MSG as a substring "NAME\x01", and WAIT
  *     either absent or one entry starting the properties or after a \x02 (it is cut: the
  *     broker honours WAIT and does not store it);
- *   - the store: MQ_POS_DISK_FULL and MQ_POS_HA_TAKE_BACK_UNTIL are 0 (Python answers those).
+ *   - the store: MQ_POS_DISK_FULL and MQ_POS_HA_TAKE_BACK_UNTIL are 0, and in DLedger mode
+ *     MQ_POS_DL_APPEND_TERM is not (Python answers those).
  * The store's own checks (body size, properties length, a full queue table, a fatal store)
  * still run in the append; such a send comes back from mq_fast_run as a failure for Python to
- * answer.  Python turns the whole path off (by not calling it) whenever the broker's mode
- * makes sends wait or be checked elsewhere: SYNC_FLUSH, SYNC_MASTER, DLedger, a slave, ACL,
- * tracing, brokerPermission without write.
+ * answer.  Under SYNC_FLUSH or SYNC_MASTER the answers of stored sends are held here, in
+ * append order, and released by one call when the flushed or acknowledged position passes
+ * them (mq_fast_set_hold); in DLedger mode until the commit passes them.  Python turns the
+ * whole path off (by not calling it) where sends are checked or waited for elsewhere: a slave
+ * or a follower, SYNC_FLUSH with SYNC_MASTER, ACL, brokerPermission without write.
  *
  * Answers are byte-identical to mq.wire.remoting.ResponseTemplate's for the same values:
  * code SUCCESS, no remark, extFields msgId, queueId, queueOffset, then the fixed entries
@@ -63,9 +66,10 @@
  *     MQ_E_INVAL: born_host_len not 4 or 16.
  * mq_fast_set_hold  MQ_FAST_ANSWER_NOW: every stored send is answered by the run (ASYNC_FLUSH,
  *     ASYNC_MASTER); MQ_FAST_HOLD_WAITING: a stored send whose WAIT is not "false" is held until
- *     mq_fast_release sees a position past its end (SYNC_FLUSH: FLUSHED; SYNC_MASTER: ACKED),
- *     and read() hands back a send when MQ_FAST_PENDING_MAX answers would be held.  MQ_E_INVAL
- *     for another value.
+ *     mq_fast_release sees a position past its end (SYNC_FLUSH: FLUSHED; SYNC_MASTER: ACKED);
+ *     MQ_FAST_HOLD_ALL (DLedger): every stored send is held until COMMITTED passes it in its
+ *     entry's term.  While holding, read() hands back a send when MQ_FAST_PENDING_MAX answers
+ *     would be held.  MQ_E_INVAL for another value.
  * mq_fast_run    appends every staged send and empties the stage.  Answers go to out (at
  *     least MQ_FAST_ANSWER_MAX bytes per staged send: out_cap is checked, MQ_E_INVAL), as
  *     *n_spans spans (conn, offset, length), one per run of consecutive answers of one
@@ -78,7 +82,9 @@
  * mq_fast_release  writes the answers of the held sends whose end is <= pos, oldest first, into
  *     out and spans as mq_fast_run does, while out has MQ_FAST_ANSWER_MAX bytes left and spans a
  *     slot; *n_released were released (oneway ones unanswered).  Call again while it releases.
- *     acked: pos is a slave's ack (for the trace's phases), else the flush's.
+ *     acked: pos is a slave's ack or a commit (for the trace's phases), else the flush's.
+ *     term >= 0 (DLedger): only answers of entries appended in that term are released (pos is
+ *     COMMITTED read before the term, which is still this one: mq.store.notify.CommitWaiter).
  * mq_fast_set_trace  on: every frame taken is stamped (CLOCK_MONOTONIC ns, Python's
  *     perf_counter_ns) when read and parsed, every run around its append, and each send
  *     answered here (by a run or a release, oneway ones too) leaves one row of
@@ -86,9 +92,10 @@
  *     MQ_FAST_TRACE_ROWS_MAX are kept (Python takes them after every call that answers).
  *     Fails are Python's to trace.
  * mq_fast_take_trace  moves up to cap_rows kept rows, oldest first, to rows; *n_out of them.
- * mq_fast_release_expired  the held sends appended before appended_before_ms (CLOCK_MONOTONIC
- *     ms, Python's time.monotonic) and not released, oldest first, into fails (rc
- *     MQ_FAST_RC_STORED), at most cap: their wait timed out, Python answers them.
+ * mq_fast_release_expired  the oldest held sends appended before appended_before_ms
+ *     (CLOCK_MONOTONIC ms, Python's time.monotonic), or with keep_term >= 0 appended in another
+ *     term, into fails (rc MQ_FAST_RC_STORED), at most cap: their wait timed out, or their
+ *     leader's term ended; Python answers them.
  * mq_fast_staged the number of sends staged (a getter).
  */
 #ifndef MQ_FASTSEND_H
@@ -110,7 +117,8 @@ typedef struct mq_fast mq_fast;
 
 enum mq_fast_hold {
     MQ_FAST_ANSWER_NOW = 0,
-    MQ_FAST_HOLD_WAITING
+    MQ_FAST_HOLD_WAITING,
+    MQ_FAST_HOLD_ALL
 };
 
 enum mq_fast_stop {
@@ -153,6 +161,7 @@ typedef struct mq_fast_fail {       /* a send Python answers (refused, or stored
     int32_t code;                   /* SEND_MESSAGE or SEND_MESSAGE_V2 */
     int64_t t0_ns, t1_ns, ts_us;    /* tracing: frame read, header parsed (CLOCK_MONOTONIC), wall clock */
     int64_t store_ns, appended_ns;  /* tracing: around the group append */
+    int64_t dl_term;                /* stored, DLedger mode: the term of its entry */
 } mq_fast_fail;
 
 int      mq_fast_open(mq_commitlog *cl, const mq_fast_opts *opts, mq_fast **out);
@@ -168,12 +177,12 @@ int      mq_fast_set_hold(mq_fast *f, int hold);
 int      mq_fast_run(mq_fast *f, int refuse_held, uint8_t *out, size_t out_cap, mq_fast_span *spans,
                      uint32_t *n_spans, mq_fast_fail *fails, uint32_t *n_fails, uint32_t *n_ok, uint32_t *n_held);
 int      mq_fast_pending(mq_fast *f, mq_fast_fail *head, mq_fast_fail *tail, uint32_t *n_out);
-int      mq_fast_release(mq_fast *f, uint64_t pos, int acked, uint8_t *out, size_t out_cap, mq_fast_span *spans,
-                         uint32_t spans_cap, uint32_t *n_spans, uint32_t *n_released);
+int      mq_fast_release(mq_fast *f, uint64_t pos, int64_t term, int acked, uint8_t *out, size_t out_cap,
+                         mq_fast_span *spans, uint32_t spans_cap, uint32_t *n_spans, uint32_t *n_released);
 int      mq_fast_set_trace(mq_fast *f, int on);
 int      mq_fast_take_trace(mq_fast *f, int64_t *rows, uint32_t cap_rows, uint32_t *n_out);
-int      mq_fast_release_expired(mq_fast *f, int64_t appended_before_ms, mq_fast_fail *fails, uint32_t cap,
-                                 uint32_t *n_out);
+int      mq_fast_release_expired(mq_fast *f, int64_t appended_before_ms, int64_t keep_term, mq_fast_fail *fails,
+                                 uint32_t cap, uint32_t *n_out);
 uint32_t mq_fast_staged(mq_fast *f);
 
 #endif

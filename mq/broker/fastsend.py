@@ -84,7 +84,7 @@ class FastSends:
         self._by_slot: dict[int, object] = {}    # slot -> Connection, of every open connection seen
         self._staged: set[int] = set()           # slots of the staged sends
         self._fixed = template.fixed             # a stored send's fixed answer fields
-        self.hold: str | None = None             # None, "flush" or "ack" (set_policy)
+        self.hold: str | None = None             # None, "flush", "ack" or "commit" (set_policy)
         self._hold_rule = "flush"                # what the answers held now wait for
         self._settler: asyncio.Task | None = None
         self.tracer = None                       # mq.broker.tracing.RequestTracer (set_tracer)
@@ -176,13 +176,15 @@ class FastSends:
     # ---- policy ----------------------------------------------------------------------------
     def set_policy(self, usable: bool, hold: str | None) -> None:
         """usable: C takes sends at all; hold: None (answered at once), "flush" (SYNC_FLUSH: held
-        until flushed) or "ack" (SYNC_MASTER: until a slave acknowledged).  What it staged is
-        appended first; answers already held are released under the rule they were held by."""
+        until flushed), "ack" (SYNC_MASTER: until a slave acknowledged) or "commit" (DLedger:
+        every send, until committed).  What it staged is appended first; answers already held
+        are released under the rule they were held by."""
         self.run()
         self.usable = usable
         if hold != self.hold:
-            check(lib.mq_fast_set_hold(self._h, lib.MQ_FAST_ANSWER_NOW if hold is None else lib.MQ_FAST_HOLD_WAITING),
-                  "fast send hold")
+            mode = {None: lib.MQ_FAST_ANSWER_NOW, "flush": lib.MQ_FAST_HOLD_WAITING, "ack": lib.MQ_FAST_HOLD_WAITING,
+                    "commit": lib.MQ_FAST_HOLD_ALL}[hold]
+            check(lib.mq_fast_set_hold(self._h, mode), "fast send hold")
             if hold is not None:
                 self._hold_rule = hold
             self.hold = hold
@@ -266,9 +268,10 @@ class FastSends:
             ext = None
             if f.rc == lib.MQ_FAST_RC_STORED:
                 stored += 1
-                code, remark, _ = send_status(PutResult(stored_status, None, stored_reason))
-                ext = {"msgId": ffi.string(f.msg_id).decode(), "queueId": f.queue_id, "queueOffset": f.queue_offset,
-                       **self._fixed}
+                code, remark, known = send_status(PutResult(stored_status, None, stored_reason))
+                if known:                  # the answer says where it was stored (codes 10/11/12)
+                    ext = {"msgId": ffi.string(f.msg_id).decode(), "queueId": f.queue_id,
+                           "queueOffset": f.queue_offset, **self._fixed}
             else:
                 topic = self._topic_names[f.topic_id].decode()
                 result = put_error(cl.append_error(f.rc, topic, f.queue_id))
@@ -288,9 +291,11 @@ class FastSends:
 
     # ---- held answers (SYNC_FLUSH, SYNC_MASTER) --------------------------------------------
     async def _settle(self) -> None:
-        """Releases held answers as the flushed or acknowledged position passes them; those held
-        longer than syncFlushTimeout / slaveTimeout get FLUSH_DISK_TIMEOUT / FLUSH_SLAVE_TIMEOUT
-        (the flush's sticky error at once when the store is fatal), as the group path answers."""
+        """Releases held answers as the flushed, acknowledged or committed position passes them,
+        answering as the group path does those that cannot be: held longer than syncFlushTimeout
+        / slaveTimeout / maxWaitAckTimeMs, FLUSH_DISK_TIMEOUT / FLUSH_SLAVE_TIMEOUT (stored) or
+        OS_PAGECACHE_BUSY (DLedger: outcome unknown); appended in a DLedger term that ended,
+        UNKNOWN_ERROR; a fatal store ends every wait at once (a flush's reason is its error)."""
         broker = self.broker
         ctl = broker.store.ctl
         head, tail, n = self._head, self._tail, self._n
@@ -298,35 +303,58 @@ class FastSends:
             check(lib.mq_fast_pending(self._h, head, tail, n), "fast send pending")
             if not n[0]:
                 return
-            if self._hold_rule == "flush":
-                waiter, pos, timeout_s = broker.store.flush_waiter, C.POS_FLUSHED, \
-                    broker.store.config.syncFlushTimeout / 1000
+            rule = self._hold_rule
+            term = -1
+            if rule == "flush":
+                timeout_s = broker.store.config.syncFlushTimeout / 1000
                 status, reason = PutStatus.FLUSH_DISK_TIMEOUT, "flush timed out"
-            else:
-                waiter, pos, timeout_s = broker.ack_waiter, C.POS_ACKED, broker.config.slaveTimeout / 1000
+            elif rule == "ack":
+                timeout_s = broker.config.slaveTimeout / 1000
                 status, reason = PutStatus.FLUSH_SLAVE_TIMEOUT, "the slave did not acknowledge in time"
+            else:
+                timeout_s = broker.config.maxWaitAckTimeMs / 1000
+                status, reason = PutStatus.OS_PAGECACHE_BUSY, "wait quorum ack timeout"
+                term = head.dl_term
             left_s = timeout_s - (time.monotonic() * 1000 - head.t_ms) / 1000
-            ok = left_s > 0 and await waiter.wait_async(head.end_offset, left_s)
-            self._release(ctl.get(pos))
+            if left_s <= 0:
+                ok = False
+            elif rule == "flush":
+                ok = await broker.store.flush_waiter.wait_async(head.end_offset, left_s)
+            elif rule == "ack":
+                ok = await broker.ack_waiter.wait_async(head.end_offset, left_s)
+            else:
+                outcome = await broker.commit_waiter.wait_async(head.end_offset, term, left_s)
+                ok = outcome == "ok"
+                if outcome == "term":
+                    status, reason = PutStatus.UNKNOWN_ERROR, "the leader's term changed before the commit"
+            if rule == "commit":
+                # COMMITTED before the term (CommitWaiter's order): a commit seen with the term
+                # unchanged covers entries of this term only
+                position = ctl.get(C.POS_COMMITTED)
+                term_now = ctl.get(C.POS_DL_APPEND_TERM)
+                if term_now == term:
+                    self._release(position, term)
+            else:
+                self._release(ctl.get(C.POS_FLUSHED if rule == "flush" else C.POS_ACKED), -1)
             if not ok:
-                # a fatal store ends every wait at once (the flush's reason is its sticky error)
                 fatal = ctl.fatal()
-                if fatal and self._hold_rule == "flush":
+                if fatal and rule == "flush":
                     reason = fatal
-                before_ms = int(time.monotonic() * 1000) + 1 if fatal else \
-                    int(time.monotonic() * 1000 - timeout_s * 1000) + 1
+                now_ms = time.monotonic() * 1000
+                before_ms = int(now_ms) + 1 if fatal else int(now_ms - timeout_s * 1000) + 1
+                keep_term = ctl.get(C.POS_DL_APPEND_TERM) if rule == "commit" else -1
                 while True:
-                    check(lib.mq_fast_release_expired(self._h, before_ms, self._fails, MSGS_MAX, n),
+                    check(lib.mq_fast_release_expired(self._h, before_ms, keep_term, self._fails, MSGS_MAX, n),
                           "fast send expire")
                     if not n[0]:
                         break
                     self._answer_fails(n[0], status, reason)
                     self._flush_all()
 
-    def _release(self, position: int) -> None:
+    def _release(self, position: int, term: int) -> None:
         n = self._n
         while True:
-            check(lib.mq_fast_release(self._h, position, 1 if self._hold_rule == "ack" else 0, self._out,
+            check(lib.mq_fast_release(self._h, position, term, 0 if self._hold_rule == "flush" else 1, self._out,
                                       len(self._out), self._spans, MSGS_MAX, n, n + 1), "fast send release")
             if not n[1]:
                 return

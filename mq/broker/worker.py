@@ -271,18 +271,20 @@ class IoWorker:
 
     def _fast_policy(self) -> None:
         """Uses the C send path (mq.broker.fastsend) only where a send is checked by nothing but
-        the send path and waits for at most one position: a master (not DLedger) without ACL
-        whose brokerPermission allows writes (fastSendEnable); under SYNC_FLUSH its answers are
-        held until flushed, under SYNC_MASTER until acknowledged (not both at once).  With perf
-        tracing, C stamps the sends it takes and keeps their req rows."""
+        the send path and waits for at most one position: a master or a DLedger leader without
+        ACL whose brokerPermission allows writes (fastSendEnable); under SYNC_FLUSH its answers
+        are held until flushed, under SYNC_MASTER until acknowledged (not both at once), in
+        DLedger mode until committed.  With perf tracing, C stamps the sends it takes and keeps
+        their req rows."""
         cfg = self.config
-        sync_flush = self.store.config.flushDiskType == "SYNC_FLUSH"
-        sync_master = cfg.brokerRole == "SYNC_MASTER"
+        dledger = self.commit_waiter is not None
+        sync_flush = self.store.config.flushDiskType == "SYNC_FLUSH" and not dledger
+        sync_master = cfg.brokerRole == "SYNC_MASTER" and not dledger
         usable = (cfg.fastSendEnable and cfg.brokerRole in ("ASYNC_MASTER", "SYNC_MASTER")
-                  and self.commit_waiter is None and not (sync_flush and sync_master) and not cfg.aclEnable
+                  and not (sync_flush and sync_master) and not cfg.aclEnable
                   and bool(cfg.brokerPermission & PERM_WRITE))
         self.fast.set_tracer(self.tracer)
-        self.fast.set_policy(usable, "flush" if sync_flush else "ack" if sync_master else None)
+        self.fast.set_policy(usable, "commit" if dledger else "flush" if sync_flush else "ack" if sync_master else None)
         for server in self.servers:
             server.taker = self.fast.take if usable else None
 
