@@ -70,7 +70,7 @@ struct mq_fast {
     int32_t rc[MQ_FAST_MSGS_MAX];
     size_t arena_used;
     uint8_t arena[MQ_FAST_ARENA_BYTES];
-    int hold;                          /* MQ_FAST_ANSWER_NOW or MQ_FAST_HOLD_WAITING */
+    int hold;                          /* enum mq_fast_hold */
     int trace;                         /* stamp instants and keep a req row per answered send */
     uint32_t trace_n;                  /* rows kept, MQ_FAST_TRACE_FIELDS values each */
     int64_t trace_rows[MQ_FAST_TRACE_ROWS_MAX * MQ_FAST_TRACE_FIELDS];
@@ -401,14 +401,19 @@ static uint32_t junescape(const uint8_t *s, uint32_t len, uint8_t *out) {
     return o;
 }
 
-/* A JSON integer token (no fraction, no exponent, no leading zero) as text; 0: not one. */
+/* A JSON integer token (no fraction, no exponent, no leading zero) as text, the text Python's
+ * str() of it gives: not -0 (Python reads 0), at most 19 digits (longer ones Python reads
+ * differently or, past 4300 digits, refuses); 0: not taken. */
 static int jint_tok(jcur *c, const uint8_t **s, uint32_t *len) {
     const uint8_t *p = c->p, *end = c->end;
     const uint8_t *start = p;
     if (p < end && *p == '-') p++;
     if (p >= end || *p < '0' || *p > '9') return 0;
     if (*p == '0' && p + 1 < end && p[1] >= '0' && p[1] <= '9') return 0;
+    if (*p == '0' && p != start) return 0;            /* -0 */
+    const uint8_t *digits = p;
     while (p < end && *p >= '0' && *p <= '9') p++;
+    if (p - digits > 19) return 0;
     if (p < end && (*p == '.' || *p == 'e' || *p == 'E')) return 0;
     *s = start;
     *len = (uint32_t)(p - start);
@@ -663,7 +668,8 @@ int mq_fast_read(mq_fast *f, uint32_t conn, const uint8_t *born_host, uint32_t b
     mq_ctl *ctl = f->cl->ctl;
     size_t pos = 0;
     int stop = MQ_FAST_END;
-    if (ctl_load(ctl, MQ_POS_DISK_FULL) || ctl_load(ctl, MQ_POS_HA_TAKE_BACK_UNTIL)
+    uint64_t take_back_until = ctl_load(ctl, MQ_POS_HA_TAKE_BACK_UNTIL);      /* mq.ha.common.taking_back */
+    if (ctl_load(ctl, MQ_POS_DISK_FULL) || (take_back_until && (int64_t)take_back_until > mono_ms())
         || (f->cl->dledger && ctl_load(ctl, MQ_POS_DL_APPEND_TERM) == 0)) {
         stop = len - pos >= 4 ? MQ_FAST_HANDBACK : MQ_FAST_END;
         goto out;
@@ -912,7 +918,8 @@ int mq_fast_release(mq_fast *f, uint64_t pos, int64_t term, int acked, uint8_t *
     size_t used = 0;
     uint32_t ns = 0, rel = 0;
     int64_t now_ns = f->trace ? mono_ns() : 0;
-    while (f->pending_n && ns < spans_cap && out_cap - used >= MQ_FAST_ANSWER_MAX) {
+    while (f->pending_n && ns < spans_cap && out_cap - used >= MQ_FAST_ANSWER_MAX
+           && !(f->trace && f->trace_n >= MQ_FAST_TRACE_ROWS_MAX)) {
         const mq_fast_fail *a = &f->pending[f->pending_head];
         if (a->end_offset > pos || (term >= 0 && a->dl_term != term)) break;
         if (!a->oneway) add_span(spans, &ns, a->conn, &used, answer(f, a, out + used));

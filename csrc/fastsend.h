@@ -26,7 +26,7 @@
  *   - the properties: none of DELAY, CLUSTER, TRAN_MSG as a substring "NAME\x01", and WAIT
  *     either absent or one entry starting the properties or after a \x02 (it is cut: the
  *     broker honours WAIT and does not store it);
- *   - the store: MQ_POS_DISK_FULL and MQ_POS_HA_TAKE_BACK_UNTIL are 0, and in DLedger mode
+ *   - the store: MQ_POS_DISK_FULL is 0, MQ_POS_HA_TAKE_BACK_UNTIL is 0 or past, in DLedger mode
  *     MQ_POS_DL_APPEND_TERM is not (Python answers those).
  * The store's own checks (body size, properties length, a full queue table, a fatal store)
  * still run in the append; such a send comes back from mq_fast_run as a failure for Python to
@@ -81,7 +81,8 @@
  * mq_fast_pending  *n_out answers held; when > 0, *head the oldest and *tail the newest.
  * mq_fast_release  writes the answers of the held sends whose end is <= pos, oldest first, into
  *     out and spans as mq_fast_run does, while out has MQ_FAST_ANSWER_MAX bytes left and spans a
- *     slot; *n_released were released (oneway ones unanswered).  Call again while it releases.
+ *     slot (and, tracing, room for their rows); *n_released were released (oneway ones
+ *     unanswered).  Call again while it releases.
  *     acked: pos is a slave's ack or a commit (for the trace's phases), else the flush's.
  *     term >= 0 (DLedger): only answers of entries appended in that term are released (pos is
  *     COMMITTED read before the term, which is still this one: mq.store.notify.CommitWaiter).

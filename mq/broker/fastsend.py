@@ -7,14 +7,19 @@ frame, and Python's send path (mq.broker.send) answers it as it always did.
 
 Python keeps the policy: which topics C may take (published here once SendProcessor.handle
 found them in the worker's topic cache and their sends would be stored as they are), whether
-the path is used at all (FastSends.usable: only where a send needs no wait and no other check -
-ASYNC_MASTER, ASYNC_FLUSH, no ACL, no perf tracing, brokerPermission with write; the store's
-disk-full and take-back states are read by C per read), and every refusal: a send the store
-refuses comes back from the run and is answered here with the code the group path gives.
+the path is used at all and how its answers wait (set_policy, from IoWorker._fast_policy: a
+master or DLedger leader, no ACL, brokerPermission with write; answered at once, or held until
+flushed, acknowledged or committed; the store's disk-full, take-back and DLedger-term states are
+read by C per read), and every refusal and timeout: a send the store refuses, or whose wait
+ends badly, comes back from C and is answered here with the code the group path gives.  With
+perf tracing, C stamps the sends it takes and keeps their req rows (set_tracer).
 
 Limits, named: MQ_FAST_MSGS_MAX sends and MQ_FAST_ARENA_BYTES of properties per run (a read
 that fills the stage runs it at once and goes on); MQ_FAST_TOPICS_MAX topics published (past
-that, the others keep Python's path until the topic cache is cleared)."""
+that, the others keep Python's path until the topic cache is cleared); MQ_FAST_PENDING_MAX
+answers held at once, over all connections (past that, sends take Python's path).  Held sends
+count against no connection's in-flight bound: one connection can fill the ring, and the others
+then take Python's path until it drains."""
 from __future__ import annotations
 
 import asyncio
@@ -68,8 +73,14 @@ class FastSends:
         opts.bin_fixed, opts.bin_fixed_len = keep[2], len(template.bin_fixed)
         opts.max_message_size = broker.store.cl.max_message_size
         out = ffi.new("mq_fast **")
-        check(lib.mq_fast_open(broker.store.cl._h, opts, out), "fast send open")
-        self._h = ffi.gc(out[0], lib.mq_fast_close)
+        rc = lib.mq_fast_open(broker.store.cl._h, opts, out)
+        if rc == lib.MQ_E_INVAL:           # fixed answer fields over MQ_FAST_FIXED_MAX (a very long regionId)
+            log.warning("the C send path is off: a stored send's fixed answer fields take %d bytes (JSON), over "
+                        "%d", len(template.json_fixed), lib.MQ_FAST_FIXED_MAX)
+            self._h = None
+        else:
+            check(rc, "fast send open")
+            self._h = ffi.gc(out[0], lib.mq_fast_close)
         self._out = ffi.new("uint8_t[]", MSGS_MAX * lib.MQ_FAST_ANSWER_MAX)
         self._out_buf = ffi.buffer(self._out)
         self._spans = ffi.new("mq_fast_span[]", MSGS_MAX)
@@ -88,6 +99,7 @@ class FastSends:
         self._hold_rule = "flush"                # what the answers held now wait for
         self._settler: asyncio.Task | None = None
         self.tracer = None                       # mq.broker.tracing.RequestTracer (set_tracer)
+        self.group = None                        # the worker's SendGroup: its pending sends are appended first
         self._trace_rows = None
         self._keep: list = []                    # the reads staged sends point into
         self._next_slot = 0
@@ -116,7 +128,8 @@ class FastSends:
         appending what it staged and counting what it stored."""
         self.run()
         self.take_counts()
-        check(lib.mq_fast_topics_clear(self._h), "fast send clear")
+        if self._h is not None:
+            check(lib.mq_fast_topics_clear(self._h), "fast send clear")
         self._topic_ids.clear()
         self._topic_names.clear()
 
@@ -163,8 +176,10 @@ class FastSends:
             if stop[0] == STOP_FULL:
                 self.run()
                 continue
-            if stop[0] == STOP_HANDBACK and code[0] in APPENDING_CODES and self._staged:
-                self.run()                 # what came before it is appended before it
+            if stop[0] == STOP_HANDBACK and self._staged and (code[0] < 0 or code[0] in APPENDING_CODES):
+                # what came before it is appended (and answered) before it: it may be a send C
+                # could not read, or a broken frame that closes the connection
+                self.run()
             return pos
 
     def forget(self, conn) -> None:
@@ -180,8 +195,8 @@ class FastSends:
         every send, until committed).  What it staged is appended first; answers already held
         are released under the rule they were held by."""
         self.run()
-        self.usable = usable
-        if hold != self.hold:
+        self.usable = usable and self._h is not None
+        if hold != self.hold and self._h is not None:
             mode = {None: lib.MQ_FAST_ANSWER_NOW, "flush": lib.MQ_FAST_HOLD_WAITING, "ack": lib.MQ_FAST_HOLD_WAITING,
                     "commit": lib.MQ_FAST_HOLD_ALL}[hold]
             check(lib.mq_fast_set_hold(self._h, mode), "fast send hold")
@@ -192,14 +207,15 @@ class FastSends:
     def set_tracer(self, tracer) -> None:
         """Perf tracing on: C stamps each send it takes and keeps its req row, written here after
         every run and release (csrc/fastsend.h, mq_fast_set_trace)."""
-        if tracer is None or self.tracer is tracer:
+        if tracer is None or self.tracer is tracer or self._h is None:
             return
         self.tracer = tracer
         self._trace_rows = ffi.new("int64_t[]", lib.MQ_FAST_TRACE_ROWS_MAX * lib.MQ_FAST_TRACE_FIELDS)
+        self._trace_n = ffi.new("uint32_t *")
         check(lib.mq_fast_set_trace(self._h, 1), "fast send trace")
 
     def _write_trace(self) -> None:
-        n = self._n
+        n = self._trace_n
         check(lib.mq_fast_take_trace(self._h, self._trace_rows, lib.MQ_FAST_TRACE_ROWS_MAX, n), "fast send trace")
         self.tracer.writer.add_flat(self._trace_rows, n[0])
 
@@ -219,6 +235,9 @@ class FastSends:
         stage is full, before a send C left to Python, or when the topics or the policy change)."""
         if not self._staged:
             return
+        group = self.group
+        if group is not None and group.pending:
+            group.run()                    # sends Python's group took from earlier frames go first
         staged, self._staged = self._staged, set()
         n = self._n
         refuse = 0
@@ -233,10 +252,10 @@ class FastSends:
             self._keep.clear()
         n_spans, n_fails, n_ok, n_held = n[0], n[1], n[2], n[3]
         self.runs += 1
-        self.msgs += n_ok + n_fails
         self._write_spans(n_spans)
         refused_stored = self._answer_fails(n_fails, PutStatus.SLAVE_NOT_AVAILABLE,
                                             "no slave connected, or it is too far behind") if n_fails else 0
+        self.msgs += n_ok + n_fails - refused_stored      # a stored send refused an answer is in both
         for slot in staged:
             conn = self._by_slot.get(slot)
             if conn is not None:
@@ -291,6 +310,19 @@ class FastSends:
 
     # ---- held answers (SYNC_FLUSH, SYNC_MASTER) --------------------------------------------
     async def _settle(self) -> None:
+        """Runs _settle_loop; should it ever fail (a bug), the failure is logged and the loop
+        starts again while answers are held, so none is left waiting for good."""
+        while True:
+            try:
+                await self._settle_loop()
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("releasing held send answers failed; starting over")
+                await asyncio.sleep(0.01)
+
+    async def _settle_loop(self) -> None:
         """Releases held answers as the flushed, acknowledged or committed position passes them,
         answering as the group path does those that cannot be: held longer than syncFlushTimeout
         / slaveTimeout / maxWaitAckTimeMs, FLUSH_DISK_TIMEOUT / FLUSH_SLAVE_TIMEOUT (stored) or
@@ -304,7 +336,6 @@ class FastSends:
             if not n[0]:
                 return
             rule = self._hold_rule
-            term = -1
             if rule == "flush":
                 timeout_s = broker.store.config.syncFlushTimeout / 1000
                 status, reason = PutStatus.FLUSH_DISK_TIMEOUT, "flush timed out"
@@ -314,7 +345,6 @@ class FastSends:
             else:
                 timeout_s = broker.config.maxWaitAckTimeMs / 1000
                 status, reason = PutStatus.OS_PAGECACHE_BUSY, "wait quorum ack timeout"
-                term = head.dl_term
             left_s = timeout_s - (time.monotonic() * 1000 - head.t_ms) / 1000
             if left_s <= 0:
                 ok = False
@@ -323,47 +353,52 @@ class FastSends:
             elif rule == "ack":
                 ok = await broker.ack_waiter.wait_async(head.end_offset, left_s)
             else:
-                outcome = await broker.commit_waiter.wait_async(head.end_offset, term, left_s)
-                ok = outcome == "ok"
-                if outcome == "term":
-                    status, reason = PutStatus.UNKNOWN_ERROR, "the leader's term changed before the commit"
+                ok = await broker.commit_waiter.wait_async(head.end_offset, head.dl_term, left_s) == "ok"
             if rule == "commit":
                 # COMMITTED before the term (CommitWaiter's order): a commit seen with the term
                 # unchanged covers entries of this term only
                 position = ctl.get(C.POS_COMMITTED)
-                term_now = ctl.get(C.POS_DL_APPEND_TERM)
-                if term_now == term:
-                    self._release(position, term)
+                if ctl.get(C.POS_DL_APPEND_TERM) == head.dl_term:
+                    self._release(position, head.dl_term)
             else:
                 self._release(ctl.get(C.POS_FLUSHED if rule == "flush" else C.POS_ACKED), -1)
-            if not ok:
-                fatal = ctl.fatal()
-                if fatal and rule == "flush":
-                    reason = fatal
-                now_ms = time.monotonic() * 1000
-                before_ms = int(now_ms) + 1 if fatal else int(now_ms - timeout_s * 1000) + 1
-                keep_term = ctl.get(C.POS_DL_APPEND_TERM) if rule == "commit" else -1
-                while True:
-                    check(lib.mq_fast_release_expired(self._h, before_ms, keep_term, self._fails, MSGS_MAX, n),
-                          "fast send expire")
-                    if not n[0]:
-                        break
-                    self._answer_fails(n[0], status, reason)
-                    self._flush_all()
+            if ok:
+                continue
+            fatal = ctl.fatal()
+            if fatal and rule == "flush":
+                reason = fatal
+            if rule == "commit":          # entries of a term that ended: outcome unknown
+                self._expire(-(1 << 62), ctl.get(C.POS_DL_APPEND_TERM), PutStatus.UNKNOWN_ERROR,
+                             "the leader's term changed before the commit")
+            now_ms = time.monotonic() * 1000
+            self._expire(int(now_ms) + 1 if fatal else int(now_ms - timeout_s * 1000) + 1, -1, status, reason)
+
+    def _expire(self, before_ms: int, keep_term: int, status: PutStatus, reason: str) -> None:
+        """Answers, with status, the held sends appended before before_ms or (keep_term >= 0) in
+        another term (mq_fast_release_expired)."""
+        n = self._n
+        while True:
+            check(lib.mq_fast_release_expired(self._h, before_ms, keep_term, self._fails, MSGS_MAX, n),
+                  "fast send expire")
+            if not n[0]:
+                return
+            self._answer_fails(n[0], status, reason)
+            self._flush_all()
 
     def _release(self, position: int, term: int) -> None:
         n = self._n
         while True:
             check(lib.mq_fast_release(self._h, position, term, 0 if self._hold_rule == "flush" else 1, self._out,
                                       len(self._out), self._spans, MSGS_MAX, n, n + 1), "fast send release")
-            if not n[1]:
+            n_spans, released = n[0], n[1]
+            if not released:
                 return
             if self.tracer is not None:
                 self._write_trace()
-            self._write_spans(n[0])
-            self._flush_all(n[0])
+            self._write_spans(n_spans)
+            self._flush_all(n_spans)
             if self.stats is not None:
-                self.stats.sent(RC.SUCCESS, int(time.monotonic() * 1e9) - self._head.t_ms * 1_000_000, n[1])
+                self.stats.sent(RC.SUCCESS, int(time.monotonic() * 1e9) - self._head.t_ms * 1_000_000, released)
 
     def _flush_all(self, n_spans: int | None = None) -> None:
         """Writes the answers just queued (the spans' connections, or every one)."""

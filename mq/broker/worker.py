@@ -86,6 +86,7 @@ class IoWorker:
         self.send = SendProcessor(self)
         self.send.group = self.send_group = SendGroup(self, self.send)
         self.send.fast = self.fast = FastSends(self, self.send.stored_template)
+        self.fast.group = self.send_group
         self.meta.on_topics_cleared = self.fast.clear_topics
         self.pull = PullProcessor(self)
         self.admin = AdminProcessor(self)

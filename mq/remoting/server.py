@@ -17,7 +17,8 @@ A handler is a plain function `handler(conn, cmd)` that returns one of:
 A server may also have a `taker` (the broker's C send path, mq.broker.fastsend): before a frame
 is decoded, it is offered the rest of the read and takes the frames it answers itself (later,
 in one write per connection), up to the first one it leaves to the handlers; the frames it
-takes count against no in-flight bound (they are answered within the loop iteration).
+takes count against no in-flight bound (the taker answers them or holds their answers: it bounds
+them itself).
 
 Rules (spec 1.5, RELIABILITY.md):
   * a framing error (length < 4 or over FRAME_SIZE_MAX, header past the frame, unknown

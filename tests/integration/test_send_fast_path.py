@@ -2,7 +2,9 @@
 sends answered by the group append, responses from a template) stores and answers exactly what
 the full path does, many frames in one read are answered together, and the sends of one read
 share one wake of the store roles."""
+import json
 import socket
+import struct
 
 import pytest
 
@@ -216,3 +218,86 @@ def _pull_schedule(raw: Raw) -> bytes:
                               "suspendTimeoutMillis": "0", "subscription": "*", "subVersion": "0"})
     assert resp.code == 0, (resp.code, resp.remark)
     return wcl.parse_record(resp.body).properties
+
+
+def _json_frame(opaque: int, topic: str, qid: int, props_json: str, body: bytes) -> bytes:
+    """A SEND_MESSAGE_V2 frame whose JSON header is written by hand: props_json is the JSON text
+    of the properties value (escapes as given)."""
+    ext = ",".join(f'"{k}":"{v}"' for k, v in v2(topic, qid, "").items() if k != "i")
+    header = ('{"code":310,"extFields":{%s,"i":%s},"flag":0,"language":"JAVA","opaque":%d,'
+              '"serializeTypeCurrentRPC":"JSON","version":409}' % (ext, props_json, opaque)).encode()
+    return struct.pack(">II", 4 + len(header) + len(body), len(header)) + header + body
+
+
+def test_a_connections_sends_are_appended_in_the_order_they_came(broker):
+    """One connection pipelines sends to one queue, alternating ones the C path reads and ones it
+    cannot (a \\u00e9 escape: C leaves the frame to Python without reading its header, so it
+    cannot know it is a send; Python's send group takes it): each takes the next queue offset,
+    in the order sent, as RocketMQ's one send thread appends them."""
+    raw = Raw(broker.port)
+    topic = "FastPathOrderTopic"
+    try:
+        resp, _ = raw.call(UPDATE_TOPIC, {"topic": topic, "readQueueNums": "1", "writeQueueNums": "1", "perm": "6"})
+        assert resp.code == 0
+        assert raw.call(SEND_V2, v2(topic, 0, ""), b"warm-up")[0].code == 0     # the worker learns the topic
+        frames = []
+        for i in range(60):
+            opaque = 10_000 + i
+            if i % 3 == 1:
+                frames.append(_json_frame(opaque, topic, 0, '"KEYS\\u0001caf\\u00e9"', b"m%d" % i))
+            else:
+                cmd = RemotingCommand(code=SEND_V2, version=409, opaque=opaque, ext_fields=v2(topic, 0, "KEYS\x01k"),
+                                      body=b"m%d" % i)
+                frames.append(encode_frame(cmd))
+        raw.sock.sendall(b"".join(frames))
+        resps = {}
+        for _ in frames:
+            r = raw.read()[0]
+            resps[r.opaque] = r
+        offsets = [int(resps[10_000 + i].ext_fields["queueOffset"]) for i in range(60)]
+        assert all(resps[10_000 + i].code == 0 for i in range(60))
+        assert offsets == list(range(offsets[0], offsets[0] + 60)), offsets
+    finally:
+        raw.close()
+
+
+def test_traced_sync_flush_pipelines_get_their_own_answers(tmp_path):
+    """SYNC_FLUSH with perf tracing: answers held in C and released after the flush, on three
+    connections pipelining 300 sends each, each answer its own (opaque, SUCCESS, a queue offset
+    no other send got), and one req record per send in the trace."""
+    from mq.trace import read_records
+    ns = NameServer(str(tmp_path))
+    b = Broker(str(tmp_path), ns.addr, sendMessageThreadPoolNums=1, flushDiskType="SYNC_FLUSH",
+               perfTraceEnable="true", perfTraceDir=str(tmp_path / "trace"))
+    raws = []
+    topic = "FastPathTracedTopic"
+    try:
+        raws = [Raw(b.port) for _ in range(3)]
+        resp, _ = raws[0].call(UPDATE_TOPIC, {"topic": topic, "readQueueNums": "4", "writeQueueNums": "4",
+                                              "perm": "6"})
+        assert resp.code == 0
+        assert raws[0].call(SEND_V2, v2(topic, 0, ""), b"warm-up")[0].code == 0
+        sent = [[raw.frame(SEND_V2, v2(topic, i % 4, "KEYS\x01k%d" % i), b"t%d" % i) for i in range(300)]
+                for raw in raws]
+        for raw, frames in zip(raws, sent):
+            raw.sock.sendall(b"".join(data for _, data in frames))
+        seen = set()
+        for raw, frames in zip(raws, sent):
+            want = {cmd.opaque for cmd, _ in frames}
+            for _ in frames:
+                r = raw.read()[0]
+                assert r.code == 0 and r.opaque in want, (r.code, r.opaque, r.remark)
+                want.discard(r.opaque)
+                place = (r.ext_fields["queueId"], r.ext_fields["queueOffset"])
+                assert place not in seen, f"{place} given twice"
+                seen.add(place)
+        info = json.loads(raws[0].call(28, {})[0].body)["table"]
+        # all but the first after the warm-up, which publishes the topic to C
+        assert int(info["fastSendMsgs"]) == 899, info["fastSendMsgs"]
+    finally:
+        for raw in raws:
+            raw.close()
+        b.stop()
+        ns.stop()
+    sends = [r for r in read_records(str(tmp_path / "trace")) if r.get("kind") == "req" and r.get("code") == SEND_V2]
+    assert len(sends) == 901 and all(r["status"] == "0" and r["msgs"] == 1 for r in sends), len(sends)
