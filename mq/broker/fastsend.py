@@ -41,6 +41,7 @@ from .send import normalize_host, send_status
 log = logging.getLogger("mq.broker.fastsend")
 
 MSGS_MAX = lib.MQ_FAST_MSGS_MAX
+TRACE_FLUSH_ROWS = lib.MQ_FAST_TRACE_ROWS_MAX - MSGS_MAX      # C's rows are taken past this many
 TOPICS_MAX = lib.MQ_FAST_TOPICS_MAX
 STOP_END, STOP_HANDBACK, STOP_FULL = lib.MQ_FAST_END, lib.MQ_FAST_HANDBACK, lib.MQ_FAST_FULL
 # requests whose handlers append: a connection's sends are appended in the order they came, as
@@ -212,12 +213,26 @@ class FastSends:
         self.tracer = tracer
         self._trace_rows = ffi.new("int64_t[]", lib.MQ_FAST_TRACE_ROWS_MAX * lib.MQ_FAST_TRACE_FIELDS)
         self._trace_n = ffi.new("uint32_t *")
+        self._trace_kept = 0                     # rows C keeps, at most (since the last take)
         check(lib.mq_fast_set_trace(self._h, 1), "fast send trace")
 
-    def _write_trace(self) -> None:
+    def flush_trace(self) -> None:
+        """Writes the req rows C keeps (the worker's trace flush, every FLUSH_INTERVAL_S, and
+        stopping)."""
+        if self.tracer is None:
+            return
         n = self._trace_n
         check(lib.mq_fast_take_trace(self._h, self._trace_rows, lib.MQ_FAST_TRACE_ROWS_MAX, n), "fast send trace")
+        self._trace_kept = 0
         self.tracer.writer.add_flat(self._trace_rows, n[0])
+
+    def _trace_room(self, added: int) -> None:
+        """`added` rows were kept in C: they are formatted in batches (a call per run would cost
+        more than the rows), before C's room could run out in the next call (a run adds at most
+        MSGS_MAX rows, a release stops when the room is gone)."""
+        self._trace_kept += added
+        if self._trace_kept >= TRACE_FLUSH_ROWS:
+            self.flush_trace()
 
     def _trace_fail(self, f, status: int) -> None:
         """The req row of a send Python answered for C (refused, or stored and not held)."""
@@ -261,7 +276,7 @@ class FastSends:
             if conn is not None:
                 conn.flush()
         if self.tracer is not None:
-            self._write_trace()
+            self._trace_room(n_ok + n_fails)
         answered_now = n_ok - n_held - refused_stored
         if self.stats is not None and answered_now:
             self.stats.sent(RC.SUCCESS, perf_counter_ns() - self._t_first_ns, answered_now)
@@ -394,7 +409,7 @@ class FastSends:
             if not released:
                 return
             if self.tracer is not None:
-                self._write_trace()
+                self._trace_room(released)
             self._write_spans(n_spans)
             self._flush_all(n_spans)
             if self.stats is not None:

@@ -140,6 +140,7 @@ class IoWorker:
             await s.stop(grace_s=3.0)
         if self.tracer is not None:
             self._trace_flusher.cancel()
+            self.fast.flush_trace()
             self.tracer.close()
         if self._acl_poller is not None:
             self._acl_poller.cancel()
@@ -162,6 +163,7 @@ class IoWorker:
         """Writes buffered req records at least every FLUSH_INTERVAL_S, so a quiet worker's trace is current."""
         while True:
             await asyncio.sleep(FLUSH_INTERVAL_S)
+            self.fast.flush_trace()
             self.tracer.flush()
 
     # ---- what the processors use ---------------------------------------------------------------
