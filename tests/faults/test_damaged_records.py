@@ -83,7 +83,12 @@ def test_a_record_damaged_under_a_live_broker_is_never_served(broker):
         assert int(alone.ext_fields["nextBeginOffset"]) == 12
         view = p.call(33, {"offset": str(phy)})
         assert view.code == 1 and "record at" in view.remark, (view.code, view.remark)
-        log = broker.proc.output()
+        # the io worker's log lines reach the broker's log through the supervisor, later: a request
+        # it logs after the reads, on the same connection (so the same io worker, whose lines
+        # arrive in order), marks where the reads' lines end
+        assert p.call(9999, {}).code == 3                  # REQUEST_CODE_NOT_SUPPORTED, logged
+        log = wait_for(lambda: (lambda text: text if "request code 9999 not supported" in text else None)(
+            broker.proc.output()), 10, what="the io worker's log line of the marker request")
         assert log.count(f"CommitLog {phy} ") == 1, "reported once"
         assert "Traceback" not in log
     finally:
