@@ -397,8 +397,7 @@ class FastSends:
                   "fast send expire")
             if not n[0]:
                 return
-            self._answer_fails(n[0], status, reason)
-            self._flush_all()
+            self._answer_fails(n[0], status, reason)       # each write schedules its connection's flush
 
     def _release(self, position: int, term: int) -> None:
         n = self._n
@@ -415,15 +414,12 @@ class FastSends:
             if self.stats is not None:
                 self.stats.sent(RC.SUCCESS, int(time.monotonic() * 1e9) - self._head.t_ms * 1_000_000, released)
 
-    def _flush_all(self, n_spans: int | None = None) -> None:
-        """Writes the answers just queued (the spans' connections, or every one)."""
-        if n_spans is None:
-            conns = self._by_slot.values()
-        else:
-            conns = {self._spans[i].conn for i in range(n_spans)}
-            conns = [self._by_slot[c] for c in conns if c in self._by_slot]
-        for conn in conns:
-            conn.flush()
+    def _flush_all(self, n_spans: int) -> None:
+        """Writes the answers just queued on the spans' connections, now."""
+        for slot in {self._spans[i].conn for i in range(n_spans)}:
+            conn = self._by_slot.get(slot)
+            if conn is not None:
+                conn.flush()
 
     async def drain(self, timeout_s: float = 3.0) -> None:
         """Appends what is staged and waits for the held answers (stopping)."""
