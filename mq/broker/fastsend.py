@@ -30,13 +30,12 @@ from time import perf_counter_ns
 from mq.remoting import RequestCode as R, ResponseCode as RC, make_response
 from mq.store import PutResult, PutStatus
 from mq.store import control as C
-from mq.store.commitlog import host_bytes
 from mq.store.native import check, ffi, lib
 from mq.store.store import put_error
 from mq.wire.remoting import RemotingCommand
 from mq.wire.topics import RETRY_PREFIX, SEND_PROTECTED_TOPICS, TOPIC_LEN_MAX, TOPIC_RE
 
-from .send import normalize_host, send_status
+from .send import born_packed, send_status
 
 log = logging.getLogger("mq.broker.fastsend")
 
@@ -154,12 +153,8 @@ class FastSends:
         if slot is None:
             slot = conn.attrs["fast_slot"] = self._next_slot
             self._next_slot = (self._next_slot + 1) & 0x7FFFFFFF
-            host = conn.attrs.get("born_host")
-            if host is None:
-                host = conn.attrs["born_host"] = normalize_host(conn.peer[0])
-            conn.attrs["fast_born"] = host_bytes(host)
             self._by_slot[slot] = conn
-        born = conn.attrs["fast_born"]
+        born = born_packed(conn)
         buf = ffi.from_buffer(data)
         h, consumed, stop, code = self._h, self._consumed, self._stop, self._code
         while True:

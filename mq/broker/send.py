@@ -129,6 +129,15 @@ def normalize_host(host: str) -> str:
     return str(ip)
 
 
+def born_packed(conn) -> bytes:
+    """A connection's born host as a record stores it (4 or 16 bytes), computed once per connection
+    (its normalized text is SendProcessor._born's)."""
+    packed = conn.attrs.get("born_packed")
+    if packed is None:
+        packed = conn.attrs["born_packed"] = host_bytes(SendProcessor._born(conn)[0])
+    return packed
+
+
 class BadRequest(Exception):
     def __init__(self, code: int, remark: str):
         super().__init__(remark)
@@ -295,10 +304,7 @@ class SendProcessor:
             return self.process(conn, cmd)
         born = conn.attrs.get("born_c")
         if born is None:
-            host = conn.attrs.get("born_host")
-            if host is None:
-                host = conn.attrs["born_host"] = normalize_host(conn.peer[0])
-            packed = host_bytes(host)
+            packed = born_packed(conn)
             born = conn.attrs["born_c"] = (packed, group.appender.c_bytes(packed), len(packed))
         group.add(conn, cmd, topic.encode(), qid, props_b, flag, sys_flag, born_ts, born, conn.peer[1], reconsume,
                   wait)
