@@ -102,6 +102,9 @@ enum mq_pos {                 /* uint64 positions in the control block */
     MQ_POS_DISK_FULL,         /* 0: the disks have room; else a partition of the store is over
                                  diskSpaceWarningLevelRatio and io workers refuse sends.  Set by the
                                  supervisor's disk check; layout in mq.store.retention (pack_disk_full) */
+    MQ_POS_HA_SLAVES,         /* slaves connected to this master's HA port now (mq.ha.master keeps it, under
+                                 its connection lock; the supervisor zeroes it when the HA role dies):
+                                 with MQ_POS_ACKED, RocketMQ's isSlaveOK, read live by every io worker */
     MQ_POS_COUNT_
 };
 enum mq_seq {                 /* futex words: bumped after the matching event */

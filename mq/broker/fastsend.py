@@ -35,6 +35,7 @@ from mq.store.store import put_error
 from mq.wire.remoting import RemotingCommand
 from mq.wire.topics import RETRY_PREFIX, SEND_PROTECTED_TOPICS, TOPIC_LEN_MAX, TOPIC_RE
 
+from .hastatus import slave_ok
 from .send import born_packed, send_status
 
 log = logging.getLogger("mq.broker.fastsend")
@@ -253,8 +254,8 @@ class FastSends:
         refuse = 0
         if self.hold == "ack":             # RocketMQ's isSlaveOK, on the end before this group
             broker = self.broker
-            refuse = 0 if broker.ha_status.slave_ok(broker.store.ctl.get(C.POS_WRITE),
-                                                    broker.config.haSlaveFallbehindMax) else 1
+            ctl = broker.store.ctl
+            refuse = 0 if slave_ok(ctl, ctl.get(C.POS_WRITE), broker.config.haSlaveFallbehindMax) else 1
         try:
             check(lib.mq_fast_run(self._h, refuse, self._out, len(self._out), self._spans, n, self._fails, n + 1,
                                   n + 2, n + 3), "fast send run")

@@ -9,6 +9,7 @@ import os
 import time
 
 from mq.files import read_config
+from mq.store import control as C
 
 STATUS_FILE = "ha-status.json"
 STATUS_REFRESH_S = 0.2
@@ -30,10 +31,11 @@ class HAStatus:
             self._slaves = list(data.get("slaves", [])) if fresh else []
         return self._slaves
 
-    def slave_ok(self, end_offset: int, fallbehind_max: int) -> bool:
-        """RocketMQ's isSlaveOK: a slave is connected and less than fallbehind_max behind."""
-        slaves = self.slaves()
-        if not slaves:
-            return False
-        best_ack = max(int(s.get("ackOffset") or 0) for s in slaves)
-        return end_offset - best_ack < fallbehind_max
+
+
+def slave_ok(ctl, end_offset: int, fallbehind_max: int) -> bool:
+    """RocketMQ's isSlaveOK: a slave is connected now and the highest offset a slave acknowledged
+    is less than fallbehind_max behind end_offset.  Read live from the control block (the HA role
+    keeps POS_HA_SLAVES on every connect and disconnect), not from the status file: a file read
+    at most every STATUS_REFRESH_S would answer SLAVE_NOT_AVAILABLE for a slave already there."""
+    return ctl.get(C.POS_HA_SLAVES) > 0 and end_offset - ctl.get(C.POS_ACKED) < fallbehind_max

@@ -257,6 +257,8 @@ class Supervisor:
                     self.restarts_by_role[role] = self.restarts_by_role.get(role, 0) + 1
                     killed |= (p.exitcode or 0) < 0
                     log.error("%s role (pid %s) died with exit code %s; restarting it", role, p.pid, p.exitcode)
+                    if role == "ha":
+                        self.store.ctl.set(C.POS_HA_SLAVES, 0)     # its connections died with it
                     self._start_role(role)
             if killed:     # a process killed by a signal may have died holding the log stream's lock
                 await asyncio.to_thread(release_stuck_log_lock)

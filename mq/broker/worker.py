@@ -34,7 +34,7 @@ from .iostats import IoStats
 from .config import BrokerConfig
 from .dledgerinfo import dledger_runtime_info
 from .link import RemoteMeta
-from .hastatus import HAStatus
+from .hastatus import HAStatus, slave_ok
 from .launcher import die_with_parent
 from .pull import PullProcessor
 from .fastsend import FastSends
@@ -232,7 +232,7 @@ class IoWorker:
         if self.config.brokerRole != "SYNC_MASTER" or not wait or r.result is None:
             return r
         end = r.result.end_offset
-        if not self.ha_status.slave_ok(end, self.config.haSlaveFallbehindMax):
+        if not slave_ok(self.store.ctl, end, self.config.haSlaveFallbehindMax):
             return PutResult(PutStatus.SLAVE_NOT_AVAILABLE, r.result, "no slave connected, or it is too far behind")
         acked = await self.ack_waiter.wait_async(end, self.config.slaveTimeout / 1000)
         if times is not None:

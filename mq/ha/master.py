@@ -111,6 +111,8 @@ class SlaveConnection:
         if not self.closed:
             self.closed = True
             self.close_reason = reason
+            with self.master._lock:
+                self.master._publish_count()      # a closing connection is no slave to wait for
         self.start_event.set()
         shutdown_quietly(self.sock)
 
@@ -331,6 +333,8 @@ class HAMaster:
         self.port = self._lsock.getsockname()[1]
 
     def start(self) -> "HAMaster":
+        with self._lock:
+            self._publish_count()      # a block kept from an HA role that died may hold its count
         for name, target in (("ha-accept", self._accept_loop), ("ha-status", self._status_loop)):
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
@@ -368,6 +372,7 @@ class HAMaster:
             with self._lock:
                 self._conns.append(conn)
                 self.connections_total += 1
+                self._publish_count()
             log.info("HA connection from %s", addr)
             conn.start()
             self.write_status()
@@ -376,6 +381,7 @@ class HAMaster:
         with self._lock:
             if conn in self._conns:
                 self._conns.remove(conn)
+            self._publish_count()
         log.info("HA connection %s closed: %s (acked %d, sent %d)", conn.addr, conn.close_reason,
                  conn.ack_offset, conn.sent_offset)
         self.write_status()
@@ -496,6 +502,12 @@ class HAMaster:
             ctl.reset_next_offsets()
 
     # ---- status -----------------------------------------------------------------------------
+    def _publish_count(self) -> None:
+        """POS_HA_SLAVES = the open connections now, as slaves() lists them (called under _lock:
+        the stores land in the order of the changes).  Io workers read it per send (isSlaveOK);
+        the status file is too slow for that."""
+        self.ctl.set(C.POS_HA_SLAVES, 0 if self._stopping else sum(not c.closed for c in self._conns))
+
     def slaves(self) -> list[dict]:
         """One dict per connected slave: addr, ackOffset, sentOffset, since (ms), startOffset."""
         with self._lock:
@@ -504,9 +516,11 @@ class HAMaster:
     def write_status(self) -> None:
         if not self.status_path:
             return
-        doc = {"slaves": [] if self._stopping else self.slaves(), "updated": _now_ms(),
-               "listen": f"{self.listen_host}:{self.port}"}
         with self._status_lock:
+            # the snapshot under the lock too: files land in the order their snapshots were taken
+            # (a periodic write must not put back a list older than a connect's)
+            doc = {"slaves": [] if self._stopping else self.slaves(), "updated": _now_ms(),
+                   "listen": f"{self.listen_host}:{self.port}"}
             self._status_at = time.monotonic()
             try:
                 write_atomic(self.status_path, json.dumps(doc))
@@ -523,7 +537,10 @@ class HAMaster:
 
     # ---- stopping ------------------------------------------------------------------------------
     def stop(self) -> None:
-        self._stopping = True
+        if not self._stopping:          # (a second stop may come after the store closed)
+            self._stopping = True
+            with self._lock:
+                self._publish_count()
         for t in self._threads:          # accept first: no connection starts after this
             t.join(JOIN_TIMEOUT_S)
         self._threads.clear()

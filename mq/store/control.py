@@ -66,6 +66,8 @@ POS_DL_BEGIN_INDEX = lib.MQ_POS_DL_BEGIN_INDEX
 POS_HA_TAKE_BACK_UNTIL = lib.MQ_POS_HA_TAKE_BACK_UNTIL
 # 0, or the disk shares of a store over diskSpaceWarningLevelRatio: sends refused (mq.store.retention)
 POS_DISK_FULL = lib.MQ_POS_DISK_FULL
+# master/slave: slaves connected to the HA port now (mq.ha.master); isSlaveOK reads it live
+POS_HA_SLAVES = lib.MQ_POS_HA_SLAVES
 
 SEQ_WRITE = lib.MQ_SEQ_WRITE
 SEQ_FLUSH = lib.MQ_SEQ_FLUSH

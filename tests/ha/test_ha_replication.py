@@ -119,21 +119,26 @@ def test_full_copy_starts_an_empty_slave_at_zero(make_store, tmp_path, nodes):
 
 def test_restarted_slave_resumes_from_its_own_offset(make_store, tmp_path, nodes):
     """(c) A slave stopped and started again on the same store reports its own
-    end as its first value and the master resumes there (nothing re-sent)."""
+    end as its first value and the master resumes there (nothing re-sent).  POS_HA_SLAVES, what
+    io workers read for isSlaveOK, follows the connections: 1, 0 once the first is gone, 1."""
     new_master, new_slave = nodes
     master = make_store(root=tmp_path / "m")
     slave = make_store(root=tmp_path / "s")
     fill(master, 100)
     m = new_master(master, ha_full_copy=True)
+    assert master.ctl.get(C.POS_HA_SLAVES) == 0
     s1 = new_slave(slave, m.port)
     wait_same(master, slave)
+    assert master.ctl.get(C.POS_HA_SLAVES) == 1
     s1.stop()
     wait_for(lambda: not m.slaves(), 5, 0.01, "the master to drop the old connection")
+    assert master.ctl.get(C.POS_HA_SLAVES) == 0
     resume_at = slave.cl.write_pos
     fill(master, 100, seed=9)
     new_slave(slave, m.port)
     wait_for(lambda: m.slaves() and m.slaves()[0]["startOffset"] is not None, 5, 0.01, "the new connection")
     assert m.slaves()[0]["startOffset"] == resume_at
+    assert master.ctl.get(C.POS_HA_SLAVES) == 1
     wait_same(master, slave)
     assert_same_queues(master, slave)
 
