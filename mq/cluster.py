@@ -17,6 +17,8 @@ Ctrl-C reaches only the caller.  Waits are conditions polled with a deadline (`w
 never bare sleeps."""
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import random
 import signal
@@ -26,12 +28,13 @@ import sys
 import time
 
 from mq.proxy import FaultProxy
+from mq.remoting import RemotingClient
 from mq.dledger.role import read_status
 from mq.store.commitlog import list_files
 from mq.store.control import sweep_dead_segments
 from mq.wire.filenames import offset_file_path
 
-__all__ = ["BIN", "Broker", "NameServer", "Proc", "free_port", "port_open", "wait_for"]
+__all__ = ["BIN", "Broker", "NameServer", "Proc", "call", "free_port", "port_open", "wait_dispatched", "wait_for"]
 
 #: where the console scripts (mqnamesrv, mqbroker, mqadmin, ...) are: next to this interpreter
 BIN = os.path.dirname(sys.executable)
@@ -48,6 +51,30 @@ def wait_for(cond, timeout_s: float = 30.0, interval_s: float = 0.05, what: str 
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}")
         time.sleep(interval_s)
+
+
+def call(addr: str, code: int, ext: dict | None = None, body: bytes = b"", timeout_s: float = 5.0):
+    """One remoting request to `addr` on a connection of its own; its answer (or raises)."""
+    async def go():
+        c = RemotingClient()
+        try:
+            return await c.invoke(addr, c.request(code, ext, body), timeout_s)
+        finally:
+            await c.close()
+    return asyncio.run(go())
+
+
+def wait_dispatched(addr: str, timeout_s: float = 30.0) -> None:
+    """Waits until the broker at `addr` has dispatched every record it holds (readable ones: up
+    to the commit in DLedger mode) into its ConsumeQueues and index.  A
+    send is answered once its record is stored; the dispatch role writes the ConsumeQueue entry
+    after that (RocketMQ's ReputMessageService does the same), so a test that sends and then
+    pulls, reads max offsets or queries by key must wait here first.  (GET_BROKER_RUNTIME_INFO:
+    dispatchedOffset >= commitLogMaxOffset; the index is built before dispatchedOffset moves.)"""
+    def done() -> bool:
+        t = json.loads(call(addr, 28).body)["table"]
+        return int(t["dispatchedOffset"]) >= int(t["commitLogMaxOffset"])
+    wait_for(done, timeout_s, 0.02, f"{addr} to dispatch what it holds")
 
 
 def port_bindable(port: int) -> bool:

@@ -7,7 +7,7 @@ import contextlib
 
 from mq.client import MessageQueue, Producer, PushConsumer
 from tests.client.clientkit import Collector, message, run, start_cluster, uniq, until
-from tests.ha.test_broker_ha import call
+from mq.cluster import call
 
 QUEUES = 4
 

@@ -30,7 +30,7 @@ from mq.wire import adminbodies as B
 from mq.wire.fastjson import Key, chm_order, hashmap_order, java_string_hash, loads
 from tests.cli.adminkit import consumed_cluster
 from tests.client.clientkit import Collector, message, run, uniq, until
-from tests.ha.test_broker_ha import call
+from mq.cluster import call
 
 VECTORS = json.load(open(os.path.join(os.path.dirname(__file__), "fastjson", "vectors.json"), encoding="utf-8"))
 

@@ -18,11 +18,11 @@ import time
 import pytest
 
 from mq.client import Message, MessageQueue, Producer, PushConsumer
-from mq.cluster import DLedgerGroup, wait_for
+from mq.cluster import DLedgerGroup, wait_dispatched, wait_for
 from tests.cli.adminkit import committed, consumed_cluster
 from tests.cli.test_mqadmin import MQADMIN, mqadmin
 from tests.client.clientkit import Collector, run, uniq, until
-from tests.ha.test_broker_ha import call
+from mq.cluster import call
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +77,7 @@ def test_print_msg_prints_exactly_the_time_window(live):
                 sent.append((burst, start, now_ms()))
             return sent
     (_, _, _), (_, begin_ms, end_ms), _ = run(go())
+    wait_dispatched(broker.addr)
     out = mqadmin("printMsg", "-n", ns.addr, "-t", topic, "-b", str(begin_ms), "-e", str(end_ms)).stdout
     bodies = sorted(line.rsplit("BODY: ", 1)[1] for line in out.splitlines() if line.startswith("MSGID:"))
     assert bodies == sorted(f"inside-{i}" for i in range(11))

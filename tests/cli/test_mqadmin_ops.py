@@ -10,9 +10,9 @@ import json
 import pytest
 
 from mq.client import Producer, PushConsumer
+from mq.cluster import call, wait_dispatched
 from tests.cli.adminkit import committed, consumed_cluster
 from tests.cli.test_mqadmin import mqadmin
-from tests.ha.test_broker_ha import call
 from tests.client.clientkit import Collector, message, run, uniq, until
 
 
@@ -163,6 +163,7 @@ def test_send_and_consume_message(live):
                   "-b", "broker-a", "-i", "1").stdout.splitlines()
     assert out[1].split()[:3] == ["broker-a", "1", "SEND_OK"]
     msg_id = out[1].split()[3]
+    wait_dispatched(broker.addr)
     got = mqadmin("consumeMessage", "-n", ns.addr, "-t", t).stdout
     lines = [ln for ln in got.splitlines() if ln.startswith("MSGID:")]
     assert len(lines) == 1 and lines[0].startswith(f"MSGID: {msg_id} ") and lines[0].endswith("BODY: hello-ops")

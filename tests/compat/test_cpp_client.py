@@ -15,7 +15,7 @@ rocketmq = pytest.importorskip("rocketmq.client", reason="pip install rocketmq==
 from rocketmq.client import Message, Producer, PullConsumer, PushConsumer  # noqa: E402
 
 from mq.remoting import RemotingClient  # noqa: E402
-from mq.cluster import Broker, NameServer, wait_for  # noqa: E402
+from mq.cluster import Broker, NameServer, wait_dispatched, wait_for  # noqa: E402
 
 _ids = itertools.count()
 
@@ -250,7 +250,7 @@ def test_failed_callback_redelivers_through_retry_topic(cluster):
 def test_pull_consumer_reads_every_queue_to_the_end(cluster):
     """The C++ PullConsumer walks every queue of the topic to its end and gets
     each message once."""
-    ns, _ = cluster
+    ns, broker = cluster
     topic = uniq("T_pull")
     prod = make_producer(ns.addr)
     try:
@@ -258,6 +258,7 @@ def test_pull_consumer_reads_every_queue_to_the_end(cluster):
             assert prod.send_sync(message(topic, i, TAGS[i % 3])).status == 0
     finally:
         prod.shutdown()
+    wait_dispatched(broker.addr)          # (the pull consumer stops at the end it finds)
     pc = PullConsumer(uniq("CGP"))
     pc.set_namesrv_addr(ns.addr)
     pc.start()

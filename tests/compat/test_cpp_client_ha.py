@@ -8,8 +8,8 @@ import pytest
 pytest.importorskip("rocketmq.client", reason="pip install rocketmq==0.4.4 (make test does)")
 
 from tests.compat.test_cpp_client import Collector, _wait_route, make_producer, message, push_consumer, uniq  # noqa: E402
-from tests.ha.test_broker_ha import call  # noqa: E402
-from mq.cluster import Broker, NameServer, wait_for  # noqa: E402
+from mq.cluster import call  # noqa: E402
+from mq.cluster import Broker, NameServer, wait_dispatched, wait_for  # noqa: E402
 
 
 @pytest.mark.parametrize("role", ["ASYNC_MASTER", "SYNC_MASTER"])
@@ -99,6 +99,7 @@ def test_slave_is_byte_identical_after_cpp_load(tmp_path, role, flush):
         end = _max_phy(master.addr)
         wait_for(lambda: _max_phy(slave.addr) >= end, 30, 0.1, "slave caught up")
         assert _commitlog_bytes(slave, end) == _commitlog_bytes(master, end)
+        wait_dispatched(master.addr)
         for q in range(4):
             m = call(master.addr, 30, {"topic": topic, "queueId": q}).ext_fields["offset"]
             wait_for(lambda: call(slave.addr, 30, {"topic": topic, "queueId": q}).ext_fields["offset"] == m, 20, 0.1,

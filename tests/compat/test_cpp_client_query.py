@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("rocketmq.client", reason="pip install rocketmq==0.4.4 (make test does)")
 
 from mq.client import AdminClient  # noqa: E402
-from mq.cluster import Broker, NameServer, wait_for  # noqa: E402
+from mq.cluster import Broker, NameServer, wait_dispatched, wait_for  # noqa: E402
 from mq.remoting import RemotingClient  # noqa: E402
 from tests.compat.test_cpp_client import (Collector, _consumer_ids, _wait_route, make_producer,  # noqa: E402
                                           message, push_consumer, uniq)
@@ -173,6 +173,7 @@ def test_index_survives_kill_9(sent, tmp_path):
             after = [prod.send_sync(_keyed(topic, f"after-{i}")).msg_id for i in range(10)]
         finally:
             prod.shutdown()
+        wait_dispatched(broker.addr)      # the index of the sends after the restart is built
 
         async def find_all():
             async with AdminClient(ns.addr) as admin:

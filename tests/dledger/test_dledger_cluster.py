@@ -16,7 +16,7 @@ import pytest
 
 from mq.cluster import NameServer, wait_for
 
-from tests.dledger.dlkit import DLedgerGroup, call
+from tests.dledger.dlkit import DLedgerGroup, call, wait_dispatched
 from tests.ha.test_broker_ha import pull_bodies, pull_queue
 
 TOPIC = "DLT"
@@ -29,6 +29,9 @@ def send(addr: str, body: bytes, qid: int = 0, topic: str = TOPIC, timeout_s: fl
 
 
 def pull_all(addr: str, topic: str = TOPIC, queues: int = 4) -> list[bytes]:
+    """Every committed message of the topic at `addr`, once its dispatch has caught up with its
+    commit (an answered send is committed; its ConsumeQueue entry comes after)."""
+    wait_dispatched(addr)
     return pull_bodies(addr, topic, queues)
 
 

@@ -24,7 +24,7 @@ import time
 import pytest
 
 from mq.client import Message, Producer, PullConsumer
-from mq.cluster import Broker, NameServer, wait_for
+from mq.cluster import Broker, NameServer, wait_dispatched, wait_for
 from mq.remoting import RemotingClient, RequestCode as R, ResponseCode as RC
 from mq.store.checkpoint import Checkpoint
 from mq.store.configfile import ConfigFile, retry_pending_writes, write_atomic
@@ -242,6 +242,7 @@ def test_broker_refuses_sends_on_a_full_disk_and_resumes_by_itself(tmp_path):
                         assert (await prod.send(Message(TOPIC, body))).status.name == "SEND_OK"
                     pids = broker.processes()
                     queue = (await cons.fetch_queues(TOPIC))[0]
+                    await asyncio.to_thread(wait_dispatched, broker.addr)
 
                     filler = fill(disk)
                     await asyncio.to_thread(wait_for, lambda: "disk full: " in log(), 10, what="the disk check")

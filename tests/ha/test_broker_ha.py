@@ -1,24 +1,12 @@
 """Master and slave brokers as real processes: metadata sync, slave
 read-only-ness, SYNC_MASTER without a slave."""
-import asyncio
 import json
 import os
 import signal
 
-from mq.remoting import RemotingClient
 from mq.wire import commitlog as wcl
-from mq.cluster import Broker, NameServer, wait_for
+from mq.cluster import Broker, NameServer, call, wait_dispatched, wait_for
 from mq.wire.headers import send_v2
-
-
-def call(addr: str, code: int, ext: dict | None = None, body: bytes = b""):
-    async def go():
-        c = RemotingClient()
-        try:
-            return await c.invoke(addr, c.request(code, ext, body), 5)
-        finally:
-            await c.close()
-    return asyncio.run(go())
 
 
 def pull_bodies(addr: str, topic: str, queues: int) -> list[bytes]:
@@ -351,8 +339,8 @@ def test_slave_promoted_by_hand_when_the_master_is_lost_for_good(tmp_path):
                                   "endTimestamp": 2 ** 62})
         assert r.code == 0 and wcl.parse_record(r.body).body == b"p33"
         assert send(slave.addr, "Promo", b"after").code == 0
-        # (the ConsumeQueue entry comes from the dispatch role, after the answer, as in RocketMQ)
-        wait_for(lambda: b"after" in pull_bodies(slave.addr, "Promo", 4), 10, 0.05, "the new send pulled")
+        wait_dispatched(slave.addr)
+        assert b"after" in pull_bodies(slave.addr, "Promo", 4)
     finally:
         slave.stop()
         master.proc.kill()

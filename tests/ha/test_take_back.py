@@ -3,13 +3,12 @@ acknowledged (mq.ha.master, "take-back"), as real processes: a master and a slav
 master killed with SIGKILL and its unflushed bytes dropped (the chaos suite's power loss),
 then restarted.  Before this, the restarted master told the slave to truncate and the
 acknowledged tail was gone (the ✘ of the fault matrix)."""
-import json
 import time
 
 from mq.chaos.run import kill_with_power_loss
-from mq.cluster import Broker, NameServer, wait_for
+from mq.cluster import Broker, NameServer, call, wait_dispatched, wait_for
 
-from test_broker_ha import call, pull_bodies, send
+from test_broker_ha import pull_bodies, send
 
 QUEUES = 4
 # nothing is flushed by the flush role during the test: the whole tail is at the mercy of the power
@@ -38,6 +37,7 @@ def test_power_loss_of_a_sync_master_loses_nothing_acknowledged(tmp_path):
             r = send(master.addr, "TB", b"tb-%d" % i, qid=i % QUEUES)
             assert r.code == 0, (r.code, r.remark)
             acked.append(b"tb-%d" % i)
+        wait_dispatched(master.addr)
         before = max_offsets(master.addr, "TB")
         flushed, dropped = kill_with_power_loss(master)
         assert dropped > 200 * 100, f"the power loss took the tail ({dropped} bytes past {flushed})"
@@ -55,11 +55,7 @@ def test_power_loss_of_a_sync_master_loses_nothing_acknowledged(tmp_path):
             assert r.code == 14 and "taking back" in r.remark, (r.code, r.remark)
         assert "giving them back" in slave.proc.output()
         assert "truncat" not in slave.proc.output(), "the slave kept its log"
-
-        def dispatched():
-            t = json.loads(call(master.addr, 28).body)["table"]
-            return int(t["dispatchedOffset"]) >= int(t["commitLogMaxOffset"]) > 0
-        wait_for(dispatched, 30, 0.1, "the master's queues rebuilt")
+        wait_dispatched(master.addr)      # the master's queues rebuilt
         assert max_offsets(master.addr, "TB") == before
         got = pull_bodies(master.addr, "TB", QUEUES)
         # (probes that got SLAVE_NOT_AVAILABLE before the slave connected are stored too)
@@ -135,6 +131,7 @@ def test_a_master_whose_last_file_was_damaged_takes_the_tail_back_from_its_slave
             r = send(master.addr, "TD", b"td-%03d" % i, qid=i % QUEUES)
             assert r.code == 0, (r.code, r.remark)
             acked.append((b"td-%03d" % i, r.ext_fields["msgId"]))
+        wait_dispatched(master.addr)
         before = max_offsets(master.addr, "TD")
         assert master.stop() == 0
         from mq.wire.msgid import decode_offset_msg_id
@@ -149,11 +146,7 @@ def test_a_master_whose_last_file_was_damaged_takes_the_tail_back_from_its_slave
         wait_for(lambda: "took back" in master.proc.output(), 30, 0.1, "the take-back")
         log = master.proc.output()
         assert "recovery truncated a damaged tail" in log and "is damaged (bad crc)" in log, log[-3000:]
-
-        def dispatched():
-            t = json.loads(call(master.addr, 28).body)["table"]
-            return int(t["dispatchedOffset"]) >= int(t["commitLogMaxOffset"]) > 0
-        wait_for(dispatched, 30, 0.1, "the master's queues rebuilt")
+        wait_dispatched(master.addr)      # the master's queues rebuilt
         assert max_offsets(master.addr, "TD") == before
         got = pull_bodies(master.addr, "TD", QUEUES)
         assert sorted(b for b in got if b != b"probe") == sorted(b for b, _ in acked)

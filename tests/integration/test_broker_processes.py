@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from mq.remoting import RemotingClient
-from mq.cluster import Broker, NameServer, wait_for
+from mq.cluster import Broker, NameServer, wait_dispatched, wait_for
 from mq.wire.headers import send_v2
 
 rocketmq = pytest.importorskip("rocketmq.client")
@@ -97,6 +97,7 @@ def test_kill_9_of_an_io_worker_under_load(cluster):
         t.join(60)
         prod.shutdown()
     assert "died with exit code" in broker.proc.output()
+    wait_dispatched(broker.addr)
     pc = PullConsumer("CG_kill_check")
     pc.set_namesrv_addr(ns.addr)
     pc.start()

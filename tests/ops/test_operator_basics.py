@@ -24,7 +24,7 @@ from mq.broker.config import BrokerConfig, host_ipv4_addresses, pick_broker_ip
 from mq.cluster import BIN, Broker, NameServer, wait_for
 from mq.wire.fastjson import loads
 from mq.wire.headers import send_v2
-from tests.ha.test_broker_ha import call
+from mq.cluster import call
 
 CONF_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "conf")
 

@@ -18,7 +18,7 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from mq.cluster import Broker, NameServer, wait_for
+from mq.cluster import Broker, NameServer, wait_dispatched, wait_for
 from mq.remoting import RemotingClient
 from mq.wire.codes import RequestCode as R, ResponseCode as RC
 from mq.trace import FIELDS, read_records
@@ -134,6 +134,7 @@ def test_consume_reads_everything_once(cluster, tmp_path):
     sp = mqperf.run(Options(mode="produce", namesrv=ns.addr, topic=topic, create_topic=True, count=1000, batch=5,
                             in_flight=2, size_bytes=64, trace_dir=ptrace, progress_interval_s=0), progress=None)
     assert (sp.messages, sp.errors) == (1000, 0)
+    wait_dispatched(broker.addr)      # `consume` reads to the end it finds when it starts
     sc = mqperf.run(Options(mode="consume", namesrv=ns.addr, topic=topic, procs=2, trace_dir=ctrace,
                             progress_interval_s=0), progress=None)
     assert (sc.messages, sc.bytes, sc.errors) == (1000, 64_000, 0), sc
@@ -191,6 +192,7 @@ def test_cli_broker_duration_and_progress(cluster):
     assert "msgs/s" in progress[0] and "p99" in progress[0]
     stored = int(next(line for line in p.stdout.splitlines() if "messages" in line).split()[1].replace(",", ""))
     assert "errors 0" in p.stdout and "SEND_OK" in p.stdout
+    wait_dispatched(broker.addr)
     assert stored > 0 and sum(max_offsets(broker.addr, topic, 2)) == stored
 
 
