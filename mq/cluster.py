@@ -53,12 +53,15 @@ def wait_for(cond, timeout_s: float = 30.0, interval_s: float = 0.05, what: str 
         time.sleep(interval_s)
 
 
-def call(addr: str, code: int, ext: dict | None = None, body: bytes = b"", timeout_s: float = 5.0):
+def call(addr: str, code: int, ext: dict | None = None, body: bytes = b"", timeout_s: float = 5.0,
+         remark: str | None = None):
     """One remoting request to `addr` on a connection of its own; its answer (or raises)."""
     async def go():
         c = RemotingClient()
         try:
-            return await c.invoke(addr, c.request(code, ext, body), timeout_s)
+            cmd = c.request(code, ext, body)
+            cmd.remark = remark
+            return await c.invoke(addr, cmd, timeout_s)
         finally:
             await c.close()
     return asyncio.run(go())
@@ -259,9 +262,10 @@ class Broker:
     def addr(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def stop(self) -> int:
-        """SIGTERM; the exit status (0 for a clean stop: store flushed, abort file removed)."""
-        return self.proc.stop()
+    def stop(self, timeout_s: float = 20.0) -> int:
+        """SIGTERM; the exit status (0 for a clean stop: store flushed, abort file removed);
+        SIGKILL after `timeout_s` (a DLedger leader's hand-over window needs longer)."""
+        return self.proc.stop(timeout_s)
 
     def kill(self) -> None:
         """SIGKILL to the broker and all its processes (Proc.kill)."""
@@ -332,7 +336,9 @@ class DLedgerGroup:
                 for b in self.ids:
                     if a != b:
                         self.proxies[(a, b)] = FaultProxy("127.0.0.1", self.peer_port[b])
-        self.options = {"brokerClusterName": "RaftCluster", "enableDLegerCommitLog": "true",
+        # dLegerForwardOnStopMs 0: a stopped leader exits at once (a test that wants the hand-over
+        # window passes its own)
+        self.options = {"brokerClusterName": "RaftCluster", "enableDLegerCommitLog": "true", "dLegerForwardOnStopMs": 0,
                         "dLegerGroup": name, "mappedFileSizeForEntryIndex": DLEDGER_INDEX_FILE_SIZE,
                         "sendMessageThreadPoolNums": 1, **options}
         self.brokers: dict[str, Broker] = {}

@@ -120,6 +120,11 @@ BROKER_OPTIONS: list[Option] = [
     Option("haTakeBackWaitMs", int, 10000, "a SYNC_MASTER + ASYNC_FLUSH master restarted after a crash refuses "
            "writes this long, or until a slave gave back the acknowledged tail it lost (ours; 0: never wait)",
            lambda v: v >= 0, ">= 0"),
+    Option("dLegerForwardOnStopMs", int, 35000, "DLedger: a member stopped gracefully while it leads (or led "
+           "within this long) hands the lead over first and keeps forwarding the writes of clients whose "
+           "route still names it for this long after it last led: an official client polls the name server "
+           "every 30 s, and the new leader registers within about a second (ours; 0: stop at once)",
+           lambda v: v >= 0, ">= 0"),
     Option("haMasterAddress", str, "", "slave: the master's HA address (empty: learned from the name server)"),
     Option("serverChannelMaxIdleTimeSeconds", int, 120, "idle client connections are closed after this",
            lambda v: v > 0, "> 0"),

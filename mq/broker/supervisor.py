@@ -56,6 +56,8 @@ log = logging.getLogger("mq.broker")
 SCHEDULE_TICK_S = 0.1
 SCHEDULE_BATCH_MAX = 256
 CHILD_CHECK_S = 0.5
+HAND_OVER_WAIT_S = 3.0                 # a graceful stop of a DLedger leader waits this long for a new leader
+HAND_OVER_NO_LEADER_S = 3.0            # ... and stops forwarding once no other member led this long (> an election)
 WORKER_START_TIMEOUT_S = 60
 RETENTION_FIRST_DELAY_S = 60           # RocketMQ's; MQ_RETENTION_FIRST_DELAY_S overrides it (tests)
 HA_MASTER_FILE = "ha-master.txt"
@@ -80,6 +82,8 @@ class Supervisor:
         self.stopping = False
         self.restarts = 0
         self.restarts_by_role: dict[str, int] = {}     # "io-0", "flush", ...: for mq_role_restarts_total
+        self._led_until: float | None = None   # DLedger: monotonic s this member last led (inf: leads now)
+        self.handing_over = False              # a DLedger stop's hand-over window (mq.broker.forward)
         self.stats_block: StatsBlock | None = None     # the roles' counters (mq.store.stats)
         self.stats_history: StatsHistory | None = None  # their minute/hour/day windows (VIEW_BROKER_STATS_DATA)
         self.metrics: MetricsServer | None = None
@@ -164,6 +168,9 @@ class Supervisor:
         """Clean stop: unregister; workers stop accepting and finish in-flight
         requests; persist metadata; the roles flush and dispatch what is left;
         the store checkpoints and removes the abort file."""
+        if self.dledger and self.config.dLegerForwardOnStopMs:
+            self.handing_over = True        # an io worker that exits now is not restarted
+            await self._hand_over()
         self.stopping = True
         await self._unregister_all()
         for t in self._tasks:
@@ -245,7 +252,7 @@ class Supervisor:
             await asyncio.sleep(CHILD_CHECK_S)
             killed = False
             for wid, p in list(self.workers.items()):
-                if not p.is_alive() and not self.stopping:
+                if not p.is_alive() and not self.stopping and not self.handing_over:
                     self.restarts += 1
                     self.restarts_by_role[f"io-{wid}"] = self.restarts_by_role.get(f"io-{wid}", 0) + 1
                     killed |= (p.exitcode or 0) < 0
@@ -290,6 +297,10 @@ class Supervisor:
                 await woken.wait()
                 woken.clear()
                 leader = self.writable()
+                if leader:
+                    self._led_until = float("inf")
+                elif self._led_until == float("inf"):
+                    self._led_until = time.monotonic()
                 role, bid = ("SYNC_MASTER", 0) if leader else ("SLAVE", follower_id)
                 if (role, bid) != (self.config.brokerRole, self.config.brokerId):
                     log.info("DLedger role change: now %s (brokerId %d)", role, bid)
@@ -308,6 +319,76 @@ class Supervisor:
             stop = True
             if sync_task is not None:
                 sync_task.cancel()
+
+    async def _hand_over(self) -> None:
+        """A graceful stop of a DLedger member that leads, or led within dLegerForwardOnStopMs:
+        hands the lead to the most caught-up live follower first (LEADERSHIP_TRANSFER to our own
+        DLedger port, as `mqadmin leadershipTransfer`), then keeps every process up, the io
+        workers forwarding writes to the new leader (mq.broker.forward), until
+        dLegerForwardOnStopMs after it last led: clients whose cached route names this member
+        keep getting SEND_OK until their next name-server poll (30 s by default) moves them.
+        The wait ends early once no other member has led for HAND_OVER_NO_LEADER_S (the whole
+        group stopping: nothing to forward to) or an io worker is gone (a Ctrl-C reaches the
+        whole process group).  Not for the preferredLeaderId member: the new leader would hand
+        the lead straight back to it (the role's own stop hands over at the very end)."""
+        from mq.dledger.role import read_status
+        from mq.wire import dledger_rpc as RPC
+        scfg, own, root = self.store.config, f"{self.config.brokerIP1}:{self.config.listenPort}", \
+            self.config.storePathRootDir
+        if scfg.preferredLeaderId and scfg.preferredLeaderId == scfg.dLegerSelfId:
+            return
+        st = read_status(root) or {}
+        if st.get("role") == "LEADER":
+            live = {p: int(v.get("match", -1)) for p, v in (st.get("peers") or {}).items()
+                    if p != scfg.dLegerSelfId and isinstance(v, dict) and v.get("state") == "replicate"
+                    and int(v.get("match", -1)) >= 0}
+            if not live:
+                return                      # nobody to hand over to: the role's stop says so
+            best = max(live, key=live.get)
+            host, port = scfg.dledger_peers[scfg.dLegerSelfId]
+            cmd = self.client.request(RPC.LEADERSHIP_TRANSFER, RPC.encode(
+                RPC.LEADERSHIP_TRANSFER, False, {"group": st.get("group") or scfg.dLegerGroup, "transfereeId": best}))
+            try:
+                answer = RPC.decode(RPC.LEADERSHIP_TRANSFER, True, (await self.client.invoke(
+                    f"{host}:{port}", cmd, HAND_OVER_WAIT_S)).ext_fields)
+            except (RemotingError, ValueError) as e:
+                log.warning("stopping: the DLedger lead could not be handed to %s (%s)", best, e)
+                return
+            if answer.get("code") != RPC.SUCCESS:
+                log.warning("stopping: the DLedger role refused to hand the lead to %s (code %s)", best,
+                            answer.get("code"))
+                return
+            log.info("stopping: handing the DLedger lead to %s first", best)
+            deadline = time.monotonic() + HAND_OVER_WAIT_S
+            while time.monotonic() < deadline:
+                st = read_status(root) or {}
+                if st.get("role") != "LEADER" and st.get("leaderBrokerAddr") not in (None, own):
+                    break
+                await asyncio.sleep(0.05)
+        if self._led_until is None:
+            return                          # never led: no client's route names us
+        led_until = min(self._led_until, time.monotonic())     # (inf: the role change is not seen yet)
+        end = led_until + self.config.dLegerForwardOnStopMs / 1000
+        leader = st.get("leaderBrokerAddr")
+        if end <= time.monotonic() or leader in (None, own) or st.get("role") == "LEADER":
+            return
+        log.info("stopping: forwarding writes to the leader at %s for %.1f s more (dLegerForwardOnStopMs), "
+                 "for clients whose route still names this member", leader, end - time.monotonic())
+        no_leader_since = None
+        while time.monotonic() < end:
+            await asyncio.sleep(0.2)
+            if not all(p.is_alive() for p in self.workers.values()):
+                log.info("stopping: an io worker is gone; not forwarding any longer")
+                break
+            st = read_status(root) or {}
+            if st.get("leaderBrokerAddr") not in (None, own):
+                no_leader_since = None
+            elif no_leader_since is None:
+                no_leader_since = time.monotonic()
+            elif time.monotonic() - no_leader_since >= HAND_OVER_NO_LEADER_S:
+                log.info("stopping: no other member has led for %.0f s; not forwarding any longer",
+                         HAND_OVER_NO_LEADER_S)
+                break
 
     # ---- metadata events ---------------------------------------------------------------------------------
     def _topics_changed(self) -> None:

@@ -38,6 +38,7 @@ from .hastatus import HAStatus, slave_ok
 from .launcher import die_with_parent
 from .pull import PullProcessor
 from .fastsend import FastSends
+from .forward import FORWARDED_CODES, LeaderForward
 from .send import BadRequest, SendGroup, SendProcessor
 from .tracing import CURRENT, FLUSH_INTERVAL_S, RequestTracer, broker_label, trace_dir
 
@@ -66,6 +67,7 @@ class IoWorker:
         self.stats: IoStats | None = None
         self._stats_block: StatsBlock | None = None
         self._stats_publisher: asyncio.Task | None = None
+        self.forward: LeaderForward | None = None     # DLedger mode: writes forwarded to the leader
 
     async def start(self) -> None:
         cfg = self.config
@@ -98,6 +100,10 @@ class IoWorker:
                     R.SEND_REPLY_MESSAGE: self.send.send_reply, R.SEND_REPLY_MESSAGE_V2: self.send.send_reply,
                     R.PULL_MESSAGE: self.pull.handle, R.CHECK_CLIENT_CONFIG: self.pull.check_client_config, **self.admin.handlers(), **self.query.handlers(),
                     **self.ops.handlers()}
+        if self.commit_waiter is not None:
+            # a member that is not the leader forwards the writes of clients whose route still names it
+            self.forward = LeaderForward(cfg.storePathRootDir, self.store.ctl, f"{cfg.brokerIP1}:{cfg.listenPort}")
+            handlers.update({code: self.forward.wrap(handlers[code]) for code in FORWARDED_CODES})
         handlers = {code: _guarded(h) for code, h in handlers.items()}
         if cfg.aclEnable:
             self.acl = AclFile(acl_file_path(cfg.rocketmqHome))
@@ -149,6 +155,8 @@ class IoWorker:
             self.fast.take_counts()
             self.stats.publish()
             self._stats_block.close()
+        if self.forward is not None:
+            await self.forward.close()
         await self.meta.close()
         self.store.close()
 
@@ -251,6 +259,7 @@ class IoWorker:
                 "fastSendMsgs": str(self.fast.msgs), "fastSendOn": str(self.fast.usable).lower()}
         if self.commit_waiter is not None:
             info.update(dledger_runtime_info(self.config.storePathRootDir, self.store.ctl))
+            info.update(self.forward.runtime_info())
             return info
         slaves = self.ha_status.slaves()
         if self.config.brokerRole != "SLAVE":

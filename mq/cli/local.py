@@ -40,7 +40,8 @@ from mq.cluster import BIN, port_bindable, port_open
 NAMESRV_PORT = 9876
 BROKER_PORT = 10911
 PORT_WAIT_S = 60          # a started process has this long to open every port it listens on
-STOP_WAIT_S = 30          # a clean stop (SIGTERM) this long, then SIGKILL to its session
+STOP_WAIT_S = 75          # a clean stop (SIGTERM) this long, then SIGKILL to its session (a DLedger
+                          # leader hands over and forwards for dLegerForwardOnStopMs, 35 s, first)
 LOG_TAIL_LINES = 12       # lines of a log shown when its process exits
 LOG_READ_MAX = 1 << 20    # bytes of a log copied to the terminal per turn of the loop
 POLL_S = 0.1

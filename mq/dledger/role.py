@@ -44,6 +44,7 @@ import json
 import logging
 import os
 import random
+import re
 import threading
 import time
 
@@ -69,6 +70,7 @@ STATUS_INTERVAL_S = 1.0
 CATCHUP_TICKS_MAX = 200           # ticks replayed at once after the loop was held up (SIGSTOP, load)
 OPAQUES_PER_LINK_MAX = 65536      # requests remembered per link until their response (votes may go unanswered)
 STOP_TRANSFER_S = 1.0
+BROKER_ADDR_RE = re.compile(r"[0-9A-Za-z.:\[\]-]{1,253}:[0-9]{1,5}")   # a heartbeat's brokerAddr (host:port)
 # PUSH frames in flight per follower: while they are, new entries gather into the next push, so
 # under load a push carries many entries (per-push work dominates: two syscalls and a few Python
 # steps on each side) while one push of a lone entry still leaves at once
@@ -97,15 +99,20 @@ def read_status(store_root: str) -> dict | None:
     try:
         with open(os.path.join(store_root, STATUS_FILE), encoding="utf-8") as f:
             return json.load(f)
-    except (FileNotFoundError, json.JSONDecodeError):
+    except (OSError, ValueError):       # absent, being replaced, unreadable, or not JSON
         return None
 
 
 # ---- the role -------------------------------------------------------------------------------------
 class DLedgerRole:
-    def __init__(self, store, cfg: StoreConfig, rng: random.Random | None = None):
+    def __init__(self, store, cfg: StoreConfig, rng: random.Random | None = None, broker_addr: str | None = None):
         cfg.check_dledger()
         self.store = store
+        # our broker's remoting address (brokerIP1:listenPort): a leader's heartbeats carry it, and
+        # each member keeps the one of every leader it heard, so that its io workers can forward
+        # the sends of clients whose route still names it (mq.broker.forward)
+        self.broker_addr = broker_addr
+        self.broker_addrs: dict[str, str] = {}
         self.cfg = cfg
         self.cl = store.cl
         self.ctl = store.ctl
@@ -367,14 +374,14 @@ class DLedgerRole:
         elif isinstance(m, Heartbeat):
             code = RPC.HEART_BEAT
             frame = request_frame(code, opaque, RPC.encode(code, False, {
-                **self._common(m), "leaderId": m.src, "commitIndex": m.commit}))
+                **self._common(m), "leaderId": m.src, "commitIndex": m.commit, "brokerAddr": self.broker_addr}))
         elif isinstance(m, VoteReq):
             code = RPC.VOTE
             if not m.pre:
                 self.stats["elections"] += 1
             frame = request_frame(code, opaque, RPC.encode(code, False, {
                 **self._common(m), "ledgerEndIndex": m.last_index, "ledgerEndTerm": m.last_term,
-                "preVote": m.pre, "transfer": m.transfer}))
+                "preVote": m.pre, "transfer": m.transfer, "brokerAddr": self.broker_addr}))
         elif isinstance(m, TimeoutNow):
             code = RPC.LEADERSHIP_TRANSFER
             frame = request_frame(code, opaque, RPC.encode(code, False, {
@@ -486,6 +493,12 @@ class DLedgerRole:
             return
         conn.peer = src
         me = self.self_id
+        # a candidate's votes and a leader's heartbeats carry its broker address: every member
+        # knows a new leader's before its first heartbeat (io workers forward writes there)
+        addr = f.get("brokerAddr") if code in (RPC.HEART_BEAT, RPC.VOTE) else None
+        learned = bool(addr) and self.broker_addrs.get(src) != addr and BROKER_ADDR_RE.fullmatch(addr) is not None
+        if learned:
+            self.broker_addrs[src] = addr
         if code == RPC.PUSH:
             count, size = f["count"], f["bodySize"]
             install, table_size = bool(f["install"]), f["tableSize"] or 0
@@ -531,6 +544,8 @@ class DLedgerRole:
             raise
         for r in self._after_step(m):
             conn.replies.append(self._reply_frame(cmd.opaque, r))
+        if learned:
+            self._write_status()
 
     def _reply_frame(self, opaque: int, r) -> bytes:
         """The response frame of r (of the request's kind: _after_step)."""
@@ -583,6 +598,8 @@ class DLedgerRole:
         leader = self.node.leader_id
         st.update({"group": self.group, "selfId": self.self_id, "addr": f"{host}:{port}",
                    "leaderAddr": "%s:%d" % self.peers[leader] if leader in self.peers else None,
+                   "brokerAddr": self.broker_addr,
+                   "leaderBrokerAddr": self.broker_addr if leader == self.self_id else self.broker_addrs.get(leader),
                    "ready": bool(self.enabled_term), "peersAddr": {p: "%s:%d" % a for p, a in self.peers.items()},
                    "committedPos": self.ctl.get(C.POS_COMMITTED), "writePos": self.ctl.get(C.POS_WRITE),
                    "updated": int(time.time() * 1000), "stats": dict(self.stats)})
@@ -627,7 +644,7 @@ def dledger_role_main(store_config_values: dict, store_host: str, store_port: in
     cfg = StoreConfig(**store_config_values)
     store = MessageStore.attach(cfg, store_host, store_port, cq_writable=False, prepare_files=False)
     try:
-        mq_loop.run(DLedgerRole(store, cfg).run(stop))
+        mq_loop.run(DLedgerRole(store, cfg, broker_addr=f"{store_host}:{store_port}").run(stop))
     finally:
         store.close()
 

@@ -5,9 +5,13 @@ for the entries it carries, exactly as they sit on disk (mq.wire.dledger's entry
 sendfile(2) and validated entry by entry by the follower before it appends them.
 
     request                           extFields (besides group, localId = sender, remoteId = receiver, term)
-    VOTE (51001)                      ledgerEndIndex, ledgerEndTerm, preVote, transfer
+    VOTE (51001)                      ledgerEndIndex, ledgerEndTerm, preVote, transfer, brokerAddr
+                                      (ours, optional: the candidate's broker address, so that every
+                                      member knows a new leader's before its first heartbeat)
       response                        term, voteResult (ACCEPT | REJECT), preVote
-    HEART_BEAT (51002)                leaderId, commitIndex
+    HEART_BEAT (51002)                leaderId, commitIndex, brokerAddr (ours, optional: the leader's
+                                      broker address, ip:port, where followers forward the sends
+                                      their clients still make to them)
       response                        term, code
     PUSH (51004)                      leaderId, prevIndex, prevTerm, commitIndex, firstIndex, count,
                                       firstPos, bodySize;  body = `bodySize` bytes of entries (count 0 = none)
@@ -89,9 +93,9 @@ _COMMON = (("group", str, True), ("localId", str, True), ("remoteId", str, True)
 # (code, is_response) -> fields: (name, type, required)
 MESSAGES: dict[tuple[int, bool], tuple] = {
     (VOTE, False): _COMMON + (("ledgerEndIndex", int, True), ("ledgerEndTerm", int, True),
-                              ("preVote", bool, False), ("transfer", bool, False)),
+                              ("preVote", bool, False), ("transfer", bool, False), ("brokerAddr", str, False)),
     (VOTE, True): (("term", int, True), ("voteResult", str, True), ("preVote", bool, False)),
-    (HEART_BEAT, False): _COMMON + (("leaderId", str, True), ("commitIndex", int, True)),
+    (HEART_BEAT, False): _COMMON + (("leaderId", str, True), ("commitIndex", int, True), ("brokerAddr", str, False)),
     (HEART_BEAT, True): (("term", int, True), ("code", int, True)),
     (PUSH, False): _COMMON + (("leaderId", str, True), ("prevIndex", int, True), ("prevTerm", int, True),
                               ("commitIndex", int, True), ("firstIndex", int, True), ("count", int, True),
