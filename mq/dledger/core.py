@@ -293,11 +293,12 @@ class RaftNode:
             return False
         self.transferee = target
         self.transfer_elapsed = 0
-        pr = self.progress[target]
-        if pr.match == self.log.last_index():
-            self._send(TimeoutNow(self.term, self.id, target))
-        else:
-            self._send_append(target)
+        # TimeoutNow goes on an append response (_on_append_resp), never from here: the driver
+        # stops the appends of a leader in transfer after this step (is_ready_leader is False
+        # now), and entries appended between this check and that fence would leave the
+        # transferee behind our log -- its election would then fail.  An empty append if it
+        # is caught up (one round trip).
+        self._send_append(target, force_commit=True)
         return True
 
     def step(self, m: Message) -> None:
