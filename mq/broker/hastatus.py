@@ -2,7 +2,8 @@
 read from <store root>/ha-status.json, which the HA role process rewrites
 (atomically) on every connect and disconnect and every second:
   {"slaves": [{"addr", "ackOffset", "sentOffset", "since"}], "updated": ms}
-The file is re-read at most every STATUS_REFRESH_S per worker."""
+The file is re-read at most every STATUS_REFRESH_S per worker; it serves the runtime info and
+metrics (per-slave detail).  A send's isSlaveOK (slave_ok) reads the control block instead."""
 from __future__ import annotations
 
 import os
