@@ -315,7 +315,7 @@ class AdminProcessor(Processor):
             "brokerRole": self.config.brokerRole, "brokerId": str(self.config.brokerId),
             # DLedger mode: the committed end, what consumers can see (RocketMQ's getMaxPhyOffset)
             "commitLogMaxOffset": str(ctl.get(self.store.visible_end_pos)),
-            "commitLogMinOffset": str(ctl.get(C.POS_MIN)),
+            "commitLogMinOffset": str(self.store.min_phy),      # a switched store's old log too
             "flushedOffset": str(ctl.get(C.POS_FLUSHED)), "dispatchedOffset": str(ctl.get(C.POS_DISPATCHED)),
             "sendThreadPoolQueueSize": "0", "pullThreadPoolQueueSize": "0",
             "pageCacheLockTimeMills": "0", "commitLogDiskRatio": "%.4f" % _disk_ratio(self.store),
@@ -329,16 +329,20 @@ class AdminProcessor(Processor):
 
     def _earliest_store_ts(self) -> int:
         """Store time of the oldest message still in the CommitLog (0 if none)."""
+        lo = self.store.min_phy
+        cl = self.store.log_at(lo)        # a switched store's old log while it has a file
         try:
-            n, _, _ = self._scanner().scan(self.store.cl.min_pos, self.store.cl.write_pos, resolve_slots=0)
+            scan = self._scanner(cl)
+            n, _, _ = scan.scan(lo, cl.write_pos, resolve_slots=0)
         except StoreError:
             return 0
-        return self._scan.recs[0].store_ts_ms if n else 0
+        return scan.recs[0].store_ts_ms if n else 0
 
-    def _scanner(self):
-        if getattr(self, "_scan", None) is None:
-            self._scan = self.store.cl.scanner(1)
-        return self._scan
+    def _scanner(self, cl):
+        scans = self.__dict__.setdefault("_scans", {})
+        if id(cl) not in scans:
+            scans[id(cl)] = cl.scanner(1)
+        return scans[id(cl)]
 
     async def broker_config(self, conn, cmd):
         return make_response(cmd, RC.SUCCESS, body=self.config.as_properties().encode())
@@ -346,7 +350,7 @@ class AdminProcessor(Processor):
     async def view_message(self, conn, cmd):
         try:
             off = header_int(cmd.ext_fields or {}, "offset", -1, INT64_MIN, INT64_MAX)
-            view = self.store.cl.read_record(off)
+            view = self.store.read_record(off)
         except BadRequest as e:
             return make_response(cmd, e.code, e.remark)
         except StoreError as e:

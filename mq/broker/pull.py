@@ -31,7 +31,7 @@ import time
 from time import perf_counter_ns
 
 from mq.remoting import ResponseCode as RC, make_response
-from mq.store import CorruptRecord, control as C
+from mq.store import CorruptRecord, OutOfRange, control as C
 from mq.store.store import TOTAL_PHYSICAL_MEMORY
 from mq.wire.commitlog import record_properties
 from mq.wire.consumequeue import java_string_hashcode
@@ -415,7 +415,7 @@ class PullProcessor:
         entries = cq.get(offset, max(CQ_SCAN_BYTES_MIN, max_nums * 20) // 20)
         parts, size, scanned = [], 0, 0
         last_phy = None
-        min_phy = self.store.cl.min_pos
+        min_phy = self.store.min_phy
         topic_bytes = topic.encode()
         sql = codes if codes.__class__ is Sql92Filter else None
         if sql is not None:
@@ -431,7 +431,9 @@ class PullProcessor:
             if codes is not None and tags not in codes:
                 continue
             try:
-                view = self.store.cl.read_record(phy, msg_size, qid, offset + scanned - 1, topic_bytes)
+                view = self.store.read_record(phy, msg_size, qid, offset + scanned - 1, topic_bytes)
+            except OutOfRange:
+                continue     # deleted: between a switched store's old log and a later DLedger start
             except CorruptRecord:
                 self._damaged(topic, qid, offset + scanned - 1, phy, msg_size)
                 continue             # skipped like a filtered message: the consumer moves past it

@@ -65,7 +65,7 @@ class QueryProcessor(Processor):
         size = 0
         for phy in self.reader.query(topic, key, QUERY_MAX_NUM * 4, begin_ms, end_ms):
             try:
-                view = self.store.cl.read_record(phy)
+                view = self.store.read_record(phy)
                 rec = parse_record(view)
             except (StoreError, WireError):
                 continue                  # deleted by retention meanwhile, or a cut tail's stale entry

@@ -119,8 +119,8 @@ class TransactionService:
     # ---- reading -----------------------------------------------------------------------------
     def _record(self, phy: int, size: int = 0, queue_id: int | None = None, queue_offset: int | None = None,
                 topic: str | None = None):
-        view = (self.store.cl.read_record(phy, size, queue_id, queue_offset, topic.encode())
-                if size else self.store.cl.read_record(phy))
+        view = (self.store.read_record(phy, size, queue_id, queue_offset, topic.encode())
+                if size else self.store.read_record(phy))
         return wcl.parse_record(view)
 
     def _half_at(self, queue_offset: int):
@@ -266,7 +266,7 @@ class TransactionService:
         root = self.root_of(half, props)
         for phy in self.index.query(topic, uniq, 16, half.store_timestamp_ms - 3600_000, 2 ** 62):
             try:
-                rec = wcl.parse_record(self.store.cl.read_record(phy))
+                rec = wcl.parse_record(self.store.read_record(phy))
             except (StoreError, WireError):
                 continue
             c_props = decode_properties(rec.properties)

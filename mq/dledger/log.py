@@ -27,7 +27,7 @@ import logging
 import os
 import struct
 
-from mq.store import control as C
+from mq.store import CorruptRecord, OutOfRange, control as C
 from mq.store.dledgerfiles import REBASE, clear_rebase, save_rebase
 from mq.wire import dledger as W
 from mq.wire.errors import WireError
@@ -190,7 +190,18 @@ class DLedgerLog:
     def append(self, batch: InBatch, from_index: int) -> None:
         self._fence()
         buf, pos = batch.tail(from_index)
-        n = self.cl.dledger_append_raw(buf, from_index, pos, max_term=self._max_term)
+        try:
+            n = self.cl.dledger_append_raw(buf, from_index, pos, max_term=self._max_term)
+        except OutOfRange:
+            ours = self.ctl.get(C.POS_WRITE)
+            if from_index != self.ctl.get(C.POS_DL_NEXT_INDEX):
+                raise
+            # refused like damaged entries (the connection drops, the leader retries): this log
+            # cannot follow the leader's until an operator lines the stores up
+            raise CorruptRecord(f"the leader stores entry {from_index} at position {pos}, this member's log ends at "
+                                f"{ours}: the two logs do not line up (switched to DLedger from another old "
+                                "CommitLog than the leader's? every member must switch with the same one: "
+                                "mq.store.legacy)") from None
         assert n == batch.last_index - from_index + 1, (n, batch.last_index, from_index)
         self.appended += n
 

@@ -166,6 +166,13 @@ class StoreConfig:
         return self.storePathCommitLog or os.path.join(self.storePathRootDir, "commitlog")
 
     @property
+    def legacy_commitlog_dir(self) -> str:
+        """DLedger mode: the CommitLog of the master/slave store this one was switched from
+        (storePathCommitLog, as before the switch), served read-only below the dividing offset
+        (mq.store.legacy)."""
+        return self.storePathCommitLog or os.path.join(self.storePathRootDir, "commitlog")
+
+    @property
     def dledger_dir(self) -> str:
         """<storePathRootDir>/dledger-<selfId>: index/, checkpoint, currterm (and data/ by default)."""
         return os.path.join(self.storePathRootDir, f"dledger-{self.dLegerSelfId}")

@@ -234,8 +234,11 @@ class ControlBlock:
     """A handle on one store's control block.  `create=True` makes a fresh one
     (replacing a stale segment left by a crashed owner); otherwise attach."""
 
-    def __init__(self, store_root: str, file_size: int | None = None, create: bool = False):
-        self.name = segment_name(store_root)
+    def __init__(self, store_root: str, file_size: int | None = None, create: bool = False, suffix: str = ""):
+        """suffix: a second block of the same store (\"legacy\": the read-only CommitLog of a
+        store switched to DLedger, mq.store.legacy); its segment is named <name>-<suffix>."""
+        assert suffix == "" or re.fullmatch("[a-z]+", suffix), suffix
+        self.name = segment_name(store_root) + (f"-{suffix}" if suffix else "")
         self.root = store_root
         self.owner = create
         size = lib.mq_ctl_size()

@@ -195,6 +195,8 @@ class Retention:
     def _delete(self, forcibly: bool) -> list[str]:
         store, cfg = self.store, self.config
         fs = cfg.mappedFileSizeCommitLog
+        if store.legacy is not None and store.legacy.files():
+            return self._delete_old(forcibly)
         ctl = store.ctl
         safe_end = min(ctl.get(C.POS_FLUSHED), ctl.get(C.POS_DISPATCHED))
         files = list_files(cfg.commitlog_dir)
@@ -233,6 +235,41 @@ class Retention:
         if store.dledger:
             self._clean_dledger_index(ctl.get(C.POS_DL_BEGIN_INDEX))
         log.info("retention deleted %d commitlog file(s) %s; min offset now %d", len(deleted), deleted, new_min)
+        return deleted
+
+    def _delete_old(self, forcibly: bool) -> list[str]:
+        """A store switched to DLedger (mq.store.legacy): its old CommitLog's files go first,
+        oldest first, the last one too (the DLedger log holds everything newer); DLedger files
+        wait until no old file is left, as in RocketMQ."""
+        store, cfg = self.store, self.config
+        lg, fs = store.legacy, cfg.mappedFileSizeCommitLog
+        now = self.clock()
+        doomed = []
+        for start in lg.files()[:FILES_PER_PASS_MAX]:
+            expired = os.path.getmtime(offset_file_path(lg.directory, start)) + cfg.fileReservedTime * 3600 <= now
+            if not (expired or forcibly):
+                break
+            doomed.append(start)
+        if not doomed:
+            return []
+        new_min = min(doomed[-1] + fs, lg.end)
+        lg.ctl.advance(C.POS_MIN, new_min)        # before the unlink: no read starts into a file going
+        deleted = []
+        for start in doomed:
+            name = offset_file_name(start)
+            try:
+                os.unlink(os.path.join(lg.directory, name))
+                deleted.append(name)
+            except FileNotFoundError:
+                pass
+        lg.cl.release(below=new_min)
+        self._clean_queues(new_min)
+        if cfg.messageIndexEnable:
+            from .index import delete_files_below
+            delete_files_below(cfg.storePathRootDir, new_min, cfg.maxHashSlotNum, cfg.maxIndexNum)
+        log.info("retention deleted %d file(s) of the CommitLog from before the switch to DLedger %s; "
+                 "%s", len(deleted), deleted, f"its min offset now {new_min}" if new_min < lg.end else
+                 "none is left: DLedger files are deleted from the next pass on")
         return deleted
 
     def _clean_dledger_index(self, begin_index: int) -> None:

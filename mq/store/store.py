@@ -47,11 +47,12 @@ from .commitlog import CommitLog, list_files, SCAN_STOP_NAMES, AppendResult
 from .config import StoreConfig
 from .consumequeue import ConsumeQueueSet, ENTRY_SIZE, read_manifest, write_manifest
 from .dledgerfiles import clear_rebase, load_rebase
+from .legacy import LegacyLog, needs_switch, switch
 from .dispatch import Dispatcher, index_writer
 from mq.files import fsync_dir
 from mq.wire.filenames import offset_file_path
 from .flush import FlushService
-from .native import (StoreError, CorruptRecord, MessageIllegal, TopicIllegal, PropertiesTooLong, StoreFatal,
+from .native import (StoreError, CorruptRecord, OutOfRange, MessageIllegal, TopicIllegal, PropertiesTooLong, StoreFatal,
                      NoSpace, MessageTooBig, NotLeader, lib)
 from .notify import PositionWaiter
 
@@ -120,6 +121,7 @@ class MessageStore:
         self.store_port = store_port
         self.ctl: C.ControlBlock | None = None
         self.cl: CommitLog | None = None
+        self.legacy: LegacyLog | None = None     # the old CommitLog of a store switched to DLedger
         self.cqs: ConsumeQueueSet | None = None
         self.checkpoint: Checkpoint | None = None
         self.owner = False
@@ -185,6 +187,8 @@ class MessageStore:
               "index_file_size": cfg.mappedFileSizeForEntryIndex} if cfg.enableDLegerCommitLog else {}
         self.cl = CommitLog(cfg.commitlog_dir, self.ctl, cfg.mappedFileSizeCommitLog,
                             self.store_host, self.store_port, cfg.maxMessageSize, **dl)
+        if cfg.enableDLegerCommitLog:
+            self.legacy = (LegacyLog.create if self.owner else LegacyLog.attach)(cfg, self.store_host, self.store_port)
         self.cqs = ConsumeQueueSet(self.cq_root, cfg.cq_file_size, self.ctl, writable=cq_writable)
         self.checkpoint = Checkpoint(os.path.join(self.root, "checkpoint"))
         self.flush_waiter = PositionWaiter(self.ctl, C.SEQ_FLUSH, C.POS_FLUSHED)
@@ -193,6 +197,8 @@ class MessageStore:
     def _open_owner(self, prepare_files: bool = True) -> None:
         cfg = self.config
         cfg.check_dledger()
+        if self.dledger and needs_switch(cfg):
+            switch(cfg, self.store_host, self.store_port)     # a master/slave store switched (mq.store.legacy)
         dirs = [self.root, cfg.commitlog_dir, self.cq_root, self.config_dir]
         if self.dledger:
             dirs.append(cfg.dledger_index_dir)
@@ -290,7 +296,9 @@ class MessageStore:
         if install is not None:
             self._rebase_queues(install[2])
             write_manifest(self.config_dir, self.queue_bounds())     # the queues start where the leader's do
-        redispatch_from, rebuild = self._recover_queues(end, min_pos, rep)
+        # the ConsumeQueues of a switched store reach into the old log (mq.store.legacy)
+        lowest = min(min_pos, self.min_phy)
+        redispatch_from, rebuild = self._recover_queues(end, lowest, rep)
         if rep.dropped_bytes:
             # one line that says exactly what the damage cost
             log.warning("commitlog recovery: the record at %d is damaged (%s): truncated there; %d bytes of data "
@@ -303,11 +311,12 @@ class MessageStore:
             redispatch_from = min(redispatch_from, rep.start_offset)
         redispatch_from = max(min_pos, min(redispatch_from, end))
         t_rebuild = time.monotonic()
-        walked = self._rebuild_queues(rebuild, min_pos, redispatch_from)
+        walked = self._rebuild_old_queues(rebuild)
+        walked += self._rebuild_queues(rebuild, min_pos, redispatch_from)
         self.ctl.set(C.POS_DISPATCHED, redispatch_from)
         n = self.dispatcher.dispatch_once()
         rep.records_redispatched = n
-        self._rebuilt(rebuild, min_pos, walked, t_rebuild)
+        self._rebuilt(rebuild, lowest, walked, t_rebuild)
         self._sync_next_offsets()
         write_manifest(self.config_dir, self.queue_bounds())
         self.dispatcher.flush_queues()
@@ -634,7 +643,7 @@ class MessageStore:
     def _record_at(self, phy: int, size: int) -> tuple[str, int, int] | None:
         """(topic, queueId, queue offset) of the record at phy, if a whole one of `size` starts there."""
         try:
-            rec = wcl.parse_record(self.cl.view_raw(phy, size))
+            rec = wcl.parse_record(self.log_at(phy).view_raw(phy, size))
         except (StoreError, WireError):
             return None
         if rec.physical_offset != phy:
@@ -654,6 +663,30 @@ class MessageStore:
             return self.dispatcher.dispatch_once(limit=up_to)
         finally:
             self.dispatcher.index = index
+
+    def _rebuild_old_queues(self, queues: list) -> int:
+        """A switched store (mq.store.legacy): the entries of `queues` for the old log's records,
+        before the DLedger part is walked.  The walk runs on the old log's own control block, so
+        its queue slots and CQ_MAX are that block's: each rebuilt queue's bounds are then read
+        back from its files into this store's block.  Returns the records walked."""
+        lg = self.legacy
+        if not queues or lg is None or lg.min_pos >= lg.end:
+            return 0
+        cfg = self.config
+        cqs = ConsumeQueueSet(self.cq_root, cfg.cq_file_size, lg.ctl, writable=True)
+        try:
+            # the other queues' entries are written again as they are (dispatch is idempotent)
+            walker = Dispatcher(lg.cl, cqs, cfg.delay_levels_ms)
+            lg.ctl.set(C.POS_DISPATCHED, lg.min_pos)
+            walked = walker.dispatch_once(limit=lg.end)
+            cqs.sync()
+        finally:
+            cqs.close()
+        for cq in queues:
+            lo, hi = cq.recover_bounds()
+            for field_ in (C.Q_CQ_MAX, C.Q_NEXT_OFFSET):
+                self.ctl.queue_set(cq.slot, field_, hi)
+        return walked
 
     def _rebuilt(self, queues: list, min_pos: int, walked: int, t0: float) -> None:
         """After recovery's dispatch: the rebuilt queues' first live entries, and one line."""
@@ -768,6 +801,27 @@ class MessageStore:
         return PutResult(PutStatus.PUT_OK, res)
 
     # ---- get -----------------------------------------------------------------------------------
+    def log_at(self, phy: int) -> CommitLog:
+        """The CommitLog holding offset `phy`: the old one below the dividing offset of a store
+        switched to DLedger (mq.store.legacy), else this store's."""
+        lg = self.legacy
+        return lg.cl if lg is not None and phy < lg.end else self.cl
+
+    def read_record(self, phy: int, size: int | None = None, queue_id: int = -1, queue_offset: int = -1,
+                    topic: bytes | None = None) -> memoryview:
+        """CommitLog.read_record on the log holding `phy` (checked whole in C either way)."""
+        return self.log_at(phy).read_record(phy, size, queue_id, queue_offset, topic)
+
+    @property
+    def min_phy(self) -> int:
+        """The lowest CommitLog offset still held: the old log's first, while it has one."""
+        lg = self.legacy
+        if lg is not None:
+            lo = lg.min_pos
+            if lo < lg.end:
+                return lo
+        return self.cl.min_pos
+
     def max_offset(self, topic: str, queue_id: int) -> int:
         return self.cqs.get(topic, queue_id).max_offset
 
@@ -780,11 +834,14 @@ class MessageStore:
         cq = self.cqs.get(topic, queue_id)
         out = []
         topic_bytes = topic.encode()
+        min_phy = self.min_phy
         for i, (phy, size, _tags) in enumerate(cq.get(queue_offset, max_count)):
-            if phy < self.cl.min_pos:
+            if phy < min_phy:
                 continue
             try:
-                out.append((queue_offset + i, self.cl.read_record(phy, size, queue_id, queue_offset + i, topic_bytes)))
+                out.append((queue_offset + i, self.read_record(phy, size, queue_id, queue_offset + i, topic_bytes)))
+            except OutOfRange:
+                continue         # deleted (between an old log and a DLedger log that starts later)
             except CorruptRecord:
                 log.error("damaged record skipped: %s:%d queue offset %d at %d", topic, queue_id, queue_offset + i,
                           phy)
@@ -830,7 +887,7 @@ class MessageStore:
 
     def _store_ts_at(self, phy: int) -> int | None:
         try:
-            head = self.cl.view(phy, 64)
+            head = self.log_at(phy).view(phy, 64)
         except StoreError:
             return None
         born_len = 20 if int.from_bytes(head[36:40], "big") & 0x10 else 8
@@ -876,9 +933,10 @@ class MessageStore:
 
     def _release_handles(self) -> None:
         self.dispatcher = None   # holds a scanner array into the CommitLog handle
-        for h in (self.cqs, self.cl, self.checkpoint, self.ctl):
+        for h in (self.cqs, self.cl, self.legacy, self.checkpoint, self.ctl):
             if h is not None:
                 h.close()
+        self.legacy = None
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
