@@ -49,7 +49,7 @@ java:
 	  apt-get update -qq && apt-get install -y -qq default-jre-headless; }
 
 test: $(EXTRAS) java
-	$(BIN)/pytest -q --durations=20 tests
+	$(BIN)/pytest -q -n 2 --dist loadgroup --durations=20 tests
 	$(BIN)/pytest -q perf -m quick -p no:cacheprovider
 
 perf: $(EXTRAS) java

@@ -101,14 +101,31 @@ def _ephemeral_low() -> int:
         return 32768
 
 
+PORT_RANGE_ENV = "MQ_PORT_RANGE"
+
+
+def port_range() -> tuple[int, int]:
+    """[lo, hi) free_port chooses from: 20000 up to just below the kernel's ephemeral range (a
+    port from that range can be taken by any outgoing connection between the check and the
+    server's bind), or MQ_PORT_RANGE=lo-hi: the test suite gives each of its parallel workers a
+    slice of its own, so a port one worker chose and has not bound yet is never another's."""
+    lo, hi = 20000, _ephemeral_low() - 4
+    given = os.environ.get(PORT_RANGE_ENV)
+    if given:
+        a, _, b = given.partition("-")
+        lo, hi = max(lo, int(a)), min(hi, int(b))
+        if hi - lo < 100:
+            raise ValueError(f"{PORT_RANGE_ENV}={given}: fewer than 100 ports below the ephemeral range")
+    return lo, hi
+
+
 def free_port(span: tuple[int, ...] = (0,)) -> int:
     """A port p on 127.0.0.1 such that p+d is free for every d in span (a broker needs -2, 0
-    and +1: its fast port, its port and its HA port).  Chosen at random from 20000 up to just
-    below the kernel's ephemeral range: a port from that range can be taken by any outgoing
-    connection between this check and the server's bind."""
-    hi = _ephemeral_low() - 4
+    and +1: its fast port, its port and its HA port), chosen at random from port_range()."""
+    lo, hi = port_range()
+    lo, hi = lo - min(span), hi - max(span)      # every p+d inside the range
     for _ in range(500):
-        p = random.randrange(20000, hi)
+        p = random.randrange(lo, hi)
         if all(port_bindable(p + d) for d in span):
             return p
     raise RuntimeError("no free port range found")

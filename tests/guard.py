@@ -10,7 +10,13 @@ perf/conftest.py, so `pytest tests` and `pytest perf` both have them):
   during the run may remain unheld (brokers killed with -9 leave theirs until a sweep:
   mq.store.control.sweep_dead_segments), and no network namespace (`ip netns`) or network link
   (a veth end in this namespace) that appeared during the run may remain: tests that build hosts
-  as namespaces remove them.  A leftover is named, removed, and fails the run."""
+  as namespaces remove them.  A leftover is named, removed, and fails the run.
+
+Run in parallel (`pytest -n 2`, pytest-xdist): each worker is a session with a token of its own
+and checks its own processes; the machine-wide things (segments, namespaces, links) are checked
+once, by the controller after every worker ended, since one worker's segment of a broker it just
+killed is not another's leftover.  Each worker draws ports from a slice of its own
+(MQ_PORT_RANGE, mq.cluster.free_port)."""
 from __future__ import annotations
 
 import os
@@ -21,7 +27,7 @@ import uuid
 
 import pytest
 
-from mq.cluster import Proc
+from mq.cluster import PORT_RANGE_ENV, Proc
 from mq.store.control import SHM_DIR
 
 RUN_ENV = "MQ_TEST_RUN"
@@ -50,10 +56,31 @@ def _segments() -> set[str]:
         return set()
 
 
+def _worker(config) -> tuple[int, int] | None:
+    """(this worker's number, the number of workers) in a parallel run's worker, else None."""
+    wi = getattr(config, "workerinput", None)
+    if wi is None:
+        return None
+    return int(wi["workerid"].lstrip("gw")), int(wi["workercount"])
+
+
+def _controller(config) -> bool:
+    """The process that runs no test of a parallel run, only its workers."""
+    return getattr(config, "workerinput", None) is None and getattr(config.option, "numprocesses", None) not in (None, 0)
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_sessionstart(session):
     if Proc.started is not None:
         return                  # both conftests registered these hooks (`pytest tests perf`)
     os.environ[RUN_ENV] = uuid.uuid4().hex
+    w = _worker(session.config)
+    if w is not None:
+        from mq.cluster import port_range
+        os.environ.pop(PORT_RANGE_ENV, None)
+        lo, hi = port_range()
+        step = (hi - lo) // w[1]
+        os.environ[PORT_RANGE_ENV] = f"{lo + w[0] * step}-{lo + (w[0] + 1) * step}"
     Proc.started = []
     _shm_before.clear()
     _shm_before.update(_segments())
@@ -118,14 +145,26 @@ def _segment_owners() -> dict[str, str]:
     out = {}
     for p in Proc.started or []:
         root = os.path.dirname(p.log_path)
-        for name in (segment_name(root), segment_name(root) + "-st"):
+        for name in (segment_name(root), segment_name(root) + "-st", segment_name(root) + "-legacy"):
             out[name] = p.log_path
     return out
 
 
+_from_workers: list[str] = []
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """Controller of a parallel run: what a worker found left behind by its own tests."""
+    left = getattr(node, "workeroutput", {}).get("mq_leftovers") or []
+    if left:
+        _from_workers.append(f"worker {node.gateway.id}:")
+        _from_workers.extend(left)
+
+
 def pytest_sessionfinish(session, exitstatus):
     from mq.store.control import segment_in_use, sweep_dead_segments
-    token = os.environ.get(RUN_ENV)
+    token = None if _controller(session.config) else os.environ.get(RUN_ENV)   # workers check their own
     problems = []
     # a process killed or stopped by the last test may still be exiting (orphaned roles, a
     # resource tracker reading its EOF): only what is alive after the grace period is left over
@@ -144,6 +183,12 @@ def pytest_sessionfinish(session, exitstatus):
             except ProcessLookupError:
                 pass
         time.sleep(0.2)                               # the kernel drops their segment locks
+    if _worker(session.config) is not None:
+        # the controller decides the run's status: it reports these with its own (below)
+        session.config.workeroutput["mq_leftovers"] = problems
+        _report(session, problems)
+        return                  # the machine-wide checks are the controller's, after every worker
+    problems += _from_workers
     # a segment some live process holds is in use (ours would be named above, with its process;
     # another run's on the same machine is not ours to judge); one nobody holds was left behind
     new = sorted(n for n in _segments() - _shm_before if not segment_in_use(n))
@@ -163,6 +208,10 @@ def pytest_sessionfinish(session, exitstatus):
         problems.append(f"{len(links)} network link(s) made during the run remain (deleted now): " + " ".join(links))
         for name in links:
             subprocess.run(["ip", "link", "del", name], capture_output=True)
+    _report(session, problems)
+
+
+def _report(session, problems: list[str]) -> None:
     if problems:
         tr = session.config.pluginmanager.get_plugin("terminalreporter")
         text = "the run left things behind:\n" + "\n".join(problems)

@@ -11,15 +11,19 @@ import textwrap
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFTEST = """
 from tests.guard import (pytest_runtest_makereport, pytest_runtest_setup, pytest_sessionfinish,
-                         pytest_sessionstart)
+                         pytest_sessionstart, pytest_testnodedown)
 """
 
 
-def run_suite(tmp_path, body: str) -> subprocess.CompletedProcess:
+def run_suite(tmp_path, body: str, parallel: int = 0) -> subprocess.CompletedProcess:
+    """The suite `body` in a fresh pytest; parallel=N: on N pytest-xdist workers, as `make test` runs."""
     (tmp_path / "conftest.py").write_text(CONFTEST)
     (tmp_path / "test_inner.py").write_text(textwrap.dedent(body))
     env = {**os.environ, "PYTHONPATH": REPO, "MQ_TEST_EXIT_GRACE_S": "1"}
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+    for k in [k for k in env if k.startswith("PYTEST_XDIST") or k in ("MQ_PORT_RANGE", "MQ_TEST_RUN")]:
+        del env[k]                  # this run's own worker identity is not the inner run's
+    extra = ["-n", str(parallel)] if parallel else []
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *extra, str(tmp_path)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
 
 
@@ -107,3 +111,56 @@ def test_a_namespace_and_a_link_left_behind_fail_the_run_and_are_deleted(tmp_pat
     finally:
         subprocess.run(["ip", "link", "del", link], capture_output=True)
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def test_in_parallel_a_worker_s_leftover_process_fails_the_run(tmp_path):
+    """On two workers: a process one worker's test leaves running is found by that worker (its
+    own token), reported through the controller, which fails the run; the tests themselves pass,
+    and each worker draws its ports from a slice of its own."""
+    marker = tmp_path / "pid"
+    r = run_suite(tmp_path, f"""
+        import os, subprocess
+        from mq.cluster import free_port, port_range
+
+        def test_leaks():
+            p = subprocess.Popen(["sleep", "301"], start_new_session=True)
+            open({str(marker)!r}, "w").write(str(p.pid))
+
+        def test_ports_are_the_workers_own():
+            lo, hi = port_range()
+            assert os.environ["MQ_PORT_RANGE"] == f"{{lo}}-{{hi}}"
+            assert all(lo <= free_port((-2, 0, 1)) - 2 and free_port((-2, 0, 1)) + 1 < hi for _ in range(20))
+            open({str(tmp_path)!r} + "/range-" + os.environ["PYTEST_XDIST_WORKER"], "w").write(f"{{lo}} {{hi}}")
+
+        def test_ports_are_the_workers_own_too():
+            test_ports_are_the_workers_own()
+        """, parallel=2)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "leftovers" in r.stdout and "sleep 301" in r.stdout and "worker gw" in r.stdout, r.stdout
+    assert "3 passed" in r.stdout, r.stdout              # the tests pass; the run fails
+    pid = int(marker.read_text())
+    assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+    ranges = [tuple(map(int, open(tmp_path / f).read().split())) for f in os.listdir(tmp_path) if f.startswith("range-")]
+    if len(ranges) == 2:                  # both tests ran on different workers: slices do not overlap
+        (a_lo, a_hi), (b_lo, b_hi) = sorted(ranges)
+        assert a_hi <= b_lo
+
+
+def test_in_parallel_a_segment_left_behind_is_found_once_by_the_controller(tmp_path):
+    root = tmp_path / "store"
+    root.mkdir()
+    r = run_suite(tmp_path, f"""
+        import subprocess, sys
+
+        def test_leaks_a_segment():
+            code = "from mq.store import control as C; C.ControlBlock({str(root)!r}, 65536, create=True)"
+            subprocess.run([sys.executable, "-c", code], check=True)   # exits without closing it
+
+        def test_clean():
+            pass
+        """, parallel=2)
+    from mq.store import control as C
+    name = C.segment_name(str(root))
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert r.stdout.count("shared-memory segment(s) made during the run remain: " + name) == 1, r.stdout
+    assert not os.path.exists("/dev/shm/" + name)
