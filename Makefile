@@ -49,7 +49,8 @@ java:
 	  apt-get update -qq && apt-get install -y -qq default-jre-headless; }
 
 test: $(EXTRAS) java
-	$(BIN)/pytest -q -n 2 --dist loadgroup --durations=20 tests
+	$(BIN)/pytest -q -n 2 --dist loadscope --durations=20 -m "not host_exclusive" tests
+	$(BIN)/pytest -q -m host_exclusive -p no:cacheprovider tests
 	$(BIN)/pytest -q perf -m quick -p no:cacheprovider
 
 perf: $(EXTRAS) java

@@ -6,23 +6,33 @@ from mq.store import MessageStore, StoreConfig
 from tests.guard import (pytest_runtest_makereport, pytest_runtest_setup, pytest_sessionfinish,  # noqa: F401
                          pytest_sessionstart, pytest_testnodedown)
 
-# Run in parallel (`make test`: pytest -n 2 --dist loadgroup), a test file is one unit of work
+# Run in parallel (`make test`: pytest -n 2 --dist loadscope), a test file is one unit of work
 # (its module fixtures start once), and the tiers whose tests time elections, failovers and
-# faults of several brokers run on one worker, one after the other, as they would alone: only
-# lighter work shares the machine with them.
+# faults of several brokers are one unit together: they run on one worker, one after the other,
+# as they would alone, and only lighter work shares the machine with them.  (A scheduler of our
+# own: pytest-xdist's xdist_group marks rename node ids, which pytest 9.2 no longer lets them do.)
 SERIAL_TIERS = ("chaos", "dledger", "ha", "faults")
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config, items):
-    import os
-    here = os.path.dirname(os.path.abspath(__file__))
-    for item in items:
-        if item.get_closest_marker("xdist_group") is not None:
-            continue
-        rel = os.path.relpath(str(item.path), here)
-        tier = rel.split(os.sep, 1)[0]
-        item.add_marker(pytest.mark.xdist_group("serial-tiers" if tier in SERIAL_TIERS else rel))
+def unit_of_work(nodeid: str) -> str:
+    """The scope a test is scheduled with: its file, or one scope for all of SERIAL_TIERS."""
+    path = nodeid.split("::", 1)[0]
+    parts = path.split("/")
+    if len(parts) > 2 and parts[0] == "tests" and parts[1] in SERIAL_TIERS:
+        return "serial-tiers"
+    return path
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class TierScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of_work(nodeid)
+    return TierScheduling(config, log)
 
 
 @pytest.fixture

@@ -98,6 +98,7 @@ def test_a_full_region_spills_into_the_other_row(tmp_path):
         block.close()
 
 
+@pytest.mark.host_exclusive          # a broker started meanwhile would sweep the stale segment
 def test_stale_segment_is_replaced_or_removed(tmp_path):
     root = str(tmp_path)
     stale = StatsBlock(root, regions=1, create=True)

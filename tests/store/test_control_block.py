@@ -12,7 +12,14 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from mq.store import control as C
+
+# host_exclusive: these tests watch /dev/shm segments of processes they killed, and any broker
+# started meanwhile sweeps every unheld segment on the host: `make test` runs them after the
+# parallel run, alone (Makefile)
+pytestmark = pytest.mark.host_exclusive
 
 FILE_SIZE = 64 * 1024
 

@@ -8,6 +8,13 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
+# host_exclusive: these tests watch /dev/shm segments of processes they killed, and any broker
+# started meanwhile sweeps every unheld segment on the host: `make test` runs them after the
+# parallel run, alone (Makefile)
+pytestmark = pytest.mark.host_exclusive
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFTEST = """
 from tests.guard import (pytest_runtest_makereport, pytest_runtest_setup, pytest_sessionfinish,
