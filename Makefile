@@ -7,6 +7,7 @@
 # is missing.
 # More:
 #   make perf     every performance gate (pytest-benchmark; ratios measured in one run)
+#   make test-parallel  the tests on two pytest-xdist workers (not CI's command yet: README)
 #   make peers    our broker side by side with Redis Streams and NATS JetStream (installs them if missing)
 #   make report   a load run with tracing on, mined with Spark into perf/reports/latest/
 #   make chaos    the fault matrix (every mode x every nemesis, ~15 min; needs root for the tmpfs of
@@ -23,7 +24,7 @@ EXTRAS := $(VENV)/.installed-test
 # every file the build reads, the whole C core included (one .c and .h per subsystem)
 SOURCES := pyproject.toml setup.py MANIFEST.in $(wildcard csrc/*.c csrc/*.h csrc/*.py)
 
-.PHONY: run test perf peers report chaos java clean
+.PHONY: test-parallel run test perf peers report chaos java clean
 
 $(BIN)/python:
 	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { \
@@ -49,9 +50,14 @@ java:
 	  apt-get update -qq && apt-get install -y -qq default-jre-headless; }
 
 test: $(EXTRAS) java
+	$(BIN)/pytest -q --durations=20 tests
+	$(BIN)/pytest -q perf -m quick -p no:cacheprovider
+
+# the same tests on two pytest-xdist workers (~9.5 min instead of ~16; see README "tests in tiers":
+# not the default while one unexplained failure under its load is open)
+test-parallel: $(EXTRAS) java
 	$(BIN)/pytest -q -n 2 --dist loadscope --durations=20 -m "not host_exclusive" tests
 	$(BIN)/pytest -q -m host_exclusive -p no:cacheprovider tests
-	$(BIN)/pytest -q perf -m quick -p no:cacheprovider
 
 perf: $(EXTRAS) java
 	$(BIN)/pytest -q -s perf
