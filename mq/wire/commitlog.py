@@ -527,6 +527,72 @@ def iter_records(buf, offset: int = 0, *, check_crc: bool = False) -> Iterator[C
         yield rec
 
 
+# iter_record_values: a record's fields as one tuple, in this order (a consumer decodes every record
+# of every pull: a Container per record and its item reads were most of the client's decode)
+RECORD_VALUE_FIELDS = ("total_size", "body_crc", "queue_id", "flag", "queue_offset", "physical_offset", "sys_flag",
+                       "born_timestamp_ms", "born_host", "born_port", "store_timestamp_ms", "store_host", "store_port",
+                       "reconsume_times", "prepared_transaction_offset", "body", "topic", "properties",
+                       "store_host_packed")
+# IPv4 born and store hosts: every fixed field up to BODYLEN in one unpack (88 bytes)
+_V4_FIXED = struct.Struct(">iIiiiqqiq4siq4siiqi")
+_HOSTS_V6 = BORNHOST_V6 | STOREHOST_V6
+_host_text: dict[bytes, str] = {}          # packed IPv4 -> dotted quad (a pull names a few hosts, over and over)
+_HOST_TEXT_MAX = 4096
+
+
+def _v4_text(packed: bytes) -> str:
+    text = _host_text.get(packed)
+    if text is None:
+        if len(_host_text) >= _HOST_TEXT_MAX:
+            _host_text.clear()
+        text = _host_text[packed] = socket.inet_ntoa(packed)
+    return text
+
+
+def iter_record_values(buf) -> Iterator[tuple]:
+    """iter_records as tuples of RECORD_VALUE_FIELDS (plus the packed store host, for msg ids): the
+    same records, the same values and the same errors as parse_record (proven equal by
+    tests/properties/test_prop_wire.py); a record with an IPv6 host goes through parse_record."""
+    end_all = len(buf)
+    offset = 0
+    unpack = _V4_FIXED.unpack_from
+    while offset < end_all:
+        if end_all - offset < 88:
+            rec = parse_record(buf, offset)          # too short for the fast read: its exact error, or a record
+        else:
+            (total_size, magic, body_crc, queue_id, flag, queue_offset, phy, sys_flag, born_ts, born_host, born_port,
+             store_ts, store_host, store_port, reconsume, prep_tx, body_size) = unpack(buf, offset)
+            end = offset + total_size
+            if (magic != MESSAGE_MAGIC_CODE or sys_flag & _HOSTS_V6 or total_size < RECORD_SIZE_MIN
+                    or end > end_all or body_size < 0 or offset + 88 + body_size + 3 > end):
+                rec = parse_record(buf, offset)      # an IPv6 host, or the error parse_record names
+            else:
+                pos = offset + 88 + body_size
+                topic_size = buf[pos]
+                if topic_size > 127 or pos + 1 + topic_size + 2 > end:
+                    rec = parse_record(buf, offset)
+                else:
+                    t0 = pos + 1
+                    pos = t0 + topic_size
+                    props_size = (buf[pos] << 8) | buf[pos + 1]
+                    if props_size > 32767 or pos + 2 + props_size != end:
+                        rec = parse_record(buf, offset)
+                    else:
+                        try:
+                            topic = bytes(buf[t0:t0 + topic_size]).decode("utf-8")
+                        except UnicodeDecodeError:
+                            raise MalformedError(f"commitlog @{offset}: topic {bytes(buf[t0:t0 + topic_size])!r} "
+                                                 "is not valid UTF-8") from None
+                        yield (total_size, body_crc, queue_id, flag, queue_offset, phy, sys_flag, born_ts,
+                               _v4_text(born_host), born_port, store_ts, _v4_text(store_host), store_port, reconsume,
+                               prep_tx, bytes(buf[offset + 88:offset + 88 + body_size]), topic,
+                               bytes(buf[pos + 2:end]), store_host)
+                        offset = end
+                        continue
+        yield tuple(rec[f] for f in RECORD_VALUE_FIELDS[:-1]) + (_ip_to_packed(rec["store_host"]),)
+        offset += rec["total_size"]
+
+
 def parse_blank(buf, offset: int = 0) -> int:
     """Decode a BLANK filler at `offset`; returns its remaining_size.
 

@@ -62,11 +62,12 @@ def string_to_properties(text: str) -> dict[str, str]:
     if not text:
         return result
     for segment in text.split(PROPERTY_SEPARATOR):
-        sep_index = segment.find(NAME_VALUE_SEPARATOR)
         # Java searches for 0x01 from the segment start onwards and keeps the pair only when the hit is
-        # strictly inside the segment: index > start and index < end - 1.
-        if sep_index > 0 and sep_index < len(segment) - 1:
-            result[segment[:sep_index]] = segment[sep_index + 1:]
+        # strictly inside the segment (index > start and index < end - 1): a name and a value, both
+        # non-empty, around the first 0x01
+        name, sep, value = segment.partition(NAME_VALUE_SEPARATOR)
+        if name and value:
+            result[name] = value
     return result
 
 

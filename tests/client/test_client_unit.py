@@ -14,12 +14,12 @@ from mq.wire.headers import PULL_COMMIT_OFFSET, PULL_SUSPEND
 from mq.client.instance import ClientInstance, parse_namesrv_addr
 from mq.client.errors import MQClientError
 from mq.client.message import (SYSFLAG_COMPRESSED, SYSFLAG_ZLIB, SubscriptionData, _coerce, decode_messages,
-                               new_uniq_id)
+                               message_from_record, new_uniq_id)
 from mq.client.producer import _PublishInfo
 from mq.client.route import ClusterInfo, TopicRouteData, find_broker_addr_in_subscribe
 from mq.remoting import RemotingServer, make_response
 from mq.wire.codes import RequestCode as R, ResponseCode as RC
-from mq.wire.commitlog import build_record
+from mq.wire.commitlog import build_record, parse_record
 from mq.wire.properties import encode_properties
 
 
@@ -144,6 +144,17 @@ def test_decode_pull_body_with_compressed_and_retry_records():
     assert a.born_host == "10.0.0.9:5555" and a.store_host == "127.0.0.1:10911"
     assert a.queue == MessageQueue("T", "broker-a", 2)
     assert b.body == big and b.msg_id == b.offset_msg_id
+    # the fast decode and the per-record one (mq.wire.commitlog.parse_record) agree on every field
+    v6 = build_record(body=b"six", topic="T6", properties=props, store_host="fe80::1", store_port=10911,
+                      born_host="::1", born_port=1, physical_offset=77)
+    body = plain + packed + v6
+    fast = decode_messages(body, "broker-a")
+    slow, at = [], 0
+    while at < len(body):
+        rec = parse_record(body, at)
+        slow.append(message_from_record(rec, "broker-a"))
+        at += rec.total_size
+    assert [vars(m) for m in fast] == [vars(m) for m in slow]
 
 
 def test_subscription_data_json_and_tag_match():

@@ -425,6 +425,37 @@ def test_any_bytes_parse_as_a_record_or_raise_a_wire_error(buf, offset, check_cr
     outcome(lambda b: list(wcl.iter_records(b, check_crc=check_crc)), buf)
     outcome(wcl.peek_record, buf)
     outcome(wcl.parse_blank, buf)
+    # the consumer's fast path: the same records, values and error kind as iter_records
+    assert _values_outcome(buf) == _records_outcome(buf)
+
+
+def _records_outcome(buf):
+    try:
+        return [tuple(r[f] for f in wcl.RECORD_VALUE_FIELDS[:-1]) for r in wcl.iter_records(buf)]
+    except WireError as e:
+        return type(e)
+
+
+def _values_outcome(buf):
+    try:
+        return [v[:-1] for v in wcl.iter_record_values(buf)]
+    except WireError as e:
+        return type(e)
+
+
+@bounded(200)
+@given(many=st.lists(record_fields(), min_size=1, max_size=4), cut=st.integers(0, 3))
+def test_the_consumers_fast_decode_equals_the_declared_one(many, cut):
+    """A pull body of several records (IPv4 and IPv6 hosts, any lengths), whole or cut short:
+    iter_record_values yields exactly what iter_records parses, and raises the same error."""
+    body = b"".join(wcl.build_record(**f) for f in many)
+    if cut:
+        body = body[:len(body) - cut]
+    assert _values_outcome(body) == _records_outcome(body)
+    if not cut:
+        packed = [v[-1] for v in wcl.iter_record_values(body)]
+        assert [str(ipaddress.ip_address(p)) for p in packed] == [str(ipaddress.ip_address(f["store_host"]))
+                                                                 for f in many]
 
 
 @st.composite
