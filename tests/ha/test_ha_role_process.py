@@ -69,6 +69,9 @@ def test_a_master_whose_ha_port_is_taken_says_so_once_and_serves_when_it_frees(t
         wait_for(lambda: "listening on the HA port" in broker.proc.output(), 20, what="the bind failure")
         blocker.close()
         wait_for(lambda: port_open(port + 1), 30, 0.1, "the HA port listening after the retry")
+        # the role's lines reach the log file through the broker's log pipeline, after the listen
+        # that port_open saw: wait for the line rather than read the file at once
+        wait_for(lambda: "works again" in broker.proc.output(), 10, 0.05, "the role saying it listens again")
         log = broker.proc.output()
         assert log.count("listening on the HA port") == 2, log[-3000:]     # failed once, works again
         assert "works again" in log and "Traceback" not in log, log[-3000:]
