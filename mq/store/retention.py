@@ -215,23 +215,9 @@ class Retention:
             # entries below the first one left are gone: the Raft role must not look them up
             ctl.advance(C.POS_DL_BEGIN_INDEX, store.cl.dledger_entry_at(new_min)[0])
         ctl.advance(C.POS_MIN, new_min)
-        deleted = []
-        for start in doomed:
-            name = offset_file_name(start)
-            try:
-                os.unlink(os.path.join(cfg.commitlog_dir, name))
-                deleted.append(name)
-            except FileNotFoundError:
-                pass
-            if cfg.deleteCommitLogFilesInterval and start != doomed[-1]:
-                time.sleep(cfg.deleteCommitLogFilesInterval / 1000)
+        deleted = self._unlink(cfg.commitlog_dir, doomed)
         store.cl.release(below=new_min)
-        self._clean_queues(new_min)
-        if cfg.messageIndexEnable:
-            from .index import delete_files_below
-            gone = delete_files_below(cfg.storePathRootDir, new_min, cfg.maxHashSlotNum, cfg.maxIndexNum)
-            if gone:
-                log.info("retention deleted %d index file(s) %s", len(gone), gone)
+        self._clean_below(new_min)
         if store.dledger:
             self._clean_dledger_index(ctl.get(C.POS_DL_BEGIN_INDEX))
         log.info("retention deleted %d commitlog file(s) %s; min offset now %d", len(deleted), deleted, new_min)
@@ -254,23 +240,40 @@ class Retention:
             return []
         new_min = min(doomed[-1] + fs, lg.end)
         lg.ctl.advance(C.POS_MIN, new_min)        # before the unlink: no read starts into a file going
-        deleted = []
-        for start in doomed:
-            name = offset_file_name(start)
-            try:
-                os.unlink(os.path.join(lg.directory, name))
-                deleted.append(name)
-            except FileNotFoundError:
-                pass
+        deleted = self._unlink(lg.directory, doomed)
         lg.cl.release(below=new_min)
-        self._clean_queues(new_min)
-        if cfg.messageIndexEnable:
-            from .index import delete_files_below
-            delete_files_below(cfg.storePathRootDir, new_min, cfg.maxHashSlotNum, cfg.maxIndexNum)
+        self._clean_below(new_min)
         log.info("retention deleted %d file(s) of the CommitLog from before the switch to DLedger %s; "
                  "%s", len(deleted), deleted, f"its min offset now {new_min}" if new_min < lg.end else
                  "none is left: DLedger files are deleted from the next pass on")
         return deleted
+
+    def _unlink(self, directory: str, doomed: list[int]) -> list[str]:
+        """Deletes the CommitLog files starting at `doomed` (oldest first, deleteCommitLogFilesInterval
+        apart); returns the names deleted."""
+        interval_ms = self.config.deleteCommitLogFilesInterval
+        deleted = []
+        for start in doomed:
+            name = offset_file_name(start)
+            try:
+                os.unlink(os.path.join(directory, name))
+                deleted.append(name)
+            except FileNotFoundError:
+                pass
+            if interval_ms and start != doomed[-1]:
+                time.sleep(interval_ms / 1000)
+        return deleted
+
+    def _clean_below(self, new_min: int) -> None:
+        """After CommitLog files below new_min went: the ConsumeQueue files and message index
+        files wholly below it."""
+        cfg = self.config
+        self._clean_queues(new_min)
+        if cfg.messageIndexEnable:
+            from .index import delete_files_below
+            gone = delete_files_below(cfg.storePathRootDir, new_min, cfg.maxHashSlotNum, cfg.maxIndexNum)
+            if gone:
+                log.info("retention deleted %d index file(s) %s", len(gone), gone)
 
     def _clean_dledger_index(self, begin_index: int) -> None:
         """DLedger index files wholly below the first retained entry's unit."""
