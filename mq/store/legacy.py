@@ -149,12 +149,12 @@ class LegacyLog:
 
     @property
     def min_pos(self) -> int:
-        return self.ctl.get(C.POS_MIN)
+        return self.cl.min_pos
 
     @property
     def end(self) -> int:
-        """The dividing offset: below it, offsets are this log's."""
-        return self.ctl.get(C.POS_WRITE)
+        """The dividing offset: below it, offsets are this log's (its handle's write position)."""
+        return self.cl.write_pos
 
     def files(self) -> list[int]:
         return list_offset_files(self.directory)
