@@ -21,7 +21,8 @@ from rocketmq.client import Message, Producer, PullConsumer, PushConsumer  # noq
 from mq.acl.sign import SessionCredentials  # noqa: E402
 from mq.client.admin import AdminClient, TopicConfig  # noqa: E402
 from mq.cluster import BIN, Broker, NameServer, wait_for  # noqa: E402
-from mq.remoting import RemotingClient, RequestCode as R  # noqa: E402
+from mq.client.errors import MQBrokerError  # noqa: E402
+from mq.remoting import RemotingClient, RequestCode as R, ResponseCode as RC  # noqa: E402
 
 APP = SessionCredentials("appkey01", "appsecret01")
 ADMIN = SessionCredentials("adminkey01", "adminsecret01")
@@ -87,6 +88,15 @@ async def invoke(addr: str, code: int, ext: dict, body: bytes = b"", creds=APP):
         await c.close()
 
 
+def _routed(ns_addr: str, topic: str) -> bool:
+    try:
+        return bool(run(admin_call(ns_addr, lambda a: a.topic_route(topic))))
+    except MQBrokerError as e:
+        if e.code != RC.TOPIC_NOT_EXIST:
+            raise
+        return False
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     work = str(tmp_path_factory.mktemp("acl"))
@@ -96,11 +106,19 @@ def cluster(tmp_path_factory):
     with open(acl_path, "w") as f:
         f.write(ACCOUNTS)
     ns = NameServer(work)
-    broker = Broker(work, ns.addr, aclEnable="true", rocketmqHome=home)
-    for t in TOPICS:
-        run(admin_call(ns.addr, lambda a, t=t: a.create_topic(TopicConfig(t, 4, 4), broker_addr=broker.addr)))
-    wait_for(lambda: all(run(admin_call(ns.addr, lambda a, t=t: a.topic_route(t))) for t in TOPICS), 30, 0.3,
-             "routes of the ACL topics")
+    broker = None
+    try:
+        broker = Broker(work, ns.addr, aclEnable="true", rocketmqHome=home)
+        for t in TOPICS:
+            run(admin_call(ns.addr, lambda a, t=t: a.create_topic(TopicConfig(t, 4, 4), broker_addr=broker.addr)))
+        # the broker registers a new topic with the name server after it answered the creation:
+        # until then a route query is answered TOPIC_NOT_EXIST (17), which is "not yet" here
+        wait_for(lambda: all(_routed(ns.addr, t) for t in TOPICS), 30, 0.3, "routes of the ACL topics")
+    except BaseException:
+        if broker is not None:
+            broker.stop()
+        ns.stop()
+        raise
     yield ns, broker, acl_path
     assert broker.stop() == 0, broker.proc.output()[-5000:]
     ns.stop()
