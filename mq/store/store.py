@@ -683,7 +683,7 @@ class MessageStore:
         finally:
             cqs.close()
         for cq in queues:
-            lo, hi = cq.recover_bounds()
+            _, hi = cq.recover_bounds()
             for field_ in (C.Q_CQ_MAX, C.Q_NEXT_OFFSET):
                 self.ctl.queue_set(cq.slot, field_, hi)
         return walked

@@ -76,16 +76,25 @@ def test_a_process_left_running_fails_the_run_and_is_killed(tmp_path):
     assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
 
 
-def test_a_segment_left_behind_fails_the_run_and_is_removed(tmp_path):
-    root = tmp_path / "store"
+def leak_a_segment(root) -> str:
+    """A test body whose test leaves the control block of `root` behind (its process exits without
+    closing it), and a clean test."""
     root.mkdir()
-    r = run_suite(tmp_path, f"""
+    return f"""
         import subprocess, sys
 
         def test_leaks_a_segment():
             code = "from mq.store import control as C; C.ControlBlock({str(root)!r}, 65536, create=True)"
             subprocess.run([sys.executable, "-c", code], check=True)   # exits without closing it
-        """)
+
+        def test_clean():
+            pass
+        """
+
+
+def test_a_segment_left_behind_fails_the_run_and_is_removed(tmp_path):
+    root = tmp_path / "store"
+    r = run_suite(tmp_path, leak_a_segment(root))
     from mq.store import control as C
     name = C.segment_name(str(root))
     assert r.returncode == 1, r.stdout + r.stderr
@@ -155,17 +164,7 @@ def test_in_parallel_a_worker_s_leftover_process_fails_the_run(tmp_path):
 
 def test_in_parallel_a_segment_left_behind_is_found_once_by_the_controller(tmp_path):
     root = tmp_path / "store"
-    root.mkdir()
-    r = run_suite(tmp_path, f"""
-        import subprocess, sys
-
-        def test_leaks_a_segment():
-            code = "from mq.store import control as C; C.ControlBlock({str(root)!r}, 65536, create=True)"
-            subprocess.run([sys.executable, "-c", code], check=True)   # exits without closing it
-
-        def test_clean():
-            pass
-        """, parallel=2)
+    r = run_suite(tmp_path, leak_a_segment(root), parallel=2)
     from mq.store import control as C
     name = C.segment_name(str(root))
     assert r.returncode == 1, r.stdout + r.stderr
