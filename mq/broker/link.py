@@ -168,8 +168,12 @@ class LinkService:
             if method not in METHODS:
                 return make_response(cmd, RC.REQUEST_CODE_NOT_SUPPORTED, f"no link method {method}")
             result = self._dispatch(conn, method, args)
+            writes = self.m.take_writes()           # taken before any await: no other call's
             if asyncio.iscoroutine(result):         # a call that writes to the store (end_transaction)
                 result = await result
+                writes += self.m.take_writes()
+            if writes:                              # the change is on disk before its caller hears of it
+                await asyncio.gather(*(asyncio.wrap_future(w) for w in writes))
         except Exception as e:
             log.exception("link call failed")
             return make_response(cmd, RC.SYSTEM_ERROR, f"{type(e).__name__}: {e}")

@@ -90,14 +90,23 @@ def enum_name(kind: str, value) -> str:
 
 
 class Metadata:
-    def __init__(self, config, config_dir: str):
+    """The broker's topics, groups, offsets and clients, and their config files.
+
+    With a `writer` (mq.store.configfile.Writer: the supervisor's, so that its event loop never
+    waits for an fsync) the files are written by the writer's thread: each persist_* queues the
+    state of that moment, and take_writes() gives the Futures of the writes queued since the
+    last call (a link call answers once they are done, so a change is on disk when its caller
+    learns it was made, as before).  Without one every persist_* writes before it returns."""
+
+    def __init__(self, config, config_dir: str, writer=None):
         self.config = config
         self.dir = config_dir
         os.makedirs(config_dir, exist_ok=True)
-        self._topics_file = ConfigFile(config_dir, "topics.json")
-        self._groups_file = ConfigFile(config_dir, "subscriptionGroup.json")
-        self._offsets_file = ConfigFile(config_dir, "consumerOffset.json")
-        self._delay_file = ConfigFile(config_dir, "delayOffset.json")
+        self._topics_file = ConfigFile(config_dir, "topics.json", writer)
+        self._groups_file = ConfigFile(config_dir, "subscriptionGroup.json", writer)
+        self._offsets_file = ConfigFile(config_dir, "consumerOffset.json", writer)
+        self._delay_file = ConfigFile(config_dir, "delayOffset.json", writer)
+        self._writes: list = []                   # Futures of queued writes not yet taken (writer only)
         t = self._topics_file.load()
         self.topics: dict[str, dict] = dict(t.get("topicConfigTable", {}))
         self.topics_version = DataVersion.from_json(t.get("dataVersion"))
@@ -143,6 +152,19 @@ class Metadata:
             self.topics_version.bump()
             self.persist_topics()
 
+    def _queued(self, write) -> None:
+        """Keeps the Future of a write the writer queued (None: written already).  Writes that
+        succeeded are dropped here; a failed one is kept for the next take_writes (the writer
+        logged it too; the writes a supervisor loop queues are not taken)."""
+        if write is not None:
+            self._writes = [w for w in self._writes if not w.done() or w.exception() is not None][-64:]
+            self._writes.append(write)
+
+    def take_writes(self) -> list:
+        """The Futures of the writes queued since the last call (done ones included)."""
+        writes, self._writes = self._writes, []
+        return writes
+
     def topic(self, name: str) -> dict | None:
         return self.topics.get(name)
 
@@ -186,7 +208,7 @@ class Metadata:
         return {"dataVersion": self.topics_version.as_json(), "topicConfigTable": self.topics}
 
     def persist_topics(self) -> None:
-        self._topics_file.save(self.topics_wrapper())
+        self._queued(self._topics_file.save(self.topics_wrapper()))
 
     def replace_topics(self, wrapper: dict) -> None:
         """Slave metadata sync: take the master's table and version as they are."""
@@ -241,7 +263,7 @@ class Metadata:
         return {"dataVersion": self.groups_version.as_json(), "subscriptionGroupTable": self.groups}
 
     def persist_groups(self) -> None:
-        self._groups_file.save(self.groups_wrapper())
+        self._queued(self._groups_file.save(self.groups_wrapper()))
 
     # ---- consumer offsets -------------------------------------------------------------
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
@@ -257,7 +279,7 @@ class Metadata:
     def persist_offsets(self, force: bool = False) -> None:
         if self._offsets_dirty or force:
             self._offsets_dirty = False
-            self._offsets_file.save(self.offsets_wrapper())
+            self._queued(self._offsets_file.save(self.offsets_wrapper()))
 
     def merge_offsets(self, table: dict) -> None:
         """Slave sync (and a returning master taking its slaves' offsets): entries
@@ -276,7 +298,7 @@ class Metadata:
         return {"offsetTable": {str(k): v for k, v in sorted(self.delay_offsets.items())}}
 
     def persist_delay(self) -> None:
-        self._delay_file.save(self.delay_wrapper())
+        self._queued(self._delay_file.save(self.delay_wrapper()))
 
     # ---- clients ---------------------------------------------------------------------------
     def heartbeat(self, body: dict, conn_key: tuple) -> list[str]:

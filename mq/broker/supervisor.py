@@ -27,7 +27,7 @@ from mq.remoting import RemotingClient, RemotingError, RemotingServer, RequestCo
 from mq.store import MessageStore, PutStatus, StoreError
 from mq.store import control as C
 from mq.files import rewrite_properties_file, write_atomic
-from mq.store.configfile import retry_pending_writes
+from mq.store.configfile import Writer as ConfigWriter, retry_pending_writes
 from mq.wire.fastjson import loads_lenient
 from mq.store.retention import DISK_CHECK_INTERVAL_MAX_S, DiskCheck, Retention
 from mq.store.roles import role_main
@@ -129,7 +129,10 @@ class Supervisor:
             log.error("disk check failed: %s", e)
         for role in ("flush", "dispatch", "dledger" if self.dledger else "ha"):
             self._start_role(role)
-        self.metadata = Metadata(cfg, self.store.config_dir)
+        # config files are written by a thread of their own: an fsync on a busy disk can take
+        # seconds, and this loop answers every io worker's link calls (mq.store.configfile)
+        self.config_writer = ConfigWriter()
+        self.metadata = Metadata(cfg, self.store.config_dir, self.config_writer)
         self.metadata.on_topics_changed = self._topics_changed
         self.link = LinkService(self.metadata, self)
         # a quiet worker is still a worker: the link is never closed for idleness
@@ -180,6 +183,7 @@ class Supervisor:
             p.terminate()
         await self._join(list(self.workers.values()), 15)
         self.metadata.persist_all()
+        await asyncio.to_thread(self.config_writer.close)      # everything queued is on disk
         await self.client.close()
         for p in self.roles.values():
             p.stop()

@@ -56,3 +56,47 @@ def test_acknowledged_messages_are_visible_at_once_while_syncs_are_slow(tmp_path
           f"max {max(delays) * 1e3:.1f} ms")
     assert len(delays) >= 20
     assert max(delays) < 0.5, f"dispatch waited on a sync: a message became visible {max(delays):.2f} s after SEND_OK"
+
+
+def test_the_supervisor_answers_while_a_config_file_waits_for_the_disk(tmp_path):
+    """Proves a config file's fsync never stops the supervisor's loop: with every sync taking 2 s
+    more, a send that creates a topic is under way (its topics.json write, two syncs, comes
+    before its answer) while the same broker answers consumer-offset queries, each a link call
+    to the supervisor, within 0.5 s; then the send succeeds and topics.json holds the topic.
+    Before, the supervisor wrote the file on its event loop and every link call waited for it
+    (seen under the parallel test run's disk load: 15 s, and a fixture's sends timed out)."""
+    slow = SlowSync(str(tmp_path), "broker")
+    ns = NameServer(str(tmp_path))
+    broker = Broker(str(tmp_path), ns.addr, env=slow.env(), sendMessageThreadPoolNums=1)
+    try:
+        async def flow():
+            async with Producer("PG_cfg", ns.addr) as prod, PullConsumer("CG_cfg", ns.addr) as cons:
+                old = await prod.send(Message("CfgOld", b"warm-up"))
+                await cons.query_offset(old.queue)
+                slow.set(SYNC_DELAY_MS)
+                t0 = time.monotonic()
+                new = asyncio.ensure_future(prod.send(Message("CfgNew", b"creates its topic"), timeout_s=30))
+                waits = []
+                while not new.done():
+                    t = time.monotonic()
+                    await cons.query_offset(old.queue)
+                    waits.append(time.monotonic() - t)
+                    await asyncio.sleep(0.05)
+                r = await new
+                return waits, time.monotonic() - t0, r
+        waits, send_s, r = asyncio.run(asyncio.wait_for(flow(), 90))
+    finally:
+        slow.set(0)
+        try:
+            assert broker.stop() == 0
+        finally:
+            ns.stop()
+            slow.close()
+    print(f"\nthe creating send took {send_s:.1f} s; {len(waits)} offset queries meanwhile, "
+          f"the slowest {max(waits) * 1e3:.0f} ms")
+    assert r.status.name == "SEND_OK"
+    assert send_s >= 2 * SYNC_DELAY_MS / 1000, "the topic's config was answered before it was written"
+    assert len(waits) >= 10
+    assert max(waits) < 0.5, f"a link call waited {max(waits):.2f} s for a config file write"
+    with open(f"{broker.dir}/config/topics.json") as f:
+        assert "CfgNew" in f.read()
