@@ -9,7 +9,10 @@ supervisor's stderr handler is wrapped in a queue that the role processes
 inherit when the launcher forks them, and a thread of the supervisor writes
 every record, so the lines of all processes arrive in one ordered stream.
 Other programs (mqnamesrv, tools, roles started on their own by tests) write
-to their own stderr with the same format.
+to their own stderr with the same format, through a queue and a thread of
+their own (`setup_logging`): a log line never makes an event loop wait for
+the disk (an append can wait seconds for a journal commit on a busy disk,
+and the name server's loop answers every route query).
 
 Log files (`LogFile`): with logDir set (broker.conf, namesrv.properties) the
 same lines also go to <logDir>/broker.log or namesrv.log, as RocketMQ's
@@ -21,10 +24,12 @@ never open it), so rolling needs no lock between processes.  stderr keeps
 every line either way."""
 from __future__ import annotations
 
+import atexit
 import logging
 import logging.handlers
 import multiprocessing as mp
 import os
+import queue
 import sys
 
 FORMAT = "%(asctime)s %(levelname)s %(processName)s[%(process)d] %(name)s: %(message)s"
@@ -84,16 +89,41 @@ class _Fanout(logging.Handler):
         super().close()
 
 
-def setup_logging(role: str, log_file: LogFile | None = None) -> None:
-    """This process's records to its stderr, tagged `role[pid]`, and to `log_file` if given."""
+_listener: logging.handlers.QueueListener | None = None     # this process's log writing thread
+
+
+def setup_logging(role: str, log_file: LogFile | None = None, threaded: bool = True) -> None:
+    """This process's records to its stderr, tagged `role[pid]`, and to `log_file` if given;
+    written by a thread of this process (`threaded`: the caller's thread only queues them; they
+    are written at exit, and by flush_logs before a hard exit) or by the caller's thread."""
+    global _listener
     mp.current_process().name = role
     root = logging.getLogger()
     for h in list(root.handlers):
         root.removeHandler(h)
+    if _listener is not None:
+        _listener.stop()
+        _listener = None
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(FORMAT))
-    root.addHandler(handler if log_file is None else _Fanout([handler, log_file]))
+    target = handler if log_file is None else _Fanout([handler, log_file])
+    if threaded:
+        q: queue.SimpleQueue = queue.SimpleQueue()
+        _listener = logging.handlers.QueueListener(q, target)
+        _listener.start()
+        atexit.register(_stop_listener)
+        root.addHandler(logging.handlers.QueueHandler(q))
+    else:
+        root.addHandler(target)
     root.setLevel(os.environ.get("MQ_LOG_LEVEL", "INFO"))
+
+
+def _stop_listener() -> None:
+    """Writes what is queued and ends the writing thread (at exit; before a hard exit)."""
+    global _listener
+    if _listener is not None:
+        _listener.stop()
+        _listener = None
 
 
 def setup_broker_logging(log_file: LogFile | None = None) -> None:
@@ -103,7 +133,7 @@ def setup_broker_logging(log_file: LogFile | None = None) -> None:
     thread."""
     import multiprocessing_logging
     mp.set_start_method("fork", force=True)
-    setup_logging("broker", log_file)
+    setup_logging("broker", log_file, threaded=False)     # the stream's receiving thread writes
     multiprocessing_logging.install_mp_handler()
 
 
@@ -139,8 +169,9 @@ def release_stuck_log_lock(timeout_s: float = 1.0) -> bool:
 
 
 def flush_logs() -> None:
-    """Hands every record this process queued to the broker stream before a hard
-    exit (os._exit skips the queue's own flush at exit)."""
+    """Hands every record this process queued to the broker stream (or, in a process
+    on its own, writes them) before a hard exit (os._exit skips the flush at exit)."""
+    _stop_listener()
     for h in logging.getLogger().handlers:
         queue = getattr(h, "queue", None)
         if queue is not None and hasattr(queue, "join_thread"):

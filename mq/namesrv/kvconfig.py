@@ -7,9 +7,13 @@ writes:
 Every change is written at once with mq.files.write_atomic (tmp,
 fsync, .bak, rename); loading falls back to the .bak.  A failed write keeps
 the change in memory (as Java does) but is reported to the caller, who
-answers SYSTEM_ERROR rather than claim it persisted."""
+answers SYSTEM_ERROR rather than claim it persisted.  The write runs in a
+thread (persist awaits it): an fsync on a busy disk can take seconds, and
+the name server's loop answers every route query meanwhile; writes go one
+at a time, in the order of the changes."""
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 
@@ -23,6 +27,7 @@ class KVConfigManager:
         self.path = path
         self.table: dict[str, dict[str, str]] = {}
         self.persist_errors = 0
+        self._writing = asyncio.Lock()     # one write at a time, in call order (the lock is FIFO)
 
     def load(self) -> None:
         """Reads the file (or its .bak); a missing file is an empty table."""
@@ -35,31 +40,33 @@ class KVConfigManager:
                     self.table[str(ns)] = {str(k): str(v) for k, v in kv.items() if v is not None}
         log.info("kv config: %d namespaces loaded from %s", len(self.table), self.path)
 
-    def put(self, namespace: str, key: str, value: str) -> None:
+    async def put(self, namespace: str, key: str, value: str) -> None:
         """Raises OSError if the change could not be persisted (it stays in memory)."""
         old = self.table.setdefault(namespace, {}).get(key)
         self.table[namespace][key] = value
         log.info("kv config put %s/%s: %r -> %r", namespace, key, old, value)
-        self.persist()
+        await self.persist()
 
     def get(self, namespace: str, key: str) -> str | None:
         return self.table.get(namespace, {}).get(key)
 
-    def delete(self, namespace: str, key: str) -> None:
+    async def delete(self, namespace: str, key: str) -> None:
         """Raises OSError like put."""
         kv = self.table.get(namespace)
         if kv is not None and kv.pop(key, None) is not None:
             log.info("kv config delete %s/%s", namespace, key)   # an emptied namespace stays, as in Java
-        self.persist()
+        await self.persist()
 
     def namespace(self, namespace: str) -> dict[str, str] | None:
         kv = self.table.get(namespace)
         return None if kv is None else dict(kv)
 
-    def persist(self) -> None:
+    async def persist(self) -> None:
+        """The table as it is now, on disk when this returns (written in a thread)."""
+        text = json.dumps({"configTable": self.table}, indent=1, sort_keys=True, ensure_ascii=False)
         try:
-            write_atomic(self.path, json.dumps({"configTable": self.table}, indent=1, sort_keys=True,
-                                               ensure_ascii=False))
+            async with self._writing:
+                await asyncio.to_thread(write_atomic, self.path, text)
         except OSError as e:
             self.persist_errors += 1
             log.error("kv config not persisted to %s: %s", self.path, e)

@@ -256,7 +256,7 @@ class NameServer:
 
     async def put_kv_config(self, conn, cmd: RemotingCommand) -> RemotingCommand:
         try:
-            self.kv.put(_field(cmd, "namespace"), _field(cmd, "key"), _field(cmd, "value"))
+            await self.kv.put(_field(cmd, "namespace"), _field(cmd, "key"), _field(cmd, "value"))
         except OSError as e:
             return _respond(cmd, ResponseCode.SYSTEM_ERROR, f"kv config not persisted to {self.kv.path}: {e}")
         return _respond(cmd)
@@ -271,7 +271,7 @@ class NameServer:
 
     async def delete_kv_config(self, conn, cmd: RemotingCommand) -> RemotingCommand:
         try:
-            self.kv.delete(_field(cmd, "namespace"), _field(cmd, "key"))
+            await self.kv.delete(_field(cmd, "namespace"), _field(cmd, "key"))
         except OSError as e:
             return _respond(cmd, ResponseCode.SYSTEM_ERROR, f"kv config not persisted to {self.kv.path}: {e}")
         return _respond(cmd)
