@@ -7,7 +7,7 @@
 # is missing.
 # More:
 #   make perf     every performance gate (pytest-benchmark; ratios measured in one run)
-#   make test-parallel  the tests on two pytest-xdist workers (not CI's command yet: README)
+#   make test-serial    the same tests one after the other (one pytest process: ~16 min here)
 #   make peers    our broker side by side with Redis Streams and NATS JetStream (installs them if missing)
 #   make report   a load run with tracing on, mined with Spark into perf/reports/latest/
 #   make chaos    the fault matrix (every mode x every nemesis, ~15 min; needs root for the tmpfs of
@@ -24,7 +24,7 @@ EXTRAS := $(VENV)/.installed-test
 # every file the build reads, the whole C core included (one .c and .h per subsystem)
 SOURCES := pyproject.toml setup.py MANIFEST.in $(wildcard csrc/*.c csrc/*.h csrc/*.py)
 
-.PHONY: test-parallel run test perf peers report chaos java clean
+.PHONY: test-serial run test perf peers report chaos java clean
 
 $(BIN)/python:
 	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { \
@@ -49,15 +49,17 @@ java:
 	  echo "java not found: installing default-jre-headless (for PySpark)"; \
 	  apt-get update -qq && apt-get install -y -qq default-jre-headless; }
 
+# two pytest-xdist workers (our scheduler in tests/conftest.py: a test file is one unit, the
+# timing tiers one unit together), then the tests that watch host-wide /dev/shm alone, then the
+# quick perf gates alone (they measure: nothing may run beside them).  README "tests in tiers".
 test: $(EXTRAS) java
-	$(BIN)/pytest -q --durations=20 tests
-	$(BIN)/pytest -q perf -m quick -p no:cacheprovider
-
-# the same tests on two pytest-xdist workers (~9.5 min instead of ~16; see README "tests in tiers":
-# not the default while one unexplained failure under its load is open)
-test-parallel: $(EXTRAS) java
 	$(BIN)/pytest -q -n 2 --dist loadscope --durations=20 -m "not host_exclusive" tests
 	$(BIN)/pytest -q -m host_exclusive -p no:cacheprovider tests
+	$(BIN)/pytest -q perf -m quick -p no:cacheprovider
+
+test-serial: $(EXTRAS) java
+	$(BIN)/pytest -q --durations=20 tests
+	$(BIN)/pytest -q perf -m quick -p no:cacheprovider
 
 perf: $(EXTRAS) java
 	$(BIN)/pytest -q -s perf

@@ -6,7 +6,7 @@ from mq.store import MessageStore, StoreConfig
 from tests.guard import (pytest_runtest_makereport, pytest_runtest_setup, pytest_sessionfinish,  # noqa: F401
                          pytest_sessionstart, pytest_testnodedown)
 
-# Run in parallel (`make test-parallel`: pytest -n 2 --dist loadscope), a test file is one unit of work
+# Run in parallel (`make test`: pytest -n 2 --dist loadscope), a test file is one unit of work
 # (its module fixtures start once), and the tiers whose tests time elections, failovers and
 # faults of several brokers are one unit together: they run on one worker, one after the other,
 # as they would alone, and only lighter work shares the machine with them.  (A scheduler of our

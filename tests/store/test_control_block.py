@@ -17,7 +17,7 @@ import pytest
 from mq.store import control as C
 
 # host_exclusive: these tests watch /dev/shm segments of processes they killed, and any broker
-# started meanwhile sweeps every unheld segment on the host: `make test-parallel` runs them
+# started meanwhile sweeps every unheld segment on the host: `make test` runs them
 # after its parallel run, alone (Makefile)
 pytestmark = pytest.mark.host_exclusive
 

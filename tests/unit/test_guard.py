@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 # host_exclusive: these tests watch /dev/shm segments of processes they killed, and any broker
-# started meanwhile sweeps every unheld segment on the host: `make test-parallel` runs them
+# started meanwhile sweeps every unheld segment on the host: `make test` runs them
 # after its parallel run, alone (Makefile)
 pytestmark = pytest.mark.host_exclusive
 
@@ -23,7 +23,7 @@ from tests.guard import (pytest_runtest_makereport, pytest_runtest_setup, pytest
 
 
 def run_suite(tmp_path, body: str, parallel: int = 0) -> subprocess.CompletedProcess:
-    """The suite `body` in a fresh pytest; parallel=N: on N pytest-xdist workers, as `make test-parallel` runs."""
+    """The suite `body` in a fresh pytest; parallel=N: on N pytest-xdist workers, as `make test` runs."""
     (tmp_path / "conftest.py").write_text(CONFTEST)
     (tmp_path / "test_inner.py").write_text(textwrap.dedent(body))
     env = {**os.environ, "PYTHONPATH": REPO, "MQ_TEST_EXIT_GRACE_S": "1"}

@@ -1,4 +1,4 @@
-"""How `make test-parallel` splits the suite over its two workers (tests/conftest.py): a file is one unit
+"""How `make test` splits the suite over its two workers (tests/conftest.py): a file is one unit
 of work, and the tiers that time failovers and faults are one unit together."""
 from tests.conftest import SERIAL_TIERS, unit_of_work
 
