@@ -9,7 +9,12 @@ rule uvloop out when chasing a bug).
 
     run(coro)            asyncio.run with our loop
     new_event_loop()     a loop of our kind (for code that drives its own loop in a thread)
-    USING_UVLOOP         whether run/new_event_loop give uvloop's loop"""
+    USING_UVLOOP         whether run/new_event_loop give uvloop's loop
+    watch_stalls(what)   a task that logs each time this loop ran nothing for a second or more
+
+A stall of a server's loop is what a client sees as a timeout with nothing in any log; the
+watch names it (a blocking call on the loop: a disk write, a long computation; or the whole
+process stopped, as SIGSTOP does).  Costs four timer wakeups a second."""
 from __future__ import annotations
 
 import asyncio
@@ -37,3 +42,21 @@ def run(main, *, debug: bool | None = None):
     """Runs the coroutine `main` to completion on a new loop of our kind, as asyncio.run does."""
     with asyncio.Runner(debug=debug, loop_factory=new_event_loop) as runner:
         return runner.run(main)
+
+
+STALL_CHECK_INTERVAL_S = 0.25
+STALL_WARN_S = 1.0
+
+
+async def watch_stalls(what: str, interval_s: float = STALL_CHECK_INTERVAL_S,
+                       warn_s: float = STALL_WARN_S) -> None:
+    """Until cancelled: a WARNING naming `what` each time the running loop ran nothing for
+    `warn_s` or more (a sleep of interval_s that ended that much late)."""
+    loop = asyncio.get_running_loop()
+    while True:
+        t0 = loop.time()
+        await asyncio.sleep(interval_s)
+        late_s = loop.time() - t0 - interval_s
+        if late_s >= warn_s:
+            log.warning("%s: the event loop ran nothing for %.1f s (a blocking call on it, or the process "
+                        "was stopped)", what, late_s)

@@ -22,6 +22,7 @@ import os
 import socket
 import time
 
+from mq import loop as mq_loop
 from mq.logs import release_stuck_log_lock
 from mq.remoting import RemotingClient, RemotingError, RemotingServer, RequestCode as R, ResponseCode as RC
 from mq.store import MessageStore, PutStatus, StoreError
@@ -154,7 +155,8 @@ class Supervisor:
         # a client that reads the route right after finds this broker there
         await self.register_all()
         loops = [self._register_loop, self._persist_loop, self._schedule_loop, self._expire_loop,
-                 self._watch_children, self._disk_loop, self._retention_loop, self.stats_history.run]
+                 self._watch_children, self._disk_loop, self._retention_loop, self.stats_history.run,
+                 lambda: mq_loop.watch_stalls("supervisor")]
         self.slave_sync = SlaveSync(self)
         self.transactions = TransactionService(self)
         loops.append(lambda: check_loop(self.transactions))

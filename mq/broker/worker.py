@@ -63,6 +63,7 @@ class IoWorker:
         self._trace_flusher: asyncio.Task | None = None
         self.acl: AclFile | None = None          # aclEnable: the accounts, reloaded on change
         self._acl_poller: asyncio.Task | None = None
+        self._stalls: asyncio.Task | None = None        # mq.loop.watch_stalls
         # this worker's counters in its region of the stats block (None only when the block is missing)
         self.stats: IoStats | None = None
         self._stats_block: StatsBlock | None = None
@@ -125,6 +126,7 @@ class IoWorker:
         await fast.start(cfg.listenAddress, cfg.fast_port, reuse_port=True)
         self.servers = [main, fast]
         self._fast_policy()
+        self._stalls = asyncio.create_task(mq_loop.watch_stalls(f"io worker {self.worker_id}"))
         await self.meta.hello()          # "up" means serving: the supervisor waits for this
         log.info("io worker %d serving on %s:%d and :%d", self.worker_id, cfg.listenAddress, cfg.listenPort,
                  cfg.fast_port)
@@ -140,6 +142,8 @@ class IoWorker:
         # parked pulls first: they are answered (PULL_NOT_FOUND) at once instead of
         # holding the servers' grace period, and never run against a closed store
         self.pull.stop()
+        if self._stalls is not None:
+            self._stalls.cancel()
         await self.fast.drain()
         await self.send_group.drain()
         for s in self.servers:

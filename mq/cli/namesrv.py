@@ -80,9 +80,11 @@ async def serve(config: NamesrvConfig) -> int:
                 sdnotify.notify("WATCHDOG=1")
                 await asyncio.sleep(interval_s)
         watchdog = asyncio.create_task(ping())
+    stalls = asyncio.create_task(mq_loop.watch_stalls("name server"))
     sig = await stop
     log.info("%s received: stopping", signal.Signals(sig).name)
     sdnotify.notify("STOPPING=1")
+    stalls.cancel()
     if watchdog is not None:
         watchdog.cancel()
     await ns.stop()
