@@ -17,6 +17,8 @@ RemotingClient, speaking the wire protocol directly (no client library on top), 
      SEND_MESSAGE_V2 in flight each                              >= 1x Redis AOF everysec, redis-benchmark -c 32
   8. one consumer reading half a backlog selected by SQL92
      (enablePropertyFilter) against the same half by TAG         >= 0.5x (filtered pulls within 2x of tag pulls)
+  9. the io worker's anonymous memory (RssAnon) at the highest rate against one send at a time,
+     and from the first high-rate round to the last              no growth with the rate (issue 23)
 
 Every gate is a ratio of two things measured in this run.  Gates 1, 2, 4, 5 and 6 measure Redis
 Streams here (perf/peers.py: redis-server from Debian's package, installed if missing, started
@@ -39,6 +41,7 @@ import multiprocessing as mp
 import os
 import re
 import statistics
+import threading
 import time
 import warnings
 from dataclasses import dataclass
@@ -908,3 +911,99 @@ def test_sql92_filtered_pulls_against_tag_filtered(benchmark, start_broker, sess
     benchmark.extra_info.update({"tag_msgs_per_s": rate["TAG"], "sql92_msgs_per_s": rate["SQL92"]})
     judge("SQL92-filtered pulls / TAG-filtered pulls", rate["SQL92"] / rate["TAG"], SQL92_TARGET, SQL92_FLOOR,
           SAME_RUN + ", rounds alternating")
+
+
+# =================================================================================================
+# 9. memory: the io worker's RSS does not grow with the message rate
+# =================================================================================================
+MEMORY_RATE_SLACK_MIB = 16        # peak RssAnon at the highest rate over one at a time's
+MEMORY_CREEP_SLACK_MIB = 4        # peak RssAnon of the last high-rate round over the first's
+MEMORY_SAMPLE_S = 0.02
+
+
+def rss_anon_kib(pid: int) -> int:
+    """The process's anonymous resident memory (heap, stacks, buffers): its RSS without the
+    mapped CommitLog and ConsumeQueue pages, which are the page cache's, shared, and grow with
+    what is stored, not with the rate."""
+    with open(f"/proc/{pid}/status") as f:
+        return int(re.search(r"RssAnon:\s+(\d+) kB", f.read()).group(1))
+
+
+class PeakSampler:
+    """The highest rss_anon_kib(pid) seen every MEMORY_SAMPLE_S during a `with` block."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.peak_kib = 0
+        self._stop = threading.Event()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak_kib = max(self.peak_kib, rss_anon_kib(self.pid))
+            self._stop.wait(MEMORY_SAMPLE_S)
+
+    def __enter__(self):
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.peak_kib = max(self.peak_kib, rss_anon_kib(self.pid))
+
+
+MEMORY_SCALES = [
+    pytest.param(NativeScale(20_000, 3), id="quick", marks=pytest.mark.quick),
+    pytest.param(NativeScale(100_000, 3), id="full"),
+]
+
+
+@pytest.mark.parametrize("scale", MEMORY_SCALES)
+def test_io_worker_memory_does_not_grow_with_the_rate(benchmark, start_broker, session, scale):
+    """Gate 9 (issue 23's memory target): one broker, 1 io worker, ASYNC_FLUSH, 1 KiB sends from
+    mqload.  After a warm-up one at a time (so the baseline never saw the high rate), the io
+    worker's peak anonymous memory (RssAnon, sampled every 20 ms) while it takes n/5 messages one
+    at a time on one connection (~10 k msgs/s) is the baseline; then `rounds` rounds of n
+    messages at its highest rate (one connection, 100 in flight: 20-40x the rate) may peak at
+    most MEMORY_RATE_SLACK_MIB above it, and the last high-rate round at most
+    MEMORY_CREEP_SLACK_MIB above the first (nothing kept per message).  Asserted as such: a
+    memory bound is not a ratio to a peer."""
+    benchmark.group = "broker gate 9: io-worker memory against the rate"
+    build_mqload()
+    broker = start_broker(1)
+    topic = "PerfMemory"
+    addr = broker.addr
+    session.run(create_topic(session.client, addr, topic))
+    io_pid = broker_processes(broker)["io workers"][0]
+    n = scale.msgs_per_round
+
+    def load(count: int, depth: int) -> dict:
+        r = run_mqload(addr, 1, count, depth=depth, size=MSG_BODY_SIZE, topic=topic, queues=QUEUES)
+        assert r["errors"] == 0 and r["acked"] == count, f"mqload: {r}"
+        return r
+
+    load(n // 10, 1)                      # warm-up, one at a time: the baseline never saw the high rate
+    with PeakSampler(io_pid) as slow:
+        slow_r = load(n // 5, 1)
+    peaks, rates = [], []
+
+    def measured():
+        with PeakSampler(io_pid) as fast:
+            r = load(n, 100)
+        peaks.append(fast.peak_kib)
+        rates.append(n / r["seconds"])
+
+    benchmark.pedantic(measured, rounds=scale.rounds)
+    slow_rate = (n // 5) / slow_r["seconds"]
+    print(f"\nio worker RssAnon, peak: {slow.peak_kib / 1024:.1f} MiB one at a time ({slow_rate:,.0f} msgs/s); "
+          f"100 in flight ({statistics.median(rates):,.0f} msgs/s, {statistics.median(rates) / slow_rate:.0f}x the "
+          f"rate): {', '.join(f'{p / 1024:.1f}' for p in peaks)} MiB over {len(peaks)} rounds of {n:,}")
+    benchmark.extra_info.update({"rss_anon_one_at_a_time_kib": slow.peak_kib, "rss_anon_in_flight_kib": peaks,
+                                 "rate_one_at_a_time": slow_rate, "rate_in_flight": statistics.median(rates)})
+    growth_mib = (max(peaks) - slow.peak_kib) / 1024
+    creep_mib = (peaks[-1] - peaks[0]) / 1024
+    print(f"  gate: growth with the rate {growth_mib:+.1f} MiB (asserted: <= {MEMORY_RATE_SLACK_MIB}); "
+          f"first to last round {creep_mib:+.1f} MiB (asserted: <= {MEMORY_CREEP_SLACK_MIB})")
+    assert growth_mib <= MEMORY_RATE_SLACK_MIB, f"the io worker's memory grew {growth_mib:.1f} MiB with the rate"
+    assert creep_mib <= MEMORY_CREEP_SLACK_MIB, f"the io worker's memory crept {creep_mib:.1f} MiB over the rounds"
