@@ -24,7 +24,6 @@ import os
 import random
 import socket
 import struct
-import threading
 import time
 import zlib
 from dataclasses import dataclass, field
@@ -376,9 +375,15 @@ def _month_start_ms() -> int:
     return int(datetime(now.year, now.month, 1).timestamp() * 1000)
 
 
+_ID_TAIL = struct.Struct(">iH")
+
+
 class _UniqIdGenerator:
+    """The process's UNIQ_KEYs: a prefix fixed per process (ip, pid, random), then the
+    milliseconds since this month began and a 16-bit counter.  itertools.count's next() is
+    atomic under the GIL, so no lock; a forked child gets a prefix of its own (os.register_at_fork)."""
+
     def __init__(self):
-        self.lock = threading.Lock()
         self.reset()
 
     def reset(self) -> None:
@@ -388,19 +393,17 @@ class _UniqIdGenerator:
             ip = bytes(4)
         self.pid = os.getpid()
         self.prefix = ip + struct.pack(">hi", self.pid & 0x7FFF, random.getrandbits(31))
+        self.prefix_hex = self.prefix.hex().upper()
         self.month_start_ms = _month_start_ms()
         self.counter = itertools.count(random.getrandbits(15))
 
     def next(self) -> str:
-        with self.lock:
-            if os.getpid() != self.pid:       # after fork(): a new pid, a new prefix
-                self.reset()
-            elapsed = int(time.time() * 1000) - self.month_start_ms
-            n = next(self.counter) & 0xFFFF
-        return (self.prefix + struct.pack(">iH", elapsed & 0x7FFFFFFF, n)).hex().upper()
+        elapsed = int(time.time() * 1000) - self.month_start_ms
+        return self.prefix_hex + _ID_TAIL.pack(elapsed & 0x7FFFFFFF, next(self.counter) & 0xFFFF).hex().upper()
 
 
 _uniq = _UniqIdGenerator()
+os.register_at_fork(after_in_child=_uniq.reset)
 
 
 def new_uniq_id() -> str:

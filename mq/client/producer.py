@@ -62,6 +62,9 @@ SEND_STATUS_BY_CODE = {RC.SUCCESS: SendStatus.SEND_OK, RC.FLUSH_DISK_TIMEOUT: Se
 BORROWED_ROUTE_RECHECK_S = 1.0                # a topic on TBW102's route: look for its own route this often
 TOPIC_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789%|_-")
 TOPIC_LEN_MAX = 127
+CHECKED_TOPICS_MAX = 4096                     # topic names remembered as legal (checked once each)
+HEADERS_CACHED_MAX = 4096                     # queues whose send header is kept (one per queue sent to)
+_NONE_ISOLATED: frozenset = frozenset()
 
 MessageQueueSelector = Callable[[list[MessageQueue], Message, object], MessageQueue]
 SendCallback = Callable[[SendResult | None, BaseException | None], None]
@@ -97,6 +100,9 @@ class _PublishInfo:
 
     def select(self, last_broker: str | None, avoid: set[str]) -> MessageQueue:
         n = len(self.queues)
+        if last_broker is None and not avoid:       # the usual case: the next queue
+            self.index += 1
+            return self.queues[self.index % n]
         for skip in (avoid | {last_broker}, {last_broker}):
             for _ in range(n):
                 self.index += 1
@@ -130,6 +136,8 @@ class Producer:
         self.fault_isolation_s = fault_isolation_s
         self.instance: ClientInstance | None = None
         self._publish: dict[str, _PublishInfo] = {}
+        self._checked_topics: set[str] = set()          # legal topic names seen (_prepare)
+        self._headers: dict[MessageQueue, dict[str, str]] = {}   # queue -> its plain send header (_queue_header)
         self._route_locks: dict[str, asyncio.Lock] = {}
         self._isolated_until: dict[str, float] = {}   # brokerName -> monotonic deadline
         self._pending: set[asyncio.Task] = set()
@@ -248,6 +256,8 @@ class Producer:
 
     def isolated_brokers(self) -> set[str]:
         """Broker names avoided for now after a connection error or timeout (fault_isolation_s)."""
+        if not self._isolated_until:
+            return _NONE_ISOLATED
         now = time.monotonic()
         return {b for b, until in self._isolated_until.items() if until > now}
 
@@ -261,16 +271,16 @@ class Producer:
     # ---- public send API ---------------------------------------------------------------------------------
     async def send(self, msg: Message, *, timeout_s: float | None = None) -> SendResult:
         """Synchronous send with retries on other brokers (see the module docstring)."""
-        self._prepare(msg)
-        return await self._send_with_retries(msg, None, 1 + self.retry_times_when_send_failed, timeout_s)
+        text = self._prepare(msg)
+        return await self._send_with_retries(msg, None, 1 + self.retry_times_when_send_failed, timeout_s, text)
 
     def send_async(self, msg: Message, callback: SendCallback | None = None, *,
                    timeout_s: float | None = None) -> "asyncio.Future[SendResult]":
         """Start a send and return its future at once; `callback(result, None)` or `callback(None, error)`
         runs when it completes (Java SendCallback onSuccess / onException).  Must be called from the loop."""
-        self._prepare(msg)
+        text = self._prepare(msg)
         task = asyncio.ensure_future(
-            self._send_with_retries(msg, None, 1 + self.retry_times_when_send_failed, timeout_s))
+            self._send_with_retries(msg, None, 1 + self.retry_times_when_send_failed, timeout_s, text))
         self._pending.add(task)
 
         def done(t: asyncio.Future) -> None:
@@ -298,18 +308,18 @@ class Producer:
         """Send to exactly this queue (one attempt, as Java's send(msg, mq))."""
         if queue.topic != msg.topic:
             raise MQClientError(f"message topic {msg.topic!r} differs from the queue's topic {queue.topic!r}")
-        self._prepare(msg)
-        return await self._send_with_retries(msg, queue, 1, timeout_s)
+        text = self._prepare(msg)
+        return await self._send_with_retries(msg, queue, 1, timeout_s, text)
 
     async def send_with_selector(self, msg: Message, selector: MessageQueueSelector, arg=None, *,
                                  timeout_s: float | None = None) -> SendResult:
         """Ordered sends: selector(queues, msg, arg) picks the queue (e.g. select_by_hash with an order id)."""
-        self._prepare(msg)
+        text = self._prepare(msg)
         queues = list((await self._publish_info(msg.topic)).queues)
         queue = selector(queues, msg, arg)
         if queue not in queues:
             raise MQClientError(f"selector returned {queue}, which is not a queue of {msg.topic}")
-        return await self._send_with_retries(msg, queue, 1, timeout_s)
+        return await self._send_with_retries(msg, queue, 1, timeout_s, text)
 
     async def request(self, msg: Message, timeout_s: float = 3.0) -> MessageExt:
         """Request-reply (mq.client.reply): sends `msg` and returns the reply a consumer of it sent
@@ -347,17 +357,56 @@ class Producer:
         return await self._send_with_retries(batch, None, 1 + self.retry_times_when_send_failed, timeout_s)
 
     # ---- internals ------------------------------------------------------------------------------------------
-    def _prepare(self, msg: Message) -> None:
-        check_topic(msg.topic)
+    def _prepare(self, msg: Message) -> str:
+        """Checks `msg` and gives it its UNIQ_KEY; returns its properties encoded (what a send
+        of it to a topic that is not a retry topic carries)."""
+        if msg.topic not in self._checked_topics:
+            check_topic(msg.topic)
+            if len(self._checked_topics) < CHECKED_TOPICS_MAX:
+                self._checked_topics.add(msg.topic)
         if not msg.body:
             raise MQClientError("the message body is empty")
         if len(msg.body) > self.max_message_size:
             raise MQClientError(f"the message body is {len(msg.body)} bytes, the limit is {self.max_message_size}")
-        msg.properties.setdefault(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, new_uniq_id())
+        if PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX not in msg.properties:
+            msg.properties[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = new_uniq_id()
         try:
-            properties_to_string(msg.properties)
+            return properties_to_string(msg.properties)
         except EncodeError as e:
             raise MQClientError(f"bad message properties: {e}") from None
+
+    def _queue_header(self, q: MessageQueue) -> dict[str, str]:
+        """The SEND_MESSAGE_V2 header of a plain send to `q` (what _request builds for one),
+        bornTimestamp and properties left to fill in: the same keys in the same order."""
+        return send_v2(properties="", producerGroup=self.group, topic=q.topic, defaultTopic=DEFAULT_TOPIC,
+                       defaultTopicQueueNums=str(self.default_topic_queue_nums), queueId=str(q.queue_id),
+                       sysFlag="0", bornTimestamp="", flag="0", reconsumeTimes="0", unitMode="false",
+                       batch="false", brokerName=q.broker_name)
+
+    def _request(self, msg, q: MessageQueue, is_batch: bool):
+        """The send request of msg (a batch, a compressed body, a half, a retry-topic send, or a
+        send_oneway) to q, every header field derived afresh."""
+        props = dict(msg.properties)
+        body, sys_flag = msg.body, 0
+        if not is_batch and len(body) >= self.compress_over_bytes > 0:
+            body = zlib.compress(body, COMPRESS_LEVEL)
+            sys_flag |= SYSFLAG_COMPRESSED | SYSFLAG_ZLIB
+        if props.get("TRAN_MSG", "").lower() == "true":    # a half (mq.client.transaction)
+            sys_flag |= TRANSACTION_PREPARED
+        fields = dict(producerGroup=self.group, topic=q.topic, defaultTopic=DEFAULT_TOPIC,
+                      defaultTopicQueueNums=self.default_topic_queue_nums, queueId=q.queue_id, sysFlag=sys_flag,
+                      bornTimestamp=int(time.time() * 1000), flag=msg.flag, reconsumeTimes=0, unitMode=False,
+                      batch=is_batch, brokerName=q.broker_name)
+        if q.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            reconsume = props.pop(PROPERTY_RECONSUME_TIME, None)
+            max_times = props.pop(PROPERTY_MAX_RECONSUME_TIMES, None)
+            if reconsume is not None:
+                fields["reconsumeTimes"] = reconsume
+            if max_times is not None:
+                fields["maxReconsumeTimes"] = max_times
+        ext = send_v2(properties=properties_to_string(props), **fields)
+        code = R.SEND_BATCH_MESSAGE if is_batch else R.SEND_REPLY_MESSAGE_V2 if is_reply(msg) else R.SEND_MESSAGE_V2
+        return self._inst().request(code, ext, body)
 
     def _prepare_batch(self, msgs: Sequence[Message]) -> "_Batch":
         if not msgs:
@@ -383,8 +432,10 @@ class Producer:
         return _Batch(topic, body, msgs)
 
     async def _send_with_retries(self, msg, queue: MessageQueue | None, attempts: int,
-                                 timeout_s: float | None) -> SendResult:
-        info = await self._publish_info(msg.topic)
+                                 timeout_s: float | None, text: str | None = None) -> SendResult:
+        info = self._publish.get(msg.topic)
+        if info is None or info.borrowed:
+            info = await self._publish_info(msg.topic)
         last_broker: str | None = None
         last_exc: Exception | None = None
         tried = []
@@ -392,7 +443,7 @@ class Producer:
             q = queue if queue is not None else info.select(last_broker, self.isolated_brokers())
             tried.append(q.broker_name)
             try:
-                return await self._send_kernel(msg, q, timeout_s=timeout_s)
+                return await self._send_kernel(msg, q, timeout_s=timeout_s, text=text)
             except RemotingError as e:
                 log.info("send to %s failed (attempt %d/%d): %s", q, attempt + 1, attempts, e)
                 self._isolate(q.broker_name)
@@ -409,7 +460,8 @@ class Producer:
                             getattr(last_exc, "code", None)) from last_exc
 
     async def _send_kernel(self, msg, q: MessageQueue, *, oneway: bool = False,
-                           timeout_s: float | None = None) -> SendResult | None:
+                           timeout_s: float | None = None, text: str | None = None) -> SendResult | None:
+        """One attempt.  `text`: msg's properties as _prepare encoded them (None: encoded here)."""
         inst = self._inst()
         addr = inst.master_addr(q.broker_name)
         if addr is None:
@@ -418,27 +470,24 @@ class Producer:
             if addr is None:
                 raise MQClientError(f"the broker {q.broker_name} has no master address", RC.SERVICE_NOT_AVAILABLE)
         is_batch = isinstance(msg, _Batch)
-        props = dict(msg.properties)
-        body, sys_flag = msg.body, 0
-        if not is_batch and len(body) >= self.compress_over_bytes > 0:
-            body = zlib.compress(body, COMPRESS_LEVEL)
-            sys_flag |= SYSFLAG_COMPRESSED | SYSFLAG_ZLIB
-        if props.get("TRAN_MSG", "").lower() == "true":    # a half (mq.client.transaction)
-            sys_flag |= TRANSACTION_PREPARED
-        fields = dict(producerGroup=self.group, topic=q.topic, defaultTopic=DEFAULT_TOPIC,
-                      defaultTopicQueueNums=self.default_topic_queue_nums, queueId=q.queue_id, sysFlag=sys_flag,
-                      bornTimestamp=int(time.time() * 1000), flag=msg.flag, reconsumeTimes=0, unitMode=False,
-                      batch=is_batch, brokerName=q.broker_name)
-        if q.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-            reconsume = props.pop(PROPERTY_RECONSUME_TIME, None)
-            max_times = props.pop(PROPERTY_MAX_RECONSUME_TIMES, None)
-            if reconsume is not None:
-                fields["reconsumeTimes"] = reconsume
-            if max_times is not None:
-                fields["maxReconsumeTimes"] = max_times
-        ext = send_v2(properties=properties_to_string(props), **fields)
-        code = R.SEND_BATCH_MESSAGE if is_batch else R.SEND_REPLY_MESSAGE_V2 if is_reply(msg) else R.SEND_MESSAGE_V2
-        cmd = inst.request(code, ext, body)
+        body = msg.body
+        if (text is not None and not is_batch and not len(body) >= self.compress_over_bytes > 0
+                and not q.topic.startswith(RETRY_GROUP_TOPIC_PREFIX) and "TRAN_MSG" not in msg.properties):
+            # the usual single send: the queue's header with this message's time, flag and properties
+            ext = self._headers.get(q)
+            if ext is None:
+                if len(self._headers) >= HEADERS_CACHED_MAX:
+                    self._headers.clear()
+                ext = self._headers[q] = self._queue_header(q)
+            ext = ext.copy()
+            ext["g"] = str(int(time.time() * 1000))
+            ext["i"] = text
+            if msg.flag:
+                ext["h"] = str(msg.flag)
+            cmd = inst.remoting.request_str(R.SEND_REPLY_MESSAGE_V2 if is_reply(msg) else R.SEND_MESSAGE_V2, ext, body)
+        else:
+            cmd = self._request(msg, q, is_batch)
+        props = msg.properties
         if oneway:
             await inst.remoting.invoke_oneway(addr, cmd)
             return None
@@ -448,7 +497,8 @@ class Producer:
             raise MQBrokerError(r.code, r.remark, addr)
         h = r.ext_fields or {}
         try:
-            queue = MessageQueue(q.topic, q.broker_name, int(h.get("queueId", q.queue_id)))
+            qid = h.get("queueId")
+            queue = q if qid is None or qid == str(q.queue_id) else MessageQueue(q.topic, q.broker_name, int(qid))
             result = SendResult(status, msg.uniq_id if is_batch else props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX],
                                 h.get("msgId", ""), queue, int(h.get("queueOffset", -1)),
                                 h.get("MSG_REGION", ""), h.get("TRACE_ON", "true") != "false")

@@ -192,6 +192,12 @@ class RemotingClient:
                                            for k, v in ext.items() if v is not None} if ext else {},
                                body=body)
 
+    def request_str(self, code: int, ext_fields: dict[str, str], body: bytes = b"") -> RemotingCommand:
+        """request() for a caller whose header values are already the strings to send (every
+        value a str: asserted by the frame's encoder, not converted here)."""
+        return RemotingCommand(code=code, language=LANGUAGE_PYTHON, version=CLIENT_VERSION, ext_fields=ext_fields,
+                               body=body)
+
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout_s: float = 3.0) -> RemotingCommand:
         c = self._conns.get(addr)
         if c is None or c.closed:
