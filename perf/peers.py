@@ -425,7 +425,7 @@ class OurBrokers:
 
     CLIENTS = ("remoting", "mqperf", "library")
 
-    TOPIC = "PeersTopic"              # the produce workloads
+    TOPIC = "PeersTopic"              # the produce workloads: PeersTopic_ASYNC, PeersTopic_SYNC (topic())
     BACKLOG_TOPIC = "PeersBacklog"    # the consume workload: holds the backlog and nothing else
 
     def __init__(self, flush_types: tuple[str, ...] = ("ASYNC_FLUSH",), client: str = "remoting"):
@@ -445,13 +445,18 @@ class OurBrokers:
                                              mappedFileSizeCommitLog=w.COMMITLOG_FILE_SIZE, flushDiskType=flush)
             self.session = w.Session()
             for flush in flush_types:
-                self.run(w.create_topic(self.session.client, self.addr(flush), self.TOPIC))
+                self.run(w.create_topic(self.session.client, self.addr(flush), self.topic(flush)))
         except BaseException:
             self.close()
             raise
 
     def addr(self, flush: str) -> str:
         return self.brokers[flush].addr
+
+    def topic(self, flush: str) -> str:
+        """The produce topic of this flush type's broker, on that broker only: a client that
+        routes by topic (the library) must not spread one workload over both brokers."""
+        return f"{self.TOPIC}_{flush.split('_')[0]}"
 
     def run(self, coro):
         return self.session.run(coro)
@@ -493,42 +498,42 @@ class OurBrokers:
 
     def _lib_sends(self, flush: str, n: int, in_flight: int, batch: int = 1) -> Result:
         producer, _ = self._lib(flush)
-        return self.run(_library_sends(producer, self.TOPIC, n, in_flight, batch))
+        return self.run(_library_sends(producer, self.topic(flush), n, in_flight, batch))
 
     def one_at_a_time(self, flush: str, n: int) -> Result:
         if self.client == "mqperf":
-            return self._mqperf(flush, topic=self.TOPIC, count=n)
+            return self._mqperf(flush, topic=self.topic(flush), count=n)
         if self.client == "library":
             return self._lib_sends(flush, n, 1)
         lat: list[float] = []
-        s = self.run(w.sequential_sends(self.session.client, self.addr(flush), self.TOPIC, n, lat))
+        s = self.run(w.sequential_sends(self.session.client, self.addr(flush), self.topic(flush), n, lat))
         return Result(n, s, lat)
 
     def pipelined(self, flush: str, n: int) -> Result:
         if self.client == "mqperf":
-            return self._mqperf(flush, topic=self.TOPIC, count=n, in_flight=w.PIPELINE_IN_FLIGHT)
+            return self._mqperf(flush, topic=self.topic(flush), count=n, in_flight=w.PIPELINE_IN_FLIGHT)
         if self.client == "library":
             return self._lib_sends(flush, n, w.PIPELINE_IN_FLIGHT)
         lat: list[float] = []
-        s = self.run(w.pipelined_sends(self.session.client, self.addr(flush), self.TOPIC, n,
+        s = self.run(w.pipelined_sends(self.session.client, self.addr(flush), self.topic(flush), n,
                                        w.PIPELINE_IN_FLIGHT, lat))
         return Result(n, s, lat)
 
     def batched(self, flush: str, n: int) -> Result:
         batches = max(1, n // w.BATCH_MSGS)
         if self.client == "mqperf":
-            return self._mqperf(flush, topic=self.TOPIC, count=batches * w.BATCH_MSGS,
+            return self._mqperf(flush, topic=self.topic(flush), count=batches * w.BATCH_MSGS,
                                 batch=w.BATCH_MSGS, in_flight=w.BATCH_IN_FLIGHT)
         if self.client == "library":
             return self._lib_sends(flush, batches * w.BATCH_MSGS, w.BATCH_IN_FLIGHT, w.BATCH_MSGS)
         lat: list[float] = []
-        s = self.run(w.batched_sends(self.session.client, self.addr(flush), self.TOPIC, batches,
+        s = self.run(w.batched_sends(self.session.client, self.addr(flush), self.topic(flush), batches,
                                      w.BATCH_IN_FLIGHT, w.one_kib_batch(), lat))
         return Result(batches * w.BATCH_MSGS, s, lat)
 
     def producers_64(self, flush: str, n: int) -> Result:
         if self.client == "mqperf":
-            return self._mqperf(flush, topic=self.TOPIC, count=max(1, n // w.SYNC_FLUSH_PRODUCERS) *
+            return self._mqperf(flush, topic=self.topic(flush), count=max(1, n // w.SYNC_FLUSH_PRODUCERS) *
                                 w.SYNC_FLUSH_PRODUCERS, procs=OUR_PRODUCER_PROCESSES, conns=OUR_CONNS_PER_PROCESS,
                                 in_flight=w.SYNC_FLUSH_IN_FLIGHT_PER_CONN)
         if self.client == "library":
@@ -540,7 +545,7 @@ class OurBrokers:
             self._producers.call("connect", self.addr(flush), OUR_CONNS_PER_PROCESS)
             self._connected.add(flush)
         per_producer = max(1, n // w.SYNC_FLUSH_PRODUCERS)
-        msgs, secs, lat, _ = self._producers.run(self.addr(flush), self.TOPIC, per_producer)
+        msgs, secs, lat, _ = self._producers.run(self.addr(flush), self.topic(flush), per_producer)
         return Result(msgs, secs, lat)
 
     def fill(self, flush: str, n: int) -> list[int]:
