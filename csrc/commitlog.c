@@ -532,6 +532,50 @@ int mq_commitlog_read_record(mq_commitlog *cl, uint64_t offset, uint32_t size, i
     return MQ_OK;
 }
 
+static int code_wanted(const int64_t *codes, uint32_t n_codes, int64_t code) {
+    uint32_t lo = 0, hi = n_codes;                   /* codes sorted ascending */
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (codes[mid] < code) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < n_codes && codes[lo] == code;
+}
+
+int mq_commitlog_gather(mq_commitlog *cl, const uint8_t *entries, uint32_t n_entries, uint64_t min_phy,
+                        const int64_t *codes, uint32_t n_codes, int32_t queue_id,
+                        int64_t first_queue_offset, const char *topic, uint32_t topic_len,
+                        uint32_t have, uint32_t count_max, uint64_t bytes_max, uint8_t *out,
+                        uint64_t out_cap, mq_gather_out *res) {
+    assert(res && (entries || n_entries == 0) && (codes || n_codes == 0) && (out || out_cap == 0));
+    res->scanned = 0;
+    res->n = 0;
+    res->size = 0;
+    res->last_phy = -1;
+    res->stop_rc = MQ_OK;
+    if (count_max == 0) return MQ_E_INVAL;
+    for (uint32_t i = 0; i < n_entries; i++) {
+        const uint8_t *e = entries + (size_t)i * 20;
+        int64_t phy = (int64_t)be64r(e);
+        uint32_t size = be32r(e + 8);
+        int64_t code = (int64_t)be64r(e + 12);
+        if ((have || res->n) && (res->n >= count_max || res->size + size > bytes_max)) break;
+        if (phy >= 0 && (uint64_t)phy >= min_phy && (n_codes == 0 || code_wanted(codes, n_codes, code))) {
+            if (size > out_cap - res->size) { res->stop_rc = MQ_E_FULL; return MQ_OK; }
+            const uint8_t *rec;
+            int rc = mq_commitlog_read_record(cl, (uint64_t)phy, size, queue_id, first_queue_offset + i, topic,
+                                              topic_len, &rec);
+            if (rc) { res->stop_rc = rc; return MQ_OK; }
+            memcpy(out + res->size, rec, size);
+            res->size += size;
+            res->n++;
+        }
+        res->scanned = i + 1;
+        res->last_phy = phy;
+    }
+    return MQ_OK;
+}
+
 /* Fills r->slot for the record starting at rec_start (create: resolve_slots == 2).  A record
  * whose queue is absent (lookup only) keeps UINT32_MAX. */
 static int resolve_slot(mq_commitlog *cl, const uint8_t *rec_start, mq_scan_rec *r, int resolve_slots) {

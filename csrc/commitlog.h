@@ -74,6 +74,19 @@
  *     are never served.  MQ_E_CORRUPT when the check fails (*ptr is set, for a report).  One
  *     CRC of the body per call.  Not covered (the v1 record has no checksum for them): the
  *     properties, timestamps, hosts and flags.
+ * mq_commitlog_gather  a pull's records, one call for a run of ConsumeQueue entries (`entries`:
+ *     n_entries of 20 bytes, phy i64, size i32, tags hash i64, big-endian).  In order, an entry
+ *     is examined (counted in res->scanned, its phy in res->last_phy) and skipped when phy <
+ *     min_phy or, with n_codes > 0, its tags hash is not in codes[0..n_codes) (sorted
+ *     ascending); otherwise its record is read as mq_commitlog_read_record reads it (queue id,
+ *     queue offset first_queue_offset + index, topic) and copied to out.  It stops before an
+ *     entry once res->n >= count_max or the record would take res->size past bytes_max (never
+ *     before the first copied record, counting `have` records copied by earlier calls for the
+ *     same pull); before a record that does not fit out_cap; or at an
+ *     entry whose read fails: then res->stop_rc is that error (MQ_E_CORRUPT, MQ_E_RANGE, file
+ *     errors; MQ_E_FULL for out_cap), the entry is not counted, and the caller deals with it and
+ *     calls again after it.  Otherwise stop_rc is MQ_OK.  Returns MQ_OK, or MQ_E_INVAL for
+ *     count_max 0.
  * mq_record_check  the checks of a scan on a plain buffer (tools, HA): the record at buf with
  *     avail bytes readable -- magic, every length, BODYCRC when check_crc.  MQ_OK with *rec
  *     filled (slot UINT32_MAX, dl_* 0) and *stop_out MQ_SCAN_LIMIT, or MQ_E_CORRUPT with
@@ -216,6 +229,19 @@ int      mq_commitlog_append_group(mq_commitlog *cl, const mq_group_msg *msgs, u
 
 int      mq_commitlog_view(mq_commitlog *cl, uint64_t offset, uint32_t size, const uint8_t **ptr);
 int      mq_commitlog_view_raw(mq_commitlog *cl, uint64_t offset, uint32_t size, const uint8_t **ptr);
+typedef struct mq_gather_out {
+    uint32_t scanned;              /* entries examined (the failing one of stop_rc not counted) */
+    uint32_t n;                    /* records copied to out */
+    uint64_t size;                 /* bytes copied to out */
+    int64_t last_phy;              /* phy of the last entry examined, -1 when none */
+    int32_t stop_rc;               /* MQ_OK, or the error of entry `scanned` */
+} mq_gather_out;
+
+int      mq_commitlog_gather(mq_commitlog *cl, const uint8_t *entries, uint32_t n_entries, uint64_t min_phy,
+                             const int64_t *codes, uint32_t n_codes, int32_t queue_id,
+                             int64_t first_queue_offset, const char *topic, uint32_t topic_len,
+                             uint32_t have, uint32_t count_max, uint64_t bytes_max, uint8_t *out,
+                             uint64_t out_cap, mq_gather_out *res);
 int      mq_commitlog_read_record(mq_commitlog *cl, uint64_t offset, uint32_t size, int32_t queue_id,
                                   int64_t queue_offset, const char *topic, uint32_t topic_len,
                                   const uint8_t **ptr);

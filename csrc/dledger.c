@@ -6,6 +6,7 @@
  */
 #include "internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/sendfile.h>

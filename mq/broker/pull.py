@@ -32,6 +32,8 @@ from time import perf_counter_ns
 
 from mq.remoting import ResponseCode as RC, make_response
 from mq.store import CorruptRecord, OutOfRange, control as C
+from mq.store.consumequeue import ENTRY, ENTRY_SIZE
+from mq.store.native import check, ffi, lib
 from mq.store.store import TOTAL_PHYSICAL_MEMORY
 from mq.wire.commitlog import record_properties
 from mq.wire.consumequeue import java_string_hashcode
@@ -54,6 +56,7 @@ SQL_CHECK_EVERY = 32
 PULLS_HELD_MAX = 100_000
 STOP_WAKES_MAX = 40                # stop() wakes the watch thread every 50 ms, 2 s at most
 DAMAGED_REPORTED_MAX = 10_000      # damaged records remembered as reported (one log line each)
+CODES_CACHED_MAX = 1024            # tag-hash sets kept as C arrays for the gather (one per subscription seen)
 _MISSING = object()
 
 
@@ -184,6 +187,8 @@ class PullProcessor:
         self.stats = getattr(broker, "stats", None)     # mq.broker.iostats.IoStats, or None (no stats block)
         self.damaged_records = 0                        # reads the check refused (never served)
         self._damaged_seen: set[int] = set()            # CommitLog offsets already reported
+        self._gather_buf: bytearray | None = None       # the C gather's output (maxTransferBytesOnMessageInMemory)
+        self._codes_c: dict = {}                        # tag-hash frozenset -> its sorted int64[] (the gather's filter)
 
     def start(self, loop) -> None:
         self.hold_service = PullHoldService(self.store, loop)
@@ -412,7 +417,13 @@ class PullProcessor:
         cfg = self.config
         count_max = min(max_nums, cfg.maxTransferCountOnMessageInMemory)
         bytes_max = cfg.maxTransferBytesOnMessageInMemory
-        entries = cq.get(offset, max(CQ_SCAN_BYTES_MIN, max_nums * 20) // 20)
+        n_entries = max(CQ_SCAN_BYTES_MIN, max_nums * 20) // 20
+        if codes.__class__ is not Sql92Filter and self.store.legacy is None:
+            found = self._gather(cq, topic, qid, offset, n_entries, count_max, bytes_max, codes)
+            if found is not None:
+                n, scanned, body, last_phy = found
+                return self._found(topic, group, n, scanned, offset, lo, hi, body, last_phy)
+        entries = cq.get(offset, n_entries)
         parts, size, scanned = [], 0, 0
         last_phy = None
         min_phy = self.store.min_phy
@@ -445,13 +456,72 @@ class PullProcessor:
                     continue
             parts.append(view)
             size += msg_size
+        return self._found(topic, group, len(parts), scanned, offset, lo, hi, b"".join(parts) if parts else b"",
+                           last_phy)
+
+    def _found(self, topic: str, group: str | None, n: int, scanned: int, offset: int, lo: int, hi: int,
+               body: bytes, last_phy: int | None):
+        """get_messages' answer once its n records (body) are gathered from `scanned` entries."""
         next_off = offset + scanned
-        if not parts:
+        if not n:
             return RC.PULL_RETRY_IMMEDIATELY, "NO_MATCHED_MESSAGE", next_off, lo, hi, b"", last_phy
         if self.broker.tracer is not None:
             times = CURRENT.get()
             if times is not None:
-                times.msgs = len(parts)      # the req record's msgs: messages returned
+                times.msgs = n               # the req record's msgs: messages returned
         if self.stats is not None and group is not None:
-            self.stats.got(group, topic, len(parts), size)
-        return RC.SUCCESS, "FOUND", next_off, lo, hi, b"".join(parts), last_phy
+            self.stats.got(group, topic, n, len(body))
+        return RC.SUCCESS, "FOUND", next_off, lo, hi, body, last_phy
+
+    def _gather(self, cq, topic: str, qid: int, offset: int, n_entries: int, count_max: int, bytes_max: int,
+                codes: "frozenset | None"):
+        """get_messages' loop as C calls (CommitLog.gather): the same entries skipped, filtered,
+        checked and copied, the same stops.  (records, entries examined, body, last phy or None),
+        or None when the first record does not fit the buffer (get_messages' loop takes it).  A
+        record that fails its check is reported and skipped here, as the loop does."""
+        raw = cq.get_bytes(offset, n_entries)
+        if not raw:
+            return 0, 0, b"", None
+        buf = self._gather_buf
+        if buf is None or len(buf) < bytes_max:
+            buf = self._gather_buf = bytearray(bytes_max)
+        if codes is None:
+            arr = None
+        else:
+            arr = self._codes_c.get(codes)
+            if arr is None:
+                if len(self._codes_c) >= CODES_CACHED_MAX:
+                    self._codes_c.clear()
+                arr = self._codes_c[codes] = ffi.new("int64_t[]", sorted(codes))
+        cl, min_phy, topic_bytes = self.store.cl, self.store.min_phy, topic.encode()
+        n = size = scanned = 0
+        last_phy = None
+        total = len(raw) // ENTRY_SIZE
+        chunks = []
+        while scanned < total:
+            part = raw if not scanned else raw[scanned * ENTRY_SIZE:]
+            done, got, nbytes, last, rc = cl.gather(part, min_phy, arr, qid, offset + scanned, topic_bytes, n,
+                                                     count_max - n, max(0, bytes_max - size), buf)
+            if got:
+                chunks.append(bytes(memoryview(buf)[:nbytes]))
+                n += got
+                size += nbytes
+            scanned += done
+            if last >= 0:
+                last_phy = last
+            if rc == 0:
+                break
+            if rc == lib.MQ_E_FULL:
+                if n:
+                    break
+                return None
+            phy, msg_size, _ = ENTRY.unpack_from(raw, scanned * ENTRY_SIZE)
+            if rc == lib.MQ_E_CORRUPT:
+                self._damaged(topic, qid, offset + scanned, phy, msg_size)
+            elif rc != lib.MQ_E_RANGE:
+                check(rc, f"record at {phy} ({msg_size} bytes)")
+            scanned += 1                 # skipped like a filtered message: the consumer moves past it
+            last_phy = phy
+            if n >= count_max:
+                break
+        return n, scanned, chunks[0] if len(chunks) == 1 else b"".join(chunks), last_phy

@@ -21,6 +21,7 @@ import struct
 import threading
 from dataclasses import dataclass
 
+from mq.wire.consumequeue import CQ_ENTRY_SIZE
 from mq.wire.filenames import list_offset_files
 
 from . import control as C
@@ -278,6 +279,21 @@ class CommitLog:
                                            ffi.NULL if topic is None else topic, len(topic or b""), p),
               f"record at {offset} ({size} bytes)")
         return memoryview(ffi.buffer(p[0], size))
+
+    def gather(self, entries: bytes, min_phy: int, codes, queue_id: int, first_queue_offset: int, topic: bytes,
+               have: int, count_max: int, bytes_max: int, out: bytearray) -> tuple[int, int, int, int, int]:
+        """A pull's records from ConsumeQueue `entries` (ConsumeQueue.get_bytes), copied into `out`
+        in one C call (mq_commitlog_gather: the entries skipped, filtered by the sorted int64
+        array `codes` (None: every tag), checked and stopped as the read path does; `have`:
+        records an earlier call copied for the same pull).  Returns
+        (entries examined, records, bytes in out, last phy examined or -1, stop rc: 0, or the
+        error of the entry after the examined ones, which the caller handles)."""
+        res = ffi.new("mq_gather_out *")
+        check(lib.mq_commitlog_gather(self._h, ffi.from_buffer("uint8_t[]", entries), len(entries) // CQ_ENTRY_SIZE, min_phy,
+                                      ffi.NULL if codes is None else codes, 0 if codes is None else len(codes),
+                                      queue_id, first_queue_offset, topic, len(topic), have, count_max, bytes_max,
+                                      ffi.from_buffer("uint8_t[]", out), len(out), res), "gather")
+        return res.scanned, res.n, res.size, res.last_phy, res.stop_rc
 
     def scanner(self, capacity: int = 4096) -> "Scanner":
         return Scanner(self, capacity)

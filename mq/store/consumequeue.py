@@ -186,6 +186,18 @@ class ConsumeQueue:
         n = min(max_count, hi - queue_offset, (self.file_size - off) // ENTRY_SIZE)
         return list(ENTRY.iter_unpack(mm[off:off + n * ENTRY_SIZE]))
 
+    def get_bytes(self, queue_offset: int, max_count: int) -> bytes:
+        """get()'s entries as their 20-byte records, unparsed (for CommitLog.gather)."""
+        hi = self.max_offset
+        if queue_offset < self.min_offset or queue_offset >= hi:
+            return b""
+        start, off = self._locate(queue_offset)
+        mm = self._map(start, create=False)
+        if mm is None:
+            return b""
+        n = min(max_count, hi - queue_offset, (self.file_size - off) // ENTRY_SIZE)
+        return mm[off:off + n * ENTRY_SIZE]
+
     def entry(self, queue_offset: int) -> tuple[int, int, int] | None:
         got = self.get(queue_offset, 1)
         return got[0] if got else None
