@@ -295,8 +295,12 @@ class Broker:
 
     def signal_all(self, sig: int) -> None:
         """`sig` to every process of the broker: its process group (the supervisor leads it;
-        the launcher and every role process it forked belong to it)."""
-        os.killpg(self.proc.p.pid, sig)
+        the launcher and every role process it forked belong to it).  SIGSTOP returns once
+        every thread of the group is stopped (stop_group)."""
+        if sig == signal.SIGSTOP:
+            stop_group(self.proc.p.pid)
+        else:
+            os.killpg(self.proc.p.pid, sig)
 
     def processes(self) -> dict[str, list[int]]:
         """The broker's live processes by role name, from /proc: "broker" (the supervisor),
@@ -304,6 +308,32 @@ class Broker:
         (each role process names itself with prctl; multiprocessing's resource tracker, which
         is in the group too, is left out)."""
         return processes_of_group(self.proc.p.pid)
+
+
+def stop_group(pgid: int, timeout_s: float = 10.0) -> None:
+    """SIGSTOP to process group `pgid`, returning once every thread of its processes is stopped.
+    kill() only queues the signal: a thread running on another CPU stops when that CPU takes the
+    interrupt, which on a busy VM can come after the caller's next request was served (a
+    "stalled" slave acknowledged a send once that way)."""
+    os.killpg(pgid, signal.SIGSTOP)
+
+    def all_stopped() -> bool:
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                if int(fields[2]) != pgid or fields[0] in "ZX":
+                    continue
+                for tid in os.listdir(f"/proc/{entry}/task"):
+                    with open(f"/proc/{entry}/task/{tid}/stat") as f:
+                        if f.read().rsplit(")", 1)[1].split()[0] not in "TtZX":
+                            return False
+            except (OSError, ValueError, IndexError):
+                continue                  # gone meanwhile
+        return True
+    wait_for(all_stopped, timeout_s, 0.002, f"every thread of process group {pgid} stopped")
 
 
 def processes_of_group(pgid: int) -> dict[str, list[int]]:
@@ -407,8 +437,8 @@ class DLedgerGroup:
         b.start()
 
     def freeze(self, i: str) -> None:
-        """SIGSTOP the whole broker (supervisor, launcher and every role)."""
-        os.killpg(self.brokers[i].proc.p.pid, signal.SIGSTOP)
+        """SIGSTOP the whole broker (supervisor, launcher and every role); returns once stopped."""
+        stop_group(self.brokers[i].proc.p.pid)
 
     def thaw(self, i: str) -> None:
         os.killpg(self.brokers[i].proc.p.pid, signal.SIGCONT)

@@ -82,7 +82,7 @@ from mq import loop as mq_loop
 from mq.client import Message, MQBrokerError, MQClientError, Producer, PullConsumer, TransactionProducer
 from mq.client.message import PullStatus
 from mq.proxy import FaultProxy
-from mq.cluster import Broker, DLedgerGroup, NameServer, wait_for
+from mq.cluster import Broker, DLedgerGroup, NameServer, stop_group, wait_for
 from mq.store import control as C
 from mq.store.commitlog import list_files
 from mq.store.control import ControlBlock
@@ -389,7 +389,7 @@ class Nemesis(threading.Thread):
                     what = f"{self.kind} {b.name}:{b.port} (replica)"
                 what += self._damage(b, self.kind, stopped=self.kind != "corrupt" or (self.faults // 2) % 2 == 0)
             else:
-                os.killpg(b.proc.p.pid, signal.SIGSTOP)
+                stop_group(b.proc.p.pid)          # returns once every thread is stopped
                 self.history.record("info", "start", what)
                 time.sleep(FAULT_S)
                 os.killpg(b.proc.p.pid, signal.SIGCONT)

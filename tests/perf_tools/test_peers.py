@@ -244,7 +244,7 @@ def test_our_side_with_every_client(own_perf_dir):
     with peers.OurBrokers(("ASYNC_FLUSH",)) as ours:
         c, addr = ours.session.client, ours.addr("ASYNC_FLUSH")
         pids = [ours.namesrv.proc.p.pid, ours.brokers["ASYNC_FLUSH"].proc.p.pid]
-        before = sum(ours.run(workloads.wait_dispatched(c, addr, ours.TOPIC, 0)))
+        before = sum(ours.run(workloads.wait_dispatched(c, addr, ours.topic("ASYNC_FLUSH"), 0)))
         sent = 0
         for client in peers.OurBrokers.CLIENTS:
             ours.client = client
@@ -253,7 +253,7 @@ def test_our_side_with_every_client(own_perf_dir):
                 assert res.msgs_per_s > 0 and workloads.Series([res]).p50_us > 0
                 sent += res.msgs
         assert sent == len(peers.OurBrokers.CLIENTS) * (40 + 300 + 500)
-        assert sum(ours.run(workloads.wait_dispatched(c, addr, ours.TOPIC, before + sent))) == before + sent
+        assert sum(ours.run(workloads.wait_dispatched(c, addr, ours.topic("ASYNC_FLUSH"), before + sent))) == before + sent
         ends = ours.fill("ASYNC_FLUSH", 1000)
         for client in peers.OurBrokers.CLIENTS:
             ours.client = client
