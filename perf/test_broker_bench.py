@@ -730,6 +730,62 @@ def test_sync_flush_64_producers(benchmark, start_broker, session, redis_peer, s
           f"{os.cpu_count()} CPUs, Redis: one redis-benchmark (C) process")
 
 
+@dataclass
+class NativeRun:
+    """What native_rounds measured: mqload's result per round, Redis' rounds, the broker's CPU,
+    and the messages stored (the queues' max offsets before and after, mqload's acknowledged)."""
+    results: list
+    redis: Series
+    meter: CpuMeter
+    stored_before: int
+    stored_after: int
+    acked: int
+
+
+def native_rounds(benchmark, session, broker, topic: str, server, rds, n: int, rounds: int, conns: int,
+                  depth: int, redis_conns: int, redis_pipeline: int) -> NativeRun:
+    """mqload (`conns` connections x `depth` 1 KiB SEND_MESSAGE_V2 in flight, n a round) against
+    the broker, alternating with `redis-benchmark -c redis_conns -P redis_pipeline` XADDs of n
+    (in pytest-benchmark's untimed setup, the stream deleted first), after a warm-up of n/4 on
+    each side.  Any answer but SUCCESS fails; the topic's queues must grow by exactly what
+    mqload saw acknowledged."""
+    addr = broker.addr
+
+    def load(count: int) -> dict:
+        r = run_mqload(addr, conns, count, depth=depth, size=MSG_BODY_SIZE, topic=topic, queues=QUEUES)
+        assert r["errors"] == 0 and r["acked"] == count, f"mqload: {r}"
+        return r
+
+    def xadd(count: int):
+        return redis_benchmark_xadd(server, "s", count, connections=redis_conns, pipeline=redis_pipeline)
+
+    warm = load(n // 4)
+    rds.delete("s")
+    xadd(n // 4)
+    before = session.run(wait_dispatched(session.client, addr, topic, 1 + warm["acked"]))
+    meter = CpuMeter(broker_processes(broker))
+    results: list[dict] = []
+    redis = Series()
+
+    def setup():
+        rds.delete("s")
+        redis.add(xadd(n))
+
+    def measured():
+        t0 = time.monotonic()
+        with meter:
+            r = load(n)
+        meter.exclude(max(0.0, time.monotonic() - t0 - r["seconds"]))     # mqload's start and connects
+        results.append(r)
+
+    benchmark.pedantic(measured, setup=setup, rounds=rounds)
+    acked = sum(r["acked"] for r in results)
+    session.run(wait_dispatched(session.client, addr, topic, sum(before) + acked))
+    after = _stored(session, addr, topic)
+    assert sum(after) - sum(before) == acked, (before, after, acked)
+    return NativeRun(results, redis, meter, sum(before), sum(after), acked)
+
+
 SYNC_FLUSH_NATIVE_TARGET = 1.0    # issue 23: native clients both sides, SYNC_FLUSH / AOF always
 
 
@@ -759,55 +815,24 @@ def test_sync_flush_64_producers_native(benchmark, start_broker, session, redis_
     broker = start_broker(1, "SYNC_FLUSH")
     server, rds = redis_peer("always")
     topic = "PerfSyncNative"
-    addr = broker.addr
-    session.run(create_topic(session.client, addr, topic))
+    session.run(create_topic(session.client, broker.addr, topic))
     n = scale.msgs_per_round
-
-    def load(count: int) -> dict:
-        r = run_mqload(addr, SYNC_FLUSH_PRODUCERS, count, depth=1, size=MSG_BODY_SIZE, topic=topic, queues=QUEUES)
-        assert r["errors"] == 0 and r["acked"] == count, f"mqload: {r}"
-        return r
-
-    def xadd(count: int):
-        return redis_benchmark_xadd(server, "s", count, connections=BENCHMARK_CONNECTIONS)
-
-    warm = load(n // 4)
-    rds.delete("s")
-    xadd(n // 4)
-    before = session.run(wait_dispatched(session.client, addr, topic, 1 + warm["acked"]))
-    meter = CpuMeter(broker_processes(broker))
-    results: list[dict] = []
-    redis = Series()
-
-    def setup():
-        rds.delete("s")
-        redis.add(xadd(n))
-
-    def measured():
-        t0 = time.monotonic()
-        with meter:
-            r = load(n)
-        meter.exclude(max(0.0, time.monotonic() - t0 - r["seconds"]))
-        results.append(r)
-
-    benchmark.pedantic(measured, setup=setup, rounds=scale.rounds)
-    acked = sum(r["acked"] for r in results)
-    session.run(wait_dispatched(session.client, addr, topic, sum(before) + acked))
-    after = _stored(session, addr, topic)
-    secs = [r["seconds"] for r in results]
+    run = native_rounds(benchmark, session, broker, topic, server, rds, n, scale.rounds, SYNC_FLUSH_PRODUCERS, 1,
+                        BENCHMARK_CONNECTIONS, 1)
+    secs = [r["seconds"] for r in run.results]
     rate = n / statistics.median(secs)
-    p50 = statistics.median(r["p50_us"] for r in results)
-    p99 = statistics.median(r["p99_us"] for r in results)
+    p50 = statistics.median(r["p50_us"] for r in run.results)
+    p99 = statistics.median(r["p99_us"] for r in run.results)
     print(f"\n{SYNC_FLUSH_PRODUCERS} producers: mqload's {SYNC_FLUSH_PRODUCERS} connections x 1 1 KiB SEND_MESSAGE_V2 "
           f"in flight, SYNC_FLUSH, 1 io worker: {len(secs)} rounds of {n:,}, alternating with Redis, medians")
     print(f"  broker: {rate:9,.0f} msgs/s {spread_text(n, secs)}  latency per send p50 {p50:,.0f} us, p99 {p99:,.0f} us")
     print(f"  Redis AOF always, redis-benchmark -c {BENCHMARK_CONNECTIONS} XADD ({n:,} per round; its own p50/p99): "
-          f"{redis.text()}")
-    print(pairs_text(secs, n, redis))
-    info = meter.report(n * len(secs))
-    assert sum(after) - sum(before) == acked, (before, after, acked)
-    info.update({"msgs_per_s": rate, "p50_us": p50, "p99_us": p99, "redis_msgs_per_s": redis.msgs_per_s})
+          f"{run.redis.text()}")
+    print(pairs_text(secs, n, run.redis))
+    info = run.meter.report(n * len(secs))
+    info.update({"msgs_per_s": rate, "p50_us": p50, "p99_us": p99, "redis_msgs_per_s": run.redis.msgs_per_s})
     benchmark.extra_info.update(info)
+    redis = run.redis
     judge("SYNC_FLUSH 64 producers, native clients / Redis AOF always, redis-benchmark -c 50",
           rate / redis.msgs_per_s, SYNC_FLUSH_NATIVE_TARGET, SYNC_FLUSH_FLOOR, REDIS_SAME_RUN)
 
@@ -876,39 +901,9 @@ def test_native_clients(benchmark, start_broker, session, redis_peer, scale, sha
     addr = broker.addr
     session.run(create_topic(session.client, addr, topic))
     n = scale.msgs_per_round // (5 if shape.conns == 1 and shape.depth == 1 else 1)
-
-    def load(count: int) -> dict:
-        r = run_mqload(addr, shape.conns, count, depth=shape.depth, size=MSG_BODY_SIZE, topic=topic, queues=QUEUES)
-        assert r["errors"] == 0 and r["acked"] == count, f"mqload: {r}"
-        return r
-
-    def xadd(count: int):
-        return redis_benchmark_xadd(server, "s", count, connections=shape.conns, pipeline=shape.depth)
-
-    warm = load(n // 4)                                                                         # warm-up
-    rds.delete("s")
-    xadd(n // 4)
-    before = session.run(wait_dispatched(session.client, addr, topic, 1 + warm["acked"]))
-    meter = CpuMeter(broker_processes(broker))
-    results: list[dict] = []
-    redis = Series()
-
-    def setup():
-        rds.delete("s")
-        redis.add(xadd(n))
-
-    def measured():
-        t0 = time.monotonic()
-        with meter:
-            r = load(n)
-        meter.exclude(max(0.0, time.monotonic() - t0 - r["seconds"]))     # mqload's start and connects
-        results.append(r)
-
-    benchmark.pedantic(measured, setup=setup, rounds=scale.rounds)
-
-    acked = sum(r["acked"] for r in results)
-    session.run(wait_dispatched(session.client, addr, topic, sum(before) + acked))
-    after = _stored(session, addr, topic)
+    run = native_rounds(benchmark, session, broker, topic, server, rds, n, scale.rounds, shape.conns, shape.depth,
+                        shape.conns, shape.depth)
+    results, redis, meter, acked = run.results, run.redis, run.meter, run.acked
     secs = [r["seconds"] for r in results]
     rate = n / statistics.median(secs)
     p50 = statistics.median(r["p50_us"] for r in results)
@@ -926,9 +921,8 @@ def test_native_clients(benchmark, start_broker, session, redis_peer, scale, sha
     io_us = meter.cpu["io workers"] / (n * len(secs)) * 1e6
     print(f"  io-worker CPU per message: {io_us:.1f} us (target <= {shape.cpu_target_us:g}); mqload's own CPU per "
           f"message: {client_us:.1f} us")
-    print(f"  stored: the {QUEUES} queues' max offsets went from {sum(before):,} to {sum(after):,} "
-          f"(+{sum(after) - sum(before):,}; mqload saw {acked:,} acknowledged)")
-    assert sum(after) - sum(before) == acked, (before, after, acked)
+    print(f"  stored: the {QUEUES} queues' max offsets went from {run.stored_before:,} to {run.stored_after:,} "
+          f"(+{run.stored_after - run.stored_before:,}; mqload saw {acked:,} acknowledged)")
     info.update({"msgs_per_s": rate, "p50_us": p50, "p99_us": p99, "io_worker_cpu_us_per_msg": io_us,
                  "mqload_cpu_us_per_msg": client_us, "redis_msgs_per_s": redis.msgs_per_s,
                  "redis_p50_us": redis.p50_us, "redis_p99_us": redis.p99_us})

@@ -7,6 +7,7 @@ while another process wrote 3 GB)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 from mq.chaos.clock import SlowSync
@@ -16,17 +17,32 @@ from mq.cluster import Broker, NameServer
 SYNC_DELAY_MS = 2000
 
 
+@contextlib.contextmanager
+def slow_cluster(tmp_path, **broker_options):
+    """(SlowSync, NameServer, Broker): one broker whose processes sync through the shim; the
+    syncs are fast again, the broker stopped cleanly (asserted) and the name server stopped
+    at the end."""
+    slow = SlowSync(str(tmp_path), "broker")
+    ns = NameServer(str(tmp_path))
+    broker = Broker(str(tmp_path), ns.addr, env=slow.env(), **broker_options)
+    try:
+        yield slow, ns, broker
+    finally:
+        slow.set(0)
+        try:
+            assert broker.stop() == 0
+        finally:
+            ns.stop()
+            slow.close()
+
+
 def test_acknowledged_messages_are_visible_at_once_while_syncs_are_slow(tmp_path):
     """Proves dispatch never waits on a sync: with ASYNC_FLUSH, each message answered SEND_OK
     is counted by its queue's max offset (what consumers are served from) within 0.5 s, while
     every sync of the broker -- the CommitLog's, the ConsumeQueues', the checkpoint's -- takes
     2 s more.  The ConsumeQueue flush runs beside dispatch every second; before it had a thread
     of its own, dispatch stood still for each of those 2 s syncs."""
-    slow = SlowSync(str(tmp_path), "broker")
-    ns = NameServer(str(tmp_path))
-    broker = Broker(str(tmp_path), ns.addr, env=slow.env(), sendMessageThreadPoolNums=1,
-                    flushIntervalConsumeQueue=500)
-    try:
+    with slow_cluster(tmp_path, sendMessageThreadPoolNums=1, flushIntervalConsumeQueue=500) as (slow, ns, broker):
         async def flow():
             delays = []
             async with Producer("PG_slow", ns.addr) as prod, PullConsumer("CG_slow", ns.addr) as cons:
@@ -45,13 +61,6 @@ def test_acknowledged_messages_are_visible_at_once_while_syncs_are_slow(tmp_path
             slow.set(0)
             return delays
         delays = asyncio.run(asyncio.wait_for(flow(), 60))
-    finally:
-        slow.set(0)
-        try:
-            assert broker.stop() == 0
-        finally:
-            ns.stop()
-            slow.close()
     print(f"\n{len(delays)} sends; visible after: median {sorted(delays)[len(delays) // 2] * 1e3:.1f} ms, "
           f"max {max(delays) * 1e3:.1f} ms")
     assert len(delays) >= 20
@@ -65,10 +74,7 @@ def test_the_supervisor_answers_while_a_config_file_waits_for_the_disk(tmp_path)
     to the supervisor, within 0.5 s; then the send succeeds and topics.json holds the topic.
     Before, the supervisor wrote the file on its event loop and every link call waited for it
     (seen under the parallel test run's disk load: 15 s, and a fixture's sends timed out)."""
-    slow = SlowSync(str(tmp_path), "broker")
-    ns = NameServer(str(tmp_path))
-    broker = Broker(str(tmp_path), ns.addr, env=slow.env(), sendMessageThreadPoolNums=1)
-    try:
+    with slow_cluster(tmp_path, sendMessageThreadPoolNums=1) as (slow, ns, broker):
         async def flow():
             async with Producer("PG_cfg", ns.addr) as prod, PullConsumer("CG_cfg", ns.addr) as cons:
                 old = await prod.send(Message("CfgOld", b"warm-up"))
@@ -85,13 +91,6 @@ def test_the_supervisor_answers_while_a_config_file_waits_for_the_disk(tmp_path)
                 r = await new
                 return waits, time.monotonic() - t0, r
         waits, send_s, r = asyncio.run(asyncio.wait_for(flow(), 90))
-    finally:
-        slow.set(0)
-        try:
-            assert broker.stop() == 0
-        finally:
-            ns.stop()
-            slow.close()
     print(f"\nthe creating send took {send_s:.1f} s; {len(waits)} offset queries meanwhile, "
           f"the slowest {max(waits) * 1e3:.0f} ms")
     assert r.status.name == "SEND_OK"
