@@ -119,14 +119,31 @@ def port_range() -> tuple[int, int]:
     return lo, hi
 
 
+PORT_HOLD_S = 120.0                # a port free_port handed out is not handed out again for this long
+_handed_out: dict[int, float] = {}  # port -> when free_port handed it out (as p + d of some span)
+
+
 def free_port(span: tuple[int, ...] = (0,)) -> int:
     """A port p on 127.0.0.1 such that p+d is free for every d in span (a broker needs -2, 0
-    and +1: its fast port, its port and its HA port), chosen at random from port_range()."""
+    and +1: its fast port, its port and its HA port), chosen at random from port_range().  A
+    port it handed out in the last PORT_HOLD_S is never handed out again, as p+d of any span:
+    a caller that chooses several ports before it binds them (a DLedger group chooses its
+    members' peer ports, then starts the brokers, each choosing its own ports) would otherwise
+    get one of them twice, the bind check seeing it still free (seen once: a member's peer port
+    taken by another member's HA port)."""
     lo, hi = port_range()
     lo, hi = lo - min(span), hi - max(span)      # every p+d inside the range
+    now = time.monotonic()
+    for port, at in list(_handed_out.items()):
+        if now - at > PORT_HOLD_S:
+            del _handed_out[port]
     for _ in range(500):
         p = random.randrange(lo, hi)
+        if any(p + d in _handed_out for d in span):
+            continue
         if all(port_bindable(p + d) for d in span):
+            for d in span:
+                _handed_out[p + d] = now
             return p
     raise RuntimeError("no free port range found")
 

@@ -170,3 +170,20 @@ def test_in_parallel_a_segment_left_behind_is_found_once_by_the_controller(tmp_p
     assert r.returncode == 1, r.stdout + r.stderr
     assert r.stdout.count("shared-memory segment(s) made during the run remain: " + name) == 1, r.stdout
     assert not os.path.exists("/dev/shm/" + name)
+
+
+def test_a_port_handed_out_is_not_handed_out_again_before_it_is_bound():
+    """mq.cluster.free_port holds every port it handed out (as p + d of a span) for PORT_HOLD_S:
+    a caller choosing several ports before binding any (a DLedger group's peer ports, then each
+    member's broker ports) never gets one twice, although each still looks free to a bind."""
+    from mq.cluster import free_port
+    taken: set[int] = set()
+    for _ in range(200):
+        span = (-2, 0, 1)
+        p = free_port(span)
+        got = {p + d for d in span}
+        assert not got & taken, sorted(got & taken)
+        taken |= got
+        q = free_port()
+        assert q not in taken
+        taken.add(q)
