@@ -195,6 +195,11 @@ class ScriptedServer:
         return struct.pack(">II", 4 + len(header), len(header)) + header
 
     def close(self) -> None:
+        # shutdown wakes the accept thread (a close alone leaves it blocked in accept() for good)
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self.sock.close()
 
 
