@@ -73,8 +73,11 @@ def _controller(config) -> bool:
 def pytest_sessionstart(session):
     if Proc.started is not None:
         return                  # both conftests registered these hooks (`pytest tests perf`)
-    os.environ[RUN_ENV] = uuid.uuid4().hex
     w = _worker(session.config)
+    inherited = os.environ.get(RUN_ENV)
+    # a parallel run's worker inherits the controller's token: its own extends it, so the
+    # controller can find what a worker that died (a crash in a client library) left running
+    os.environ[RUN_ENV] = f"{inherited}-gw{w[0]}" if w is not None and inherited else uuid.uuid4().hex
     if w is not None:
         from mq.cluster import port_range
         os.environ.pop(PORT_RANGE_ENV, None)
@@ -110,10 +113,17 @@ def pytest_runtest_makereport(item, call):
             report.sections.append((title, p.tail(LOG_TAIL_BYTES)))
 
 
-def _processes_of_run(token: str) -> list[tuple[int, str]]:
-    """(pid, command line) of every live process carrying this run's token, but this one and
-    its own multiprocessing helpers (the resource tracker lives until this process exits)."""
+def _processes_of_run(token: str, workers: bool = False) -> list[tuple[int, str]]:
+    """(pid, command line) of every live process carrying this run's token (workers: the token
+    of one of its parallel workers, `<token>-gwN`), but this one and its own multiprocessing
+    helpers (the resource tracker lives until this process exits)."""
     marker = f"{RUN_ENV}={token}".encode()
+
+    def carries(env: bytes) -> bool:
+        entries = env.split(b"\0")
+        if workers:
+            return any(e.startswith(marker + b"-gw") for e in entries)
+        return marker in entries
     me = os.getpid()
     found = []
     for entry in os.listdir("/proc"):
@@ -122,7 +132,7 @@ def _processes_of_run(token: str) -> list[tuple[int, str]]:
         pid = int(entry)
         try:
             with open(f"/proc/{pid}/environ", "rb") as f:
-                if marker not in f.read().split(b"\0"):
+                if not carries(f.read()):
                     continue
             with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
@@ -164,13 +174,14 @@ def pytest_testnodedown(node, error):
 
 def pytest_sessionfinish(session, exitstatus):
     from mq.store.control import segment_in_use, sweep_dead_segments
-    token = None if _controller(session.config) else os.environ.get(RUN_ENV)   # workers check their own
+    controller = _controller(session.config)
+    token = os.environ.get(RUN_ENV)     # a worker checks its own; the controller what no worker did (one died)
     problems = []
     # a process killed or stopped by the last test may still be exiting (orphaned roles, a
     # resource tracker reading its EOF): only what is alive after the grace period is left over
     deadline = time.monotonic() + EXIT_GRACE_S
     while True:
-        left = _processes_of_run(token) if token else []
+        left = _processes_of_run(token, workers=controller) if token else []
         if not left or time.monotonic() > deadline:
             break
         time.sleep(0.1)

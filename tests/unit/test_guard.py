@@ -162,6 +162,25 @@ def test_in_parallel_a_worker_s_leftover_process_fails_the_run(tmp_path):
         assert a_hi <= b_lo
 
 
+def test_in_parallel_what_a_dead_worker_left_running_is_found_by_the_controller(tmp_path):
+    """A worker that dies in a test (as one did when the official C++ client aborted in its
+    shutdown) cannot check its own processes: the controller finds them by the worker's token,
+    which extends its own, names them, kills them and fails the run."""
+    marker = tmp_path / "pid"
+    r = run_suite(tmp_path, f"""
+        import os, subprocess
+
+        def test_dies():
+            p = subprocess.Popen(["sleep", "302"], start_new_session=True)
+            open({str(marker)!r}, "w").write(str(p.pid))
+            os.abort()
+        """, parallel=2)
+    assert r.returncode != 0, r.stdout + r.stderr
+    assert "still alive (killed now)" in r.stdout and "sleep 302" in r.stdout, r.stdout
+    pid = int(marker.read_text())
+    assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+
+
 def test_in_parallel_a_segment_left_behind_is_found_once_by_the_controller(tmp_path):
     root = tmp_path / "store"
     r = run_suite(tmp_path, leak_a_segment(root), parallel=2)
