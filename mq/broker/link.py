@@ -167,7 +167,8 @@ class LinkService:
             method, args = req["m"], req.get("a", [])
             if method not in METHODS:
                 return make_response(cmd, RC.REQUEST_CODE_NOT_SUPPORTED, f"no link method {method}")
-            result = self._dispatch(conn, method, args)
+            self.m.take_writes()                    # the supervisor loops' own writes: not this call's
+            result = self._dispatch(conn, method, args)   # (the writer logs their failures)
             writes = self.m.take_writes()           # taken before any await: no other call's
             if asyncio.iscoroutine(result):         # a call that writes to the store (end_transaction)
                 result = await result

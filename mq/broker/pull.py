@@ -456,7 +456,7 @@ class PullProcessor:
                     continue
             parts.append(view)
             size += msg_size
-        return self._found(topic, group, len(parts), scanned, offset, lo, hi, b"".join(parts) if parts else b"",
+        return self._found(topic, group, len(parts), scanned, offset, lo, hi, b"".join(parts),
                            last_phy)
 
     def _found(self, topic: str, group: str | None, n: int, scanned: int, offset: int, lo: int, hi: int,
