@@ -30,8 +30,43 @@ def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
 
     class TierScheduling(LoadScopeScheduling):
+        """LoadScopeScheduling with two faults of its crash path (pytest-xdist 3.8) fixed; a test
+        that kills its worker (an abort inside a client library) must fail alone, not hang the run.
+
+        1. remove_node put the dead worker's whole unit back with the test that crashed still
+           pending, so every replacement ran it again and died too.  It is done: xdist reports it
+           failed (handle_crashitem) and the replacement runs only the tests after it.
+        2. A replacement got one unit and then only more on its own completions; a unit of one
+           test never completes, since a worker holds its last test until it is sent another or
+           told to shut down (it needs the next item for teardown).  The controller waited for
+           the worker and the worker for the controller (seen: a CI run stuck 20 minutes).  Here a
+           worker is given units until it holds more than two tests or none are left, and is told
+           to shut down as soon as none are left."""
+
         def _split_scope(self, nodeid: str) -> str:
             return unit_of_work(nodeid)
+
+        def remove_node(self, node):
+            workload = self.assigned_work.pop(node)
+            crashed = next((nodeid for unit in workload.values()
+                            for nodeid, done in unit.items() if not done), None)
+            if crashed is None:
+                return None                     # a worker that ended with its work done
+            workload[self._split_scope(crashed)][crashed] = True
+            for scope, unit in workload.items():
+                if not all(unit.values()):
+                    self.workqueue[scope] = unit
+            for other in self.assigned_work:
+                self._reschedule(other)
+            return crashed
+
+        def _reschedule(self, node) -> None:
+            if node.shutting_down:
+                return
+            while self.workqueue and self._pending_of(self.assigned_work[node]) <= 2:
+                self._assign_work_unit(node)
+            if not self.workqueue:
+                node.shutdown()
     return TierScheduling(config, log)
 
 
