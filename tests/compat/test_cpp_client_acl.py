@@ -16,13 +16,14 @@ import time
 import pytest
 
 rocketmq = pytest.importorskip("rocketmq.client", reason="pip install rocketmq==0.4.4 (make test does)")
-from rocketmq.client import Message, Producer, PullConsumer, PushConsumer  # noqa: E402
+from rocketmq.client import Message, Producer, PullConsumer  # noqa: E402
 
 from mq.acl.sign import SessionCredentials  # noqa: E402
 from mq.client.admin import AdminClient, TopicConfig  # noqa: E402
 from mq.cluster import BIN, Broker, NameServer, wait_for  # noqa: E402
 from mq.client.errors import MQBrokerError  # noqa: E402
 from mq.remoting import RemotingClient, RequestCode as R, ResponseCode as RC  # noqa: E402
+from tests.compat.cpp_push import ChildPushConsumer  # noqa: E402
 
 APP = SessionCredentials("appkey01", "appsecret01")
 ADMIN = SessionCredentials("adminkey01", "adminsecret01")
@@ -157,11 +158,8 @@ def test_cpp_client_with_credentials_produces_and_consumes(cluster):
         with lock:
             got.add(msg.body.decode())
 
-    pc = PushConsumer(uniq("CG_acl"))
-    pc.set_namesrv_addr(ns.addr)
-    pc.set_session_credentials(APP.access_key, APP.secret_key, "ALIYUN")
-    pc.subscribe("AclTopic", on_message)
-    pc.start()
+    pc = ChildPushConsumer(ns.addr, uniq("CG_acl"), "AclTopic", on_message,
+                           credentials=(APP.access_key, APP.secret_key, "ALIYUN"))
     try:
         wait_for(lambda: {f"acl-{i}" for i in range(40)} <= got, 60, 0.2, "the push consumer's messages")
     finally:
