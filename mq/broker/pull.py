@@ -418,7 +418,7 @@ class PullProcessor:
         count_max = min(max_nums, cfg.maxTransferCountOnMessageInMemory)
         bytes_max = cfg.maxTransferBytesOnMessageInMemory
         n_entries = max(CQ_SCAN_BYTES_MIN, max_nums * 20) // 20
-        if codes.__class__ is not Sql92Filter and self.store.legacy is None:
+        if self.store.legacy is None:
             found = self._gather(cq, topic, qid, offset, n_entries, count_max, bytes_max, codes)
             if found is not None:
                 n, scanned, body, last_phy = found
@@ -474,19 +474,26 @@ class PullProcessor:
         return RC.SUCCESS, "FOUND", next_off, lo, hi, body, last_phy
 
     def _gather(self, cq, topic: str, qid: int, offset: int, n_entries: int, count_max: int, bytes_max: int,
-                codes: "frozenset | None"):
+                codes: "frozenset | Sql92Filter | None"):
         """get_messages' loop as C calls (CommitLog.gather): the same entries skipped, filtered,
         checked and copied, the same stops.  (records, entries examined, body, last phy or None),
         or None when the first record does not fit the buffer (get_messages' loop takes it).  A
-        record that fails its check is reported and skipped here, as the loop does."""
+        record that fails its check is reported and skipped here, as the loop does.  An SQL92
+        filter: C gathers up to SQL_CHECK_EVERY records unfiltered per call, within what is left
+        of the pull's count and bytes, and Python keeps those whose properties match; the scan
+        budget is checked between calls."""
         raw = cq.get_bytes(offset, n_entries)
         if not raw:
             return 0, 0, b"", None
         buf = self._gather_buf
         if buf is None or len(buf) < bytes_max:
             buf = self._gather_buf = bytearray(bytes_max)
+        sql = None
         if codes is None:
             arr = None
+        elif codes.__class__ is Sql92Filter:
+            sql, arr = codes, None
+            sql_deadline_ns = perf_counter_ns() + SQL_SCAN_BUDGET_NS
         else:
             arr = self._codes_c.get(codes)
             if arr is None:
@@ -500,17 +507,27 @@ class PullProcessor:
         chunks = []
         while scanned < total:
             part = raw if not scanned else raw[scanned * ENTRY_SIZE:]
+            want = count_max - n if sql is None else min(count_max - n, SQL_CHECK_EVERY)
             done, got, nbytes, last, rc = cl.gather(part, min_phy, arr, qid, offset + scanned, topic_bytes, n,
-                                                     count_max - n, max(0, bytes_max - size), buf)
+                                                     want, max(0, bytes_max - size), buf)
             if got:
-                chunks.append(bytes(memoryview(buf)[:nbytes]))
-                n += got
-                size += nbytes
+                if sql is None:
+                    chunks.append(bytes(memoryview(buf)[:nbytes]))
+                    n += got
+                    size += nbytes
+                else:
+                    kept, kept_bytes = _keep_matching(sql, buf, got, chunks)
+                    n += kept
+                    size += kept_bytes
             scanned += done
             if last >= 0:
                 last_phy = last
             if rc == 0:
-                break
+                # the gather stopped at the end of the entries, or at the count or byte limit; an
+                # SQL92 pull counts only the records kept, so it goes on while it has room
+                if sql is None or n >= count_max or not done or perf_counter_ns() > sql_deadline_ns:
+                    break
+                continue
             if rc == lib.MQ_E_FULL:
                 if n:
                     break
@@ -525,3 +542,19 @@ class PullProcessor:
             if n >= count_max:
                 break
         return n, scanned, chunks[0] if len(chunks) == 1 else b"".join(chunks), last_phy
+
+
+def _keep_matching(sql: Sql92Filter, buf: bytearray, got: int, chunks: list) -> tuple[int, int]:
+    """Of the `got` whole records at the start of buf (a gather's output, each already checked),
+    append a copy of those whose properties match `sql` to chunks: (records kept, their bytes)."""
+    view = memoryview(buf)
+    pos = kept = kept_bytes = 0
+    for _ in range(got):
+        size = int.from_bytes(buf[pos:pos + 4], "big")
+        record = view[pos:pos + size]
+        if sql.matches_raw(record_properties(record)):
+            chunks.append(bytes(record))
+            kept += 1
+            kept_bytes += size
+        pos += size
+    return kept, kept_bytes

@@ -1,13 +1,13 @@
 """The pull path's C gather against its Python loop, as a property (mq.broker.pull, in-process).
 
 PullProcessor.get_messages reads a pull's records with one C call per run of ConsumeQueue
-entries (CommitLog.gather, csrc mq_commitlog_gather); the Python loop it replaced stays for
-SQL92 filters, a store switched to DLedger with its old log, and a first record bigger than the
-gather's buffer.  Hypothesis draws a store (1-2 queues, up to 300 messages of varied sizes and
+entries (CommitLog.gather, csrc mq_commitlog_gather; an SQL92 filter is evaluated in Python over
+what the calls gathered); the Python loop it replaced stays for a store switched to DLedger with
+its old log, and a first record bigger than the gather's buffer.  Hypothesis draws a store (1-2 queues, up to 300 messages of varied sizes and
 tags, 64 KiB CommitLog files so records cross file ends' fillers), records damaged while it runs
 (a body byte flipped through the file: the mapped bytes change under the store), a lowest
 readable CommitLog offset (files deleted by retention), and pulls (any start offset, maxMsgNums,
-a tag filter or none, the broker's maxTransferCount/BytesOnMessageInMemory).  Both paths must give
+a tag filter, an SQL92 filter or none, the broker's maxTransferCount/BytesOnMessageInMemory).  Both paths must give
 the same answer: code, status, nextBeginOffset, min/max offsets, the body byte for byte and the
 last physical offset examined, and report the same damaged records (never serving one)."""
 from __future__ import annotations
@@ -19,7 +19,9 @@ import types
 
 from hypothesis import event, given, note, strategies as st
 
+from mq.broker import pull
 from mq.broker.pull import PullProcessor
+from mq.broker.sql92 import compile_sql92
 from mq.store import MessageStore, StoreConfig
 from mq.store import control as C
 from mq.wire.consumequeue import java_string_hashcode
@@ -28,6 +30,7 @@ from tests.properties.propkit import bounded
 FS = 64 * 1024
 TOPIC = "Gather"
 TAGS = ["a", "b", "c", ""]
+SQL = ["k > 2", "k = 1", "TAGS = 'b' OR k BETWEEN 3 AND 4", "k IS NULL", "k < 0"]  # k: i % 6, none for 5
 RAM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 
@@ -44,7 +47,7 @@ def scenarios(draw):
             st.integers(0, 1),                                  # queue pick
             st.integers(0, 400),                                # start offset (modulo max + 2)
             st.integers(1, 64),                                 # maxMsgNums
-            st.none() | st.sets(st.sampled_from(TAGS[:3]), min_size=1),   # tag filter
+            st.none() | st.sets(st.sampled_from(TAGS[:3]), min_size=1) | st.sampled_from(SQL),   # filter
             st.integers(1, 64),                                 # maxTransferCountOnMessageInMemory
             st.sampled_from([2000, 8192, 65536, 262144]),       # maxTransferBytesOnMessageInMemory
         ), min_size=1, max_size=12)),
@@ -62,11 +65,13 @@ def processor(store, count_max: int, bytes_max: int) -> PullProcessor:
 def test_the_c_gather_answers_every_pull_as_the_python_loop_does(tmp_path_factory, sc):
     root = tempfile.mkdtemp(prefix="prop-gather-", dir=RAM_DIR) if RAM_DIR else str(tmp_path_factory.mktemp("g"))
     store = None
+    budget, pull.SQL_SCAN_BUDGET_NS = pull.SQL_SCAN_BUDGET_NS, 10 ** 12   # no time limit: both scan alike
     try:
         store = MessageStore.open(StoreConfig(storePathRootDir=root, mappedFileSizeCommitLog=FS))
         placed = []
         for i, (size, tag) in enumerate(zip(sc["sizes"], sc["tags"])):
-            props = b"TAGS\x01" + tag.encode() if tag else b""
+            props = b"TAGS\x01" + tag.encode() + b"\x02" if tag else b""
+            props += b"k\x01%d" % (i % 6) if i % 6 != 5 else b"other\x01x"
             r = store.put(TOPIC, i % sc["queues"], b"%06d" % i + b"x" * size, props)
             assert r.ok, r
             placed.append((r.result.phy_offset(), r.result.size()))
@@ -86,7 +91,10 @@ def test_the_c_gather_answers_every_pull_as_the_python_loop_does(tmp_path_factor
             qid = pick % sc["queues"]
             hi = store.max_offset(TOPIC, qid)
             offset = start % (hi + 2)
-            codes = None if tags is None else frozenset(java_string_hashcode(t) for t in tags)
+            if isinstance(tags, str):
+                codes = compile_sql92(tags)
+            else:
+                codes = None if tags is None else frozenset(java_string_hashcode(t) for t in tags)
             fast, slow = processor(store, count_max, bytes_max), processor(store, count_max, bytes_max)
             slow._gather = lambda *a, **k: None              # the Python loop
             gathered = []
@@ -99,7 +107,9 @@ def test_the_c_gather_answers_every_pull_as_the_python_loop_does(tmp_path_factor
                 assert gathered and gathered[0] is not None, "the C gather was not used"
             assert (fast.damaged_records, fast._damaged_seen) == (slow.damaged_records, slow._damaged_seen)
             event(f"pull answered {want[1]}{', a damaged record skipped' if fast.damaged_records else ''}")
+            event(f"filter: {'SQL92' if isinstance(tags, str) else 'tags' if tags else 'none'}")
     finally:
+        pull.SQL_SCAN_BUDGET_NS = budget
         if store is not None:
             store.close()
         shutil.rmtree(root, ignore_errors=True)
