@@ -518,6 +518,51 @@ int mq_record_check(const uint8_t *p, size_t avail, int check_crc, mq_scan_rec *
     return MQ_OK;
 }
 
+/* The offset in props of the value of `key` (name + 0x01) by mq_records_props' rule, its length
+ * in *vlen; -1 when there is none. */
+static int32_t prop_value(const uint8_t *props, uint32_t plen, const uint8_t *key, uint32_t klen, int32_t *vlen) {
+    if (klen == 0 || klen > plen) return -1;
+    for (uint32_t at = plen - klen + 1; at-- > 0;) {
+        if (props[at] != key[0] || (at > 0 && props[at - 1] != 0x02) || memcmp(props + at, key, klen) != 0)
+            continue;
+        uint32_t start = at + klen;
+        const uint8_t *end = memchr(props + start, 0x02, plen - start);
+        uint32_t stop = end ? (uint32_t)(end - props) : plen;
+        if (stop > start) {
+            *vlen = (int32_t)(stop - start);
+            return (int32_t)start;
+        }
+    }
+    return -1;
+}
+
+int mq_records_props(const uint8_t *buf, size_t len, uint32_t n, const uint8_t *names,
+                     const uint32_t *name_lens, uint32_t n_names, int32_t *spans) {
+    assert((buf || len == 0) && (names || n_names == 0) && (spans || n == 0));
+    if (len > INT32_MAX) return MQ_E_INVAL;
+    size_t pos = 0;
+    const size_t stride = 2 * ((size_t)n_names + 1);
+    for (uint32_t i = 0; i < n; i++) {
+        mq_scan_rec rec;
+        int stop;
+        if (pos >= len || mq_record_check(buf + pos, len - pos, 0, &rec, &stop) != MQ_OK) return MQ_E_CORRUPT;
+        int32_t *out = spans + i * stride;
+        out[0] = (int32_t)pos;
+        out[1] = (int32_t)rec.size;
+        const uint8_t *props = buf + pos + rec.props_offset;
+        const uint8_t *key = names;
+        for (uint32_t j = 0; j < n_names; j++) {
+            int32_t vlen = -1;
+            int32_t at = prop_value(props, rec.props_len, key, name_lens[j], &vlen);
+            out[2 + 2 * j] = at < 0 ? -1 : (int32_t)(pos + rec.props_offset) + at;
+            out[3 + 2 * j] = at < 0 ? -1 : vlen;
+            key += name_lens[j];
+        }
+        pos += rec.size;
+    }
+    return MQ_OK;
+}
+
 int mq_commitlog_read_record(mq_commitlog *cl, uint64_t offset, uint32_t size, int32_t queue_id,
                              int64_t queue_offset, const char *topic, uint32_t topic_len, const uint8_t **ptr) {
     int rc = mq_commitlog_view(cl, offset, size, ptr);

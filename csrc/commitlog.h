@@ -87,6 +87,17 @@
  *     errors; MQ_E_FULL for out_cap), the entry is not counted, and the caller deals with it and
  *     calls again after it.  Otherwise stop_rc is MQ_OK.  Returns MQ_OK, or MQ_E_INVAL for
  *     count_max 0.
+ * mq_records_props  the values of named properties in n whole records one after another at
+ *     buf[0, len) (a gather's output), for a filter that reads a few properties of each.
+ *     names: n_names keys concatenated, each a property name followed by 0x01, name_lens[j]
+ *     its length (with the 0x01).  For record i, with stride 2 * (n_names + 1):
+ *     spans[i * stride] = its offset in buf, [+ 1] its TOTALSIZE; then per key j, [+ 2 + 2j] =
+ *     the value's offset in buf and [+ 3 + 2j] its length, or -1, -1 when the record has no
+ *     non-empty value for it.  The value is that of the name's last occurrence that starts the
+ *     properties or follows a 0x02 and is non-empty (Java's decoding keeps a name's last value;
+ *     an empty value is no property), up to the next 0x02 or the end.  MQ_OK; MQ_E_CORRUPT
+ *     when a record is not whole and well formed in buf (records before it are filled);
+ *     MQ_E_INVAL when len or a record offset is over INT32_MAX.
  * mq_record_check  the checks of a scan on a plain buffer (tools, HA): the record at buf with
  *     avail bytes readable -- magic, every length, BODYCRC when check_crc.  MQ_OK with *rec
  *     filled (slot UINT32_MAX, dl_* 0) and *stop_out MQ_SCAN_LIMIT, or MQ_E_CORRUPT with
@@ -246,6 +257,8 @@ int      mq_commitlog_read_record(mq_commitlog *cl, uint64_t offset, uint32_t si
                                   int64_t queue_offset, const char *topic, uint32_t topic_len,
                                   const uint8_t **ptr);
 int      mq_record_check(const uint8_t *buf, size_t avail, int check_crc, mq_scan_rec *rec, int *stop_out);
+int      mq_records_props(const uint8_t *buf, size_t len, uint32_t n, const uint8_t *names,
+                          const uint32_t *name_lens, uint32_t n_names, int32_t *spans);
 int      mq_commitlog_scan(mq_commitlog *cl, uint64_t from, uint64_t limit, int check_crc,
                            int resolve_slots, mq_scan_rec *out, uint32_t cap, uint32_t *n_out,
                            uint64_t *next_out, int *stop_out);

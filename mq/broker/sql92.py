@@ -371,6 +371,11 @@ class Sql92Filter:
         except (_Fail, RecursionError):          # RecursionError: OPERATORS_MAX keeps it away; never a crash
             return False
 
+    @property
+    def property_names(self) -> tuple[str, ...]:
+        """The properties the expression reads, sorted: matches() needs no others."""
+        return tuple(name for name, _ in self._names)
+
     def matches_raw(self, raw: bytes) -> bool:
         """matches() of the properties `raw` encodes (name 0x01 value 0x02 ...; a name given twice
         counts with its last value, as Java's decoding keeps the last)."""

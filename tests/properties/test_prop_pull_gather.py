@@ -54,6 +54,19 @@ def scenarios(draw):
     }
 
 
+def user_props(i: int) -> bytes:
+    """Message i's properties besides TAGS: k = i % 6 mostly, and the encodings a filter must read
+    as Java's decoding does (a name's last non-empty value counts; a name inside a value or a
+    longer name is not it)."""
+    k = b"%d" % (i % 6)
+    return [b"k\x01" + k, b"k\x01" + k, b"other\x01x",                 # no k at all
+            b"kk\x019\x02k\x01" + k,                                   # a longer name first
+            b"k\x019\x02k\x01" + k,                                    # twice: the last counts
+            b"k\x01" + k + b"\x02k\x01",                                # the last empty: the one before
+            b"other\x01k\x01" + k,                                      # inside a value: no k
+            ][i % 7]
+
+
 def processor(store, count_max: int, bytes_max: int) -> PullProcessor:
     config = types.SimpleNamespace(maxTransferCountOnMessageInMemory=count_max,
                                    maxTransferBytesOnMessageInMemory=bytes_max)
@@ -70,8 +83,7 @@ def test_the_c_gather_answers_every_pull_as_the_python_loop_does(tmp_path_factor
         store = MessageStore.open(StoreConfig(storePathRootDir=root, mappedFileSizeCommitLog=FS))
         placed = []
         for i, (size, tag) in enumerate(zip(sc["sizes"], sc["tags"])):
-            props = b"TAGS\x01" + tag.encode() + b"\x02" if tag else b""
-            props += b"k\x01%d" % (i % 6) if i % 6 != 5 else b"other\x01x"
+            props = (b"TAGS\x01" + tag.encode() + b"\x02" if tag else b"") + user_props(i)
             r = store.put(TOPIC, i % sc["queues"], b"%06d" % i + b"x" * size, props)
             assert r.ok, r
             placed.append((r.result.phy_offset(), r.result.size()))
