@@ -278,3 +278,30 @@ def test_second_owner_is_refused(make_store, tmp_path):
     with pytest.raises(StoreError, match="in use"):
         MessageStore.open(StoreConfig(storePathRootDir=str(tmp_path / "store"),
                                       mappedFileSizeCommitLog=64 * 1024))
+
+
+def test_records_props_finds_named_values_and_refuses_a_cut_record(make_store):
+    """mq_records_props (the SQL92 pull's property reader) over records as the store wrote them:
+    each record's offset and size, each named property's value span (-1 when absent or empty),
+    and MQ_E_CORRUPT for a run whose last record is cut, with the records before it filled."""
+    from mq.store.native import ffi
+    s = make_store()
+    recs = []
+    for p in (b"a\x01one\x02b\x01two", b"b\x01\x02a\x01x", b"zz\x01a\x01no"):
+        r = s.put("P", 0, b"body", p)
+        recs.append(bytes(s.cl.view(r.result.phy_offset(), r.result.size())))
+    buf = b"".join(recs)
+    names, lens = ffi.new("uint8_t[]", b"a\x01b\x01"), ffi.new("uint32_t[]", [2, 2])
+    spans = ffi.new("int32_t[]", 3 * 6)
+    assert lib.mq_records_props(buf, len(buf), 3, names, lens, 2, spans) == lib.MQ_OK
+    got = list(spans)
+
+    def value(k):
+        return None if got[k] < 0 else buf[got[k]:got[k] + got[k + 1]]
+    assert [(got[6 * i], got[6 * i + 1]) for i in range(3)] == [(0, len(recs[0])), (len(recs[0]), len(recs[1])),
+                                                                (len(recs[0]) + len(recs[1]), len(recs[2]))]
+    assert [(value(6 * i + 2), value(6 * i + 4)) for i in range(3)] == [(b"one", b"two"), (b"x", None), (None, None)]
+    cut = buf[:-1]
+    spans = ffi.new("int32_t[]", 3 * 6)
+    assert lib.mq_records_props(cut, len(cut), 3, names, lens, 2, spans) == lib.MQ_E_CORRUPT
+    assert (spans[0], spans[1], spans[6], spans[7]) == (0, len(recs[0]), len(recs[0]), len(recs[1]))
