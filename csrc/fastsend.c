@@ -7,7 +7,6 @@
 #include "internal.h"
 #include "fastsend.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 
 #define FRAME_SIZE_MAX   16777216u     /* mq.wire.remoting.FRAME_SIZE_MAX: prefix included */
@@ -674,6 +673,13 @@ int mq_fast_read(mq_fast *f, uint32_t conn, const uint8_t *born_host, uint32_t b
         stop = len - pos >= 4 ? MQ_FAST_HANDBACK : MQ_FAST_END;
         goto out;
     }
+    /* tracing: the wall clock is read once per call and each frame's derived from the monotonic
+     * one; a frame's t0 is the end of the one before it (the first's: this call's start) */
+    int64_t mono0_ns = 0, wall0_us = 0, t_ns = 0;
+    if (f->trace) {
+        t_ns = mono0_ns = mono_ns();
+        wall0_us = wall_us();
+    }
     while (len - pos >= 4) {
         uint32_t total = be32r(buf + pos);
         if ((uint64_t)total + 4 > FRAME_SIZE_MAX) { stop = MQ_FAST_HANDBACK; break; }
@@ -686,11 +692,11 @@ int mq_fast_read(mq_fast *f, uint32_t conn, const uint8_t *born_host, uint32_t b
         req r;
         memset(&r, 0, sizeof r);
         r.serialize_type = (int32_t)ser;
-        if (f->trace) r.t0_ns = mono_ns();
+        r.t0_ns = t_ns;
         int ok = ser == 1 ? parse_binary(payload + 4, hlen, &r) : parse_json(payload + 4, hlen, &r);
         if (f->trace) {
             r.t1_ns = mono_ns();
-            r.ts_us = wall_us();
+            r.ts_us = wall0_us + (t_ns - mono0_ns) / 1000;
         }
         if (ok) *code_out = r.code;
         if (!ok || (r.code != CODE_SEND && r.code != CODE_SEND_V2) || (r.flag & RPC_RESPONSE)) {
@@ -702,6 +708,7 @@ int mq_fast_read(mq_fast *f, uint32_t conn, const uint8_t *born_host, uint32_t b
         if (took == 0) { stop = MQ_FAST_HANDBACK; break; }
         if (took < 0) { stop = MQ_FAST_FULL; break; }
         pos += 4 + (size_t)total;
+        if (f->trace) t_ns = mono_ns();
     }
 out:
     *consumed = pos;
@@ -732,6 +739,16 @@ static void trace_row(mq_fast *f, const mq_fast_fail *a, int32_t status, int64_t
     v[10] = done_ns - a->t0_ns;
 }
 
+/* The rows [first, trace_n) were kept with done_ns 0 (trace_row with a store): their answers were
+ * all written by done_ns. */
+static void trace_rows_done(mq_fast *f, uint32_t first, int64_t done_ns) {
+    for (uint32_t i = first; i < f->trace_n; i++) {
+        int64_t *v = &f->trace_rows[(size_t)i * MQ_FAST_TRACE_FIELDS];
+        v[9] += done_ns;
+        v[10] += done_ns;
+    }
+}
+
 int mq_fast_set_trace(mq_fast *f, int on) {
     assert(f);
     f->trace = on != 0;
@@ -758,12 +775,7 @@ static uint8_t *put_lit(uint8_t *p, const char *s) {
     return p + n;
 }
 
-static uint8_t *put_dec(uint8_t *p, int64_t v) {
-    char tmp[24];
-    int n = snprintf(tmp, sizeof tmp, "%lld", (long long)v);
-    memcpy(p, tmp, (size_t)n);
-    return p + n;
-}
+static uint8_t *put_dec(uint8_t *p, int64_t v) { return p + mq_fmt_i64((char *)p, v); }
 
 static uint8_t *put_bin_entry(uint8_t *p, const char *k, const uint8_t *v, uint32_t vlen) {
     uint16_t klen = (uint16_t)strlen(k);
@@ -853,6 +865,7 @@ int mq_fast_run(mq_fast *f, int refuse_held, uint8_t *out, size_t out_cap, mq_fa
     int appended = mq_commitlog_append_group(f->cl, f->msgs, n, f->max_message_size, f->out, f->rc);
     assert(appended >= 0);             /* n <= MQ_FAST_MSGS_MAX <= MQ_BATCH_MSGS_MAX */
     int64_t appended_ns = f->trace ? mono_ns() : 0;
+    uint32_t first_row = f->trace_n;             /* this run's req rows: done is stamped once, after */
     int64_t t_ms = mono_ms();
     size_t used = 0;
     uint32_t ns = 0, nf = 0, ok = 0, held = 0;
@@ -891,8 +904,9 @@ int mq_fast_run(mq_fast *f, int refuse_held, uint8_t *out, size_t out_cap, mq_fa
             continue;
         }
         if (!s->oneway) add_span(spans, &ns, s->conn, &used, answer(f, &a, out + used));
-        if (f->trace) trace_row(f, &a, 0, appended_ns, appended_ns, mono_ns());
+        if (f->trace) trace_row(f, &a, 0, appended_ns, appended_ns, 0);
     }
+    if (f->trace) trace_rows_done(f, first_row, mono_ns());
     f->n = 0;
     f->arena_used = 0;
     *n_spans = ns;

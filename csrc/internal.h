@@ -46,6 +46,19 @@ static inline int64_t mono_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* v as a decimal at p (no NUL, at most 20 bytes); returns the length.  The hot paths' printf:
+ * snprintf("%lld") cost ~4% of an io worker's CPU per answered send. */
+static inline size_t mq_fmt_i64(char *p, int64_t v) {
+    char tmp[20];
+    size_t n = 0;
+    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    do { tmp[n++] = (char)('0' + u % 10); u /= 10; } while (u);
+    size_t len = 0;
+    if (v < 0) p[len++] = '-';
+    while (n) p[len++] = tmp[--n];
+    return len;
+}
+
 /* ---- the control block (ctl.h has the invariants) ------------------------------------------ */
 typedef struct mq_queue_slot {
     uint32_t state;                  /* 0 empty, 2 ready (published with release) */

@@ -3,18 +3,6 @@
  */
 #include "internal.h"
 
-/* v as a decimal at p (no NUL); returns the length. */
-static size_t fmt_i64(char *p, int64_t v) {
-    char tmp[24];
-    size_t n = 0;
-    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
-    do { tmp[n++] = (char)('0' + u % 10); u /= 10; } while (u);
-    size_t len = 0;
-    if (v < 0) p[len++] = '-';
-    while (n) p[len++] = tmp[--n];
-    return len;
-}
-
 int64_t mq_format_rows(const char *segs, const uint32_t *seg_len, const uint8_t *kinds, uint32_t nfields,
                        const int64_t *values, uint32_t nrows, char *out, size_t out_cap) {
     assert(segs && seg_len && kinds && (nrows == 0 || (values && out)));
@@ -33,16 +21,16 @@ int64_t mq_format_rows(const char *segs, const uint32_t *seg_len, const uint8_t 
             seg += seg_len[i];
             switch (kinds[i]) {
             case MQ_FMT_INT:
-                at += fmt_i64(out + at, v[i]);
+                at += mq_fmt_i64(out + at, v[i]);
                 break;
             case MQ_FMT_MILLI:
-                at += fmt_i64(out + at, v[i]);
+                at += mq_fmt_i64(out + at, v[i]);
                 memcpy(out + at, "e-3", 3);
                 at += 3;
                 break;
             default:                              /* MQ_FMT_CODE */
                 out[at++] = '"';
-                if (v[i] >= 0) at += fmt_i64(out + at, v[i]);
+                if (v[i] >= 0) at += mq_fmt_i64(out + at, v[i]);
                 out[at++] = '"';
             }
         }

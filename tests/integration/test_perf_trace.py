@@ -159,6 +159,36 @@ def test_requests_and_flushes_are_traced(tmp_path):
     assert not [r for r in records if r["kind"] == "lag"], "no slave, no lag samples"
 
 
+def test_async_flush_sends_taken_by_c_are_traced(tmp_path):
+    """ASYNC_FLUSH: single and pipelined sends, nearly all answered by the C send path at its run
+    (a worker's first send to a topic takes Python's path), each get a req record: its wall-clock time inside the run's window (C derives it per frame
+    from one clock read per read), every phase >= 0 and summing to at most total_us, the answer
+    written after the append (encode_us > 0: one stamp per run, after all its answers)."""
+    import time
+    ns = NameServer(str(tmp_path))
+    trace_dir = str(tmp_path / "trace")
+    broker = Broker(str(tmp_path), ns.addr, perfTraceEnable="true", perfTraceDir=trace_dir)
+    topic = "TracedAsync"
+    try:
+        asyncio.run(_call(broker.addr, SEND_V2, _header(topic, 0), b"create the topic"))
+        t0_us = time.time_ns() // 1000
+        sends = asyncio.run(_produce(broker.addr, topic))
+        t1_us = time.time_ns() // 1000
+        assert all(r.code == 0 for r in sends), [(r.code, r.remark) for r in sends if r.code]
+    finally:
+        assert broker.stop() == 0, broker.proc.output()[-3000:]
+        ns.stop()
+    creating = len(b"create the topic")
+    singles = [r for r in read_records(trace_dir)
+               if r["kind"] == "req" and r["code"] == SEND_V2 and r["size_bytes"] != creating]
+    assert len(singles) == SINGLE_SENDS + PIPELINED_SENDS
+    for r in singles:
+        _check_req_phases(r)
+        assert r["append_us"] > 0 and r["decode_us"] > 0 and r["encode_us"] > 0, r
+        assert r["repl_wait_us"] == 0, r
+        assert t0_us - 1000 <= r["ts_us"] <= t1_us + 1000, (t0_us, r, t1_us)
+
+
 def test_sync_master_traces_replication_wait_and_lag(tmp_path):
     """SYNC_MASTER with perfTraceEnable and a slave: send requests answered SEND_OK carry a
     replication wait, and the master's HA role writes lag samples for the slave once per
