@@ -66,8 +66,8 @@ class TraceWriter:
     def __init__(self, directory: str, prefix: str, *, flush_every: int = 4096, flush_interval_s: float = 1.0):
         os.makedirs(directory, exist_ok=True)
         self.path = os.path.join(directory, f"{prefix}-{os.getpid()}.jsonl")
-        self._file = open(self.path, "a", encoding="utf-8")
-        self._buf: list[str] = []             # text: one or many lines per item
+        self._file = open(self.path, "ab")
+        self._buf: list[bytes] = []           # UTF-8: one or many lines per item
         self._pending = 0                     # records in _buf
         self._lock = threading.Lock()
         self._flush_every = flush_every
@@ -80,10 +80,12 @@ class TraceWriter:
         assert all(k in FIELDS for k in record), [k for k in record if k not in FIELDS]
         self.write_lines(json.dumps(record, separators=(",", ":")) + "\n", 1)
 
-    def write_lines(self, text: str, records: int) -> None:
-        """Pre-formatted JSON lines (`records` of them), for writers on a hot path that
-        format from a template: json.dumps of a dict per message costs more than sending
-        the message.  Their tests read the lines back through read_records."""
+    def write_lines(self, text: str | bytes, records: int) -> None:
+        """Pre-formatted JSON lines (`records` of them; bytes: UTF-8 already), for writers on a
+        hot path that format from a template: json.dumps of a dict per message costs more than
+        sending the message.  Their tests read the lines back through read_records."""
+        if text.__class__ is str:
+            text = text.encode()
         with self._lock:
             self._buf.append(text)
             self.records += records
@@ -99,7 +101,7 @@ class TraceWriter:
             self._pending = 0
             self._last_flush = time.monotonic()
             if buf and not self._file.closed:
-                self._file.write("".join(buf))
+                self._file.write(b"".join(buf))
                 self._file.flush()
 
     def close(self) -> None:

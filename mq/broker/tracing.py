@@ -131,6 +131,7 @@ class RowTraceWriter:
         self._kinds = ffi.new("uint8_t[]", [kinds[FIELDS[name]] for name in fields])
         self._nfields = len(fields)
         self._row_max = sum(len(e) for e in encoded) + len(fields) * lib.MQ_FMT_VALUE_MAX
+        self._out = None                   # add_flat's text buffer, grown to the largest call
         self._pending: list[tuple] = []
         self.failed = False
 
@@ -147,11 +148,13 @@ class RowTraceWriter:
         if self.failed or not rows:
             return
         cap = rows * self._row_max
-        out = ffi.new("char[]", cap)
+        out = self._out
+        if out is None or len(out) < cap:     # kept: a fresh MB-sized buffer per call was page faults
+            out = self._out = ffi.new("char[]", cap)
         n = lib.mq_format_rows(self._segs, self._seg_len, self._kinds, self._nfields, values, rows, out, cap)
         assert n >= 0, n
         try:
-            self.writer.write_lines(ffi.buffer(out, n)[:].decode(), rows)
+            self.writer.write_lines(ffi.buffer(out, n)[:], rows)
         except OSError as e:
             log.error("perf trace: writing %s failed (%s); dropping this process's records from now on",
                       self.path, e)
@@ -173,7 +176,7 @@ class RowTraceWriter:
                 n = lib.mq_format_rows(self._segs, self._seg_len, self._kinds, self._nfields,
                                        ffi.from_buffer("int64_t[]", values), rows, out, cap)
                 assert n >= 0, n
-                self.writer.write_lines(ffi.buffer(out, n)[:].decode(), rows)
+                self.writer.write_lines(ffi.buffer(out, n)[:], rows)
             self.writer.flush()
         except OSError as e:
             log.error("perf trace: writing %s failed (%s); dropping this process's records from now on",
