@@ -49,7 +49,12 @@ KIB, MIB, GIB = w.KIB, w.MIB, w.GIB
 
 # ---- gate targets (PERF.md) and the floors the tests assert -------------------------------------
 SYNC_VS_ASYNC_TARGET = 0.90       # SYNC_MASTER msgs/s ÷ ASYNC_MASTER msgs/s, 64 producers, same run
-SYNC_VS_ASYNC_FLOOR = 0.35        # measured 0.60-1.32 here (quick 0.60-0.96, full 0.72-1.32)
+SYNC_VS_ASYNC_FLOOR = 0.35        # full: measured 0.72-1.32 here
+# quick: 3 rounds of 3,200 msgs read 0.32-2.15 over 12 runs on 2026-11-26 (CI failed once at 0.32):
+# with 4 brokers and 2 client processes on 2 CPUs the machine is saturated and one setup's rounds
+# range 3-5x (9 k-46 k msgs/s) in phases that last several rounds; 5 rounds of 12,800 read 0.42-0.92
+# in 4 runs.  Its floor only catches a collapse; the full run judges the target.
+SYNC_VS_ASYNC_QUICK_FLOOR = 0.2
 CATCH_UP_TARGET = 0.50            # catch-up bytes/s ÷ loopback sendfile bytes/s, same bytes, same run
 CATCH_UP_FLOOR = 0.10             # measured 0.42-0.51 full, 0.27-0.32 quick (132 MiB: start-up weighs more)
 
@@ -127,11 +132,12 @@ def session():
 class ReplicationScale:
     per_producer: int             # single sends per producer per round (x PRODUCERS messages)
     rounds: int                   # per setup
+    floor: float                  # asserted
 
 
 REPLICATION_SCALES = [
-    pytest.param(ReplicationScale(50, 3), id="quick", marks=pytest.mark.quick),
-    pytest.param(ReplicationScale(250, 5), id="full"),
+    pytest.param(ReplicationScale(200, 5, SYNC_VS_ASYNC_QUICK_FLOOR), id="quick", marks=pytest.mark.quick),
+    pytest.param(ReplicationScale(250, 5, SYNC_VS_ASYNC_FLOOR), id="full"),
 ]
 
 
@@ -221,7 +227,7 @@ def test_sync_vs_async_master(benchmark, namesrv, store_dir, need_disk, session,
     per_round = sorted(a / s for a, s in zip(results["ASYNC_MASTER"]["s"], results["SYNC_MASTER"]["s"]))
     print(f"  sync / async, per pair of neighbouring rounds: {per_round[0]:.2f}-{per_round[-1]:.2f}")
     benchmark.extra_info.update({**info, "ratio": ratio})
-    bb.judge("SYNC_MASTER / ASYNC_MASTER, 64 producers", ratio, SYNC_VS_ASYNC_TARGET, SYNC_VS_ASYNC_FLOOR,
+    bb.judge("SYNC_MASTER / ASYNC_MASTER, 64 producers", ratio, SYNC_VS_ASYNC_TARGET, scale.floor,
              f"{bb.SAME_RUN}, on {os.cpu_count()} CPUs shared by 4 brokers and {PRODUCER_PROCESSES} client processes")
 
 
