@@ -41,6 +41,10 @@ FAILOVER_TARGET_S = 3.0          # max over the kills
 FAILOVER_FLOOR_S = 8.0           # a CI failure below this means a regression, not noise
 DLEDGER_VS_SYNC_TARGET = 0.8
 DLEDGER_VS_SYNC_FLOOR = 0.25
+# quick: 3 rounds of 1,920 read 0.38-1.34 in 4 runs on 2026-11-26; SYNC_MASTER's rounds alone ranged
+# 9.7 k-36 k msgs/s (5 brokers and 2 client processes saturate the 2 CPUs, see test_ha_bench's
+# quick floor).  5 rounds of 7,680 and a floor that only catches a collapse; the full run judges.
+DLEDGER_VS_SYNC_QUICK_FLOOR = 0.15
 PROBE_TIMEOUT_S = 0.5
 PRODUCER_PROCESSES = 2
 CONNS_PER_PROCESS = 4
@@ -145,12 +149,14 @@ def test_failover_time(benchmark, namesrv, store_dir, scale):
 
 @dataclass(frozen=True)
 class ThroughputScale:
-    per_producer: int
-    rounds: int
+    per_producer: int             # single sends per producer per round (x 64 producers)
+    rounds: int                   # per setup
+    floor: float                  # asserted
 
 
-@pytest.mark.parametrize("scale", [pytest.param(ThroughputScale(30, 3), id="quick", marks=pytest.mark.quick),
-                                   pytest.param(ThroughputScale(200, 5), id="full")])
+@pytest.mark.parametrize("scale", [pytest.param(ThroughputScale(120, 5, DLEDGER_VS_SYNC_QUICK_FLOOR), id="quick",
+                                                marks=pytest.mark.quick),
+                                   pytest.param(ThroughputScale(200, 5, DLEDGER_VS_SYNC_FLOOR), id="full")])
 def test_dledger_vs_sync_master(benchmark, namesrv, store_dir, need_disk, scale):
     """Gate: DLedger (3 members) / SYNC_MASTER + SLAVE throughput with 64 producers >= 0.8.
 
@@ -207,7 +213,7 @@ def test_dledger_vs_sync_master(benchmark, namesrv, store_dir, need_disk, scale)
     ratio = rate["DLEDGER"] / rate["SYNC_MASTER"]
     print(f"\n  DLedger / SYNC_MASTER: {ratio:.2f}")
     benchmark.extra_info.update({"ratio": ratio, **{f"msgs_per_s[{k}]": v for k, v in rate.items()}})
-    bb.judge("DLedger (3) / SYNC_MASTER + SLAVE, 64 producers", ratio, DLEDGER_VS_SYNC_TARGET, DLEDGER_VS_SYNC_FLOOR,
+    bb.judge("DLedger (3) / SYNC_MASTER + SLAVE, 64 producers", ratio, DLEDGER_VS_SYNC_TARGET, scale.floor,
              f"{bb.SAME_RUN}, 5 brokers and 2 client processes on {os.cpu_count()} CPUs")
 
 
