@@ -67,7 +67,6 @@ class ChildPushConsumer:
         self.errors: list[str] = []
         self._write_lock = threading.Lock()
         self._started = threading.Event()
-        self._stopping = False
         self._reader = threading.Thread(target=self._read, name=f"cpp-push-{group}", daemon=True)
         self._reader.start()
         if not self._started.wait(start_timeout_s):
@@ -110,7 +109,6 @@ class ChildPushConsumer:
         librocketmq.so's known fault (a warning); a death before it, or a shutdown that does not
         end, fails the test."""
         died_before = self.proc.poll()
-        self._stopping = True
         self._send({"stop": True})
         try:
             rc = self.proc.wait(SHUTDOWN_TIMEOUT_S)
