@@ -170,7 +170,7 @@ class LinkService:
             self.m.take_writes()                    # the supervisor loops' own writes: not this call's
             result = self._dispatch(conn, method, args)   # (the writer logs their failures)
             writes = self.m.take_writes()           # taken before any await: no other call's
-            if asyncio.iscoroutine(result):         # a call that writes to the store (end_transaction)
+            if asyncio.iscoroutine(result):         # a call that writes (end_transaction, update_config)
                 result = await result
                 writes += self.m.take_writes()
             if writes:                              # the change is on disk before its caller hears of it
@@ -208,8 +208,7 @@ class LinkService:
         if method == "reset_offsets_notify":
             return self.sup.reset_offsets_notify(*args)
         if method == "update_config":
-            self.sup.update_config(*args)
-            return None
+            return self.sup.update_config(*args)       # a coroutine: the conf file is rewritten by a thread
         if method == "stats_data":
             return self.sup.stats_history.stats_data(*args)
         if method == "broker_tps":

@@ -133,6 +133,7 @@ class Supervisor:
         # config files are written by a thread of their own: an fsync on a busy disk can take
         # seconds, and this loop answers every io worker's link calls (mq.store.configfile)
         self.config_writer = ConfigWriter()
+        self._file_lock = asyncio.Lock()   # the conf file and the HA master file: one thread write at a time
         self.metadata = Metadata(cfg, self.store.config_dir, self.config_writer)
         self.metadata.on_topics_changed = self._topics_changed
         self.link = LinkService(self.metadata, self)
@@ -448,20 +449,23 @@ class Supervisor:
         self.link.push(wid, {"kind": "reply", "conn": conn_id, "ext": ext, "body": body_hex})
         return True
 
-    def update_config(self, values: dict) -> None:
+    async def update_config(self, values: dict) -> None:
         """UPDATE_BROKER_CONFIG (keys mq.broker.ops.RUNTIME_KEYS checked): here, in every io worker,
-        and in the conf file the broker started from (RocketMQ rewrites its file too)."""
+        and in the conf file the broker started from (RocketMQ rewrites its file too).  The file is
+        rewritten by a thread (its fsyncs must not stall this loop), one change after another, and
+        the call returns once it is."""
         for k, v in values.items():
             setattr(self.config, k, v)
         self.link.push_all({"kind": "config", "values": values})
-        path = getattr(self.config, "config_file", None)
-        if path:
-            try:
-                rewrite_properties_file(path, values)
-            except OSError as e:
-                log.error("config change not written to %s: %s", path, e)
         if "brokerPermission" in values:
             asyncio.ensure_future(self.register_all())
+        path = getattr(self.config, "config_file", None)
+        if path:
+            async with self._file_lock:
+                try:
+                    await asyncio.to_thread(rewrite_properties_file, path, values)
+                except OSError as e:
+                    log.error("config change not written to %s: %s", path, e)
 
     # ---- name server registration --------------------------------------------------------------------------
     def _register_request(self):
@@ -492,7 +496,7 @@ class Supervisor:
                     self.master_addr = ext["masterAddr"]
                 if ext.get("haServerAddr") and ext["haServerAddr"] != self.master_ha_addr:
                     self.master_ha_addr = ext["haServerAddr"]
-                    self._publish_master_ha_addr()
+                    await self._publish_master_ha_addr()
             except RemotingError as e:
                 log.warning("registration with name server %s failed: %s", addr, e)
 
@@ -540,15 +544,20 @@ class Supervisor:
                     log.info("took %d %s from %s: %s", len(added), what, addr, ", ".join(sorted(added)[:20]))
                     self.link.push_all({"kind": what})
 
-    def _publish_master_ha_addr(self) -> None:
+    async def _publish_master_ha_addr(self) -> None:
         """The slave's HA role reads the master's HA address from this file on each
-        connect (haMasterAddress in the config wins when set)."""
+        connect (haMasterAddress in the config wins when set).  Written by a thread: its fsyncs
+        must not stall this loop."""
         if self.config.brokerRole == "SLAVE":
+            addr = self.master_ha_addr
             try:
-                write_atomic(os.path.join(self.config.storePathRootDir, HA_MASTER_FILE), self.master_ha_addr + "\n")
+                async with self._file_lock:
+                    await asyncio.to_thread(write_atomic, os.path.join(self.config.storePathRootDir, HA_MASTER_FILE),
+                                            addr + "\n")
             except OSError as e:      # a full disk must not end the registration loop; the next registration retries
                 log.error("writing %s failed: %s", HA_MASTER_FILE, e)
-                self.master_ha_addr = None
+                if self.master_ha_addr == addr:
+                    self.master_ha_addr = None
 
     async def _unregister_all(self) -> None:
         cfg = self.config
