@@ -67,6 +67,16 @@ def make_producer(ns_addr: str, group: str | None = None) -> Producer:
     return p
 
 
+def produce(ns_addr: str, topic: str, n: int, tag: str = "TagA") -> None:
+    """message(topic, i, tag) for i in range(n), each sent with send_sync and stored (SEND_OK)."""
+    prod = make_producer(ns_addr)
+    try:
+        for i in range(n):
+            assert prod.send_sync(message(topic, i, tag)).status == 0
+    finally:
+        prod.shutdown()
+
+
 def message(topic: str, i: int, tag: str) -> Message:
     m = Message(topic)
     m.set_keys(f"key-{i}")
@@ -206,12 +216,7 @@ def test_failed_callback_redelivers_through_retry_topic(cluster):
     %RETRY%<group> and the delay levels), with reconsume_times >= 1."""
     ns, _ = cluster
     topic = uniq("T_retry")
-    prod = make_producer(ns.addr)
-    try:
-        for i in range(50):
-            assert prod.send_sync(message(topic, i, "TagA")).status == 0
-    finally:
-        prod.shutdown()
+    produce(ns.addr, topic, 50)
     col = Collector(fail_first_delivery=True)
     # one consume thread: librocketmq.so sends each refused message back from the consume thread,
     # and two of its threads asking for the broker's connection at once can make one fail at

@@ -7,35 +7,18 @@ import signal
 import pytest
 
 pytest.importorskip("rocketmq.client", reason="pip install rocketmq==0.4.4 (make test does)")
-from mq.cluster import Broker, NameServer  # noqa: E402
+from mq.cluster import wait_for  # noqa: E402
 from tests.compat import cpp_push  # noqa: E402
-from tests.compat.test_cpp_client import _wait_route, make_producer, message, uniq  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    work = str(tmp_path_factory.mktemp("cpp_runner"))
-    ns = NameServer(work)
-    broker = Broker(work, ns.addr)
-    _wait_route(ns.addr, "TBW102")
-    yield ns, broker
-    broker.stop()
-    ns.stop()
+from tests.compat.test_cpp_client import cluster, produce, uniq  # noqa: E402,F401 (cluster: a fixture)
 
 
 def test_messages_reach_the_listener_and_an_abort_in_shutdown_is_a_warning(cluster, monkeypatch):
     ns, _ = cluster
     topic = uniq("T_runner")
-    prod = make_producer(ns.addr)
-    try:
-        for i in range(20):
-            assert prod.send_sync(message(topic, i, "TagA")).status == 0
-    finally:
-        prod.shutdown()
+    produce(ns.addr, topic, 20)
     got = []
     monkeypatch.setenv(cpp_push.ABORT_AFTER_SHUTDOWN_ENV, "1")
     cons = cpp_push.ChildPushConsumer(ns.addr, uniq("CG"), topic, lambda m: got.append(int(m.get_property("seq"))))
-    from mq.cluster import wait_for
     wait_for(lambda: len(got) >= 20, 60, 0.1, "20 messages")
     with pytest.warns(UserWarning, match="aborted in PushConsumer.shutdown"):
         cons.shutdown()
