@@ -131,7 +131,7 @@ class RowTraceWriter:
         self._kinds = ffi.new("uint8_t[]", [kinds[FIELDS[name]] for name in fields])
         self._nfields = len(fields)
         self._row_max = sum(len(e) for e in encoded) + len(fields) * lib.MQ_FMT_VALUE_MAX
-        self._out = None                   # add_flat's text buffer, grown to the largest call
+        self._out = None                   # _text's buffer, grown to the largest call
         self._pending: list[tuple] = []
         self.failed = False
 
@@ -142,19 +142,25 @@ class RowTraceWriter:
         if len(rows) >= FLUSH_EVERY:
             self.flush()
 
+    def _text(self, values, rows: int) -> bytes:
+        """`rows` rows of C int64 values back to back as JSON lines (mq_format_rows), formatted
+        in a buffer kept and grown to the largest call (a fresh MB-sized one per call cost page
+        faults and an munmap each time)."""
+        cap = rows * self._row_max
+        out = self._out
+        if out is None or len(out) < cap:
+            out = self._out = ffi.new("char[]", cap)
+        n = lib.mq_format_rows(self._segs, self._seg_len, self._kinds, self._nfields, values, rows, out, cap)
+        assert n >= 0, n
+        return ffi.buffer(out, n)[:]
+
     def add_flat(self, values, rows: int) -> None:
         """Writes `rows` rows given as C int64 values back to back (the C send path's,
         mq.broker.fastsend): formatted at once, no tuple made."""
         if self.failed or not rows:
             return
-        cap = rows * self._row_max
-        out = self._out
-        if out is None or len(out) < cap:     # kept: a fresh MB-sized buffer per call was page faults
-            out = self._out = ffi.new("char[]", cap)
-        n = lib.mq_format_rows(self._segs, self._seg_len, self._kinds, self._nfields, values, rows, out, cap)
-        assert n >= 0, n
         try:
-            self.writer.write_lines(ffi.buffer(out, n)[:], rows)
+            self.writer.write_lines(self._text(values, rows), rows)
         except OSError as e:
             log.error("perf trace: writing %s failed (%s); dropping this process's records from now on",
                       self.path, e)
@@ -171,12 +177,7 @@ class RowTraceWriter:
             if rows:
                 values = array("q", chain.from_iterable(pending))     # one C loop for the batch
                 assert len(values) == rows * self._nfields, "a row of the wrong length"
-                cap = rows * self._row_max
-                out = ffi.new("char[]", cap)
-                n = lib.mq_format_rows(self._segs, self._seg_len, self._kinds, self._nfields,
-                                       ffi.from_buffer("int64_t[]", values), rows, out, cap)
-                assert n >= 0, n
-                self.writer.write_lines(ffi.buffer(out, n)[:], rows)
+                self.writer.write_lines(self._text(ffi.from_buffer("int64_t[]", values), rows), rows)
             self.writer.flush()
         except OSError as e:
             log.error("perf trace: writing %s failed (%s); dropping this process's records from now on",
