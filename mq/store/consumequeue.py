@@ -176,15 +176,7 @@ class ConsumeQueue:
     # ---- read --------------------------------------------------------------------
     def get(self, queue_offset: int, max_count: int) -> list[tuple[int, int, int]]:
         """Up to max_count entries from queue_offset, within [min, max) and one file."""
-        hi = self.max_offset
-        if queue_offset < self.min_offset or queue_offset >= hi:
-            return []
-        start, off = self._locate(queue_offset)
-        mm = self._map(start, create=False)
-        if mm is None:
-            return []
-        n = min(max_count, hi - queue_offset, (self.file_size - off) // ENTRY_SIZE)
-        return list(ENTRY.iter_unpack(mm[off:off + n * ENTRY_SIZE]))
+        return list(ENTRY.iter_unpack(self.get_bytes(queue_offset, max_count)))
 
     def get_bytes(self, queue_offset: int, max_count: int) -> bytes:
         """get()'s entries as their 20-byte records, unparsed (for CommitLog.gather)."""
