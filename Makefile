@@ -21,6 +21,10 @@ BIN    := $(VENV)/bin
 # on its next use.
 BASE   := $(VENV)/.installed-base
 EXTRAS := $(VENV)/.installed-test
+# the official RocketMQ 5.x Python client, for the gateway tests (tests/gateway): a venv of its own,
+# as its import name `rocketmq` is also the official 4.x C++ client's, which .venv holds
+CLIENT5 := .venv-client5/.installed
+CLIENT5_VERSION := 5.1.2
 # every file the build reads, the whole C core included (one .c and .h per subsystem)
 SOURCES := pyproject.toml setup.py MANIFEST.in $(wildcard csrc/*.c csrc/*.h csrc/*.py)
 
@@ -52,12 +56,17 @@ java:
 # two pytest-xdist workers (our scheduler in tests/conftest.py: a test file is one unit, the
 # timing tiers one unit together), then the tests that watch host-wide /dev/shm alone, then the
 # quick perf gates alone (they measure: nothing may run beside them).  README "tests in tiers".
-test: $(EXTRAS) java
+$(CLIENT5):
+	@$(PYTHON) -m venv .venv-client5
+	.venv-client5/bin/pip install -q rocketmq-python-client==$(CLIENT5_VERSION)
+	@touch $@
+
+test: $(EXTRAS) $(CLIENT5) java
 	$(BIN)/pytest -q -n 2 --dist loadscope --durations=20 -m "not host_exclusive" tests
 	$(BIN)/pytest -q -m host_exclusive -p no:cacheprovider tests
 	$(BIN)/pytest -q perf -m quick -p no:cacheprovider
 
-test-serial: $(EXTRAS) java
+test-serial: $(EXTRAS) $(CLIENT5) java
 	$(BIN)/pytest -q --durations=20 tests
 	$(BIN)/pytest -q perf -m quick -p no:cacheprovider
 
@@ -74,4 +83,4 @@ report: $(EXTRAS) java
 	$(BIN)/python -m perf.report perf/reports/latest
 
 clean:
-	rm -rf $(VENV) build *.egg-info mq/_mqstore*.so mq/_mqstore.c .pytest_cache .benchmarks
+	rm -rf $(VENV) .venv-client5 build *.egg-info mq/_mqstore*.so mq/_mqstore.c .pytest_cache .benchmarks

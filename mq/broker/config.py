@@ -149,6 +149,9 @@ BROKER_OPTIONS: list[Option] = [
     # Prometheus metrics (ours; mq.broker.metrics): the supervisor serves GET /metrics on this port
     Option("metricsPort", int, 0, "port of the Prometheus /metrics endpoint, bound on listenAddress "
            "(ours; 0: off, and the role processes count nothing)", lambda v: 0 <= v <= 65535, "must be 0..65535"),
+    # RocketMQ 5.x clients (mq.gateway): the proxy's key; its gRPC server, in a role process of its own
+    Option("grpcServerPort", int, 0, "port of the gRPC endpoint for RocketMQ 5.x clients, bound on listenAddress "
+           "(RocketMQ 5's proxy key; 0: off; mq.gateway)", lambda v: 0 <= v <= 65535, "must be 0..65535"),
     # log files (ours; RocketMQ's logback writes ~/logs/rocketmqlogs/broker.log): mq.logs.  The
     # supervisor writes every process's lines there, as on stderr
     Option("logDir", str, "", "directory of broker.log, rolled by size; ~ is the user's home "

@@ -7,6 +7,7 @@
         +-- io worker x sendMessageThreadPoolNums  (mq.broker.worker, SO_REUSEPORT)
         +-- flush role, dispatch role              (mq.store.roles)
         +-- ha role                                (mq.ha.role)
+        +-- grpc role, when grpcServerPort is set  (mq.gateway: RocketMQ 5.x clients)
 
 Every role process is forked by the launcher (never from this process, which
 has threads), logs into the supervisor's stream (mq.logs) and dies with
@@ -36,6 +37,8 @@ from mq.store.stats import StatsBlock
 from mq.ha.common import monotonic_ms, taking_back
 from mq.ha.role import ha_role_main
 from mq.dledger.role import dledger_role_main
+from mq.gateway.role import gateway_role_main
+from mq.gateway.options import GatewayOptions
 from mq.store.notify import CommitWaiter
 from mq.wire import commitlog as wcl
 from mq.wire.properties import decode_properties, encode_properties
@@ -130,6 +133,11 @@ class Supervisor:
             log.error("disk check failed: %s", e)
         for role in ("flush", "dispatch", "dledger" if self.dledger else "ha"):
             self._start_role(role)
+        if cfg.grpcServerPort and cfg.aclEnable:
+            log.error("grpcServerPort %d is not served: the gRPC endpoint does not check ACL yet, and aclEnable=true",
+                      cfg.grpcServerPort)
+        elif cfg.grpcServerPort:
+            self._start_role("grpc")
         # config files are written by a thread of their own: an fsync on a busy disk can take
         # seconds, and this loop answers every io worker's link calls (mq.store.configfile)
         self.config_writer = ConfigWriter()
@@ -232,6 +240,9 @@ class Supervisor:
 
     def _start_role(self, role: str) -> None:
         cfg = self.config
+        if role == "grpc":         # RocketMQ 5.x clients (mq.gateway)
+            self.roles[role] = self.launcher.start("grpc", gateway_role_main, (GatewayOptions.of(cfg), STOP_PIPE))
+            return
         if role == "dledger":
             self.roles[role] = self.launcher.start("dledger", dledger_role_main, (
                 cfg.store_config().as_dict(), cfg.brokerIP1, cfg.listenPort, STOP_PIPE))

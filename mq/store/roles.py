@@ -90,6 +90,11 @@ class PipeStop:
         except (OSError, ValueError):
             pass
 
+    def fileno(self) -> int:
+        """The read end's descriptor: readable once stop is set or the parent died (for an
+        event loop's add_reader)."""
+        return self._r.fileno()
+
     def child_side(self) -> "PipeStop":
         return PipeStop(self._r, None)
 

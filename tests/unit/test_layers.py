@@ -7,10 +7,11 @@ without the store's compiled C module.
     layer 1  mq.files (crash-safe files), mq.acl (signatures and accounts), mq.proxy
     layer 2  mq.store (the C core's users), mq.remoting (frames over TCP)
     layer 3  mq.ha, mq.dledger, mq.namesrv, mq.client
-    layer 4  mq.broker
-    layer 5  mq.cluster (real processes for tests and tools)
-    layer 6  mq.cli
-    layer 7  mq.chaos (fault injection: it drives everything)
+    layer 4  mq.gateway (gRPC for 5.x clients: a client of the broker's 4.x path)
+    layer 5  mq.broker (its supervisor starts the gateway's role)
+    layer 6  mq.cluster (real processes for tests and tools)
+    layer 7  mq.cli
+    layer 8  mq.chaos (fault injection: it drives everything)
 
 mq.client and mq.namesrv may not import mq.store at all (they would load the C module), and
 mq.client not mq.namesrv."""
@@ -28,7 +29,8 @@ LAYER = {"mq.wire": 0, "mq.options": 0, "mq.logs": 0, "mq.loop": 0, "mq.trace": 
          "mq.files": 1, "mq.acl": 1, "mq.proxy": 1,
          "mq.store": 2, "mq.remoting": 2,
          "mq.ha": 3, "mq.dledger": 3, "mq.namesrv": 3, "mq.client": 3,
-         "mq.broker": 4, "mq.cluster": 5, "mq.cli": 6, "mq.chaos": 7,
+         "mq.gateway": 4,
+         "mq.broker": 5, "mq.cluster": 6, "mq.cli": 7, "mq.chaos": 8,
          "mq.conf": 0}       # config files shipped as data (mq.conf.systemd writes units)
 FORBIDDEN = {"mq.client": {"mq.store", "mq.namesrv", "mq.broker"}, "mq.namesrv": {"mq.store", "mq.broker"}}
 
@@ -105,5 +107,5 @@ def test_the_direction_check_catches_an_import_that_points_up(monkeypatch):
     """The check is not vacuous: with mq.proxy moved above mq.cluster, which imports it, it fails
     naming that import."""
     monkeypatch.setitem(LAYER, "mq.proxy", LAYER["mq.cluster"] + 1)
-    with pytest.raises(AssertionError, match=r"mq/cluster\.py:\d+: mq\.cluster \(layer 5\) imports mq\.proxy"):
+    with pytest.raises(AssertionError, match=r"mq/cluster\.py:\d+: mq\.cluster \(layer 6\) imports mq\.proxy"):
         test_imports_point_down()
