@@ -141,3 +141,55 @@ SEND_CODES = {
 
 def send_code(rc: int) -> Code:
     return SEND_CODES.get(rc, Code.INTERNAL_SERVER_ERROR)
+
+
+def delivered_type(props: dict) -> MessageType:
+    """The type a stored message is delivered as (GrpcConverter's rule)."""
+    if props.get("TRAN_MSG", "").lower() == "true":
+        return MessageType.TRANSACTION
+    if "DELAY" in props or "TIMER_DELIVER_MS" in props or "TIMER_DELAY_SEC" in props:
+        return MessageType.DELAY
+    if "__SHARDINGKEY" in props:
+        return MessageType.FIFO
+    return MessageType.NORMAL
+
+
+def _ts(t, ms: int) -> None:
+    t.seconds, t.nanos = ms // 1000, (ms % 1000) * 1_000_000
+
+
+def to_message(p, message_cls, store_host_id: str) -> object:
+    """The 5.x Message a popped record (mq.gateway.pop.Popped) is delivered as.  store_host_id:
+    the offset message id, for a message stored without UNIQ_KEY (a 4.x producer may not set it)."""
+    import hashlib
+    props = p.properties
+    m = message_cls(body=p.body)
+    m.topic.name = p.topic
+    for k, v in props.items():
+        if k not in RESERVED_KEYS:
+            m.user_properties[k] = v
+    sp = m.system_properties
+    if props.get("TAGS"):
+        sp.tag = props["TAGS"]
+    if props.get("KEYS"):
+        sp.keys.extend(k for k in props["KEYS"].split(" ") if k)
+    sp.message_id = props.get("UNIQ_KEY") or store_host_id
+    sp.body_digest.type = 2                                      # MD5, of the body as stored
+    sp.body_digest.checksum = hashlib.md5(p.body).hexdigest().upper()
+    sp.body_encoding = Encoding.GZIP if p.sys_flag & SYSFLAG_COMPRESSED else Encoding.IDENTITY
+    sp.message_type = delivered_type(props)
+    _ts(sp.born_timestamp, p.born_ms)
+    sp.born_host = props.get("__BORNHOST") or p.born_host
+    _ts(sp.store_timestamp, p.store_ms)
+    sp.store_host = p.store_host
+    if props.get("TIMER_DELIVER_MS", "").isdigit():
+        _ts(sp.delivery_timestamp, int(props["TIMER_DELIVER_MS"]))
+    sp.receipt_handle = p.handle
+    sp.queue_id = p.queue_id
+    sp.queue_offset = p.queue_offset
+    sp.delivery_attempt = p.reconsume_times + 1
+    if "__SHARDINGKEY" in props:
+        sp.message_group = props["__SHARDINGKEY"]
+    if "TRACE_CONTEXT" in props:
+        sp.trace_context = props["TRACE_CONTEXT"]
+    return m

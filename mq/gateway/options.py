@@ -16,9 +16,10 @@ class GatewayOptions:
     broker_name: str
     namesrv_addr: str               # namesrvAddr, ';'-separated
     max_message_bytes: int          # maxMessageSize
+    cluster: str                    # brokerClusterName (the revive topic is rmq_sys_REVIVE_LOG_<cluster>)
 
     @classmethod
     def of(cls, cfg) -> "GatewayOptions":
         """From a BrokerConfig."""
         return cls(cfg.listenAddress, cfg.grpcServerPort, cfg.brokerIP1, cfg.broker_addr, cfg.brokerName,
-                   cfg.namesrvAddr, cfg.maxMessageSize)
+                   cfg.namesrvAddr, cfg.maxMessageSize, cfg.brokerClusterName)

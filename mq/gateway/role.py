@@ -83,6 +83,7 @@ async def serve(opts, stop_fd: int | None) -> None:
             log.warning("gRPC endpoint: cannot listen on %s (%s); retrying", addr, e)
         await asyncio.sleep(BIND_RETRY_S)
     await server.start()
+    await service.start()
     log.info("gRPC endpoint for RocketMQ 5.x clients on %s", addr)
     stopped = asyncio.Event()
     if stop_fd is not None:

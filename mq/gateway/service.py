@@ -20,6 +20,7 @@ topic, and at once when a send finds no queue of this broker in it); SETTINGS_MA
 settings kept (the oldest dropped past it; a client re-sends its settings every 5 minutes)."""
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import random
@@ -32,11 +33,13 @@ from mq.wire.codes import RequestCode as R, ResponseCode as RC
 from mq.wire.consumequeue import java_string_hashcode
 from mq.wire.grpc5 import AddressScheme, ClientType, Code, MessageType, Permission, msg
 from mq.wire.headers import send_v2
+from mq.wire.msgid import offset_msg_id
 from mq.wire.properties import properties_to_string
 from mq.wire.topics import AUTO_CREATE_TOPIC, PERM_READ, PERM_WRITE
 
-from .convert import Refused, check_group, check_topic, message_type_of, send_code, to_properties
+from .convert import Refused, check_group, check_topic, message_type_of, send_code, to_message, to_properties
 from .options import GatewayOptions
+from .pop import BATCH_MAX, INVISIBLE_MAX_MS, INVISIBLE_MIN_MS, POLL_INTERVAL_S, PopService
 
 log = logging.getLogger("mq.gateway")
 
@@ -90,12 +93,17 @@ class MessagingService:
         self.namesrvs = [a.strip() for a in opts.namesrv_addr.split(";") if a.strip()]
         self.max_body_bytes = opts.max_message_bytes
         self.remoting = RemotingClient()
+        self.pop = PopService(self.remoting, opts.broker_addr, opts.broker_name, opts.cluster)
         self._routes: dict[str, tuple[float, TopicRouteData | None]] = {}
         self._settings: OrderedDict[str, object] = OrderedDict()     # client id -> its Settings
         self._rr = itertools.count(random.randrange(1 << 16))
         self.requests = 0
 
+    async def start(self) -> None:
+        await self.pop.start()
+
     async def close(self) -> None:
+        await self.pop.close()
         await self.remoting.close()
 
     # ---- helpers ------------------------------------------------------------------------------
@@ -339,4 +347,149 @@ class MessagingService:
             log.info("5.x send to %s answered %s by the broker (%s): %s", topic, r.code, code.name, r.remark)
 
 
-METHODS_SERVED = ("QueryRoute", "Telemetry", "Heartbeat", "NotifyClientTermination", "SendMessage")
+    # ---- POP: ReceiveMessage, AckMessage, ChangeInvisibleDuration, QueryAssignment ---------------
+    async def _read_queues(self, topic: str) -> int:
+        route = await self.route(topic)
+        if route is None:
+            raise Refused(Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist")
+        for qd in route.queue_datas:
+            if qd.broker_name == self.broker_name and qd.perm & PERM_READ:
+                return qd.read_queue_nums
+        raise Refused(Code.FORBIDDEN, f"topic {topic} has no readable queue on broker {self.broker_name}")
+
+    async def ReceiveMessage(self, request, context):
+        """Pops up to batch_size messages (long polling up to long_polling_timeout); frames: a
+        status, the messages, and a delivery timestamp (the Java proxy's order)."""
+        Resp = msg("ReceiveMessageResponse")
+        now = msg("ReceiveMessageResponse")()
+        try:
+            if request is None:
+                raise Refused(Code.BAD_REQUEST, "ReceiveMessage: the request is not a ReceiveMessage request")
+            self._client_id(context)
+            group, topic = request.group.name, request.message_queue.topic.name
+            check_group(group)
+            check_topic(topic)
+            if request.auto_renew:
+                invisible_ms = 60_000          # the proxy's default; it renews, we do not (yet): ack within it
+            else:
+                invisible_ms = request.invisible_duration.ToMilliseconds() if request.HasField("invisible_duration") \
+                    else -1
+                if not INVISIBLE_MIN_MS <= invisible_ms <= INVISIBLE_MAX_MS:
+                    raise Refused(Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible_ms} ms is not within "
+                                                               f"{INVISIBLE_MIN_MS}..{INVISIBLE_MAX_MS} ms")
+            fe = request.filter_expression
+            expr_type = "SQL92" if fe.type == 2 else "TAG"
+            expr = fe.expression or "*"
+            batch = max(1, min(BATCH_MAX, request.batch_size or BATCH_MAX))
+            poll_s = request.long_polling_timeout.ToMilliseconds() / 1000 if request.HasField("long_polling_timeout") \
+                else LONG_POLLING_S_DEFAULT
+            poll_s = min(max(poll_s, 0.0), LONG_POLLING_S_DEFAULT)
+            remaining = context.time_remaining()
+            if remaining is not None:
+                poll_s = min(poll_s, remaining - 1.0)
+            deadline = time.monotonic() + poll_s
+            queues = await self._read_queues(topic)
+            try:        # the revive log read first: offsets a crash rolled back are restored
+                await asyncio.wait_for(self.pop.ready.wait(), max(0.1, deadline - time.monotonic()))
+            except asyncio.TimeoutError:
+                raise Refused(Code.MESSAGE_NOT_FOUND, "no new message (the POP state is still being read)") from None
+            while True:
+                popped = await self.pop.pop(group, topic, queues, 1, expr_type, expr, batch, invisible_ms)
+                if popped or time.monotonic() + POLL_INTERVAL_S > deadline:
+                    break
+                await asyncio.sleep(POLL_INTERVAL_S)
+        except Refused as e:
+            yield Resp(status=status(e.code, e.text))
+            now.delivery_timestamp.GetCurrentTime()
+            yield now
+            return
+        except Exception:
+            log.exception("gRPC ReceiveMessage failed")
+            yield Resp(status=status(Code.INTERNAL_SERVER_ERROR, "ReceiveMessage failed in the broker (logged)"))
+            return
+        if not popped:
+            yield Resp(status=status(Code.MESSAGE_NOT_FOUND, "no new message"))
+        else:
+            yield Resp(status=status(Code.OK))
+            Message = msg("Message")
+            for p in popped:
+                host, port = p.store_host.rsplit(":", 1)
+                yield Resp(message=to_message(p, Message, offset_msg_id(host, int(port), p.commitlog_offset)))
+        now.delivery_timestamp.GetCurrentTime()
+        yield now
+
+    async def AckMessage(self, request, context):
+        Resp = msg("AckMessageResponse")
+        try:
+            self._client_id(context)
+            group, topic = request.group.name, request.topic.name
+            check_group(group)
+            check_topic(topic)
+        except Refused as e:
+            return Resp(status=status(e.code, e.text))
+        resp = Resp()
+        for e in request.entries:
+            out = resp.entries.add(message_id=e.message_id, receipt_handle=e.receipt_handle)
+            try:
+                await self.pop.ack(group, topic, e.receipt_handle)
+                out.status.CopyFrom(status(Code.OK))
+            except Refused as r:
+                out.status.CopyFrom(status(r.code, r.text))
+        codes = {e.status.code for e in resp.entries}
+        if len(codes) == 1:
+            resp.status.CopyFrom(resp.entries[0].status)
+        else:
+            resp.status.CopyFrom(status(Code.MULTIPLE_RESULTS if codes else Code.BAD_REQUEST,
+                                        "" if codes else "no entry to ack"))
+        return resp
+
+    async def ChangeInvisibleDuration(self, request, context):
+        Resp = msg("ChangeInvisibleDurationResponse")
+        try:
+            self._client_id(context)
+            group, topic = request.group.name, request.topic.name
+            check_group(group)
+            check_topic(topic)
+            invisible_ms = request.invisible_duration.ToMilliseconds()
+            if not 0 <= invisible_ms <= INVISIBLE_MAX_MS:
+                raise Refused(Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible_ms} ms is not within "
+                                                           f"0..{INVISIBLE_MAX_MS} ms")
+            handle = await self.pop.change_invisible(group, topic, request.receipt_handle, invisible_ms)
+        except Refused as e:
+            return Resp(status=status(e.code, e.text))
+        return Resp(status=status(Code.OK), receipt_handle=handle)
+
+    async def QueryAssignment(self, request, context):
+        """A push consumer's queues: one assignment per broker that has readable queues (id -1:
+        the broker pops from all of them), as the Java proxy answers a group that is not orderly."""
+        Resp = msg("QueryAssignmentResponse")
+        try:
+            self._client_id(context)
+            check_topic(request.topic.name)
+            check_group(request.group.name)
+            route = await self.route(request.topic.name)
+        except Refused as e:
+            return Resp(status=status(e.code, e.text))
+        if route is None:
+            return Resp(status=status(Code.TOPIC_NOT_FOUND, f"topic {request.topic.name} does not exist"))
+        resp = Resp(status=status(Code.OK))
+        brokers = {b.broker_name: b for b in route.broker_datas}
+        for qd in route.queue_datas:
+            bd = brokers.get(qd.broker_name)
+            master = bd.broker_addrs.get(0) if bd is not None else None
+            if master is None or not qd.perm & PERM_READ or qd.read_queue_nums <= 0:
+                continue
+            a = resp.assignments.add()
+            q = a.message_queue
+            q.topic.CopyFrom(request.topic)
+            q.id = -1
+            q.permission = int(Permission.READ_WRITE if qd.perm & PERM_WRITE else Permission.READ)
+            q.broker.name, q.broker.id = qd.broker_name, 0
+            q.broker.endpoints.CopyFrom(self.endpoints_of(master))
+        if not resp.assignments:
+            return Resp(status=status(Code.FORBIDDEN, "no readable queue"))
+        return resp
+
+
+METHODS_SERVED = ("QueryRoute", "Telemetry", "Heartbeat", "NotifyClientTermination", "SendMessage", "ReceiveMessage",
+                  "AckMessage", "ChangeInvisibleDuration", "QueryAssignment")

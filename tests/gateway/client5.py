@@ -8,10 +8,22 @@ Requests:
     {"op": "produce", "endpoint": "host:port", "topic": T,
      "messages": [{"body": str, "tag": str?, "keys": [str]?, "props": {k: v}?, "group": str?}]}
         -> {"sent": [{"message_id": id} | {"error": text}, ...]}
+    {"op": "receive", "endpoint", "group", "topic", "expression"?: "*", "want": N, "invisible_s": 15,
+     "then": "ack" | "keep" | "change", "change_s"?: 1, "timeout_s": 60, "await_s"?: 2}
+        SimpleConsumer: receives until `want` distinct messages came (or timeout_s), asking for
+        no more than are still wanted; acks each, leaves it (keep), or sets its invisible time
+        to change_s (change)
+        -> {"received": [message...], "errors": [text...]}
+    {"op": "push", "endpoint", "group", "topic", "want": N, "fail_first": K, "timeout_s": 60}
+        PushConsumer: the listener answers FAILURE for the first K deliveries, SUCCESS after;
+        runs until `want` SUCCESS answers (or timeout_s)
+        -> {"received": [message... (every delivery, in order)]}
+A message is {"message_id", "topic", "body", "tag", "keys", "props", "attempt", "group"}.
 
 Nothing here checks anything: the test reads the answer and the broker."""
 import json
 import sys
+import time
 
 
 def produce(req: dict) -> dict:
@@ -43,6 +55,72 @@ def produce(req: dict) -> dict:
     return {"sent": sent}
 
 
+def _message(m) -> dict:
+    return {"message_id": m.message_id, "topic": m.topic, "body": m.body.decode(errors="replace"), "tag": m.tag,
+            "keys": sorted(m.keys or ()), "props": dict(m.properties or {}), "attempt": m.delivery_attempt,
+            "group": m.message_group}
+
+
+def receive(req: dict) -> dict:
+    from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
+    consumer = SimpleConsumer(ClientConfiguration(req["endpoint"], Credentials()), req["group"],
+                              {req["topic"]: FilterExpression(req.get("expression", "*"))},
+                              await_duration=req.get("await_s", 2))
+    consumer.startup()
+    got, seen, errors = [], set(), []
+    deadline = time.monotonic() + req.get("timeout_s", 60)
+    try:
+        while len(seen) < req["want"] and time.monotonic() < deadline:
+            try:
+                msgs = consumer.receive(min(32, req["want"] - len(seen)), req.get("invisible_s", 15))
+            except Exception as e:
+                errors.append(f"{type(e).__name__}: {e}")
+                time.sleep(0.2)
+                continue
+            for m in msgs or ():
+                got.append(_message(m))
+                seen.add(m.message_id)
+                then = req.get("then", "ack")
+                if then == "ack":
+                    consumer.ack(m)
+                elif then == "change":
+                    consumer.change_invisible_duration(m, req.get("change_s", 1))
+    finally:
+        consumer.shutdown()
+    return {"received": got, "errors": errors}
+
+
+def push(req: dict) -> dict:
+    import threading
+    from rocketmq import ClientConfiguration, ConsumeResult, Credentials, FilterExpression, MessageListener, PushConsumer
+    got, lock, done = [], threading.Lock(), threading.Event()
+    fail_left = [req.get("fail_first", 0)]
+    ok = [0]
+
+    class Listener(MessageListener):
+        def consume(self, message):
+            with lock:
+                got.append(_message(message))
+                if fail_left[0] > 0:
+                    fail_left[0] -= 1
+                    return ConsumeResult.FAILURE
+                ok[0] += 1
+                if ok[0] >= req["want"]:
+                    done.set()
+                return ConsumeResult.SUCCESS
+
+    consumer = PushConsumer(ClientConfiguration(req["endpoint"], Credentials()), req["group"], Listener(),
+                            {req["topic"]: FilterExpression("*")})
+    consumer.startup()
+    try:
+        done.wait(req.get("timeout_s", 60))
+    finally:
+        consumer.shutdown()
+    with lock:
+        return {"received": list(got)}
+
+
 if __name__ == "__main__":
     request = json.loads(sys.argv[1])
-    print(json.dumps({"produce": produce}[request["op"]](request)), flush=True)
+    ops = {"produce": produce, "receive": receive, "push": push}
+    print(json.dumps(ops[request["op"]](request)), flush=True)

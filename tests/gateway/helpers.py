@@ -67,11 +67,49 @@ class GatewayCluster:
 
 
 def messages_of_topic(cluster: GatewayCluster, topic: str):
-    """Every message of topic, as a 4.x tool reads them (pulled queue by queue, in offset order)."""
+    """Every message of topic, as a 4.x tool reads them (pulled queue by queue, in offset order);
+    none for a topic the name server does not know."""
     import asyncio
     from mq.client.admin import AdminClient
 
+    from mq.client.errors import MQBrokerError
+
     async def go():
         async with AdminClient(cluster.ns.addr) as admin:
-            return [m async for m in admin.messages_from(topic, offset=0)]
+            try:
+                return [m async for m in admin.messages_from(topic, offset=0)]
+            except MQBrokerError as e:
+                if e.code == ResponseCode.TOPIC_NOT_EXIST:
+                    return []
+                raise
     return asyncio.run(go())
+
+
+def create_group(cluster: GatewayCluster, group: str, **config) -> None:
+    """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP on the broker (retryMaxTimes=... and so on)."""
+    import json as _json
+    body = {"groupName": group, "consumeEnable": True, "consumeFromMinEnable": True, "consumeBroadcastEnable": True,
+            "retryQueueNums": 1, "retryMaxTimes": 16, "brokerId": 0, "whichBrokerWhenConsumeSlowly": 1,
+            "notifyConsumerIdsChangedEnable": True, **config}
+    r = call(cluster.broker.addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=_json.dumps(body).encode())
+    assert r.code == ResponseCode.SUCCESS, r.remark
+
+
+def produce5(cluster: GatewayCluster, topic: str, specs: list[dict]) -> list[str]:
+    """The official 5.x producer sends `specs` (client5.py's message form); their message ids."""
+    out = run_client5({"op": "produce", "endpoint": cluster.endpoint, "topic": topic, "messages": specs})
+    ids = [r.get("message_id") for r in out["sent"]]
+    assert all(ids), out["sent"]
+    return ids
+
+
+def wait_messages(cluster: GatewayCluster, topic: str, n: int, timeout_s: float = 15.0) -> list:
+    """messages_of_topic once it holds n messages (the consume queue is built by the dispatch
+    role after the send's answer, as in RocketMQ: a read right after a send may miss it)."""
+    found: list = []
+
+    def enough() -> bool:
+        found[:] = messages_of_topic(cluster, topic)
+        return len(found) >= n
+    wait_for(enough, timeout_s, what=f"{n} messages in {topic}")
+    return found

@@ -11,7 +11,7 @@ import pytest
 
 from mq.wire.grpc5 import METHODS, SERVICE, Code, MessageType, _MESSAGES, msg
 
-from tests.gateway.helpers import CLIENT5_PYTHON, messages_of_topic
+from tests.gateway.helpers import CLIENT5_PYTHON, messages_of_topic, wait_messages
 
 METADATA = (("x-mq-client-id", "test@1@0@grpcwire"), ("x-mq-language", "PYTHON"))
 
@@ -122,7 +122,7 @@ def test_send_refusals_store_nothing_and_leave_the_good_message_alone(gateway, c
         assert r.status.code == Code.MULTIPLE_RESULTS
         assert [e.status.code for e in r.entries] == [code, Code.OK]
         assert r.entries[1].message_id == good.system_properties.message_id
-        stored = messages_of_topic(gateway, topic)
+        stored = wait_messages(gateway, topic, before + 1)
         assert len(stored) == before + 1
         (new,) = [m for m in stored if m.properties["UNIQ_KEY"] == good.system_properties.message_id]
         assert new.body == b"good" and new.queue_offset == r.entries[1].offset
@@ -133,7 +133,7 @@ def test_a_message_group_goes_to_one_queue(gateway, channel):
     gateway.create_topic(topic)
     for i in range(8):
         assert send(channel, message(topic, body=b"g%d" % i, message_group="order-42")).status.code == Code.OK
-    assert len({m.queue_id for m in messages_of_topic(gateway, topic)}) == 1
+    assert len({m.queue_id for m in wait_messages(gateway, topic, 8)}) == 1
 
 
 DUMP = r"""

@@ -1,7 +1,7 @@
 """The official 5.x producer against the broker's gRPC endpoint: what it sends is stored as a
 4.x message a 4.x consumer reads (tag, keys, user properties, UNIQ_KEY = the 5.x message id),
 at the offset its answer names."""
-from tests.gateway.helpers import messages_of_topic, run_client5
+from tests.gateway.helpers import run_client5, wait_messages
 
 
 def test_official_producer_messages_read_as_4x(gateway):
@@ -13,7 +13,7 @@ def test_official_producer_messages_read_as_4x(gateway):
     ids = [r.get("message_id") for r in out["sent"]]
     assert all(ids), out["sent"]
     assert len(set(ids)) == 20
-    stored = {m.properties["UNIQ_KEY"]: m for m in messages_of_topic(gateway, topic)}
+    stored = {m.properties["UNIQ_KEY"]: m for m in wait_messages(gateway, topic, 20)}
     assert sorted(stored) == sorted(ids)
     for spec, mid in zip(specs, ids):
         m = stored[mid]

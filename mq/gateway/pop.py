@@ -1,0 +1,419 @@
+"""POP consumption for 5.x clients (ReceiveMessage, AckMessage, ChangeInvisibleDuration), built
+on the broker's 4.x primitives, its state kept in the store.
+
+A receive pops messages: it pulls them for the group from the consumer offset, writes a
+checkpoint (CK) record naming them and their invisible time, then commits the group's offset
+past them.  An ack writes an ACK record.  Both records are messages of the revive topic
+(rmq_sys_REVIVE_LOG_<cluster>, one queue), so they are flushed, replicated to slaves and kept in
+DLedger's log like any message, and survive a kill -9.  The revive loop reads that topic in order
+(group CID_RMQ_SYS_REVIVE_GROUP, whose offset is the oldest CK not settled) and, for a CK whose
+invisible time passed with messages not acked, sends each of them back the 4.x way
+(CONSUMER_SEND_MSG_BACK, delay level REVIVE_DELAY_LEVEL): it comes back through %RETRY%<group>,
+its reconsumeTimes one higher, and goes to %DLQ%<group> past the group's retryMaxTimes - the
+broker's own rule, so 4.x and 5.x consumers of a group retry alike.
+
+Order of writes, and what a crash between them costs: CK before the offset commit (a crash in
+between pops the messages again and revives the CK: delivered twice, never lost); on revive, the
+send-back before the revive offset moves (a crash in between revives again: twice, never lost).
+A consumer offset the broker had not persisted when it died would roll back and pop acked
+messages again: each CK also records where its pop left the offset, and the gateway, reading
+the revive log from the revive offset (persisted in the same table, so never ahead of the lost
+commits) before it serves a receive, puts the group's offsets back to at least there.
+
+RocketMQ 5 differs, on purpose: its POP retry topic is %RETRY%<group>_<topic> and its revive
+puts a copy there at once; here the retry topic is the 4.x %RETRY%<group> (one rule for retry and
+DLQ, the group's retryMaxTimes) and a revived message is visible one delay level (1 s by default)
+after its invisible time ended.
+
+Receipt handle (opaque to clients): "<ck start> <pop ms> <invisible ms> <kind> <queue id>
+<queue offset> <commitlog offset> <broker>", kind 0 = the topic's queue, 1 = %RETRY%<group>.
+
+Limits, named: BATCH_MAX messages per receive (the proxy's 32); invisible time
+INVISIBLE_MIN_MS..INVISIBLE_MAX_MS for a receive, up to INVISIBLE_MAX_MS for a change; long
+polling checks every POLL_INTERVAL_S (no broker push: a receive sees a new message up to that
+late); the revive loop runs every REVIVE_INTERVAL_S."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+
+import orjson
+
+from mq.remoting import RemotingClient, RemotingError
+from mq.wire import commitlog as wcl
+from mq.wire.codes import RequestCode as R, ResponseCode as RC
+from mq.wire.errors import WireError
+from mq.wire.headers import PULL_SUBSCRIPTION, send_v2
+from mq.wire.properties import decode_properties, properties_to_string
+from mq.wire.topics import AUTO_CREATE_TOPIC, RETRY_PREFIX
+
+from mq.wire.grpc5 import Code
+
+from .convert import Refused
+
+log = logging.getLogger("mq.gateway.pop")
+
+REVIVE_GROUP = "CID_RMQ_SYS_REVIVE_GROUP"
+REVIVE_DELAY_LEVEL = 1
+BATCH_MAX = 32
+INVISIBLE_MIN_MS = 10_000
+INVISIBLE_MAX_MS = 12 * 3600 * 1000
+POLL_INTERVAL_S = 0.2
+REVIVE_INTERVAL_S = 0.5
+REVIVE_SCAN_BATCH = 32
+CALL_TIMEOUT_S = 5.0
+KIND_QUEUE, KIND_RETRY = 0, 1
+
+
+def revive_topic(cluster: str) -> str:
+    return f"rmq_sys_REVIVE_LOG_{cluster}"
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_PREFIX + group
+
+
+@dataclass
+class Popped:
+    """One message popped for a client: the record's values and its receipt handle."""
+    topic: str                   # the topic it is delivered as (a retry's original topic)
+    queue_id: int
+    queue_offset: int
+    commitlog_offset: int
+    body: bytes
+    properties: dict
+    sys_flag: int
+    born_ms: int
+    born_host: str
+    store_ms: int
+    store_host: str
+    reconsume_times: int
+    handle: str
+
+
+@dataclass(frozen=True)
+class Handle:
+    start: int
+    pop_ms: int
+    invisible_ms: int
+    kind: int
+    queue_id: int
+    offset: int
+    commitlog_offset: int
+    broker: str
+
+    def text(self) -> str:
+        return (f"{self.start} {self.pop_ms} {self.invisible_ms} {self.kind} {self.queue_id} {self.offset} "
+                f"{self.commitlog_offset} {self.broker}")
+
+    @classmethod
+    def parse(cls, text: str) -> "Handle":
+        parts = text.split(" ")
+        try:
+            if len(parts) != 8:
+                raise ValueError(f"{len(parts)} fields, not 8")
+            h = cls(*(int(p) for p in parts[:7]), parts[7])
+        except ValueError as e:
+            raise Refused(Code.INVALID_RECEIPT_HANDLE, f"not a receipt handle of this broker: {e}") from None
+        if h.kind not in (KIND_QUEUE, KIND_RETRY) or min(h.start, h.pop_ms, h.invisible_ms, h.offset) < 0:
+            raise Refused(Code.INVALID_RECEIPT_HANDLE, "not a receipt handle of this broker")
+        return h
+
+    @property
+    def deadline_ms(self) -> int:
+        return self.pop_ms + self.invisible_ms
+
+
+@dataclass
+class _Ck:
+    """A checkpoint read from the revive topic, until every message is acked or revived."""
+    group: str
+    qtopic: str
+    queue_id: int
+    deadline_ms: int
+    revive_offset: int                       # its own offset in the revive queue
+    pending: dict = field(default_factory=dict)   # queue offset -> commitlog offset, not acked yet
+
+
+class PopService:
+    def __init__(self, remoting: RemotingClient, broker_addr: str, broker_name: str, cluster: str):
+        self.remoting = remoting
+        self.broker_addr = broker_addr
+        self.broker_name = broker_name
+        self.revive_topic = revive_topic(cluster)
+        self._locks: dict[tuple, asyncio.Lock] = {}
+        self._cks: dict[tuple, _Ck] = {}          # (group, qtopic, qid, start, pop_ms) -> CK
+        # (group, qtopic, qid) -> the end of the last pop of the queue a CK records: the group's
+        # offset is at least that, whatever the broker says after a crash (module docstring)
+        self._floors: dict[tuple, int] = {}
+        self.ready = asyncio.Event()              # set once the revive log was read from the revive offset
+        self._scan_offset = -1                    # next revive-queue offset to read
+        self._committed_revive = -1
+        self._task: asyncio.Task | None = None
+        self._rr = 0
+        self.revived = 0
+
+    # ---- broker calls -------------------------------------------------------------------------
+    async def _call(self, code: int, ext: dict, body: bytes = b""):
+        try:
+            return await self.remoting.invoke(self.broker_addr, self.remoting.request(code, ext, body),
+                                              CALL_TIMEOUT_S)
+        except RemotingError as e:
+            raise Refused(Code.PROXY_TIMEOUT, f"the broker did not answer: {e}") from None
+
+    async def _offset(self, group: str, topic: str, qid: int) -> int:
+        r = await self._call(R.QUERY_CONSUMER_OFFSET, {"consumerGroup": group, "topic": topic, "queueId": qid})
+        if r.code == RC.SUCCESS:
+            return int((r.ext_fields or {}).get("offset", -1))
+        return -1
+
+    async def _commit(self, group: str, topic: str, qid: int, offset: int) -> None:
+        r = await self._call(R.UPDATE_CONSUMER_OFFSET, {"consumerGroup": group, "topic": topic, "queueId": qid,
+                                                        "commitOffset": offset})
+        if r.code != RC.SUCCESS:
+            raise Refused(Code.INTERNAL_SERVER_ERROR, f"committing the offset failed: {r.code} {r.remark}")
+
+    async def _min_offset(self, topic: str, qid: int) -> int:
+        r = await self._call(R.GET_MIN_OFFSET, {"topic": topic, "queueId": qid})
+        return int((r.ext_fields or {}).get("offset", 0)) if r.code == RC.SUCCESS else 0
+
+    async def _max_offset(self, topic: str, qid: int) -> int:
+        r = await self._call(R.GET_MAX_OFFSET, {"topic": topic, "queueId": qid})
+        return int((r.ext_fields or {}).get("offset", 0)) if r.code == RC.SUCCESS else 0
+
+    async def _pull(self, group: str, topic: str, qid: int, offset: int, n: int, expr_type: str, expr: str):
+        """(code, next offset, records as tuples of wcl.RECORD_VALUE_FIELDS)."""
+        r = await self._call(R.PULL_MESSAGE, {
+            "consumerGroup": group, "topic": topic, "queueId": qid, "queueOffset": offset, "maxMsgNums": n,
+            "sysFlag": PULL_SUBSCRIPTION, "commitOffset": 0, "suspendTimeoutMillis": 0, "subscription": expr,
+            "subVersion": 0, "expressionType": expr_type})
+        h = r.ext_fields or {}
+        nxt = int(h.get("nextBeginOffset", offset)) if r.code in (RC.SUCCESS, RC.PULL_NOT_FOUND,
+                                                                  RC.PULL_RETRY_IMMEDIATELY,
+                                                                  RC.PULL_OFFSET_MOVED) else offset
+        recs = []
+        if r.code == RC.SUCCESS and r.body:
+            try:
+                recs = list(wcl.iter_record_values(r.body))
+            except WireError as e:
+                raise Refused(Code.INTERNAL_SERVER_ERROR, f"the broker's pull answer is malformed: {e}") from None
+        elif r.code == RC.SUBSCRIPTION_PARSE_FAILED:
+            raise Refused(Code.ILLEGAL_FILTER_EXPRESSION, r.remark or f"filter {expr!r} does not parse")
+        elif r.code == RC.SUBSCRIPTION_GROUP_NOT_EXIST:
+            raise Refused(Code.CONSUMER_GROUP_NOT_FOUND, r.remark or f"group {group} does not exist")
+        elif r.code not in (RC.SUCCESS, RC.PULL_NOT_FOUND, RC.PULL_RETRY_IMMEDIATELY, RC.PULL_OFFSET_MOVED,
+                            RC.TOPIC_NOT_EXIST):
+            raise Refused(Code.INTERNAL_SERVER_ERROR, f"pull failed: {r.code} {r.remark}")
+        return r.code, nxt, recs
+
+    async def _record(self, tag: str, body: dict) -> int:
+        """Appends a CK or ACK record to the revive topic; its queue offset."""
+        ext = send_v2(producerGroup=REVIVE_GROUP, topic=self.revive_topic, defaultTopic=AUTO_CREATE_TOPIC,
+                      defaultTopicQueueNums=1, queueId=0, sysFlag=0, bornTimestamp=int(time.time() * 1000), flag=0,
+                      properties=properties_to_string({"TAGS": tag}), reconsumeTimes=0, unitMode=False,
+                      batch=False, brokerName=self.broker_name)
+        r = await self._call(R.SEND_MESSAGE_V2, ext, orjson.dumps(body))
+        if r.code != RC.SUCCESS:
+            raise Refused(Code.INTERNAL_SERVER_ERROR if r.code != RC.SYSTEM_BUSY else Code.TOO_MANY_REQUESTS,
+                          f"writing the {tag} record failed: {r.code} {r.remark}")
+        return int((r.ext_fields or {}).get("queueOffset", -1))
+
+    # ---- start ----------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Starts the revive loop, which first creates the revive topic (the role starts before
+        the broker's io workers serve: it retries until they do)."""
+        self._task = asyncio.get_running_loop().create_task(self._revive_loop())
+
+    async def _create_revive_topic(self) -> None:
+        r = await self._call(R.UPDATE_AND_CREATE_TOPIC, {
+            "topic": self.revive_topic, "defaultTopic": AUTO_CREATE_TOPIC, "readQueueNums": 1, "writeQueueNums": 1,
+            "perm": 6, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False})
+        if r.code != RC.SUCCESS:
+            raise Refused(Code.INTERNAL_SERVER_ERROR, f"creating {self.revive_topic} failed: {r.code} {r.remark}")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
+
+    # ---- receive --------------------------------------------------------------------------------
+    def _lock(self, key: tuple) -> asyncio.Lock:
+        lock = self._locks.get(key)
+        if lock is None:
+            if len(self._locks) > 65536:
+                self._locks = {k: v for k, v in self._locks.items() if v.locked()}
+            lock = self._locks[key] = asyncio.Lock()
+        return lock
+
+    async def pop(self, group: str, topic: str, queues: int, retry_queues: int, expr_type: str, expr: str,
+                  batch: int, invisible_ms: int) -> list[Popped]:
+        """Up to `batch` messages of topic (its `queues` read queues here) and of %RETRY%<group>
+        (`retry_queues` of them; 0: none yet), retry first."""
+        out: list[Popped] = []
+        sources = [(retry_topic(group), q, KIND_RETRY) for q in range(retry_queues)]
+        start = self._rr
+        self._rr += 1
+        sources += [(topic, (start + i) % queues, KIND_QUEUE) for i in range(queues)]
+        for qtopic, qid, kind in sources:
+            if len(out) >= batch:
+                break
+            async with self._lock((group, qtopic, qid)):
+                out += await self._pop_queue(group, qtopic, qid, kind, topic, expr_type, expr, batch - len(out),
+                                             invisible_ms)
+        return out
+
+    async def _pop_queue(self, group, qtopic, qid, kind, topic, expr_type, expr, n, invisible_ms) -> list[Popped]:
+        offset = max(await self._offset(group, qtopic, qid), self._floors.get((group, qtopic, qid), -1))
+        if offset < 0:   # a new group: a fresh queue from its start, else from its end (RocketMQ's MAX init)
+            low = await self._min_offset(qtopic, qid)
+            offset = low if (low == 0 or kind == KIND_RETRY) else await self._max_offset(qtopic, qid)
+        code, nxt, recs = await self._pull(group, qtopic, qid, offset, n, expr_type if kind == KIND_QUEUE else "TAG",
+                                           expr if kind == KIND_QUEUE else "*")
+        if not recs:
+            if nxt != offset:      # filtered out, or an offset the broker moved: skip them for good
+                await self._commit(group, qtopic, qid, nxt)
+            return []
+        pop_ms = int(time.time() * 1000)
+        start = recs[0][4]
+        await self._record("ck", {"g": group, "t": qtopic, "q": qid, "s": start, "p": pop_ms, "i": invisible_ms,
+                                  "n": nxt, "o": [[r[4], r[5]] for r in recs]})
+        await self._commit(group, qtopic, qid, nxt)
+        self._floors[(group, qtopic, qid)] = nxt
+        out = []
+        for (_size, _crc, queue_id, _flag, queue_offset, phy, sys_flag, born_ts, born_host, born_port, store_ts,
+             store_host, store_port, reconsume, _prep, body, rtopic, props, _packed) in recs:
+            p = decode_properties(props)
+            handle = Handle(start, pop_ms, invisible_ms, kind, queue_id, queue_offset, phy, self.broker_name)
+            out.append(Popped(p.get("RETRY_TOPIC", topic) if kind == KIND_RETRY else rtopic, queue_id, queue_offset,
+                              phy, bytes(body), p, sys_flag, born_ts, f"{born_host}:{born_port}", store_ts,
+                              f"{store_host}:{store_port}", reconsume, handle.text()))
+        return out
+
+    # ---- ack and change ---------------------------------------------------------------------------
+    def _qtopic(self, group: str, topic: str, h: Handle) -> str:
+        return retry_topic(group) if h.kind == KIND_RETRY else topic
+
+    def _check_live(self, h: Handle) -> None:
+        if h.broker != self.broker_name:
+            raise Refused(Code.INVALID_RECEIPT_HANDLE, f"the receipt handle is of broker {h.broker}")
+        if h.deadline_ms <= time.time() * 1000:
+            raise Refused(Code.INVALID_RECEIPT_HANDLE, "receipt handle is expired")
+
+    async def ack(self, group: str, topic: str, handle: str) -> None:
+        h = Handle.parse(handle)
+        self._check_live(h)
+        await self._record("ack", {"g": group, "t": self._qtopic(group, topic, h), "q": h.queue_id, "s": h.start,
+                                   "p": h.pop_ms, "o": h.offset})
+
+    async def change_invisible(self, group: str, topic: str, handle: str, invisible_ms: int) -> str:
+        """A new CK for the one message (visible again invisible_ms from now), then the old one
+        acked; the new handle."""
+        h = Handle.parse(handle)
+        self._check_live(h)
+        qtopic = self._qtopic(group, topic, h)
+        pop_ms = int(time.time() * 1000)
+        await self._record("ck", {"g": group, "t": qtopic, "q": h.queue_id, "s": h.offset, "p": pop_ms,
+                                  "i": invisible_ms, "o": [[h.offset, h.commitlog_offset]]})
+        await self._record("ack", {"g": group, "t": qtopic, "q": h.queue_id, "s": h.start, "p": h.pop_ms,
+                                   "o": h.offset})
+        return Handle(h.offset, pop_ms, invisible_ms, h.kind, h.queue_id, h.offset, h.commitlog_offset,
+                      self.broker_name).text()
+
+    # ---- revive -----------------------------------------------------------------------------------
+    async def _revive_loop(self) -> None:
+        created = False
+        while True:
+            try:
+                if not created:
+                    await self._create_revive_topic()
+                    created = True
+                await self.revive_once()
+            except asyncio.CancelledError:
+                raise
+            except Refused as e:
+                if created:
+                    log.warning("POP revive: %s", e.text)
+            except Exception:
+                log.exception("POP revive failed; retrying")
+            await asyncio.sleep(REVIVE_INTERVAL_S)
+
+    async def revive_once(self) -> None:
+        """Reads the revive queue's new records, revives the CKs past their deadline, and moves
+        the revive group's offset to the oldest CK still open."""
+        if self._scan_offset < 0:
+            start = await self._offset(REVIVE_GROUP, self.revive_topic, 0)
+            self._scan_offset = self._committed_revive = max(0, start)
+        while True:
+            _, nxt, recs = await self._pull(REVIVE_GROUP, self.revive_topic, 0, self._scan_offset, REVIVE_SCAN_BATCH,
+                                            "TAG", "*")
+            for rec in recs:
+                self._apply(rec)
+            if nxt == self._scan_offset:
+                break
+            self._scan_offset = nxt
+            if not recs:
+                break
+        if not self.ready.is_set():
+            await self._restore_offsets()
+            self.ready.set()
+        now_ms = time.time() * 1000
+        for key, ck in list(self._cks.items()):
+            if ck.deadline_ms > now_ms:
+                continue
+            for offset, phy in list(ck.pending.items()):
+                r = await self._call(R.CONSUMER_SEND_MSG_BACK, {"group": ck.group, "offset": phy,
+                                                                "delayLevel": REVIVE_DELAY_LEVEL, "originMsgId": "",
+                                                                "originTopic": ck.qtopic})
+                if r.code != RC.SUCCESS:
+                    log.warning("POP revive: sending back %s@%d:%d for %s failed (%s %s); next round", ck.qtopic,
+                                ck.queue_id, offset, ck.group, r.code, r.remark)
+                    break
+                del ck.pending[offset]
+                self.revived += 1
+            if not ck.pending:
+                del self._cks[key]
+        oldest = min((ck.revive_offset for ck in self._cks.values()), default=self._scan_offset)
+        if oldest > self._committed_revive:
+            await self._commit(REVIVE_GROUP, self.revive_topic, 0, oldest)
+            self._committed_revive = oldest
+
+    async def _restore_offsets(self) -> None:
+        """After the first read of the revive log: every queue a CK since the revive offset popped
+        gets its group's offset back to at least that pop's end.  A broker killed before it
+        persisted its consumer offsets comes back with older ones; the revive offset is one of
+        them (same table, same write), so the CKs read from it cover every pop it lost."""
+        for (group, qtopic, qid), floor in self._floors.items():
+            if await self._offset(group, qtopic, qid) < floor:
+                log.info("POP: %s's offset of %s:%d restored to %d from the revive log", group, qtopic, qid, floor)
+                await self._commit(group, qtopic, qid, floor)
+
+    def _apply(self, rec) -> None:
+        body, props, queue_offset = rec[15], rec[17], rec[4]
+        try:
+            d = orjson.loads(bytes(body))
+            tag = decode_properties(props).get("TAGS")
+            key = (d["g"], d["t"], int(d["q"]), int(d["s"]), int(d["p"]))
+            if tag == "ck":
+                if "n" in d:
+                    fkey = (d["g"], d["t"], int(d["q"]))
+                    if int(d["n"]) > self._floors.get(fkey, -1):
+                        self._floors[fkey] = int(d["n"])
+                ck = _Ck(d["g"], d["t"], int(d["q"]), int(d["p"]) + int(d["i"]), queue_offset,
+                         {int(o): int(phy) for o, phy in d["o"]})
+                if ck.pending:
+                    self._cks[key] = ck
+            elif tag == "ack":
+                # an ACK follows its CK in the queue; one with no CK open acks a settled CK
+                ck = self._cks.get(key)
+                if ck is not None:
+                    ck.pending.pop(int(d["o"]), None)
+                    if not ck.pending:
+                        del self._cks[key]
+        except (ValueError, KeyError, TypeError, orjson.JSONDecodeError) as e:
+            log.warning("POP revive: record %d of %s is not a CK or ACK (%s); skipped", queue_offset,
+                        self.revive_topic, e)
