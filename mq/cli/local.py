@@ -13,7 +13,8 @@ from an embedded default (conf/broker.conf's values with small files), a layout'
 its shipped files with ./run/ replaced by the run directory -- and kept after that, so an edit or
 an updateBrokerConfig write-back survives restarts, and the tracked conf/ files (the ACL file
 included) are never written.  MQ_NAMESRV_PORT and MQ_BROKER_PORT choose the ports of a first
-start; a kept file that disagrees with them is refused, not rewritten.
+start; a kept file that disagrees with them is refused, not rewritten.  MQ_GRPC_PORT chooses the
+gRPC endpoint's port of a first start (default 8081 + the broker port's distance from 10911).
 
 Every port of every process is checked free (bindable) before anything starts, and the cluster
 is "up" once every one of them accepts connections.  Each process runs in a session of its own,
@@ -39,6 +40,7 @@ from mq.cluster import BIN, port_bindable, port_open
 
 NAMESRV_PORT = 9876
 BROKER_PORT = 10911
+GRPC_PORT = 8081
 PORT_WAIT_S = 60          # a started process has this long to open every port it listens on
 STOP_WAIT_S = 75          # a clean stop (SIGTERM) this long, then SIGKILL to its session (a DLedger
                           # leader hands over and forwards for dLegerForwardOnStopMs, 35 s, first)
@@ -51,11 +53,14 @@ class SetupError(Exception):
     """The cluster cannot start as asked; str() is the one line to print."""
 
 
-def embedded_config(run_dir: str, ns_port: int, broker_port: int) -> tuple[str, str]:
+def embedded_config(run_dir: str, ns_port: int, broker_port: int, grpc_port: int | None = None) -> tuple[str, str]:
     """The text of `make run`'s namesrv.properties and broker.conf: conf/broker.conf's and
     conf/namesrv.properties's values with the run directory's paths, the ACL file under it, and
     small files (a 64 MiB CommitLog file and a 4 MiB message index file instead of RocketMQ's
-    1 GiB and 420 MB)."""
+    1 GiB and 420 MB), and the gRPC endpoint for 5.x clients on grpc_port, by default GRPC_PORT +
+    (broker_port - BROKER_PORT): 8081 (RocketMQ 5's proxy port) beside 10911, 8091 beside 10921."""
+    if grpc_port is None:
+        grpc_port = GRPC_PORT + broker_port - BROKER_PORT
     namesrv = (f"listenPort={ns_port}\nlistenAddress=127.0.0.1\n"
                f"kvConfigPath={run_dir}/namesrv/kvConfig.json\n")
     broker = "\n".join([
@@ -66,18 +71,23 @@ def embedded_config(run_dir: str, ns_port: int, broker_port: int) -> tuple[str, 
         f"namesrvAddr=127.0.0.1:{ns_port}", f"listenPort={broker_port}", "brokerIP1=127.0.0.1",
         "listenAddress=127.0.0.1", f"storePathRootDir={run_dir}/store",
         f"rocketmqHome={run_dir}",
-        "mappedFileSizeCommitLog=67108864", "maxHashSlotNum=50000", "maxIndexNum=200000", ""])
+        "mappedFileSizeCommitLog=67108864", "maxHashSlotNum=50000", "maxIndexNum=200000",
+        "# the gRPC endpoint for RocketMQ 5.x clients (mq.gateway); 0 turns it off",
+        f"grpcServerPort={grpc_port}", ""])
     return namesrv, broker
 
 
 def _broker_ports(cfg) -> list[tuple[int, str]]:
     """Every port a broker listens on, with what it is: the fast port and listenPort, then the
-    HA port (listenPort+1; a master's) or, in DLedger mode, its own DLedger peer port."""
+    HA port (listenPort+1; a master's) or, in DLedger mode, its own DLedger peer port, then the
+    gRPC port when it serves one."""
     ports = [(cfg.fast_port, "fast port (listenPort-2)"), (cfg.listenPort, "listenPort")]
     if cfg.enableDLegerCommitLog:
         ports.append((cfg.store_config().dledger_peers[cfg.dLegerSelfId][1], "DLedger peer port (dLegerPeers)"))
     elif cfg.brokerRole != "SLAVE":
         ports.append((cfg.ha_port, "HA port (listenPort+1)"))
+    if cfg.grpcServerPort and not cfg.aclEnable:
+        ports.append((cfg.grpcServerPort, "gRPC port (grpcServerPort)"))
     return ports
 
 
@@ -295,12 +305,13 @@ def _refuse_other_port(env: str, want: int | None, path: str, have: int) -> None
 def plan_single(run_dir: str) -> Plan:
     """`make run`: run_dir/namesrv.properties and run_dir/broker.conf, kept once written."""
     ns_env, broker_env = _env_port("MQ_NAMESRV_PORT"), _env_port("MQ_BROKER_PORT")
+    grpc_env = _env_port("MQ_GRPC_PORT")
     writes: dict[str, str] = {}
     ns_path, broker_path = os.path.join(run_dir, "namesrv.properties"), os.path.join(run_dir, "broker.conf")
     ns_default, _ = embedded_config(run_dir, ns_env or NAMESRV_PORT, BROKER_PORT)
     namesrv, ns_port = _namesrv_member(run_dir, _kept(ns_path, ns_default, writes), ns_path)
     _refuse_other_port("MQ_NAMESRV_PORT", ns_env, ns_path, ns_port)
-    _, broker_default = embedded_config(run_dir, ns_port, broker_env or BROKER_PORT)
+    _, broker_default = embedded_config(run_dir, ns_port, broker_env or BROKER_PORT, grpc_env)
     (_, port, ports, cluster), = _brokers({broker_path: _kept(broker_path, broker_default, writes)})
     _refuse_other_port("MQ_BROKER_PORT", broker_env, broker_path, port)
     broker = Member("broker", [os.path.join(BIN, "mqbroker"), "-c", broker_path], ports,

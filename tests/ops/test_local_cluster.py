@@ -25,6 +25,7 @@ from mq.broker.config import BrokerConfig
 from mq.cli.local import embedded_config, localize
 from mq.cluster import BIN, DLedgerGroup, NameServer, free_port, port_open, processes_of_group, wait_for
 from mq.store.config import load_properties_file, parse_properties
+from tests.gateway.helpers import run_client5
 
 MIB = 1024 * 1024
 UP = "local cluster up"
@@ -112,7 +113,7 @@ def launchers():
 
 def single_env(tmp_path) -> dict:
     return {"MQ_RUN_DIR": str(tmp_path / "run"), "MQ_NAMESRV_PORT": str(free_port()),
-            "MQ_BROKER_PORT": str(free_port((-2, 0, 1)))}
+            "MQ_BROKER_PORT": str(free_port((-2, 0, 1))), "MQ_GRPC_PORT": str(free_port())}
 
 
 def mqadmin(*args: str) -> subprocess.CompletedProcess:
@@ -194,6 +195,10 @@ def test_make_run_checks_ports_first_and_keeps_its_config(tmp_path, launchers):
     mqadmin("updateTopic", "-n", ns, "-c", "DefaultCluster", "-t", "DemoTopic")
     demo = subprocess.run([sys.executable, "-m", "mq.cli.demo_client", ns], capture_output=True, text=True, timeout=120)
     assert demo.returncode == 0, demo.stdout + demo.stderr
+    # the gRPC endpoint is on: the official 5.x producer sends through it
+    sent = run_client5({"op": "produce", "endpoint": f"127.0.0.1:{env['MQ_GRPC_PORT']}", "topic": "DemoTopic",
+                        "messages": [{"body": "from a 5.x client"}]})["sent"]
+    assert "message_id" in sent[0], sent
     assert disk_bytes(str(run_dir)) < 256 * MIB, disk_bytes(str(run_dir))
 
     for extra, expect in (({}, ["is in use", "MQ_RUN_DIR"]),
@@ -207,7 +212,9 @@ def test_make_run_checks_ports_first_and_keeps_its_config(tmp_path, launchers):
     other = tmp_path / "run2"                   # a directory of its own, but its broker.conf names run/'s store
     other.mkdir()
     (other / "broker.conf").write_text(conf_text.replace(f"listenPort={env['MQ_BROKER_PORT']}",
-                                                         f"listenPort={free_port((-2, 0, 1))}"))
+                                                         f"listenPort={free_port((-2, 0, 1))}")
+                                       .replace(f"grpcServerPort={env['MQ_GRPC_PORT']}",
+                                                f"grpcServerPort={free_port()}"))
     clash = subprocess.run([sys.executable, "-m", "mq.cli.local"], capture_output=True, text=True, timeout=120,
                            stdin=subprocess.DEVNULL, env={**os.environ, "MQ_RUN_DIR": str(other),
                                                           "MQ_NAMESRV_PORT": str(free_port())})
