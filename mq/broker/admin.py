@@ -7,7 +7,7 @@ DELETE_TOPIC_IN_BROKER 215, GET_ALL_TOPIC_CONFIG 21, GET_ALL_CONSUMER_OFFSET 43,
 GET_ALL_DELAY_OFFSET 45, GET_ALL_SUBSCRIPTIONGROUP_CONFIG 201,
 UPDATE_AND_CREATE_SUBSCRIPTIONGROUP 200, GET_BROKER_RUNTIME_INFO 28,
 GET_BROKER_CONFIG 26, VIEW_MESSAGE_BY_ID 33, GET_TOPIC_STATS_INFO 202,
-GET_CONSUME_STATS 208; the ACL accounts: UPDATE_AND_CREATE_ACL_CONFIG 50, DELETE_ACL_CONFIG 51,
+GET_CONSUME_STATS 208, GET_TOPIC_CONFIG 351 (RocketMQ 5's: one topic, its attributes too); the ACL accounts: UPDATE_AND_CREATE_ACL_CONFIG 50, DELETE_ACL_CONFIG 51,
 UPDATE_GLOBAL_WHITE_ADDRS_CONFIG 53 (edits of plain_acl.yml, mq.acl.plain).
 
 The bodies RocketMQ's tools decode (GET_BROKER_RUNTIME_INFO's KVTable, GET_TOPIC_STATS_INFO's
@@ -23,7 +23,8 @@ from mq.store import StoreError
 from mq.store.commitlog import INT64_MAX, INT64_MIN
 from mq.wire.adminbodies import (RUNTIME_INFO_CAPACITY, encode_consume_stats, encode_kv_table, encode_lock_batch,
                                  encode_topic_stats)
-from mq.wire.topics import TOPIC_LEN_MAX, TOPIC_RE
+from mq.wire.errors import MalformedError
+from mq.wire.topics import TOPIC_LEN_MAX, TOPIC_RE, apply_attributes
 
 from .metadata import dumps, topic_config
 from .send import BadRequest, as_bool, as_int, check_group, header_int
@@ -117,6 +118,7 @@ class AdminProcessor(Processor):
             R.GET_EARLIEST_MSG_STORETIME: self.earliest_time, R.LOCK_BATCH_MQ: self.lock_batch,
             R.UNLOCK_BATCH_MQ: self.unlock_batch, R.UPDATE_AND_CREATE_TOPIC: self.update_topic,
             R.DELETE_TOPIC_IN_BROKER: self.delete_topic, R.GET_ALL_TOPIC_CONFIG: self.all_topics,
+            R.GET_TOPIC_CONFIG: self.topic_config,
             R.GET_ALL_CONSUMER_OFFSET: self.all_offsets, R.GET_ALL_DELAY_OFFSET: self.all_delay,
             R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.all_groups,
             R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.update_group,
@@ -279,8 +281,25 @@ class AdminProcessor(Processor):
             return make_response(cmd, RC.INVALID_PARAMETER, "queue numbers must be between 1 and 1024")
         tc = topic_config(topic, read, write, perm, as_int(h.get("topicSysFlag"), 0), as_bool(h.get("order")))
         tc["topicFilterType"] = h.get("topicFilterType") or "SINGLE_TAG"
+        # RocketMQ 5's attributes ("+message.type=FIFO"): changes to the topic's, kept otherwise
+        old = await self.meta.topic(topic)
+        try:
+            attrs = apply_attributes((old or {}).get("attributes") or {}, h.get("attributes") or "")
+        except MalformedError as e:
+            return make_response(cmd, RC.INVALID_PARAMETER, str(e))
+        if attrs:
+            tc = {"attributes": attrs, **tc}
         await self.meta.put_topic(tc)
         return make_response(cmd, RC.SUCCESS)
+
+    async def topic_config(self, conn, cmd):
+        """GET_TOPIC_CONFIG (RocketMQ 5): the topic's TopicConfig JSON (TopicConfigAndQueueMapping
+        without a mapping: this broker has no static topics); TOPIC_NOT_EXIST when it has none."""
+        topic = (cmd.ext_fields or {}).get("topic", "")
+        tc = await self.meta.topic(topic) if topic else None
+        if tc is None:
+            return make_response(cmd, RC.TOPIC_NOT_EXIST, f"No topic in this broker. topic: {topic}")
+        return make_response(cmd, RC.SUCCESS, body=dumps(tc))
 
     async def delete_topic(self, conn, cmd):
         topic = (cmd.ext_fields or {}).get("topic", "")

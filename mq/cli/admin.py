@@ -5,6 +5,7 @@
     mqadmin topicRoute       -n NS -t TOPIC;  topicClusterList -n NS -t TOPIC
     mqadmin topicStatus      -n NS -t TOPIC
     mqadmin updateTopic      -n NS (-c CLUSTER | -b BROKER_ADDR) -t TOPIC [-r 8] [-w 8] [-p 6] [-o false]
+                             [-a +message.type=FIFO]
     mqadmin updateTopicPerm  -n NS (-c CLUSTER | -b BROKER_ADDR) -t TOPIC -p PERM
     mqadmin updateOrderConf  -n NS -t TOPIC -m (get | put -v BROKER:NUM;... | delete)
     mqadmin deleteTopic      -n NS -c CLUSTER -t TOPIC
@@ -62,6 +63,8 @@ from datetime import datetime
 from mq import loop as mq_loop
 from mq.client import AdminClient, MQClientError, RemotingError, TopicConfig
 from mq.wire.codes import RequestCode as R
+from mq.wire.errors import MalformedError
+from mq.wire.topics import apply_attributes
 
 PROG = "mqadmin"
 COMMAND_TIMEOUT_S = 60.0
@@ -197,7 +200,12 @@ async def topic_status(admin: AdminClient, args) -> int:
 
 
 async def update_topic(admin: AdminClient, args) -> int:
-    config = TopicConfig(args.topic, args.readQueueNums, args.writeQueueNums, args.perm, order=args.order)
+    try:
+        attrs = apply_attributes({}, args.attributes or "")
+    except MalformedError as e:
+        raise SystemExit(f"mqadmin updateTopic: error: -a: {e}") from None
+    config = TopicConfig(args.topic, args.readQueueNums, args.writeQueueNums, args.perm, order=args.order,
+                         attributes=attrs)
     addrs = await admin.create_topic(config, cluster=args.clusterName, broker_addr=args.brokerAddr)
     for addr in addrs:
         print(f"create topic to {addr} success.")
@@ -958,7 +966,9 @@ COMMANDS = {
                      (("-r", "--readQueueNums"), dict(type=_nonneg, default=8, help="read queue nums (8)")),
                      (("-w", "--writeQueueNums"), dict(type=_nonneg, default=8, help="write queue nums (8)")),
                      (("-p", "--perm"), dict(type=_nonneg, default=6, help="permission: 2 W, 4 R, 6 RW (6)")),
-                     (("-o", "--order"), dict(type=_bool, default=False, help="order topic (true|false)"))],
+                     (("-o", "--order"), dict(type=_bool, default=False, help="order topic (true|false)")),
+                     (("-a", "--attributes"), dict(help="RocketMQ 5's topic attributes, e.g. +message.type=FIFO "
+                                                        "(NORMAL, FIFO, DELAY, TRANSACTION, MIXED)"))],
                     [[(("-b", "--brokerAddr"), dict(help="create the topic on this broker")),
                       (("-c", "--clusterName"), dict(help="create the topic on every master of this cluster"))]]),
     "deleteTopic": (delete_topic, "Delete topic from brokers and name servers",

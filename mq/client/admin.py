@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from mq.remoting import RemotingError
 from mq.wire.codes import RequestCode as R, ResponseCode as RC
-from mq.wire.topics import TopicConfig
+from mq.wire.topics import TopicConfig, attributes_text
 from mq.options import parse_properties
 from mq.wire import adminbodies as bodies
 from mq.wire import commitlog as wcl
@@ -128,6 +128,8 @@ class AdminClient:
                "writeQueueNums": config.write_queue_nums, "perm": config.perm,
                "topicFilterType": config.topic_filter_type, "topicSysFlag": config.topic_sys_flag,
                "order": config.order}
+        if config.attributes:
+            ext["attributes"] = attributes_text(config.attributes)
         for addr in addrs:
             await self.instance.invoke_ok(addr, R.UPDATE_AND_CREATE_TOPIC, ext, timeout_s=self.timeout_s)
         return addrs

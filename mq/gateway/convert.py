@@ -16,7 +16,9 @@ from __future__ import annotations
 
 from mq.wire.codes import ResponseCode as RC
 from mq.wire.grpc5 import Code, Encoding, MessageType
-from mq.wire.topics import TOPIC_LEN_MAX, TOPIC_RE
+from mq.wire.topics import AUTO_CREATE_TOPIC, SEND_PROTECTED_TOPICS, TOPIC_LEN_MAX, TOPIC_RE
+
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"
 
 USER_PROPERTIES_MAX = 128
 USER_PROPERTY_BYTES_MAX = 16 * 1024
@@ -51,9 +53,12 @@ def _control(s: str) -> bool:
 
 
 def check_topic(name: str) -> None:
+    """A topic a 5.x client may name: legal, and not a system topic (GrpcValidator)."""
     if not name or len(name.encode()) > TOPIC_LEN_MAX or TOPIC_RE.match(name) is None:
         raise Refused(Code.ILLEGAL_TOPIC, f"topic {name[:200]!r} is not a legal topic name (1-{TOPIC_LEN_MAX} "
                                           f"characters of a-z A-Z 0-9 % | _ -)")
+    if name in SEND_PROTECTED_TOPICS or name == AUTO_CREATE_TOPIC or name.startswith(SYSTEM_TOPIC_PREFIX):
+        raise Refused(Code.ILLEGAL_TOPIC, f"topic {name} is a system topic")
 
 
 def check_group(name: str) -> None:

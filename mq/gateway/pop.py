@@ -138,8 +138,10 @@ class _Ck:
 
 
 class PopService:
-    def __init__(self, remoting: RemotingClient, broker_addr: str, broker_name: str, cluster: str):
+    def __init__(self, remoting: RemotingClient, broker_addr: str, broker_name: str, cluster: str, stats=None):
+        """stats: a GatewayStats (revived messages are counted there)."""
         self.remoting = remoting
+        self.stats = stats
         self.broker_addr = broker_addr
         self.broker_name = broker_name
         self.revive_topic = revive_topic(cluster)
@@ -199,7 +201,8 @@ class PopService:
                 recs = list(wcl.iter_record_values(r.body))
             except WireError as e:
                 raise Refused(Code.INTERNAL_SERVER_ERROR, f"the broker's pull answer is malformed: {e}") from None
-        elif r.code == RC.SUBSCRIPTION_PARSE_FAILED:
+        elif r.code == RC.SUBSCRIPTION_PARSE_FAILED or (r.code == RC.SYSTEM_ERROR and expr_type == "SQL92"):
+            # a filter that does not parse, or SQL92 on a broker without enablePropertyFilter
             raise Refused(Code.ILLEGAL_FILTER_EXPRESSION, r.remark or f"filter {expr!r} does not parse")
         elif r.code == RC.SUBSCRIPTION_GROUP_NOT_EXIST:
             raise Refused(Code.CONSUMER_GROUP_NOT_FOUND, r.remark or f"group {group} does not exist")
@@ -375,6 +378,8 @@ class PopService:
                     break
                 del ck.pending[offset]
                 self.revived += 1
+                if self.stats is not None:
+                    self.stats.messages("revived")
             if not ck.pending:
                 del self._cks[key]
         oldest = min((ck.revive_offset for ck in self._cks.values()), default=self._scan_offset)

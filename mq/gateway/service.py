@@ -6,17 +6,23 @@ broker's port) and to the name servers (routes).  Every policy of the 4.x path -
 flush and replication waits, DLedger, disk full, permissions - is therefore the broker's own,
 answered once; the gateway maps the answer to a Status code (mq.gateway.convert).
 
-Served: QueryRoute, Telemetry (client settings both ways), Heartbeat, NotifyClientTermination,
-SendMessage (NORMAL messages: a 4.x topic has no message type, so it takes NORMAL only, as
-RocketMQ 5 treats a topic without the message.type attribute).  The other RPCs are not
-registered: grpc answers them UNIMPLEMENTED, as the Java proxy does for the ones it lacks.
+Served: QueryRoute, Telemetry (client settings both ways, and the server's transaction checks),
+Heartbeat, NotifyClientTermination, SendMessage, EndTransaction, and POP (mq.gateway.pop):
+ReceiveMessage, AckMessage, ChangeInvisibleDuration, QueryAssignment.  A topic takes the message
+types its RocketMQ 5 attribute message.type names (NORMAL without one: every 4.x topic); FIFO
+messages of a group go to one queue (the proxy's consistent hash of the group); DELAY messages
+take the broker's next delay level up (the proxy's useDelayLevel rule: no timer wheel here);
+TRANSACTION messages are 4.x half messages, the broker's checks relayed to a 5.x producer of the
+topic on its Telemetry stream.  The other RPCs are not registered: grpc answers them
+UNIMPLEMENTED, as the Java proxy does for the ones it lacks.
 
 Errors: every refusal is a Status in the response body with the Code a 5.x client expects (the
 Java proxy's choice); the gRPC status stays OK.  An exception in a handler (a bug) is answered
 INTERNAL_SERVER_ERROR in the body and logged, never a gRPC INTERNAL.
 
 Limits, named: ROUTE_TTL_S (a topic's route is read from the name server at most that often per
-topic, and at once when a send finds no queue of this broker in it); SETTINGS_MAX clients'
+topic, and at once when a send finds no queue of this broker in it; a topic's message.type from
+the broker likewise); ENDPOINT_TTL_S (another broker's gRPC port, asked of it); SETTINGS_MAX clients'
 settings kept (the oldest dropped past it; a client re-sends its settings every 5 minutes)."""
 from __future__ import annotations
 
@@ -27,6 +33,8 @@ import random
 import time
 from collections import OrderedDict
 
+import orjson
+
 from mq.client.route import TopicRouteData
 from mq.remoting import RemotingClient, RemotingError
 from mq.wire.codes import RequestCode as R, ResponseCode as RC
@@ -35,15 +43,21 @@ from mq.wire.grpc5 import AddressScheme, ClientType, Code, MessageType, Permissi
 from mq.wire.headers import send_v2
 from mq.wire.msgid import offset_msg_id
 from mq.wire.properties import properties_to_string
-from mq.wire.topics import AUTO_CREATE_TOPIC, PERM_READ, PERM_WRITE
+from mq.wire import commitlog as wcl
+from mq.wire.errors import WireError
+from mq.wire.msgid import decode_offset_msg_id
+from mq.wire.properties import decode_properties
+from mq.wire.topics import AUTO_CREATE_TOPIC, MESSAGE_TYPE_KEY, PERM_READ, PERM_WRITE
 
 from .convert import Refused, check_group, check_topic, message_type_of, send_code, to_message, to_properties
 from .options import GatewayOptions
-from .pop import BATCH_MAX, INVISIBLE_MAX_MS, INVISIBLE_MIN_MS, POLL_INTERVAL_S, PopService
+from .stats import GatewayStats
+from .pop import BATCH_MAX, INVISIBLE_MAX_MS, INVISIBLE_MIN_MS, POLL_INTERVAL_S, Popped, PopService
 
 log = logging.getLogger("mq.gateway")
 
 ROUTE_TTL_S = 5.0
+ENDPOINT_TTL_S = 60.0
 SETTINGS_MAX = 65536
 NAMESRV_TIMEOUT_S = 3.0
 SEND_TIMEOUT_S = 10.0
@@ -55,6 +69,15 @@ CONSUMER_BACKOFF_S = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 
 CONSUMER_MAX_ATTEMPTS = 17
 RECEIVE_BATCH_SIZE = 32
 LONG_POLLING_S_DEFAULT = 20
+DELAY_MAX_MS = 24 * 3600 * 1000          # the proxy's maxDelayTimeMills
+TRANSACTIONS_MAX = 65536                 # transactions remembered for EndTransaction (the oldest dropped)
+RECOVERY_S_MAX = 3600                    # orphaned_transaction_recovery_duration (maxTransactionRecoverySecond)
+BROKER_HEARTBEAT_S = 10.0                # the gateway's producer registrations with its broker
+# a topic's message.type -> the types QueryRoute lists (RouteActivity.parseTopicMessageType)
+ACCEPTED = {"NORMAL": (MessageType.NORMAL,), "FIFO": (MessageType.FIFO,), "DELAY": (MessageType.DELAY,),
+            "TRANSACTION": (MessageType.TRANSACTION,),
+            "MIXED": (MessageType.NORMAL, MessageType.FIFO, MessageType.DELAY, MessageType.TRANSACTION),
+            None: (MessageType.MESSAGE_TYPE_UNSPECIFIED,)}
 
 
 def status(code: Code, text: str = ""):
@@ -93,18 +116,70 @@ class MessagingService:
         self.namesrvs = [a.strip() for a in opts.namesrv_addr.split(";") if a.strip()]
         self.max_body_bytes = opts.max_message_bytes
         self.remoting = RemotingClient()
-        self.pop = PopService(self.remoting, opts.broker_addr, opts.broker_name, opts.cluster)
+        self.stats = GatewayStats(opts.store_root)
+        self.pop = PopService(self.remoting, opts.broker_addr, opts.broker_name, opts.cluster, self.stats)
         self._routes: dict[str, tuple[float, TopicRouteData | None]] = {}
         self._settings: OrderedDict[str, object] = OrderedDict()     # client id -> its Settings
         self._rr = itertools.count(random.randrange(1 << 16))
+        self._types: dict[str, tuple[float, str | None]] = {}        # topic -> (read at, message.type)
+        self._endpoints: dict[str, tuple[float, tuple | None]] = {}  # broker addr -> (read at, its gRPC host, port)
+        self._streams: dict[str, asyncio.Queue] = {}                 # client id -> its Telemetry's outgoing commands
+        # transaction id -> (topic, commit-log offset, queue offset of the half) for EndTransaction
+        self._transactions: OrderedDict[str, tuple[str, int, int]] = OrderedDict()
+        self.delay_levels_ms = list(opts.delay_levels_ms)
+        self.remoting.push_handlers[R.CHECK_TRANSACTION_STATE] = self._on_check
+        self._heartbeat_task: asyncio.Task | None = None
         self.requests = 0
 
     async def start(self) -> None:
+        self.stats.start()
         await self.pop.start()
+        self._heartbeat_task = asyncio.get_running_loop().create_task(self._broker_heartbeats())
 
     async def close(self) -> None:
+        if self._heartbeat_task is not None:
+            self._heartbeat_task.cancel()
         await self.pop.close()
         await self.remoting.close()
+        self.stats.close()
+
+    async def topic_type(self, topic: str) -> str | None:
+        """The topic's message.type (GET_TOPIC_CONFIG): NORMAL without one (every 4.x topic);
+        asked of this broker, else of the masters of the topic's route (a member that has not
+        synced the topic yet, a topic on other brokers only); None when none has it.  Cached
+        ROUTE_TTL_S."""
+        now = time.monotonic()
+        hit = self._types.get(topic)
+        if hit is not None and now - hit[0] < ROUTE_TTL_S:
+            return hit[1]
+        kind = await self._topic_type_at(self.broker_addr, topic)
+        if kind is None:
+            route = await self.route(topic)
+            for bd in route.broker_datas if route is not None else ():
+                master = bd.broker_addrs.get(0)
+                if master is not None and master != self.broker_addr:
+                    kind = await self._topic_type_at(master, topic)
+                    if kind is not None:
+                        break
+        if len(self._types) > 4096:
+            self._types.clear()
+        self._types[topic] = (now, kind)
+        return kind
+
+    async def _topic_type_at(self, addr: str, topic: str) -> str | None:
+        try:
+            r = await self.remoting.invoke(addr, self.remoting.request(R.GET_TOPIC_CONFIG, {"topic": topic}),
+                                           NAMESRV_TIMEOUT_S)
+        except RemotingError as e:
+            if addr == self.broker_addr:
+                raise Refused(Code.PROXY_TIMEOUT, f"the broker did not answer: {e}") from None
+            return None
+        if r.code != RC.SUCCESS:
+            return None
+        try:
+            return (orjson.loads(r.body).get("attributes") or {}).get(MESSAGE_TYPE_KEY, "NORMAL")
+        except (ValueError, AttributeError):
+            return "NORMAL"
 
     # ---- helpers ------------------------------------------------------------------------------
     @staticmethod
@@ -138,13 +213,33 @@ class MessagingService:
             return data
         raise Refused(Code.PROXY_TIMEOUT, f"no name server answered the route query: {last}")
 
-    def endpoints_of(self, broker_addr: str):
+    async def endpoints_of(self, broker_addr: str):
         """The gRPC endpoints of the broker at 4.x address broker_addr: ours exactly; another's
-        host with our grpcServerPort (RocketMQ 5's local mode: every broker serves gRPC on the same port)."""
+        brokerIP1 and grpcServerPort, asked of it (GET_BROKER_CONFIG, kept ENDPOINT_TTL_S), so
+        brokers on one host may serve gRPC on ports of their own; a broker that does not answer
+        or serves no gRPC: its host with our port (RocketMQ 5's local mode, which assumes one port)."""
         if broker_addr == self.broker_addr:
             host, port = self.grpc_host, self.grpc_port
         else:
-            host, port = broker_addr.rsplit(":", 1)[0], self.grpc_port
+            now = time.monotonic()
+            hit = self._endpoints.get(broker_addr)
+            if hit is None or now - hit[0] >= ENDPOINT_TTL_S:
+                found = None
+                try:
+                    r = await self.remoting.invoke(broker_addr, self.remoting.request(R.GET_BROKER_CONFIG),
+                                                   NAMESRV_TIMEOUT_S)
+                    if r.code == RC.SUCCESS:
+                        kv = dict(line.split("=", 1) for line in (r.body or b"").decode(errors="replace").splitlines()
+                                  if "=" in line)
+                        gport = int(kv.get("grpcServerPort", "0") or 0)
+                        if gport > 0:
+                            found = (kv.get("brokerIP1") or broker_addr.rsplit(":", 1)[0], gport)
+                except (RemotingError, ValueError) as e:
+                    log.debug("broker %s's gRPC port unknown: %s", broker_addr, e)
+                if len(self._endpoints) > 4096:
+                    self._endpoints.clear()
+                hit = self._endpoints[broker_addr] = (now, found)
+            host, port = hit[1] or (broker_addr.rsplit(":", 1)[0], self.grpc_port)
         ep = msg("Endpoints")(scheme=int(_scheme(host)))
         ep.addresses.add(host=host, port=port)
         return ep
@@ -161,6 +256,10 @@ class MessagingService:
             return Resp(status=status(e.code, e.text))
         if route is None or not route.queue_datas:
             return Resp(status=status(Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist"))
+        try:
+            accepted = [int(t) for t in ACCEPTED[await self.topic_type(topic)]]
+        except Refused as e:
+            return Resp(status=status(e.code, e.text))
         resp = Resp(status=status(Code.OK))
         brokers = {b.broker_name: b for b in route.broker_datas}
         for qd in route.queue_datas:
@@ -178,13 +277,13 @@ class MessagingService:
             else:
                 perms = [Permission.NONE] * max(1, r, w)
             for broker_id, addr in sorted(bd.broker_addrs.items()):
-                ep = self.endpoints_of(addr)
+                ep = await self.endpoints_of(addr)
                 for qid, perm in enumerate(perms):
                     q = resp.message_queues.add(id=qid, permission=int(perm))
                     q.topic.CopyFrom(request.topic)
                     q.broker.name, q.broker.id = qd.broker_name, broker_id
                     q.broker.endpoints.CopyFrom(ep)
-                    q.accept_message_types.append(int(MessageType.NORMAL))
+                    q.accept_message_types.extend(accepted)
         return resp
 
     # ---- clients: Telemetry, Heartbeat, NotifyClientTermination ---------------------------------
@@ -225,30 +324,56 @@ class MessagingService:
             raise Refused(Code.BAD_REQUEST, "settings without publishing or subscription")
 
     async def Telemetry(self, request_iterator, context):
-        """The client's long-lived stream: each Settings it sends is kept (for Heartbeat and what
-        comes later) and answered with the server's; the stream stays open until the client ends it."""
+        """The client's long-lived stream: each Settings it sends is kept (for Heartbeat, and to
+        find the producers of a topic for a transaction check) and answered with the server's;
+        the server's own commands (RecoverOrphanedTransactionCommand) go out on it too.  Open
+        until the client ends it."""
         Cmd = msg("TelemetryCommand")
         try:
             cid = self._client_id(context)
         except Refused as e:
             yield Cmd(status=status(e.code, e.text))
             return
-        async for cmd in request_iterator:
-            if cmd is None:                # not a TelemetryCommand (mq.gateway.role's decoder)
-                yield Cmd(status=status(Code.BAD_REQUEST, "a Telemetry frame that is not a TelemetryCommand"))
-                continue
-            if cmd.HasField("settings"):
-                try:
-                    self._check_settings(cmd.settings)
-                except Refused as e:
-                    yield Cmd(status=status(e.code, e.text))
-                    continue
-                self._settings[cid] = cmd.settings
-                self._settings.move_to_end(cid)
-                while len(self._settings) > SETTINGS_MAX:
-                    self._settings.popitem(last=False)
-                yield Cmd(status=status(Code.OK), settings=self._merged_settings(cmd.settings))
-            # thread stack traces and verify results answer commands this server never sends
+        out: asyncio.Queue = asyncio.Queue()
+        self._streams[cid] = out
+
+        async def read() -> None:
+            try:
+                async for cmd in request_iterator:
+                    out.put_nowait(self._telemetry_reply(cid, cmd))
+            except Exception as e:           # the client went away (cancelled stream, reset)
+                log.debug("Telemetry of %s ended: %s", cid, e)
+            finally:
+                out.put_nowait(None)
+        reader = asyncio.get_running_loop().create_task(read())
+        try:
+            while True:
+                reply = await out.get()
+                if reply is None:
+                    return
+                if reply is not False:
+                    yield reply
+        finally:
+            reader.cancel()
+            if self._streams.get(cid) is out:
+                del self._streams[cid]
+
+    def _telemetry_reply(self, cid: str, cmd):
+        """The answer to one command of a client's Telemetry stream (False: none)."""
+        Cmd = msg("TelemetryCommand")
+        if cmd is None:                    # not a TelemetryCommand (mq.gateway.role's decoder)
+            return Cmd(status=status(Code.BAD_REQUEST, "a Telemetry frame that is not a TelemetryCommand"))
+        if not cmd.HasField("settings"):
+            return False                   # stack traces and verify results answer commands never sent
+        try:
+            self._check_settings(cmd.settings)
+        except Refused as e:
+            return Cmd(status=status(e.code, e.text))
+        self._settings[cid] = cmd.settings
+        self._settings.move_to_end(cid)
+        while len(self._settings) > SETTINGS_MAX:
+            self._settings.popitem(last=False)
+        return Cmd(status=status(Code.OK), settings=self._merged_settings(cmd.settings))
 
     async def Heartbeat(self, request, context):
         Resp = msg("HeartbeatResponse")
@@ -293,6 +418,7 @@ class MessagingService:
             except Refused as e:
                 entry.status.CopyFrom(status(e.code, e.text))
         codes = {e.status.code for e in resp.entries}
+        self.stats.messages("sent", sum(1 for e in resp.entries if e.status.code == Code.OK))
         resp.status.CopyFrom(status(Code(codes.pop())) if len(codes) == 1 else status(Code.MULTIPLE_RESULTS))
         if resp.status.code != Code.MULTIPLE_RESULTS:
             resp.status.message = resp.entries[0].status.message
@@ -307,12 +433,42 @@ class MessagingService:
                     return qd.write_queue_nums
         return 0
 
+    def _delay_level(self, delay_ms: int) -> int:
+        """The smallest delay level longer than delay_ms, else the longest (the proxy's
+        useDelayLevel rule: this broker has the 4.x levels, not RocketMQ 5's timer wheel)."""
+        for i, level_ms in enumerate(self.delay_levels_ms):
+            if level_ms > delay_ms:
+                return i + 1
+        return len(self.delay_levels_ms)
+
     async def _send_one(self, m, topic: str, entry) -> None:
         kind = message_type_of(m.system_properties)
-        if kind != MessageType.NORMAL:
+        topic_kind = await self.topic_type(topic)
+        if topic_kind != "MIXED" and (topic_kind is None or kind.name != topic_kind):
             raise Refused(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
-                          f"topic {topic} takes NORMAL messages (a 4.x topic has no message type), not {kind.name}")
+                          f"topic {topic} takes {topic_kind or 'no'} messages here (message.type), not {kind.name}")
         props, sys_flag = to_properties(m, self.max_body_bytes)
+        sp = m.system_properties
+        if kind == MessageType.DELAY:
+            if not sp.HasField("delivery_timestamp"):
+                raise Refused(Code.ILLEGAL_DELIVERY_TIME, "a DELAY message needs a delivery_timestamp")
+            deliver_ms = sp.delivery_timestamp.seconds * 1000 + sp.delivery_timestamp.nanos // 1_000_000
+            delay_ms = deliver_ms - int(time.time() * 1000)
+            if delay_ms > DELAY_MAX_MS:
+                raise Refused(Code.ILLEGAL_DELIVERY_TIME, f"delivery time {deliver_ms} is more than "
+                                                          f"{DELAY_MAX_MS} ms ahead")
+            props["TIMER_DELIVER_MS"] = str(deliver_ms)
+            if delay_ms > 0:
+                props["DELAY"] = str(self._delay_level(delay_ms))
+        elif kind == MessageType.TRANSACTION:
+            props["TRAN_MSG"] = "true"
+            sys_flag |= wcl.TRANSACTION_PREPARED
+            if sp.HasField("orphaned_transaction_recovery_duration"):
+                secs = sp.orphaned_transaction_recovery_duration.seconds
+                if not 0 <= secs <= RECOVERY_S_MAX:
+                    raise Refused(Code.BAD_REQUEST, f"orphaned transaction recovery duration {secs} s is over "
+                                                    f"{RECOVERY_S_MAX} s")
+                props["CHECK_IMMUNITY_TIME_IN_SECONDS"] = str(secs)
         queues = await self._write_queues(topic)
         group = props.get("__SHARDINGKEY")
         if queues == 0:
@@ -321,7 +477,6 @@ class MessagingService:
             qid = guava_consistent_hash(java_string_hashcode(group), queues)
         else:
             qid = next(self._rr) % queues
-        sp = m.system_properties
         born_ms = (sp.born_timestamp.seconds * 1000 + sp.born_timestamp.nanos // 1_000_000
                    if sp.HasField("born_timestamp") else int(time.time() * 1000))
         ext = send_v2(producerGroup=topic, topic=topic, defaultTopic=AUTO_CREATE_TOPIC, defaultTopicQueueNums=4,
@@ -343,9 +498,101 @@ class MessagingService:
                 entry.offset = int(h.get("queueOffset", -1))
             except ValueError:
                 entry.offset = -1
+            if kind == MessageType.TRANSACTION and r.code == RC.SUCCESS:
+                try:
+                    phy = decode_offset_msg_id(h.get("msgId", ""))[2]
+                except (ValueError, WireError):
+                    phy = -1
+                self._remember(entry.transaction_id, topic, phy, entry.offset)
         if r.code != RC.SUCCESS:
             log.info("5.x send to %s answered %s by the broker (%s): %s", topic, r.code, code.name, r.remark)
 
+
+    # ---- transactions: EndTransaction, and the broker's checks relayed to producers ------------------
+    def _remember(self, transaction_id: str, topic: str, phy: int, queue_offset: int) -> None:
+        self._transactions[transaction_id] = (topic, phy, queue_offset)
+        self._transactions.move_to_end(transaction_id)
+        while len(self._transactions) > TRANSACTIONS_MAX:
+            self._transactions.popitem(last=False)
+
+    async def EndTransaction(self, request, context):
+        """COMMIT or ROLLBACK of a half message this gateway stored or relayed a check of: the
+        4.x END_TRANSACTION (one-way, as a 4.x producer sends it) to the broker."""
+        Resp = msg("EndTransactionResponse")
+        try:
+            self._client_id(context)
+            topic = request.topic.name
+            check_topic(topic)
+            if not request.transaction_id.strip():
+                raise Refused(Code.INVALID_TRANSACTION_ID, "the transaction id is blank")
+            data = self._transactions.get(request.transaction_id)
+            if data is None or data[1] < 0:
+                raise Refused(Code.INTERNAL_SERVER_ERROR, f"cannot find transaction data of {request.transaction_id}"
+                                                          f" (the broker's check will ask again)")
+        except Refused as e:
+            return Resp(status=status(e.code, e.text))
+        _, phy, queue_offset = data
+        decision = {1: 8, 2: 12}.get(request.resolution, 0)       # COMMIT 0x8, ROLLBACK 0xC, else 0 (ignored)
+        ext = {"producerGroup": topic, "tranStateTableOffset": queue_offset, "commitLogOffset": phy,
+               "commitOrRollback": decision, "fromTransactionCheck": request.source == 2,
+               "msgId": request.message_id, "transactionId": request.transaction_id}
+        try:
+            await self.remoting.invoke_oneway(self.broker_addr, self.remoting.request(R.END_TRANSACTION, ext))
+        except RemotingError as e:
+            return Resp(status=status(Code.PROXY_TIMEOUT, f"the broker did not take the end of the transaction: {e}"))
+        if decision:
+            self._transactions.pop(request.transaction_id, None)
+        return Resp(status=status(Code.OK))
+
+    async def _on_check(self, addr: str, cmd) -> None:
+        """CHECK_TRANSACTION_STATE from the broker (to this gateway, registered as a producer of
+        the topic's group): relayed as a RecoverOrphanedTransactionCommand to a 5.x producer of
+        the topic with an open Telemetry stream; none: the broker's next check asks again."""
+        h = cmd.ext_fields or {}
+        try:
+            (rec,) = list(wcl.iter_record_values(cmd.body or b""))
+            phy, queue_offset = int(h["commitLogOffset"]), int(h["tranStateTableOffset"])
+        except (ValueError, KeyError, WireError) as e:
+            log.warning("a transaction check from %s could not be read: %s", addr, e)
+            return
+        props = decode_properties(rec[17])
+        topic = rec[16]
+        tx = h.get("transactionId") or props.get("UNIQ_KEY", "")
+        self._remember(tx, topic, phy, queue_offset)
+        for cid in reversed(list(self._settings)):
+            s = self._settings[cid]
+            out = self._streams.get(cid)
+            if out is None or not s.HasField("publishing") or topic not in {t.name for t in s.publishing.topics}:
+                continue
+            host, port = addr.rsplit(":", 1)
+            p = Popped(topic, rec[2], rec[4], phy, bytes(rec[15]), props, rec[6], rec[7], f"{rec[8]}:{rec[9]}",
+                       rec[10], f"{rec[11]}:{rec[12]}", rec[13], "")
+            m = to_message(p, msg("Message"), h.get("offsetMsgId", ""))
+            m.system_properties.ClearField("receipt_handle")
+            c = msg("TelemetryCommand")()
+            c.recover_orphaned_transaction_command.message.CopyFrom(m)
+            c.recover_orphaned_transaction_command.transaction_id = tx
+            out.put_nowait(c)
+            return
+        log.info("transaction %s of %s: no 5.x producer of the topic is connected; the broker checks again", tx,
+                 topic)
+
+    async def _broker_heartbeats(self) -> None:
+        """Registers this gateway with its broker as a producer of every topic its 5.x producers
+        publish (a 5.x producer's group is its topic), so the broker's transaction checks reach it."""
+        cid = f"{self.grpc_host}@gateway-{self.grpc_port}"
+        while True:
+            topics = sorted({t.name for s in self._settings.values() if s.HasField("publishing")
+                             for t in s.publishing.topics})
+            if topics:
+                body = orjson.dumps({"clientID": cid, "consumerDataSet": [],
+                                     "producerDataSet": [{"groupName": t} for t in topics]})
+                try:
+                    await self.remoting.invoke(self.broker_addr, self.remoting.request(R.HEART_BEAT, None, body),
+                                               NAMESRV_TIMEOUT_S)
+                except RemotingError as e:
+                    log.debug("heartbeat to the broker failed: %s", e)
+            await asyncio.sleep(BROKER_HEARTBEAT_S)
 
     # ---- POP: ReceiveMessage, AckMessage, ChangeInvisibleDuration, QueryAssignment ---------------
     async def _read_queues(self, topic: str) -> int:
@@ -411,6 +658,7 @@ class MessagingService:
             yield Resp(status=status(Code.MESSAGE_NOT_FOUND, "no new message"))
         else:
             yield Resp(status=status(Code.OK))
+            self.stats.messages("received", len(popped))
             Message = msg("Message")
             for p in popped:
                 host, port = p.store_host.rsplit(":", 1)
@@ -433,6 +681,7 @@ class MessagingService:
             try:
                 await self.pop.ack(group, topic, e.receipt_handle)
                 out.status.CopyFrom(status(Code.OK))
+                self.stats.messages("acked")
             except Refused as r:
                 out.status.CopyFrom(status(r.code, r.text))
         codes = {e.status.code for e in resp.entries}
@@ -485,11 +734,11 @@ class MessagingService:
             q.id = -1
             q.permission = int(Permission.READ_WRITE if qd.perm & PERM_WRITE else Permission.READ)
             q.broker.name, q.broker.id = qd.broker_name, 0
-            q.broker.endpoints.CopyFrom(self.endpoints_of(master))
+            q.broker.endpoints.CopyFrom(await self.endpoints_of(master))
         if not resp.assignments:
             return Resp(status=status(Code.FORBIDDEN, "no readable queue"))
         return resp
 
 
 METHODS_SERVED = ("QueryRoute", "Telemetry", "Heartbeat", "NotifyClientTermination", "SendMessage", "ReceiveMessage",
-                  "AckMessage", "ChangeInvisibleDuration", "QueryAssignment")
+                  "AckMessage", "ChangeInvisibleDuration", "QueryAssignment", "EndTransaction")

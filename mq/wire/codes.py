@@ -71,6 +71,7 @@ class RequestCode:
     SEND_BATCH_MESSAGE = 320
     QUERY_DATA_VERSION = 322
     ADD_WRITE_PERM_OF_BROKER = 327
+    GET_TOPIC_CONFIG = 351          # RocketMQ 5: one topic's config (its attributes too)
 
 
 class ResponseCode:

@@ -11,7 +11,7 @@ min(defaultTopicQueueNums = 4, the default topic's write queues)."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import MalformedError
@@ -19,7 +19,7 @@ from .errors import MalformedError
 __all__ = ["PERM_PRIORITY", "PERM_READ", "PERM_WRITE", "PERM_INHERIT", "perm_to_string", "TOPIC_RE",
            "TOPIC_LEN_MAX", "AUTO_CREATE_TOPIC", "SCHEDULE_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT",
            "RETRY_PREFIX", "DLQ_PREFIX", "SEND_PROTECTED_TOPICS", "retry_topic", "dlq_topic", "reply_topic",
-           "TopicConfig"]
+           "TopicConfig", "TOPIC_ATTRIBUTES", "MESSAGE_TYPE_KEY", "apply_attributes", "attributes_text"]
 
 # PermName
 PERM_PRIORITY, PERM_READ, PERM_WRITE, PERM_INHERIT = 8, 4, 2, 1
@@ -38,6 +38,42 @@ DLQ_PREFIX = "%DLQ%"
 # producers may not send to these directly (NO_PERMISSION)
 SEND_PROTECTED_TOPICS = frozenset({SCHEDULE_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
                                    "TRANS_CHECK_MAX_TIME_TOPIC", SELF_TEST_TOPIC, OFFSET_MOVED_EVENT})
+
+
+# RocketMQ 5's topic attributes (TopicAttributes) that this broker knows: name -> allowed values.
+# message.type: the kinds of message a 5.x client may send to the topic (and QueryRoute's
+# accept_message_types); a topic without it is NORMAL (every 4.x topic).
+MESSAGE_TYPE_KEY = "message.type"
+TOPIC_ATTRIBUTES = {MESSAGE_TYPE_KEY: ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")}
+
+
+def apply_attributes(current: dict[str, str], text: str) -> dict[str, str]:
+    """RocketMQ 5's attributes header on `current`: "+name=value" sets, "-name" removes, items
+    separated by ','.  MalformedError for an unknown name, a value not allowed, or a bad item."""
+    out = dict(current)
+    for item in (t.strip() for t in (text or "").split(",")):
+        if not item:
+            continue
+        if item[0] == "+" and "=" in item:
+            name, value = item[1:].split("=", 1)
+            allowed = TOPIC_ATTRIBUTES.get(name)
+            if allowed is None:
+                raise MalformedError(f"unknown topic attribute {name!r} (known: {', '.join(TOPIC_ATTRIBUTES)})")
+            if value not in allowed:
+                raise MalformedError(f"topic attribute {name} is {value!r}, not one of {', '.join(allowed)}")
+            out[name] = value
+        elif item[0] == "-" and "=" not in item:
+            if item[1:] not in TOPIC_ATTRIBUTES:
+                raise MalformedError(f"unknown topic attribute {item[1:]!r}")
+            out.pop(item[1:], None)
+        else:
+            raise MalformedError(f"topic attribute item {item!r} is neither +name=value nor -name")
+    return out
+
+
+def attributes_text(attrs: dict[str, str]) -> str:
+    """The header form of attrs (every one set): "+name=value,..."."""
+    return ",".join(f"+{k}={v}" for k, v in sorted(attrs.items()))
 
 
 def perm_to_string(perm: int) -> str:
@@ -79,11 +115,15 @@ class TopicConfig:
     topic_sys_flag: int = 0
     topic_filter_type: str = "SINGLE_TAG"
     order: bool = False
+    attributes: dict = field(default_factory=dict)   # RocketMQ 5's (TOPIC_ATTRIBUTES); in the JSON only when set
 
     def to_obj(self) -> dict:
-        return {"order": self.order, "perm": self.perm, "readQueueNums": self.read_queue_nums,
-                "topicFilterType": self.topic_filter_type, "topicName": self.topic_name,
-                "topicSysFlag": self.topic_sys_flag, "writeQueueNums": self.write_queue_nums}
+        obj = {"order": self.order, "perm": self.perm, "readQueueNums": self.read_queue_nums,
+               "topicFilterType": self.topic_filter_type, "topicName": self.topic_name,
+               "topicSysFlag": self.topic_sys_flag, "writeQueueNums": self.write_queue_nums}
+        if self.attributes:
+            obj = {"attributes": dict(self.attributes), **obj}
+        return obj
 
     @classmethod
     def from_obj(cls, obj: Any, name: str | None = None) -> "TopicConfig":
@@ -99,7 +139,9 @@ class TopicConfig:
                    write_queue_nums=_int(obj, "writeQueueNums", 16), perm=_int(obj, "perm", 6),
                    topic_sys_flag=_int({"f": sys_flag}, "f", 0),
                    topic_filter_type=str(obj.get("topicFilterType") or "SINGLE_TAG"),
-                   order=bool(obj.get("order", False)))
+                   order=bool(obj.get("order", False)),
+                   attributes={str(k): str(v) for k, v in (obj.get("attributes") or {}).items()}
+                   if isinstance(obj.get("attributes"), dict) else {})
 
     def compact(self) -> str:
         """TopicConfig.encode(): the compressed-register form (loses topicSysFlag and order)."""
@@ -121,4 +163,6 @@ class TopicConfig:
         return (f"TopicConfig [topicName={self.topic_name}, readQueueNums={self.read_queue_nums}, "
                 f"writeQueueNums={self.write_queue_nums}, perm={perm_to_string(self.perm)}, "
                 f"topicFilterType={self.topic_filter_type}, topicSysFlag={self.topic_sys_flag}, "
-                f"order={'true' if self.order else 'false'}]")
+                f"order={'true' if self.order else 'false'}"
+                + (f", attributes={{{', '.join(f'{k}={v}' for k, v in sorted(self.attributes.items()))}}}"
+                   if self.attributes else "") + "]")

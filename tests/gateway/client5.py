@@ -6,8 +6,12 @@ official 4.x C++ client's, so the two cannot share the tests' venv).
 
 Requests:
     {"op": "produce", "endpoint": "host:port", "topic": T,
-     "messages": [{"body": str, "tag": str?, "keys": [str]?, "props": {k: v}?, "group": str?}]}
-        -> {"sent": [{"message_id": id} | {"error": text}, ...]}
+     "messages": [{"body": str, "tag": str?, "keys": [str]?, "props": {k: v}?, "group": str?,
+                   "delay_s": int?, "tx": "commit" | "rollback" | "leave"?}],
+     "wait_checks": N?, "check_answer": "commit" | "rollback"?, "linger_s": s?}
+        -> {"sent": [{"message_id": id} | {"error": text}, ...], "checked": [message ids]}
+        (with a "tx" message the producer has a TransactionChecker answering check_answer; it
+        waits for wait_checks checks, then linger_s)
     {"op": "receive", "endpoint", "group", "topic", "expression"?: "*", "want": N, "invisible_s": 15,
      "then": "ack" | "keep" | "change", "change_s"?: 1, "timeout_s": 60, "await_s"?: 2}
         SimpleConsumer: receives until `want` distinct messages came (or timeout_s), asking for
@@ -27,8 +31,17 @@ import time
 
 
 def produce(req: dict) -> dict:
-    from rocketmq import ClientConfiguration, Credentials, Message, Producer
-    producer = Producer(ClientConfiguration(req["endpoint"], Credentials()), (req["topic"],))
+    from rocketmq import (ClientConfiguration, Credentials, Message, Producer, TransactionChecker,
+                          TransactionResolution)
+    checked = []
+
+    class Checker(TransactionChecker):
+        def check(self, message):
+            checked.append(message.message_id)
+            return TransactionResolution.COMMIT if req.get("check_answer") == "commit" else TransactionResolution.ROLLBACK
+    transactional = any(spec.get("tx") for spec in req["messages"])
+    producer = Producer(ClientConfiguration(req["endpoint"], Credentials()), (req["topic"],),
+                        checker=Checker() if transactional else None)
     producer.startup()
     sent = []
     try:
@@ -43,16 +56,30 @@ def produce(req: dict) -> dict:
                     m.keys = key
             if spec.get("group"):
                 m.message_group = spec["group"]
+            if spec.get("delay_s"):
+                m.delivery_timestamp = int(time.time()) + spec["delay_s"]    # the field is whole seconds
             for k, v in (spec.get("props") or {}).items():
                 m.add_property(k, v)
             try:
-                receipt = producer.send(m)
+                if spec.get("tx"):
+                    transaction = producer.begin_transaction()
+                    receipt = producer.send(m, transaction)
+                    if spec["tx"] == "commit":
+                        transaction.commit()
+                    elif spec["tx"] == "rollback":
+                        transaction.rollback()
+                else:
+                    receipt = producer.send(m)
                 sent.append({"message_id": receipt.message_id})
             except Exception as e:            # the test decides what an error means
                 sent.append({"error": f"{type(e).__name__}: {e}"})
+        deadline = time.monotonic() + req.get("checks_timeout_s", 60)
+        while len(checked) < req.get("wait_checks", 0) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(req.get("linger_s", 0))          # the checker's EndTransaction goes out
     finally:
         producer.shutdown()
-    return {"sent": sent}
+    return {"sent": sent, "checked": checked}
 
 
 def _message(m) -> dict:

@@ -2,6 +2,7 @@
 RocketMQ 5.x Python client (run from its own venv by client5.py) and by raw gRPC calls."""
 import pytest
 
+from mq.cluster import free_port
 from tests.gateway.helpers import GatewayCluster
 
 MAX_MESSAGE_BYTES = 64 * 1024          # small, so the size refusal is cheap to reach
@@ -9,7 +10,8 @@ MAX_MESSAGE_BYTES = 64 * 1024          # small, so the size refusal is cheap to 
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory):
-    g = GatewayCluster(str(tmp_path_factory.mktemp("gateway")), maxMessageSize=MAX_MESSAGE_BYTES)
+    g = GatewayCluster(str(tmp_path_factory.mktemp("gateway")), maxMessageSize=MAX_MESSAGE_BYTES,
+                       metricsPort=free_port(), enablePropertyFilter="true")
     yield g
     g.stop()
 

@@ -64,6 +64,8 @@ def test_query_route_lists_the_brokers_queues_with_the_grpc_endpoint(gateway, ch
 
 
 @pytest.mark.parametrize("topic,code", [("G5 bad name", Code.ILLEGAL_TOPIC), ("x" * 200, Code.ILLEGAL_TOPIC),
+                                        ("rmq_sys_REVIVE_LOG_TestCluster", Code.ILLEGAL_TOPIC),
+                                        ("SCHEDULE_TOPIC_XXXX", Code.ILLEGAL_TOPIC), ("TBW102", Code.ILLEGAL_TOPIC),
                                         ("G5Missing", Code.TOPIC_NOT_FOUND)])
 def test_query_route_refusals(channel, topic, code):
     r = query_route(channel, topic)
@@ -103,6 +105,7 @@ def refuse_topic(gateway):
     (lambda t: message(t, message_group="g" * 64), Code.ILLEGAL_MESSAGE_GROUP),
     (lambda t: message(t, message_type=MessageType.FIFO), Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
     (lambda t: message("G5 bad"), Code.ILLEGAL_TOPIC),
+    (lambda t: message("RMQ_SYS_TRANS_HALF_TOPIC"), Code.ILLEGAL_TOPIC),
 ])
 def test_send_refusals_store_nothing_and_leave_the_good_message_alone(gateway, channel, refuse_topic, build,
                                                                        code):
@@ -166,3 +169,43 @@ def test_declarations_match_the_official_clients_stubs():
             ours = [f for f in ours if f[0] != "client_properties"]
         assert name in theirs, name
         assert sorted(map(tuple, ours)) == sorted(map(tuple, theirs[name])), name
+
+
+def test_ack_and_change_refuse_handles_that_are_not_ours_or_expired(gateway, channel):
+    gateway.create_topic("G5Handles")
+    req = msg("AckMessageRequest")()
+    req.group.name, req.topic.name = "G5HandleGroup", "G5Handles"
+    req.entries.add(message_id="m1", receipt_handle="not a handle")
+    req.entries.add(message_id="m2", receipt_handle="0 1000 10000 0 0 0 0 " + gateway.broker.name)   # expired in 1970
+    r = rpc(channel, "AckMessage", req)
+    assert r.status.code == Code.INVALID_RECEIPT_HANDLE
+    assert [e.status.code for e in r.entries] == [Code.INVALID_RECEIPT_HANDLE] * 2
+    assert "expired" in r.entries[1].status.message
+    ch = msg("ChangeInvisibleDurationRequest")(receipt_handle="1 2 3")
+    ch.group.name, ch.topic.name = "G5HandleGroup", "G5Handles"
+    ch.invisible_duration.FromSeconds(5)
+    assert rpc(channel, "ChangeInvisibleDuration", ch).status.code == Code.INVALID_RECEIPT_HANDLE
+
+
+def test_receive_refuses_a_bad_invisible_time_and_a_bad_filter(gateway, channel):
+    gateway.create_topic("G5RecvBad")
+    fn = channel.unary_stream(f"/{SERVICE}/ReceiveMessage", request_serializer=lambda m: m.SerializeToString(),
+                              response_deserializer=msg("ReceiveMessageResponse").FromString)
+
+    def receive(**kw):
+        req = msg("ReceiveMessageRequest")(batch_size=1)
+        req.group.name = "G5RecvBadGroup"
+        req.message_queue.topic.name = "G5RecvBad"
+        req.long_polling_timeout.FromSeconds(1)
+        for k, v in kw.items():
+            if k == "invisible_s":
+                req.invisible_duration.FromSeconds(v)
+            elif k == "sql":
+                req.filter_expression.type, req.filter_expression.expression = 2, v
+        return [f for f in fn(req, metadata=METADATA, timeout=10)]
+    frames = receive(invisible_s=1)
+    assert frames[0].status.code == Code.ILLEGAL_INVISIBLE_TIME and frames[-1].HasField("delivery_timestamp")
+    frames = receive(invisible_s=30, sql="a >>> b")
+    assert frames[0].status.code == Code.ILLEGAL_FILTER_EXPRESSION, frames[0]
+    frames = receive(invisible_s=30)
+    assert frames[0].status.code == Code.MESSAGE_NOT_FOUND          # nothing there: after the long polling

@@ -1,0 +1,110 @@
+"""Message types for 5.x producers: RocketMQ 5's topic attribute message.type (mqadmin
+updateTopic -a +message.type=FIFO), checked on send and listed in QueryRoute; FIFO messages of a
+group in one queue in send order; DELAY messages through the broker's delay levels; transactions
+committed, rolled back, and resolved by the producer's TransactionChecker when left open."""
+import subprocess
+import time
+
+import grpc
+import pytest
+
+from mq.cluster import BIN, call
+from mq.wire.codes import RequestCode, ResponseCode
+from mq.wire.grpc5 import METHODS, SERVICE, Code, MessageType, msg
+
+from tests.gateway.helpers import GatewayCluster, messages_of_topic, produce5, run_client5, wait_messages
+
+METADATA = (("x-mq-client-id", "test@1@0@types"),)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    g = GatewayCluster(str(tmp_path_factory.mktemp("types5")), messageDelayLevel="1s 2s 3s 5s 10s",
+                       transactionTimeOut=1000, transactionCheckInterval=1000)
+    yield g
+    g.stop()
+
+
+def typed_topic(cluster, topic: str, kind: str) -> None:
+    p = subprocess.run([f"{BIN}/mqadmin", "updateTopic", "-n", cluster.ns.addr, "-c", "TestCluster", "-t", topic,
+                        "-r", "4", "-w", "4", "-a", f"+message.type={kind}"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert f"attributes={{message.type={kind}}}" in p.stdout
+
+
+def query_route(cluster, topic):
+    with grpc.insecure_channel(cluster.endpoint) as ch:
+        req = msg("QueryRouteRequest")()
+        req.topic.name = topic
+        fn = ch.unary_unary(f"/{SERVICE}/QueryRoute", request_serializer=lambda m: m.SerializeToString(),
+                            response_deserializer=msg(METHODS["QueryRoute"][1]).FromString)
+        return fn(req, metadata=METADATA, timeout=10)
+
+
+def test_the_topic_type_is_kept_by_the_broker_and_listed_in_the_route(cluster):
+    typed_topic(cluster, "T5Fifo", "FIFO")
+    r = call(cluster.broker.addr, RequestCode.GET_TOPIC_CONFIG, {"topic": "T5Fifo"})
+    assert r.code == ResponseCode.SUCCESS and b'"message.type":"FIFO"' in r.body.replace(b" ", b"")
+    route = query_route(cluster, "T5Fifo")
+    assert route.status.code == Code.OK
+    assert {tuple(q.accept_message_types) for q in route.message_queues} == {(MessageType.FIFO,)}
+    typed_topic(cluster, "T5Mixed", "MIXED")
+    route = query_route(cluster, "T5Mixed")
+    assert {tuple(q.accept_message_types) for q in route.message_queues} == \
+        {(MessageType.NORMAL, MessageType.FIFO, MessageType.DELAY, MessageType.TRANSACTION)}
+    bad = subprocess.run([f"{BIN}/mqadmin", "updateTopic", "-n", cluster.ns.addr, "-c", "TestCluster", "-t", "T5Bad",
+                          "-a", "+message.type=SOMETIMES"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "SOMETIMES" in bad.stderr and "Traceback" not in bad.stderr
+    r = call(cluster.broker.addr, RequestCode.UPDATE_AND_CREATE_TOPIC,
+             {"topic": "T5Bad", "readQueueNums": 1, "writeQueueNums": 1, "perm": 6, "attributes": "+colour=red"})
+    assert r.code == ResponseCode.INVALID_PARAMETER and "colour" in r.remark
+
+
+def test_a_message_of_another_type_is_refused(cluster):
+    typed_topic(cluster, "T5FifoOnly", "FIFO")
+    out = run_client5({"op": "produce", "endpoint": cluster.endpoint, "topic": "T5FifoOnly",
+                       "messages": [{"body": "plain"}]})
+    assert "error" in out["sent"][0]                  # the client checks the route's accepted types first
+    assert not messages_of_topic(cluster, "T5FifoOnly")
+
+
+def test_fifo_messages_of_a_group_keep_their_order_in_one_queue(cluster):
+    typed_topic(cluster, "T5Order", "FIFO")
+    specs = [{"body": f"{g}-{i}", "group": g} for i in range(10) for g in ("order-a", "order-b")]
+    ids = produce5(cluster, "T5Order", specs)
+    stored = wait_messages(cluster, "T5Order", 20)
+    assert sorted(m.properties["UNIQ_KEY"] for m in stored) == sorted(ids)
+    for g in ("order-a", "order-b"):
+        mine = [m for m in stored if m.properties["__SHARDINGKEY"] == g]
+        assert len({m.queue_id for m in mine}) == 1
+        assert [m.body.decode() for m in sorted(mine, key=lambda m: m.queue_offset)] == \
+            [f"{g}-{i}" for i in range(10)]
+
+
+def test_a_delay_message_waits_for_the_next_delay_level(cluster):
+    typed_topic(cluster, "T5Delay", "DELAY")
+    t0 = time.time()
+    # whole seconds: a delay of 3-4 s from the send, so the 5 s level (the next one up from 3 s)
+    (mid,) = produce5(cluster, "T5Delay", [{"body": "later", "delay_s": 4}])
+    out = run_client5({"op": "receive", "endpoint": cluster.endpoint, "group": "T5DelayGroup", "topic": "T5Delay",
+                       "want": 1, "timeout_s": 30})
+    (m,) = out["received"]
+    assert m["message_id"] == mid and time.time() - t0 >= 4.5
+    (stored,) = messages_of_topic(cluster, "T5Delay")
+    # the schedule service drops DELAY when it delivers (RocketMQ's rule); the delivery time stays
+    assert "DELAY" not in stored.properties and int(stored.properties["TIMER_DELIVER_MS"]) >= t0 * 1000
+
+
+def test_transactions_commit_rollback_and_the_checker_resolves_an_open_one(cluster):
+    typed_topic(cluster, "T5Tx", "TRANSACTION")
+    out = run_client5({"op": "produce", "endpoint": cluster.endpoint, "topic": "T5Tx", "check_answer": "commit",
+                       "wait_checks": 1, "linger_s": 1.0, "checks_timeout_s": 60,
+                       "messages": [{"body": "yes", "tx": "commit"}, {"body": "no", "tx": "rollback"},
+                                    {"body": "asked", "tx": "leave"}]})
+    ids = [r.get("message_id") for r in out["sent"]]
+    assert all(ids), out
+    assert ids[2] in out["checked"]                   # the broker asked about the open one, the checker said commit
+    stored = wait_messages(cluster, "T5Tx", 2, timeout_s=30)
+    assert sorted(m.body for m in stored) == [b"asked", b"yes"]
+    time.sleep(2.0)                                   # a check pass later, the rolled-back one is still not there
+    assert sorted(m.body for m in messages_of_topic(cluster, "T5Tx")) == [b"asked", b"yes"]
