@@ -32,6 +32,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_late
 from prometheus_client.registry import CollectorRegistry
 
 from mq.dledger.role import read_status
+from mq.gateway.stats import KIND_MSGS as GRPC_KIND_MSGS, KIND_RPC as GRPC_KIND_RPC, SEP as GRPC_SEP
 from mq.wire.codes import RESPONSE_NAMES
 from mq.store import control as C
 from mq.store.stats import HIST_BUCKETS, HIST_SUM, StatsBlock
@@ -103,6 +104,12 @@ class BrokerCollector:
         send_latency = HistogramMetricFamily("mq_send_latency_seconds", "Send requests by response status: time "
                                              "from the event-loop pass that read the request to its answer",
                                              labels=base + ["status"])
+        grpc_latency = HistogramMetricFamily("mq_grpc_request_latency_seconds", "gRPC calls of 5.x clients by RPC "
+                                             "and the Status code answered (a ReceiveMessage stream: its first "
+                                             "status; long polling included)", labels=base + ["rpc", "code"])
+        grpc_msgs = CounterMetricFamily("mq_grpc_messages", "Messages through the gRPC endpoint: sent (stored), "
+                                        "received (delivered by ReceiveMessage), acked, revived (not acked in "
+                                        "their invisible time, sent back for redelivery)", labels=base + ["what"])
         broker_tps = broker_qps = 0.0
         for (kind, name), vals in sorted(totals.items()):
             if kind == KIND_PUT:
@@ -122,7 +129,14 @@ class BrokerCollector:
                 status = RESPONSE_NAMES.get(int(name), name) if name.lstrip("-").isdigit() else name
                 buckets, _ = _buckets(vals, LATENCY_KS, 1e-6)
                 send_latency.add_metric(const + [status], buckets, vals[HIST_SUM] / 1e9)
-        yield from (put_msgs, put_bytes, producer_tps, get_msgs, get_bytes, consumer_tps, send_latency)
+            elif kind == GRPC_KIND_RPC:
+                rpc, _, code = name.partition(GRPC_SEP)
+                buckets, _ = _buckets(vals, LATENCY_KS, 1e-6)
+                grpc_latency.add_metric(const + [rpc, code], buckets, vals[HIST_SUM] / 1e9)
+            elif kind == GRPC_KIND_MSGS:
+                grpc_msgs.add_metric(const + [name], vals[0])
+        yield from (put_msgs, put_bytes, producer_tps, get_msgs, get_bytes, consumer_tps, send_latency, grpc_latency,
+                    grpc_msgs)
         yield self._gauge("rocketmq_broker_tps", f"Messages stored per second, over the last {RATE_WINDOW_S:g} s",
                           base, const, broker_tps)
         yield self._gauge("rocketmq_broker_qps", f"Messages returned by pulls per second, over the last "

@@ -124,7 +124,8 @@ class Supervisor:
             self.commit_waiter = CommitWaiter(self.store.ctl)
         # the stats block exists before any role that counts into it starts; it is kept whatever
         # metricsPort says (RocketMQ's BrokerStatsManager always counts: statsAll reads it)
-        self.stats_block = StatsBlock(cfg.storePathRootDir, regions=cfg.sendMessageThreadPoolNums + 1, create=True)
+        # regions: one per io worker, the gateway's, the flush role's (mq.store.stats.region_of)
+        self.stats_block = StatsBlock(cfg.storePathRootDir, regions=cfg.sendMessageThreadPoolNums + 2, create=True)
         self.stats_history = StatsHistory(self.stats_block)
         self.disk = DiskCheck(scfg, self.store.ctl)
         try:

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import os
 import signal
+import time
 
 log = logging.getLogger("mq.gateway")
 
@@ -31,20 +32,38 @@ def _decoder(cls):
     return decode
 
 
-def _guarded(name: str, fn, resp_cls):
+def _guarded(name: str, fn, resp_cls, stats):
     """A unary handler that answers a malformed request BAD_REQUEST and a bug (an exception)
-    INTERNAL_SERVER_ERROR, both in the response's status, never as a gRPC error."""
+    INTERNAL_SERVER_ERROR, both in the response's status, never as a gRPC error; each call is
+    counted by the code it answered (mq.gateway.stats)."""
     from mq.wire.grpc5 import Code
     from .service import status
 
     async def handle(request, context):
+        t0 = time.perf_counter_ns()
         if request is None:
-            return resp_cls(status=status(Code.BAD_REQUEST, f"{name}: the request is not a {name} request"))
-        try:
-            return await fn(request, context)
-        except Exception:
-            log.exception("gRPC %s failed", name)
-            return resp_cls(status=status(Code.INTERNAL_SERVER_ERROR, f"{name} failed in the broker (logged)"))
+            resp = resp_cls(status=status(Code.BAD_REQUEST, f"{name}: the request is not a {name} request"))
+        else:
+            try:
+                resp = await fn(request, context)
+            except Exception:
+                log.exception("gRPC %s failed", name)
+                resp = resp_cls(status=status(Code.INTERNAL_SERVER_ERROR, f"{name} failed in the broker (logged)"))
+        stats.call(name, resp.status.code, time.perf_counter_ns() - t0)
+        return resp
+    return handle
+
+
+def _counted_stream(name: str, fn, stats):
+    """A server-streaming handler counted by the code of its first status frame, at its end."""
+    async def handle(request, context):
+        t0 = time.perf_counter_ns()
+        code = 0
+        async for frame in fn(request, context):
+            if not code and frame.HasField("status"):
+                code = frame.status.code
+            yield frame
+        stats.call(name, code, time.perf_counter_ns() - t0)
     return handle
 
 
@@ -59,7 +78,9 @@ def _handlers(service):
         req, resp, shape = METHODS[name]
         fn = getattr(service, name)
         if shape == "unary":
-            fn = _guarded(name, fn, msg(resp))
+            fn = _guarded(name, fn, msg(resp), service.stats)
+        elif shape == "server_stream":
+            fn = _counted_stream(name, fn, service.stats)
         table[name] = make[shape](fn, request_deserializer=_decoder(msg(req)),
                                   response_serializer=msg(resp).SerializeToString)
     return grpc.method_handlers_generic_handler(SERVICE, table)

@@ -7,8 +7,8 @@ Layout (int64 cells in native byte order, read and written through memoryview.ca
     region  [rows used, writer pid, writer starts, 0 ...]  (REGION_CELLS)  + rows_max rows
     row     [key length][KEY_CELLS - 1 cells of key bytes][VALUE_CELLS values]
 
-One region per writer process: io worker `wid` writes region `wid`, the flush role the last
-one (`region_of`).  A row is keyed by (kind, name), stored as UTF-8 "kind\\0name", and holds
+One region per writer process: io worker `wid` writes region `wid`, the gateway role the one
+before the last, the flush role the last one (`region_of`).  A row is keyed by (kind, name), stored as UTF-8 "kind\\0name", and holds
 VALUE_CELLS counters whose meaning the kind gives (mq.broker.metrics: a topic's put messages
 and bytes, a histogram's log2 buckets and sum, ...).  The supervisor sums equal keys over
 all regions on each scrape.
@@ -84,11 +84,12 @@ def block_cells(regions: int, rows_max: int = ROWS_MAX) -> int:
 
 
 def region_of(role: str, wid: int = 0, regions: int | None = None) -> int:
-    """The region a writer owns: io worker `wid` -> wid; "flush" -> the last region."""
+    """The region a writer owns: io worker `wid` -> wid; "flush" -> the last region; "grpc"
+    (the gateway role, mq.gateway) -> the one before it."""
     if role == "io":
         return wid
-    assert role == "flush" and regions is not None, role
-    return regions - 1
+    assert role in ("flush", "grpc") and regions is not None, role
+    return regions - 1 if role == "flush" else regions - 2
 
 
 def hist_add(row: list, value: int, bucket_value: int) -> None:

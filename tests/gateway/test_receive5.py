@@ -124,3 +124,24 @@ def test_kill_9_redelivers_what_was_not_acked_and_loses_nothing(gateway):
     assert sorted(m["message_id"] for m in back) == sorted(m["message_id"] for m in kept)
     assert {m["attempt"] for m in back} == {2}
     assert set(ids) == {m["message_id"] for m in acked + back}
+
+
+def test_the_endpoint_counts_into_the_brokers_metrics(gateway):
+    """/metrics: each RPC by its answered code (latency histogram), and messages sent, received,
+    acked (mq_grpc_*), from the gateway role's region of the stats block."""
+    from tests.ops.test_metrics import scrape, total
+    topic = "G5Metrics"
+    gateway.create_topic(topic)
+    produce5(gateway, topic, [{"body": f"x{i}"} for i in range(3)])
+    receive(gateway, "G5MetricsGroup", topic, 3, then="ack")
+    port = int(gateway.broker.options["metricsPort"])
+
+    def counted():
+        m = scrape(port)
+        return (total(m, "mq_grpc_request_latency_seconds_count", rpc="SendMessage", code="OK") >= 3
+                and total(m, "mq_grpc_request_latency_seconds_count", rpc="ReceiveMessage", code="OK") >= 1
+                and total(m, "mq_grpc_request_latency_seconds_count", rpc="QueryRoute", code="OK") >= 1
+                and total(m, "mq_grpc_messages_total", what="sent") >= 3
+                and total(m, "mq_grpc_messages_total", what="received") >= 3
+                and total(m, "mq_grpc_messages_total", what="acked") >= 3)
+    wait_for(counted, 10, what="the gateway's counts in /metrics")
