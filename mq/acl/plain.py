@@ -355,14 +355,21 @@ class Validator:
             return
         if cmd.code in ADMIN_CODES and not acc.admin:
             raise AclDenied(f"Need admin permission for request code={cmd.code}, but accessKey={key} is not")
-        if not need or (acc.admin and not acc.perms):
-            return
-        for resource, needed in need.items():
-            owned = acc.perms.get(resource)
-            if owned is None:
-                owned = acc.default_group_perm if resource.startswith(RETRY_PREFIX) else acc.default_topic_perm
-            if not check_permission(needed, owned):
-                raise AclDenied(f"No default permission for {_printable(resource)}")
+        authorize(acc, need)
+
+
+def authorize(acc: Account, need: dict[str, int]) -> None:
+    """Returns when account `acc` holds every permission of `need` (resource -> PUB or SUB; a
+    group as its %RETRY% topic); raises AclDenied naming the first it lacks.  An admin with no
+    topic or group permissions listed may use everything."""
+    if not need or (acc.admin and not acc.perms):
+        return
+    for resource, needed in need.items():
+        owned = acc.perms.get(resource)
+        if owned is None:
+            owned = acc.default_group_perm if resource.startswith(RETRY_PREFIX) else acc.default_topic_perm
+        if not check_permission(needed, owned):
+            raise AclDenied(f"No default permission for {_printable(resource)}")
 
 
 class AclFile:

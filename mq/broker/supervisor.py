@@ -134,10 +134,7 @@ class Supervisor:
             log.error("disk check failed: %s", e)
         for role in ("flush", "dispatch", "dledger" if self.dledger else "ha"):
             self._start_role(role)
-        if cfg.grpcServerPort and cfg.aclEnable:
-            log.error("grpcServerPort %d is not served: the gRPC endpoint does not check ACL yet, and aclEnable=true",
-                      cfg.grpcServerPort)
-        elif cfg.grpcServerPort:
+        if cfg.grpcServerPort:
             self._start_role("grpc")
         # config files are written by a thread of their own: an fsync on a busy disk can take
         # seconds, and this loop answers every io worker's link calls (mq.store.configfile)

@@ -86,7 +86,7 @@ def _broker_ports(cfg) -> list[tuple[int, str]]:
         ports.append((cfg.store_config().dledger_peers[cfg.dLegerSelfId][1], "DLedger peer port (dLegerPeers)"))
     elif cfg.brokerRole != "SLAVE":
         ports.append((cfg.ha_port, "HA port (listenPort+1)"))
-    if cfg.grpcServerPort and not cfg.aclEnable:
+    if cfg.grpcServerPort:
         ports.append((cfg.grpcServerPort, "gRPC port (grpcServerPort)"))
     return ports
 

@@ -19,10 +19,12 @@ class GatewayOptions:
     cluster: str                    # brokerClusterName (the revive topic is rmq_sys_REVIVE_LOG_<cluster>)
     delay_levels_ms: tuple = ()     # messageDelayLevel: a 5.x DELAY message takes the next level up
     store_root: str = ""            # storePathRootDir: the stats block the metrics read is found from it
+    acl_enable: bool = False        # aclEnable: 5.x clients are checked against plain_acl.yml (mq.gateway.auth)
+    rocketmq_home: str = ""         # rocketmqHome: where conf/plain_acl.yml and conf/tools.yml are
 
     @classmethod
     def of(cls, cfg) -> "GatewayOptions":
         """From a BrokerConfig."""
         return cls(cfg.listenAddress, cfg.grpcServerPort, cfg.brokerIP1, cfg.broker_addr, cfg.brokerName,
                    cfg.namesrvAddr, cfg.maxMessageSize, cfg.brokerClusterName,
-                   tuple(cfg.store_config().delay_levels_ms), cfg.storePathRootDir)
+                   tuple(cfg.store_config().delay_levels_ms), cfg.storePathRootDir, cfg.aclEnable, cfg.rocketmqHome)

@@ -50,6 +50,7 @@ from mq.wire.properties import decode_properties
 from mq.wire.topics import AUTO_CREATE_TOPIC, MESSAGE_TYPE_KEY, PERM_READ, PERM_WRITE
 
 from .convert import Refused, check_group, check_topic, message_type_of, send_code, to_message, to_properties
+from .auth import GatewayAuth
 from .options import GatewayOptions
 from .stats import GatewayStats
 from .pop import BATCH_MAX, INVISIBLE_MAX_MS, INVISIBLE_MIN_MS, POLL_INTERVAL_S, Popped, PopService
@@ -117,6 +118,12 @@ class MessagingService:
         self.max_body_bytes = opts.max_message_bytes
         self.remoting = RemotingClient()
         self.stats = GatewayStats(opts.store_root)
+        self.auth = GatewayAuth(opts.rocketmq_home) if opts.acl_enable else None
+        if self.auth is not None:
+            self.remoting.credentials = self.auth.broker_credentials()
+            if self.remoting.credentials is None:
+                log.error("aclEnable=true and no tools.yml or admin account in %s: the gateway's requests to its "
+                          "broker go unsigned and will be refused", self.auth.file.path)
         self.pop = PopService(self.remoting, opts.broker_addr, opts.broker_name, opts.cluster, self.stats)
         self._routes: dict[str, tuple[float, TopicRouteData | None]] = {}
         self._settings: OrderedDict[str, object] = OrderedDict()     # client id -> its Settings
@@ -189,6 +196,13 @@ class MessagingService:
                 return v
         raise Refused(Code.CLIENT_ID_REQUIRED, f"the request has no {CLIENT_ID_HEADER} header")
 
+    def _check(self, context, topic: str | None = None, group: str | None = None, publish: bool = False) -> str:
+        """The caller's client id, once it may make this call (ACL: mq.gateway.auth); Refused."""
+        cid = self._client_id(context)
+        if self.auth is not None:
+            self.auth.check(context, topic, group, publish)
+        return cid
+
     async def route(self, topic: str, fresh: bool = False) -> TopicRouteData | None:
         """The topic's 4.x route from the first name server that answers (None: no such topic)."""
         now = time.monotonic()
@@ -248,7 +262,7 @@ class MessagingService:
     async def QueryRoute(self, request, context):
         Resp = msg("QueryRouteResponse")
         try:
-            self._client_id(context)
+            self._check(context)
             topic = request.topic.name
             check_topic(topic)
             route = await self.route(topic)
@@ -330,7 +344,7 @@ class MessagingService:
         until the client ends it."""
         Cmd = msg("TelemetryCommand")
         try:
-            cid = self._client_id(context)
+            cid = self._check(context)          # a stream's headers are signed once, when it opens
         except Refused as e:
             yield Cmd(status=status(e.code, e.text))
             return
@@ -378,7 +392,7 @@ class MessagingService:
     async def Heartbeat(self, request, context):
         Resp = msg("HeartbeatResponse")
         try:
-            cid = self._client_id(context)
+            cid = self._check(context)
             if cid not in self._settings:
                 raise Refused(Code.UNRECOGNIZED_CLIENT_TYPE, "no settings from this client yet (Telemetry)")
             if request.client_type in (ClientType.PUSH_CONSUMER, ClientType.SIMPLE_CONSUMER):
@@ -390,7 +404,7 @@ class MessagingService:
     async def NotifyClientTermination(self, request, context):
         Resp = msg("NotifyClientTerminationResponse")
         try:
-            cid = self._client_id(context)
+            cid = self._check(context)
         except Refused as e:
             return Resp(status=status(e.code, e.text))
         if self._settings.pop(cid, None) is None:
@@ -401,13 +415,14 @@ class MessagingService:
     async def SendMessage(self, request, context):
         Resp = msg("SendMessageResponse")
         try:
-            self._client_id(context)
+            self._client_id(context)           # ACL below, once the topic is known
             if not request.messages:
                 raise Refused(Code.MESSAGE_CORRUPTED, "no message in the request")
             topic = request.messages[0].topic.name
             if any(m.topic.name != topic for m in request.messages):
                 raise Refused(Code.MESSAGE_CORRUPTED, "the messages of one request must share a topic")
             check_topic(topic)
+            self._check(context, topic, publish=True)
         except Refused as e:
             return Resp(status=status(e.code, e.text))
         resp = Resp()
@@ -520,9 +535,9 @@ class MessagingService:
         4.x END_TRANSACTION (one-way, as a 4.x producer sends it) to the broker."""
         Resp = msg("EndTransactionResponse")
         try:
-            self._client_id(context)
             topic = request.topic.name
             check_topic(topic)
+            self._check(context, topic, publish=True)
             if not request.transaction_id.strip():
                 raise Refused(Code.INVALID_TRANSACTION_ID, "the transaction id is blank")
             data = self._transactions.get(request.transaction_id)
@@ -612,10 +627,10 @@ class MessagingService:
         try:
             if request is None:
                 raise Refused(Code.BAD_REQUEST, "ReceiveMessage: the request is not a ReceiveMessage request")
-            self._client_id(context)
             group, topic = request.group.name, request.message_queue.topic.name
             check_group(group)
             check_topic(topic)
+            self._check(context, topic, group)
             if request.auto_renew:
                 invisible_ms = 60_000          # the proxy's default; it renews, we do not (yet): ack within it
             else:
@@ -669,10 +684,10 @@ class MessagingService:
     async def AckMessage(self, request, context):
         Resp = msg("AckMessageResponse")
         try:
-            self._client_id(context)
             group, topic = request.group.name, request.topic.name
             check_group(group)
             check_topic(topic)
+            self._check(context, topic, group)
         except Refused as e:
             return Resp(status=status(e.code, e.text))
         resp = Resp()
@@ -695,10 +710,10 @@ class MessagingService:
     async def ChangeInvisibleDuration(self, request, context):
         Resp = msg("ChangeInvisibleDurationResponse")
         try:
-            self._client_id(context)
             group, topic = request.group.name, request.topic.name
             check_group(group)
             check_topic(topic)
+            self._check(context, topic, group)
             invisible_ms = request.invisible_duration.ToMilliseconds()
             if not 0 <= invisible_ms <= INVISIBLE_MAX_MS:
                 raise Refused(Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible_ms} ms is not within "
@@ -713,9 +728,9 @@ class MessagingService:
         the broker pops from all of them), as the Java proxy answers a group that is not orderly."""
         Resp = msg("QueryAssignmentResponse")
         try:
-            self._client_id(context)
             check_topic(request.topic.name)
             check_group(request.group.name)
+            self._check(context, request.topic.name, request.group.name)
             route = await self.route(request.topic.name)
         except Refused as e:
             return Resp(status=status(e.code, e.text))

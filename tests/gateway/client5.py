@@ -23,6 +23,7 @@ Requests:
         runs until `want` SUCCESS answers (or timeout_s)
         -> {"received": [message... (every delivery, in order)]}
 A message is {"message_id", "topic", "body", "tag", "keys", "props", "attempt", "group"}.
+Every request may name an ACL account: "ak", "sk" (the client's Credentials; default none).
 
 Nothing here checks anything: the test reads the answer and the broker."""
 import json
@@ -40,7 +41,7 @@ def produce(req: dict) -> dict:
             checked.append(message.message_id)
             return TransactionResolution.COMMIT if req.get("check_answer") == "commit" else TransactionResolution.ROLLBACK
     transactional = any(spec.get("tx") for spec in req["messages"])
-    producer = Producer(ClientConfiguration(req["endpoint"], Credentials()), (req["topic"],),
+    producer = Producer(ClientConfiguration(req["endpoint"], Credentials(req.get("ak", ""), req.get("sk", ""))), (req["topic"],),
                         checker=Checker() if transactional else None)
     producer.startup()
     sent = []
@@ -90,7 +91,7 @@ def _message(m) -> dict:
 
 def receive(req: dict) -> dict:
     from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
-    consumer = SimpleConsumer(ClientConfiguration(req["endpoint"], Credentials()), req["group"],
+    consumer = SimpleConsumer(ClientConfiguration(req["endpoint"], Credentials(req.get("ak", ""), req.get("sk", ""))), req["group"],
                               {req["topic"]: FilterExpression(req.get("expression", "*"))},
                               await_duration=req.get("await_s", 2))
     consumer.startup()
@@ -136,7 +137,7 @@ def push(req: dict) -> dict:
                     done.set()
                 return ConsumeResult.SUCCESS
 
-    consumer = PushConsumer(ClientConfiguration(req["endpoint"], Credentials()), req["group"], Listener(),
+    consumer = PushConsumer(ClientConfiguration(req["endpoint"], Credentials(req.get("ak", ""), req.get("sk", ""))), req["group"], Listener(),
                             {req["topic"]: FilterExpression("*")})
     consumer.startup()
     try:
