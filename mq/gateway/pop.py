@@ -31,7 +31,8 @@ Receipt handle (opaque to clients): "<ck start> <pop ms> <invisible ms> <kind> <
 Limits, named: BATCH_MAX messages per receive (the proxy's 32); invisible time
 INVISIBLE_MIN_MS..INVISIBLE_MAX_MS for a receive, up to INVISIBLE_MAX_MS for a change; long
 polling checks every POLL_INTERVAL_S (no broker push: a receive sees a new message up to that
-late); the revive loop runs every REVIVE_INTERVAL_S."""
+late); the revive loop runs every REVIVE_INTERVAL_S; a group's %RETRY% topic found empty is looked
+at again after RETRY_PROBE_S (a revived message can wait that much longer)."""
 from __future__ import annotations
 
 import asyncio
@@ -63,6 +64,7 @@ INVISIBLE_MAX_MS = 12 * 3600 * 1000
 POLL_INTERVAL_S = 0.2
 REVIVE_INTERVAL_S = 0.5
 REVIVE_SCAN_BATCH = 32
+RETRY_PROBE_S = 1.0
 CALL_TIMEOUT_S = 5.0
 KIND_QUEUE, KIND_RETRY = 0, 1
 
@@ -155,6 +157,7 @@ class PopService:
         self._committed_revive = -1
         self._task: asyncio.Task | None = None
         self._rr = 0
+        self._retry_idle: dict[str, float] = {}  # group -> until when its empty retry topic is not looked at
         self.revived = 0
 
     # ---- broker calls -------------------------------------------------------------------------
@@ -258,7 +261,9 @@ class PopService:
         """Up to `batch` messages of topic (its `queues` read queues here) and of %RETRY%<group>
         (`retry_queues` of them; 0: none yet), retry first."""
         out: list[Popped] = []
-        sources = [(retry_topic(group), q, KIND_RETRY) for q in range(retry_queues)]
+        now = time.monotonic()
+        skip_retry = self._retry_idle.get(group, 0.0) > now
+        sources = [] if skip_retry else [(retry_topic(group), q, KIND_RETRY) for q in range(retry_queues)]
         start = self._rr
         self._rr += 1
         sources += [(topic, (start + i) % queues, KIND_QUEUE) for i in range(queues)]
@@ -266,8 +271,13 @@ class PopService:
             if len(out) >= batch:
                 break
             async with self._lock((group, qtopic, qid)):
-                out += await self._pop_queue(group, qtopic, qid, kind, topic, expr_type, expr, batch - len(out),
-                                             invisible_ms)
+                got = await self._pop_queue(group, qtopic, qid, kind, topic, expr_type, expr, batch - len(out),
+                                            invisible_ms)
+            if kind == KIND_RETRY and not got:
+                if len(self._retry_idle) > 65536:
+                    self._retry_idle.clear()
+                self._retry_idle[group] = now + RETRY_PROBE_S
+            out += got
         return out
 
     async def _pop_queue(self, group, qtopic, qid, kind, topic, expr_type, expr, n, invisible_ms) -> list[Popped]:
@@ -307,11 +317,30 @@ class PopService:
         if h.deadline_ms <= time.time() * 1000:
             raise Refused(Code.INVALID_RECEIPT_HANDLE, "receipt handle is expired")
 
-    async def ack(self, group: str, topic: str, handle: str) -> None:
-        h = Handle.parse(handle)
-        self._check_live(h)
-        await self._record("ack", {"g": group, "t": self._qtopic(group, topic, h), "q": h.queue_id, "s": h.start,
-                                   "p": h.pop_ms, "o": h.offset})
+    async def ack(self, group: str, topic: str, handles: list[str]) -> list[Refused | None]:
+        """Acks the messages of `handles`: one ACK record per checkpoint they belong to (a
+        receive's batch is acked with one record, as RocketMQ's BatchAckMsg).  Per handle: None
+        when acked, else the Refused it got (a bad or expired handle; a record the broker did
+        not take fails every handle of that record)."""
+        out: list[Refused | None] = [None] * len(handles)
+        by_ck: dict[tuple, list[int]] = {}
+        for i, text in enumerate(handles):
+            try:
+                h = Handle.parse(text)
+                self._check_live(h)
+            except Refused as e:
+                out[i] = e
+                continue
+            by_ck.setdefault((self._qtopic(group, topic, h), h.queue_id, h.start, h.pop_ms), []).append(i)
+        for (qtopic, qid, start, pop_ms), idx in by_ck.items():
+            offsets = sorted({Handle.parse(handles[i]).offset for i in idx})
+            try:
+                await self._record("ack", {"g": group, "t": qtopic, "q": qid, "s": start, "p": pop_ms,
+                                           "os": offsets})
+            except Refused as e:
+                for i in idx:
+                    out[i] = e
+        return out
 
     async def change_invisible(self, group: str, topic: str, handle: str, invisible_ms: int) -> str:
         """A new CK for the one message (visible again invisible_ms from now), then the old one
@@ -416,7 +445,8 @@ class PopService:
                 # an ACK follows its CK in the queue; one with no CK open acks a settled CK
                 ck = self._cks.get(key)
                 if ck is not None:
-                    ck.pending.pop(int(d["o"]), None)
+                    for o in d["os"] if "os" in d else (d["o"],):
+                        ck.pending.pop(int(o), None)
                     if not ck.pending:
                         del self._cks[key]
         except (ValueError, KeyError, TypeError, orjson.JSONDecodeError) as e:

@@ -123,6 +123,7 @@ def gateway_role_main(opts, stop) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     ensure_logging("grpc")
-    asyncio.run(serve(opts, stop.fileno()))
+    from mq import loop as mq_loop
+    mq_loop.run(serve(opts, stop.fileno()))
     flush_logs()
     os._exit(0)

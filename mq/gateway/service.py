@@ -691,14 +691,14 @@ class MessagingService:
         except Refused as e:
             return Resp(status=status(e.code, e.text))
         resp = Resp()
-        for e in request.entries:
+        outcome = await self.pop.ack(group, topic, [e.receipt_handle for e in request.entries])
+        for e, refused in zip(request.entries, outcome):
             out = resp.entries.add(message_id=e.message_id, receipt_handle=e.receipt_handle)
-            try:
-                await self.pop.ack(group, topic, e.receipt_handle)
+            if refused is None:
                 out.status.CopyFrom(status(Code.OK))
-                self.stats.messages("acked")
-            except Refused as r:
-                out.status.CopyFrom(status(r.code, r.text))
+            else:
+                out.status.CopyFrom(status(refused.code, refused.text))
+        self.stats.messages("acked", outcome.count(None))
         codes = {e.status.code for e in resp.entries}
         if len(codes) == 1:
             resp.status.CopyFrom(resp.entries[0].status)
