@@ -7,7 +7,8 @@ DELETE_TOPIC_IN_BROKER 215, GET_ALL_TOPIC_CONFIG 21, GET_ALL_CONSUMER_OFFSET 43,
 GET_ALL_DELAY_OFFSET 45, GET_ALL_SUBSCRIPTIONGROUP_CONFIG 201,
 UPDATE_AND_CREATE_SUBSCRIPTIONGROUP 200, GET_BROKER_RUNTIME_INFO 28,
 GET_BROKER_CONFIG 26, VIEW_MESSAGE_BY_ID 33, GET_TOPIC_STATS_INFO 202,
-GET_CONSUME_STATS 208, GET_TOPIC_CONFIG 351 (RocketMQ 5's: one topic, its attributes too); the ACL accounts: UPDATE_AND_CREATE_ACL_CONFIG 50, DELETE_ACL_CONFIG 51,
+GET_CONSUME_STATS 208, GET_TOPIC_CONFIG 351 and GET_SUBSCRIPTIONGROUP_CONFIG 352 (RocketMQ 5's: one
+topic, its attributes too; one group); the ACL accounts: UPDATE_AND_CREATE_ACL_CONFIG 50, DELETE_ACL_CONFIG 51,
 UPDATE_GLOBAL_WHITE_ADDRS_CONFIG 53 (edits of plain_acl.yml, mq.acl.plain).
 
 The bodies RocketMQ's tools decode (GET_BROKER_RUNTIME_INFO's KVTable, GET_TOPIC_STATS_INFO's
@@ -118,7 +119,7 @@ class AdminProcessor(Processor):
             R.GET_EARLIEST_MSG_STORETIME: self.earliest_time, R.LOCK_BATCH_MQ: self.lock_batch,
             R.UNLOCK_BATCH_MQ: self.unlock_batch, R.UPDATE_AND_CREATE_TOPIC: self.update_topic,
             R.DELETE_TOPIC_IN_BROKER: self.delete_topic, R.GET_ALL_TOPIC_CONFIG: self.all_topics,
-            R.GET_TOPIC_CONFIG: self.topic_config,
+            R.GET_TOPIC_CONFIG: self.topic_config, R.GET_SUBSCRIPTIONGROUP_CONFIG: self.group_config,
             R.GET_ALL_CONSUMER_OFFSET: self.all_offsets, R.GET_ALL_DELAY_OFFSET: self.all_delay,
             R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.all_groups,
             R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.update_group,
@@ -291,6 +292,15 @@ class AdminProcessor(Processor):
             tc = {"attributes": attrs, **tc}
         await self.meta.put_topic(tc)
         return make_response(cmd, RC.SUCCESS)
+
+    async def group_config(self, conn, cmd):
+        """GET_SUBSCRIPTIONGROUP_CONFIG (RocketMQ 5): the group's SubscriptionGroupConfig JSON;
+        SUBSCRIPTION_GROUP_NOT_EXIST when it has none (none is created by asking)."""
+        group = (cmd.ext_fields or {}).get("group", "")
+        g = await self.meta.group(group, create=False) if group else None
+        if g is None:
+            return make_response(cmd, RC.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}")
+        return make_response(cmd, RC.SUCCESS, body=dumps(g))
 
     async def topic_config(self, conn, cmd):
         """GET_TOPIC_CONFIG (RocketMQ 5): the topic's TopicConfig JSON (TopicConfigAndQueueMapping

@@ -24,7 +24,7 @@
     mqadmin queryMsgByKey    -n NS -t TOPIC -k KEY [-b BEGIN] [-e END] [-c MAX]
     mqadmin printMsg         -n NS -t TOPIC [-s TAGS] [-b BEGIN] [-e END] [-d true|false] [-c CHARSET]
     mqadmin leadershipTransfer -n NS -b BROKER_NAME -t TRANSFEREE_ID [-w 10]   (DLedger mode)
-    mqadmin updateSubGroup   -n NS (-b ADDR | -c CLUSTER) -g GROUP [-s -m -d -q -r -i -w -a]
+    mqadmin updateSubGroup   -n NS (-b ADDR | -c CLUSTER) -g GROUP [-s -m -d -q -r -i -w -a -o]
     mqadmin deleteSubGroup   -n NS (-b ADDR | -c CLUSTER) -g GROUP [-r true]
     mqadmin resetOffsetByTime -n NS -g GROUP -t TOPIC -s (now | MS | yyyy-MM-dd#HH:mm:ss:SSS) [-f false]
     mqadmin wipeWritePerm / addWritePerm -n NS -b BROKER_NAME
@@ -406,7 +406,8 @@ async def update_sub_group(admin: AdminClient, args) -> int:
               "consumeFromMinEnable": args.consumeFromMinEnable, "consumeBroadcastEnable": args.consumeBroadcastEnable,
               "retryQueueNums": args.retryQueueNums, "retryMaxTimes": args.retryMaxTimes, "brokerId": args.brokerId,
               "whichBrokerWhenConsumeSlowly": args.whichBrokerWhenConsumeSlowly,
-              "notifyConsumerIdsChangedEnable": args.notifyConsumerIdsChangedEnable}
+              "notifyConsumerIdsChangedEnable": args.notifyConsumerIdsChangedEnable,
+              "consumeMessageOrderly": args.consumeMessageOrderly}
     for addr in await admin.update_sub_group(config, cluster=args.clusterName, broker_addr=args.brokerAddr):
         print(f"create subscription group to {addr} success.")
     print("SubscriptionGroupConfig [" + ", ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}"
@@ -1046,7 +1047,10 @@ COMMANDS = {
                         (("-w", "--whichBrokerWhenConsumeSlowly"), dict(type=_nonneg, default=1,
                                                                          help="broker id when consuming slowly (1)")),
                         (("-a", "--notifyConsumerIdsChangedEnable"), dict(type=_bool, default=True,
-                                                                           help="notify consumer ids changed (true)"))],
+                                                                           help="notify consumer ids changed (true)")),
+                        (("-o", "--consumeMessageOrderly"), dict(type=_bool, default=False,
+                                                                  help="orderly (FIFO) consumption for 5.x clients "
+                                                                       "(RocketMQ 5's key; false)"))],
                        [[(("-b", "--brokerAddr"), dict(help="create the group on this broker")),
                          (("-c", "--clusterName"), dict(help="create the group on every master of this cluster"))]]),
     "deleteSubGroup": (delete_sub_group, "Delete subscription group from brokers",

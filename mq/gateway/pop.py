@@ -25,8 +25,14 @@ puts a copy there at once; here the retry topic is the 4.x %RETRY%<group> (one r
 DLQ, the group's retryMaxTimes) and a revived message is visible one delay level (1 s by default)
 after its invisible time ended.
 
+Orderly groups (consumeMessageOrderly): no checkpoint; a queue's batch is held in the gateway's
+memory (_Orderly) and the offset moves past it once every message of it is acked; its invisible
+time ending puts the same messages out again (attempt counts kept in memory: a gateway restart
+starts them at 1 again, and delivers the unacked batch again from the committed offset).
+
 Receipt handle (opaque to clients): "<ck start> <pop ms> <invisible ms> <kind> <queue id>
-<queue offset> <commitlog offset> <broker>", kind 0 = the topic's queue, 1 = %RETRY%<group>.
+<queue offset> <commitlog offset> <broker>", kind 0 = the topic's queue, 1 = %RETRY%<group>,
+2 = an orderly batch.
 
 Limits, named: BATCH_MAX messages per receive (the proxy's 32); invisible time
 INVISIBLE_MIN_MS..INVISIBLE_MAX_MS for a receive, up to INVISIBLE_MAX_MS for a change; long
@@ -66,7 +72,7 @@ REVIVE_INTERVAL_S = 0.5
 REVIVE_SCAN_BATCH = 32
 RETRY_PROBE_S = 1.0
 CALL_TIMEOUT_S = 5.0
-KIND_QUEUE, KIND_RETRY = 0, 1
+KIND_QUEUE, KIND_RETRY, KIND_ORDERLY = 0, 1, 2
 
 
 def revive_topic(cluster: str) -> str:
@@ -119,13 +125,24 @@ class Handle:
             h = cls(*(int(p) for p in parts[:7]), parts[7])
         except ValueError as e:
             raise Refused(Code.INVALID_RECEIPT_HANDLE, f"not a receipt handle of this broker: {e}") from None
-        if h.kind not in (KIND_QUEUE, KIND_RETRY) or min(h.start, h.pop_ms, h.invisible_ms, h.offset) < 0:
+        if h.kind not in (KIND_QUEUE, KIND_RETRY, KIND_ORDERLY) or min(h.start, h.pop_ms, h.invisible_ms, h.offset) < 0:
             raise Refused(Code.INVALID_RECEIPT_HANDLE, "not a receipt handle of this broker")
         return h
 
     @property
     def deadline_ms(self) -> int:
         return self.pop_ms + self.invisible_ms
+
+
+@dataclass
+class _Orderly:
+    """A queue's batch out to an orderly group: nothing more of the queue goes out until every
+    message of it is acked (the offset then moves past it) or its invisible time ends (then the
+    same messages go out again, their attempt one higher)."""
+    pop_ms: int
+    deadline_ms: int
+    end: int                                  # the offset past the batch (committed once all are acked)
+    pending: set = field(default_factory=set)
 
 
 @dataclass
@@ -158,6 +175,8 @@ class PopService:
         self._task: asyncio.Task | None = None
         self._rr = 0
         self._retry_idle: dict[str, float] = {}  # group -> until when its empty retry topic is not looked at
+        self._orderly: dict[tuple, _Orderly] = {}          # (group, topic, qid) -> its batch out
+        self._attempts: dict[tuple, int] = {}              # (group, topic, qid, offset) -> deliveries so far
         self.revived = 0
 
     # ---- broker calls -------------------------------------------------------------------------
@@ -257,9 +276,13 @@ class PopService:
         return lock
 
     async def pop(self, group: str, topic: str, queues: int, retry_queues: int, expr_type: str, expr: str,
-                  batch: int, invisible_ms: int) -> list[Popped]:
+                  batch: int, invisible_ms: int, orderly: bool = False) -> list[Popped]:
         """Up to `batch` messages of topic (its `queues` read queues here) and of %RETRY%<group>
-        (`retry_queues` of them; 0: none yet), retry first."""
+        (`retry_queues` of them; 0: none yet), retry first.  orderly (a group with
+        consumeMessageOrderly): from the topic's queues only, each queue's messages in order,
+        one batch of a queue out at a time (_Orderly)."""
+        if orderly:
+            return await self._pop_orderly(group, topic, queues, expr_type, expr, batch, invisible_ms)
         out: list[Popped] = []
         now = time.monotonic()
         skip_retry = self._retry_idle.get(group, 0.0) > now
@@ -307,6 +330,58 @@ class PopService:
                               f"{store_host}:{store_port}", reconsume, handle.text()))
         return out
 
+    async def _pop_orderly(self, group, topic, queues, expr_type, expr, batch, invisible_ms) -> list[Popped]:
+        out: list[Popped] = []
+        start = self._rr
+        self._rr += 1
+        for i in range(queues):
+            if len(out) >= batch:
+                break
+            qid = (start + i) % queues
+            key = (group, topic, qid)
+            async with self._lock(key):
+                held = self._orderly.get(key)
+                now_ms = int(time.time() * 1000)
+                if held is not None and held.pending and held.deadline_ms > now_ms:
+                    continue                                   # its batch is out
+                offset = max(await self._offset(group, topic, qid), self._floors.get(key, -1))
+                if offset < 0:
+                    low = await self._min_offset(topic, qid)
+                    offset = low if low == 0 else await self._max_offset(topic, qid)
+                _, nxt, recs = await self._pull(group, topic, qid, offset, batch - len(out), expr_type, expr)
+                if not recs:
+                    if nxt != offset:
+                        await self._commit(group, topic, qid, nxt)
+                    self._orderly.pop(key, None)
+                    continue
+                self._orderly[key] = _Orderly(now_ms, now_ms + invisible_ms, nxt, {r[4] for r in recs})
+                for (_s, _c, queue_id, _f, queue_offset, phy, sys_flag, born_ts, born_host, born_port, store_ts,
+                     store_host, store_port, reconsume, _p, body, rtopic, props, _k) in recs:
+                    akey = (group, topic, qid, queue_offset)
+                    attempt = self._attempts.get(akey, 0) + 1
+                    if len(self._attempts) > 1 << 20:
+                        self._attempts.clear()
+                    self._attempts[akey] = attempt
+                    handle = Handle(offset, now_ms, invisible_ms, KIND_ORDERLY, queue_id, queue_offset, phy,
+                                    self.broker_name)
+                    out.append(Popped(rtopic, queue_id, queue_offset, phy, bytes(body), decode_properties(props),
+                                      sys_flag, born_ts, f"{born_host}:{born_port}", store_ts,
+                                      f"{store_host}:{store_port}", reconsume + attempt - 1, handle.text()))
+        return out
+
+    async def _ack_orderly(self, group: str, topic: str, h: Handle) -> None:
+        key = (group, topic, h.queue_id)
+        async with self._lock(key):
+            held = self._orderly.get(key)
+            if held is None or held.pop_ms != h.pop_ms:
+                return                              # an older batch's handle: that batch is settled
+            held.pending.discard(h.offset)
+            self._attempts.pop((group, topic, h.queue_id, h.offset), None)
+            if not held.pending:
+                await self._commit(group, topic, h.queue_id, held.end)
+                self._floors[key] = held.end
+                del self._orderly[key]
+
     # ---- ack and change ---------------------------------------------------------------------------
     def _qtopic(self, group: str, topic: str, h: Handle) -> str:
         return retry_topic(group) if h.kind == KIND_RETRY else topic
@@ -328,6 +403,9 @@ class PopService:
             try:
                 h = Handle.parse(text)
                 self._check_live(h)
+                if h.kind == KIND_ORDERLY:
+                    await self._ack_orderly(group, topic, h)
+                    continue
             except Refused as e:
                 out[i] = e
                 continue
@@ -347,6 +425,14 @@ class PopService:
         acked; the new handle."""
         h = Handle.parse(handle)
         self._check_live(h)
+        if h.kind == KIND_ORDERLY:             # orderly: only the batch's next-visible time moves
+            key = (group, topic, h.queue_id)
+            held = self._orderly.get(key)
+            if held is None or held.pop_ms != h.pop_ms:
+                raise Refused(Code.INVALID_RECEIPT_HANDLE, "the receipt handle's batch is settled")
+            held.deadline_ms = int(time.time() * 1000) + invisible_ms
+            return Handle(h.start, h.pop_ms, held.deadline_ms - h.pop_ms, h.kind, h.queue_id, h.offset,
+                          h.commitlog_offset, self.broker_name).text()
         qtopic = self._qtopic(group, topic, h)
         pop_ms = int(time.time() * 1000)
         await self._record("ck", {"g": group, "t": qtopic, "q": h.queue_id, "s": h.offset, "p": pop_ms,
@@ -355,6 +441,21 @@ class PopService:
                                    "o": h.offset})
         return Handle(h.offset, pop_ms, invisible_ms, h.kind, h.queue_id, h.offset, h.commitlog_offset,
                       self.broker_name).text()
+
+    async def forward_to_dlq(self, group: str, topic: str, handle: str) -> None:
+        """The message of `handle` to %DLQ%<group> (CONSUMER_SEND_MSG_BACK with delay level -1,
+        the 4.x way), then acked: a FIFO consumer that gave up on it."""
+        h = Handle.parse(handle)
+        self._check_live(h)
+        r = await self._call(R.CONSUMER_SEND_MSG_BACK, {"group": group, "offset": h.commitlog_offset,
+                                                         "delayLevel": -1, "originMsgId": "",
+                                                         "originTopic": self._qtopic(group, topic, h)})
+        if r.code != RC.SUCCESS:
+            raise Refused(Code.INTERNAL_SERVER_ERROR if r.code != RC.SUBSCRIPTION_GROUP_NOT_EXIST
+                          else Code.CONSUMER_GROUP_NOT_FOUND, f"forward to the DLQ failed: {r.code} {r.remark}")
+        (refused,) = await self.ack(group, topic, [handle])
+        if refused is not None:
+            raise refused
 
     # ---- revive -----------------------------------------------------------------------------------
     async def _revive_loop(self) -> None:

@@ -130,6 +130,7 @@ class MessagingService:
         self._rr = itertools.count(random.randrange(1 << 16))
         self._types: dict[str, tuple[float, str | None]] = {}        # topic -> (read at, message.type)
         self._endpoints: dict[str, tuple[float, tuple | None]] = {}  # broker addr -> (read at, its gRPC host, port)
+        self._groups: dict[str, tuple[float, dict]] = {}             # group -> (read at, its config)
         self._streams: dict[str, asyncio.Queue] = {}                 # client id -> its Telemetry's outgoing commands
         # transaction id -> (topic, commit-log offset, queue offset of the half) for EndTransaction
         self._transactions: OrderedDict[str, tuple[str, int, int]] = OrderedDict()
@@ -172,6 +173,24 @@ class MessagingService:
             self._types.clear()
         self._types[topic] = (now, kind)
         return kind
+
+    async def group_config(self, group: str) -> dict:
+        """The group's config on this broker (GET_SUBSCRIPTIONGROUP_CONFIG): {} when it has none
+        (a group is created on its first pull, with the defaults).  Cached ROUTE_TTL_S."""
+        now = time.monotonic()
+        hit = self._groups.get(group)
+        if hit is not None and now - hit[0] < ROUTE_TTL_S:
+            return hit[1]
+        try:
+            r = await self.remoting.invoke(self.broker_addr, self.remoting.request(
+                R.GET_SUBSCRIPTIONGROUP_CONFIG, {"group": group}), NAMESRV_TIMEOUT_S)
+            g = orjson.loads(r.body) if r.code == RC.SUCCESS and r.body else {}
+        except (RemotingError, ValueError):
+            g = {}
+        if len(self._groups) > 4096:
+            self._groups.clear()
+        self._groups[group] = (now, g if isinstance(g, dict) else {})
+        return self._groups[group][1]
 
     async def _topic_type_at(self, addr: str, topic: str) -> str | None:
         try:
@@ -301,8 +320,9 @@ class MessagingService:
         return resp
 
     # ---- clients: Telemetry, Heartbeat, NotifyClientTermination ---------------------------------
-    def _merged_settings(self, s):
-        """What the server answers a client's Settings with (the Java proxy's values)."""
+    async def _merged_settings(self, s):
+        """What the server answers a client's Settings with (the Java proxy's values; a
+        consumer's fifo and max attempts from its group: consumeMessageOrderly, retryMaxTimes + 1)."""
         out = msg("Settings")()
         out.CopyFrom(s)
         kind = s.client_type if s.HasField("client_type") else ClientType.CLIENT_TYPE_UNSPECIFIED
@@ -317,11 +337,15 @@ class MessagingService:
             bp.exponential_backoff.multiplier = 2.0
         else:
             sub = out.subscription
-            sub.fifo = False
+            g = await self.group_config(sub.group.name) if sub.group.name else {}
+            sub.fifo = bool(g.get("consumeMessageOrderly", False))
             sub.receive_batch_size = RECEIVE_BATCH_SIZE
             if not sub.HasField("long_polling_timeout"):
                 sub.long_polling_timeout.FromSeconds(LONG_POLLING_S_DEFAULT)
-            bp.max_attempts = CONSUMER_MAX_ATTEMPTS
+            try:
+                bp.max_attempts = int(g.get("retryMaxTimes", CONSUMER_MAX_ATTEMPTS - 1)) + 1
+            except (TypeError, ValueError):
+                bp.max_attempts = CONSUMER_MAX_ATTEMPTS
             for s_ in CONSUMER_BACKOFF_S:
                 bp.customized_backoff.next.add().FromSeconds(s_)
         return out
@@ -354,7 +378,7 @@ class MessagingService:
         async def read() -> None:
             try:
                 async for cmd in request_iterator:
-                    out.put_nowait(self._telemetry_reply(cid, cmd))
+                    out.put_nowait(await self._telemetry_reply(cid, cmd))
             except Exception as e:           # the client went away (cancelled stream, reset)
                 log.debug("Telemetry of %s ended: %s", cid, e)
             finally:
@@ -372,7 +396,7 @@ class MessagingService:
             if self._streams.get(cid) is out:
                 del self._streams[cid]
 
-    def _telemetry_reply(self, cid: str, cmd):
+    async def _telemetry_reply(self, cid: str, cmd):
         """The answer to one command of a client's Telemetry stream (False: none)."""
         Cmd = msg("TelemetryCommand")
         if cmd is None:                    # not a TelemetryCommand (mq.gateway.role's decoder)
@@ -387,7 +411,7 @@ class MessagingService:
         self._settings.move_to_end(cid)
         while len(self._settings) > SETTINGS_MAX:
             self._settings.popitem(last=False)
-        return Cmd(status=status(Code.OK), settings=self._merged_settings(cmd.settings))
+        return Cmd(status=status(Code.OK), settings=await self._merged_settings(cmd.settings))
 
     async def Heartbeat(self, request, context):
         Resp = msg("HeartbeatResponse")
@@ -655,8 +679,9 @@ class MessagingService:
                 await asyncio.wait_for(self.pop.ready.wait(), max(0.1, deadline - time.monotonic()))
             except asyncio.TimeoutError:
                 raise Refused(Code.MESSAGE_NOT_FOUND, "no new message (the POP state is still being read)") from None
+            orderly = bool((await self.group_config(group)).get("consumeMessageOrderly", False))
             while True:
-                popped = await self.pop.pop(group, topic, queues, 1, expr_type, expr, batch, invisible_ms)
+                popped = await self.pop.pop(group, topic, queues, 1, expr_type, expr, batch, invisible_ms, orderly)
                 if popped or time.monotonic() + POLL_INTERVAL_S > deadline:
                     break
                 await asyncio.sleep(POLL_INTERVAL_S)
@@ -723,6 +748,20 @@ class MessagingService:
             return Resp(status=status(e.code, e.text))
         return Resp(status=status(Code.OK), receipt_handle=handle)
 
+    async def ForwardMessageToDeadLetterQueue(self, request, context):
+        """A FIFO consumer gave up on a message: to %DLQ%<group>, then acked."""
+        Resp = msg("ForwardMessageToDeadLetterQueueResponse")
+        try:
+            group, topic = request.group.name, request.topic.name
+            check_group(group)
+            check_topic(topic)
+            self._check(context, topic, group)
+            await self.pop.forward_to_dlq(group, topic, request.receipt_handle)
+        except Refused as e:
+            return Resp(status=status(e.code, e.text))
+        self.stats.messages("dead-lettered")
+        return Resp(status=status(Code.OK))
+
     async def QueryAssignment(self, request, context):
         """A push consumer's queues: one assignment per broker that has readable queues (id -1:
         the broker pops from all of them), as the Java proxy answers a group that is not orderly."""
@@ -756,4 +795,5 @@ class MessagingService:
 
 
 METHODS_SERVED = ("QueryRoute", "Telemetry", "Heartbeat", "NotifyClientTermination", "SendMessage", "ReceiveMessage",
-                  "AckMessage", "ChangeInvisibleDuration", "QueryAssignment", "EndTransaction")
+                  "AckMessage", "ChangeInvisibleDuration", "QueryAssignment", "EndTransaction",
+                  "ForwardMessageToDeadLetterQueue")

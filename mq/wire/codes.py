@@ -72,6 +72,7 @@ class RequestCode:
     QUERY_DATA_VERSION = 322
     ADD_WRITE_PERM_OF_BROKER = 327
     GET_TOPIC_CONFIG = 351          # RocketMQ 5: one topic's config (its attributes too)
+    GET_SUBSCRIPTIONGROUP_CONFIG = 352   # RocketMQ 5: one group's config
 
 
 class ResponseCode:

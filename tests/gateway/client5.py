@@ -18,8 +18,10 @@ Requests:
         no more than are still wanted; acks each, leaves it (keep), or sets its invisible time
         to change_s (change)
         -> {"received": [message...], "errors": [text...]}
-    {"op": "push", "endpoint", "group", "topic", "want": N, "fail_first": K, "timeout_s": 60}
-        PushConsumer: the listener answers FAILURE for the first K deliveries, SUCCESS after;
+    {"op": "push", "endpoint", "group", "topic", "want": N, "fail_first": K, "fail_bodies": [...],
+     "timeout_s": 60}
+        PushConsumer: the listener answers FAILURE for the first K deliveries and for every
+        delivery of a message whose body is in fail_bodies, SUCCESS otherwise;
         runs until `want` SUCCESS answers (or timeout_s)
         -> {"received": [message... (every delivery, in order)]}
 A message is {"message_id", "topic", "body", "tag", "keys", "props", "attempt", "group"}.
@@ -129,6 +131,8 @@ def push(req: dict) -> dict:
         def consume(self, message):
             with lock:
                 got.append(_message(message))
+                if message.body.decode(errors="replace") in req.get("fail_bodies", ()):
+                    return ConsumeResult.FAILURE
                 if fail_left[0] > 0:
                     fail_left[0] -= 1
                     return ConsumeResult.FAILURE

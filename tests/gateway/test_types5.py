@@ -8,7 +8,7 @@ import time
 import grpc
 import pytest
 
-from mq.cluster import BIN, call
+from mq.cluster import BIN, call, wait_for
 from mq.wire.codes import RequestCode, ResponseCode
 from mq.wire.grpc5 import METHODS, SERVICE, Code, MessageType, msg
 
@@ -108,3 +108,45 @@ def test_transactions_commit_rollback_and_the_checker_resolves_an_open_one(clust
     assert sorted(m.body for m in stored) == [b"asked", b"yes"]
     time.sleep(2.0)                                   # a check pass later, the rolled-back one is still not there
     assert sorted(m.body for m in messages_of_topic(cluster, "T5Tx")) == [b"asked", b"yes"]
+
+
+def test_fifo_push_consumer_keeps_each_groups_order_and_forwards_what_it_gives_up(cluster):
+    """An orderly group (mqadmin updateSubGroup -o true): the official PushConsumer gets fifo in
+    its settings; each message group's messages arrive in send order; the first message, failed
+    past the group's retry limit (retryMaxTimes 1: 2 attempts), goes to %DLQ%<group> through
+    ForwardMessageToDeadLetterQueue and the rest still arrive in order."""
+    from tests.gateway.helpers import create_group
+    typed_topic(cluster, "T5FifoPush", "FIFO")
+    create_group(cluster, "T5FifoGroup", consumeMessageOrderly=True, retryMaxTimes=1)
+    specs = [{"body": f"{g}-{i}", "group": g} for i in range(8) for g in ("ga", "gb")]
+    ids = produce5(cluster, "T5FifoPush", specs)
+    out = run_client5({"op": "push", "endpoint": cluster.endpoint, "group": "T5FifoGroup", "topic": "T5FifoPush",
+                       "want": 15, "fail_bodies": ["ga-0"], "timeout_s": 90})
+    got = out["received"]
+    failed = [m for m in got if m["body"] == "ga-0"]
+    # retried in place by the client (its FIFO retry re-runs the listener on the same delivery, so
+    # the attempt it reports stays 1), then given up after the group's 2 attempts
+    assert len(failed) == 2, failed
+    for g in ("ga", "gb"):
+        bodies = [m["body"] for m in got if m["group"] == g and m["body"] != "ga-0"]
+        assert bodies == [f"{g}-{i}" for i in range(8) if f"{g}-{i}" != "ga-0"], (g, bodies)
+    wait_for(lambda: messages_of_topic(cluster, "%DLQ%T5FifoGroup"), 30, what="the given-up message in the DLQ")
+    (dead,) = messages_of_topic(cluster, "%DLQ%T5FifoGroup")
+    assert dead.properties["UNIQ_KEY"] == failed[0]["message_id"] and failed[0]["message_id"] in ids
+
+
+def test_an_orderly_group_gets_a_queue_again_only_after_its_batch_is_settled(cluster):
+    """Orderly POP: while a queue's batch is out and not acked, nothing more of it goes out; when
+    its invisible time ends the same messages come again, in the same order, attempt 2."""
+    from tests.gateway.helpers import create_group
+    typed_topic(cluster, "T5Orderly", "FIFO")
+    create_group(cluster, "T5OrderlyGroup", consumeMessageOrderly=True)
+    produce5(cluster, "T5Orderly", [{"body": f"o{i}", "group": "one"} for i in range(6)])
+    req = {"op": "receive", "endpoint": cluster.endpoint, "group": "T5OrderlyGroup", "topic": "T5Orderly",
+           "timeout_s": 30}
+    first = run_client5({**req, "want": 6, "then": "keep", "invisible_s": 10})["received"]
+    assert [m["body"] for m in first] == [f"o{i}" for i in range(6)]
+    none = run_client5({**req, "want": 1, "then": "ack", "timeout_s": 3})["received"]
+    assert none == []                                   # the queue's batch is out: nothing else of it
+    again = run_client5({**req, "want": 6, "then": "ack", "timeout_s": 30})["received"]
+    assert [m["body"] for m in again] == [f"o{i}" for i in range(6)] and {m["attempt"] for m in again} == {2}
