@@ -213,7 +213,8 @@ def test_cluster_from_the_installed_package(installed):
     """The installed mq.cluster starts the installed mqnamesrv and mqbroker (found next to the
     venv's interpreter) on free loopback ports with their stores in a temporary directory; the
     installed mq.client sends a message (SEND_OK) and pulls it back by its queue and offset
-    (same body and tag); both servers then stop on SIGTERM with exit status 0."""
+    (same body and tag); the broker's gRPC endpoint (grpcServerPort) answers QueryRoute for
+    the topic; both servers then stop on SIGTERM with exit status 0."""
     work = os.path.join(installed.root, "cluster")
     os.makedirs(work, exist_ok=True)
     done = installed.python_code("""
@@ -225,8 +226,9 @@ def test_cluster_from_the_installed_package(installed):
         work = sys.argv[1]
         out = {"bin": mq.cluster.BIN}
         ns = NameServer(work)
+        gport = mq.cluster.free_port()
         try:
-            broker = Broker(work, ns.addr)
+            broker = Broker(work, ns.addr, grpcServerPort=gport)
         except BaseException:
             ns.stop()
             raise
@@ -258,6 +260,17 @@ def test_cluster_from_the_installed_package(installed):
                     return bool(got)
                 await until(found, "the message to be pullable")
             out["received"] = [[m.body.decode(), m.tags] for m in got]
+            # the gateway for 5.x clients ships and serves: QueryRoute of the topic over gRPC
+            import grpc
+            from mq.wire.grpc5 import SERVICE, msg
+            await until(lambda: asyncio.sleep(0, mq.cluster.port_open(gport)), "the gRPC port")
+            req = msg("QueryRouteRequest")()
+            req.topic.name = "WheelTopic"
+            with grpc.insecure_channel(f"127.0.0.1:{gport}") as ch:
+                fn = ch.unary_unary(f"/{SERVICE}/QueryRoute", request_serializer=lambda m: m.SerializeToString(),
+                                    response_deserializer=msg("QueryRouteResponse").FromString)
+                r = await asyncio.to_thread(fn, req, metadata=(("x-mq-client-id", "wheel@1@0@x"),), timeout=10)
+            out["grpc_route"] = [r.status.code, len(r.message_queues)]
 
         try:
             asyncio.run(asyncio.wait_for(flow(), 90))
@@ -271,6 +284,7 @@ def test_cluster_from_the_installed_package(installed):
     assert os.path.realpath(out["bin"]) == os.path.realpath(installed.bin)
     assert out["send_status"] == "SEND_OK"
     assert out["received"] == [["hello from the wheel", "TagW"]]
+    assert out["grpc_route"][0] == 20000 and out["grpc_route"][1] > 0, out      # Code.OK, the topic's queues
     assert (out["broker_exit"], out["namesrv_exit"]) == (0, 0), out
 
 
