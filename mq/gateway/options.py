@@ -17,7 +17,6 @@ class GatewayOptions:
     namesrv_addr: str               # namesrvAddr, ';'-separated
     max_message_bytes: int          # maxMessageSize
     cluster: str                    # brokerClusterName (the revive topic is rmq_sys_REVIVE_LOG_<cluster>)
-    delay_levels_ms: tuple = ()     # messageDelayLevel: a 5.x DELAY message takes the next level up
     store_root: str = ""            # storePathRootDir: the stats block the metrics read is found from it
     acl_enable: bool = False        # aclEnable: 5.x clients are checked against plain_acl.yml (mq.gateway.auth)
     rocketmq_home: str = ""         # rocketmqHome: where conf/plain_acl.yml and conf/tools.yml are
@@ -27,4 +26,4 @@ class GatewayOptions:
         """From a BrokerConfig."""
         return cls(cfg.listenAddress, cfg.grpcServerPort, cfg.brokerIP1, cfg.broker_addr, cfg.brokerName,
                    cfg.namesrvAddr, cfg.maxMessageSize, cfg.brokerClusterName,
-                   tuple(cfg.store_config().delay_levels_ms), cfg.storePathRootDir, cfg.aclEnable, cfg.rocketmqHome)
+                   cfg.storePathRootDir, cfg.aclEnable, cfg.rocketmqHome)

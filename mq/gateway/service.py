@@ -7,12 +7,12 @@ flush and replication waits, DLedger, disk full, permissions - is therefore the 
 answered once; the gateway maps the answer to a Status code (mq.gateway.convert).
 
 Served: QueryRoute, Telemetry (client settings both ways, and the server's transaction checks),
-Heartbeat, NotifyClientTermination, SendMessage, EndTransaction, and POP (mq.gateway.pop):
-ReceiveMessage, AckMessage, ChangeInvisibleDuration, QueryAssignment.  A topic takes the message
-types its RocketMQ 5 attribute message.type names (NORMAL without one: every 4.x topic); FIFO
-messages of a group go to one queue (the proxy's consistent hash of the group); DELAY messages
-take the broker's next delay level up (the proxy's useDelayLevel rule: no timer wheel here);
-TRANSACTION messages are 4.x half messages, the broker's checks relayed to a 5.x producer of the
+Heartbeat, NotifyClientTermination, SendMessage, EndTransaction, RecallMessage, and POP
+(mq.gateway.pop): ReceiveMessage, AckMessage, ChangeInvisibleDuration, QueryAssignment,
+ForwardMessageToDeadLetterQueue.  A topic takes the message types its RocketMQ 5 attribute
+message.type names (NORMAL without one: every 4.x topic); FIFO messages of a group go to one
+queue (the proxy's consistent hash of the group); DELAY messages are timer messages
+(mq.gateway.timer: delivered at their second); TRANSACTION messages are 4.x half messages, the broker's checks relayed to a 5.x producer of the
 topic on its Telemetry stream.  The other RPCs are not registered: grpc answers them
 UNIMPLEMENTED, as the Java proxy does for the ones it lacks.
 
@@ -53,6 +53,7 @@ from .convert import Refused, check_group, check_topic, message_type_of, send_co
 from .auth import GatewayAuth
 from .options import GatewayOptions
 from .stats import GatewayStats
+from .timer import TIMER_MAX_DELAY_MS, TimerService, recall_handle
 from .pop import BATCH_MAX, INVISIBLE_MAX_MS, INVISIBLE_MIN_MS, POLL_INTERVAL_S, Popped, PopService
 
 log = logging.getLogger("mq.gateway")
@@ -70,7 +71,6 @@ CONSUMER_BACKOFF_S = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 
 CONSUMER_MAX_ATTEMPTS = 17
 RECEIVE_BATCH_SIZE = 32
 LONG_POLLING_S_DEFAULT = 20
-DELAY_MAX_MS = 24 * 3600 * 1000          # the proxy's maxDelayTimeMills
 TRANSACTIONS_MAX = 65536                 # transactions remembered for EndTransaction (the oldest dropped)
 RECOVERY_S_MAX = 3600                    # orphaned_transaction_recovery_duration (maxTransactionRecoverySecond)
 BROKER_HEARTBEAT_S = 10.0                # the gateway's producer registrations with its broker
@@ -134,7 +134,7 @@ class MessagingService:
         self._streams: dict[str, asyncio.Queue] = {}                 # client id -> its Telemetry's outgoing commands
         # transaction id -> (topic, commit-log offset, queue offset of the half) for EndTransaction
         self._transactions: OrderedDict[str, tuple[str, int, int]] = OrderedDict()
-        self.delay_levels_ms = list(opts.delay_levels_ms)
+        self.timer = TimerService(self.remoting, opts.broker_addr, opts.broker_name, self.stats)
         self.remoting.push_handlers[R.CHECK_TRANSACTION_STATE] = self._on_check
         self._heartbeat_task: asyncio.Task | None = None
         self.requests = 0
@@ -142,12 +142,14 @@ class MessagingService:
     async def start(self) -> None:
         self.stats.start()
         await self.pop.start()
+        self.timer.start()
         self._heartbeat_task = asyncio.get_running_loop().create_task(self._broker_heartbeats())
 
     async def close(self) -> None:
         if self._heartbeat_task is not None:
             self._heartbeat_task.cancel()
         await self.pop.close()
+        await self.timer.close()
         await self.remoting.close()
         self.stats.close()
 
@@ -472,14 +474,6 @@ class MessagingService:
                     return qd.write_queue_nums
         return 0
 
-    def _delay_level(self, delay_ms: int) -> int:
-        """The smallest delay level longer than delay_ms, else the longest (the proxy's
-        useDelayLevel rule: this broker has the 4.x levels, not RocketMQ 5's timer wheel)."""
-        for i, level_ms in enumerate(self.delay_levels_ms):
-            if level_ms > delay_ms:
-                return i + 1
-        return len(self.delay_levels_ms)
-
     async def _send_one(self, m, topic: str, entry) -> None:
         kind = message_type_of(m.system_properties)
         topic_kind = await self.topic_type(topic)
@@ -488,17 +482,18 @@ class MessagingService:
                           f"topic {topic} takes {topic_kind or 'no'} messages here (message.type), not {kind.name}")
         props, sys_flag = to_properties(m, self.max_body_bytes)
         sp = m.system_properties
+        due_ms = 0                 # a timer message's due second (mq.gateway.timer)
         if kind == MessageType.DELAY:
             if not sp.HasField("delivery_timestamp"):
                 raise Refused(Code.ILLEGAL_DELIVERY_TIME, "a DELAY message needs a delivery_timestamp")
             deliver_ms = sp.delivery_timestamp.seconds * 1000 + sp.delivery_timestamp.nanos // 1_000_000
             delay_ms = deliver_ms - int(time.time() * 1000)
-            if delay_ms > DELAY_MAX_MS:
+            if delay_ms > TIMER_MAX_DELAY_MS:
                 raise Refused(Code.ILLEGAL_DELIVERY_TIME, f"delivery time {deliver_ms} is more than "
-                                                          f"{DELAY_MAX_MS} ms ahead")
+                                                          f"{TIMER_MAX_DELAY_MS} ms ahead")
             props["TIMER_DELIVER_MS"] = str(deliver_ms)
-            if delay_ms > 0:
-                props["DELAY"] = str(self._delay_level(delay_ms))
+            if delay_ms > 0:       # a time passed is delivered at once (RocketMQ's rule)
+                due_ms = deliver_ms // 1000 * 1000
         elif kind == MessageType.TRANSACTION:
             props["TRAN_MSG"] = "true"
             sys_flag |= wcl.TRANSACTION_PREPARED
@@ -518,15 +513,19 @@ class MessagingService:
             qid = next(self._rr) % queues
         born_ms = (sp.born_timestamp.seconds * 1000 + sp.born_timestamp.nanos // 1_000_000
                    if sp.HasField("born_timestamp") else int(time.time() * 1000))
-        ext = send_v2(producerGroup=topic, topic=topic, defaultTopic=AUTO_CREATE_TOPIC, defaultTopicQueueNums=4,
+        fields = dict(producerGroup=topic, topic=topic, defaultTopic=AUTO_CREATE_TOPIC, defaultTopicQueueNums=4,
                       queueId=qid, sysFlag=sys_flag, bornTimestamp=born_ms, flag=0,
                       properties=properties_to_string(props), reconsumeTimes=int(props["RECONSUME_TIME"]),
                       unitMode=False, batch=False, brokerName=self.broker_name)
-        try:
-            r = await self.remoting.invoke(self.broker_addr, self.remoting.request(R.SEND_MESSAGE_V2, ext, m.body),
-                                           SEND_TIMEOUT_S)
-        except RemotingError as e:
-            raise Refused(Code.PROXY_TIMEOUT, f"the broker did not answer the send: {e}") from None
+        if due_ms:
+            r = await self.timer.store(fields, props, m.body, topic, qid, due_ms)
+            entry.recall_handle = recall_handle(topic, self.broker_name, due_ms, props["UNIQ_KEY"])
+        else:
+            try:
+                r = await self.remoting.invoke(self.broker_addr, self.remoting.request(
+                    R.SEND_MESSAGE_V2, send_v2(**fields), m.body), SEND_TIMEOUT_S)
+            except RemotingError as e:
+                raise Refused(Code.PROXY_TIMEOUT, f"the broker did not answer the send: {e}") from None
         code = send_code(r.code)
         h = r.ext_fields or {}
         entry.status.CopyFrom(status(code, r.remark or ""))
@@ -748,6 +747,18 @@ class MessagingService:
             return Resp(status=status(e.code, e.text))
         return Resp(status=status(Code.OK), receipt_handle=handle)
 
+    async def RecallMessage(self, request, context):
+        """A timer message taken back before it is due (its recall handle from the send)."""
+        Resp = msg("RecallMessageResponse")
+        try:
+            topic = request.topic.name
+            check_topic(topic)
+            self._check(context, topic, publish=True)
+            message_id = await self.timer.recall(topic, request.recall_handle)
+        except Refused as e:
+            return Resp(status=status(e.code, e.text))
+        return Resp(status=status(Code.OK), message_id=message_id)
+
     async def ForwardMessageToDeadLetterQueue(self, request, context):
         """A FIFO consumer gave up on a message: to %DLQ%<group>, then acked."""
         Resp = msg("ForwardMessageToDeadLetterQueueResponse")
@@ -796,4 +807,4 @@ class MessagingService:
 
 METHODS_SERVED = ("QueryRoute", "Telemetry", "Heartbeat", "NotifyClientTermination", "SendMessage", "ReceiveMessage",
                   "AckMessage", "ChangeInvisibleDuration", "QueryAssignment", "EndTransaction",
-                  "ForwardMessageToDeadLetterQueue")
+                  "ForwardMessageToDeadLetterQueue", "RecallMessage")

@@ -7,9 +7,10 @@ official 4.x C++ client's, so the two cannot share the tests' venv).
 Requests:
     {"op": "produce", "endpoint": "host:port", "topic": T,
      "messages": [{"body": str, "tag": str?, "keys": [str]?, "props": {k: v}?, "group": str?,
-                   "delay_s": int?, "tx": "commit" | "rollback" | "leave"?}],
+                   "delay_s": int?, "tx": "commit" | "rollback" | "leave"?, "recall": bool?}],
      "wait_checks": N?, "check_answer": "commit" | "rollback"?, "linger_s": s?}
-        -> {"sent": [{"message_id": id} | {"error": text}, ...], "checked": [message ids]}
+        -> {"sent": [{"message_id": id, "recall_handle": h} | {"error": text}, ...], "checked": [ids]}
+        ("recall": the producer recalls the timer message right after sending it)
         (with a "tx" message the producer has a TransactionChecker answering check_answer; it
         waits for wait_checks checks, then linger_s)
     {"op": "receive", "endpoint", "group", "topic", "expression"?: "*", "want": N, "invisible_s": 15,
@@ -73,7 +74,9 @@ def produce(req: dict) -> dict:
                         transaction.rollback()
                 else:
                     receipt = producer.send(m)
-                sent.append({"message_id": receipt.message_id})
+                sent.append({"message_id": receipt.message_id, "recall_handle": receipt.recall_handle})
+                if spec.get("recall"):
+                    producer.recall_message(req["topic"], receipt.recall_handle)
             except Exception as e:            # the test decides what an error means
                 sent.append({"error": f"{type(e).__name__}: {e}"})
         deadline = time.monotonic() + req.get("checks_timeout_s", 60)

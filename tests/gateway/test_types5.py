@@ -8,7 +8,7 @@ import time
 import grpc
 import pytest
 
-from mq.cluster import BIN, call, wait_for
+from mq.cluster import BIN, call, port_open, wait_for
 from mq.wire.codes import RequestCode, ResponseCode
 from mq.wire.grpc5 import METHODS, SERVICE, Code, MessageType, msg
 
@@ -81,18 +81,43 @@ def test_fifo_messages_of_a_group_keep_their_order_in_one_queue(cluster):
             [f"{g}-{i}" for i in range(10)]
 
 
-def test_a_delay_message_waits_for_the_next_delay_level(cluster):
+def test_a_delay_message_is_delivered_at_its_second_and_a_recalled_one_never(cluster):
+    """RocketMQ 5's timer: a DELAY message stored at once (rmq_sys_wheel_timer) and put into its
+    topic at its delivery second, not a delay level's (this broker's levels are 1 2 3 5 10 s: a
+    delay of 6-7 s would take 10); a message recalled with its recall handle is never delivered."""
     typed_topic(cluster, "T5Delay", "DELAY")
     t0 = time.time()
-    # whole seconds: a delay of 3-4 s from the send, so the 5 s level (the next one up from 3 s)
-    (mid,) = produce5(cluster, "T5Delay", [{"body": "later", "delay_s": 4}])
-    out = run_client5({"op": "receive", "endpoint": cluster.endpoint, "group": "T5DelayGroup", "topic": "T5Delay",
-                       "want": 1, "timeout_s": 30})
-    (m,) = out["received"]
-    assert m["message_id"] == mid and time.time() - t0 >= 4.5
-    (stored,) = messages_of_topic(cluster, "T5Delay")
-    # the schedule service drops DELAY when it delivers (RocketMQ's rule); the delivery time stays
-    assert "DELAY" not in stored.properties and int(stored.properties["TIMER_DELIVER_MS"]) >= t0 * 1000
+    out = run_client5({"op": "produce", "endpoint": cluster.endpoint, "topic": "T5Delay",
+                       "messages": [{"body": "later", "delay_s": 7}, {"body": "recalled", "delay_s": 5,
+                                                                       "recall": True}]})
+    (later, recalled) = out["sent"]
+    assert later.get("message_id") and recalled.get("recall_handle"), out
+    assert not messages_of_topic(cluster, "T5Delay")                      # not before its time
+    got = run_client5({"op": "receive", "endpoint": cluster.endpoint, "group": "T5DelayGroup", "topic": "T5Delay",
+                       "want": 1, "timeout_s": 30})["received"]
+    elapsed = time.time() - t0
+    assert [m["message_id"] for m in got] == [later["message_id"]]
+    assert 5.5 <= elapsed < 9.5, elapsed                                 # its second (6-7 s), not the 10 s level
+    time.sleep(1.0)
+    (stored,) = messages_of_topic(cluster, "T5Delay")                     # the recalled one never came
+    assert stored.properties["UNIQ_KEY"] == later["message_id"] and "TIMER_OUT_MS" not in stored.properties
+
+
+def test_the_timer_keeps_its_messages_across_a_broker_kill(cluster):
+    """Timer messages waiting when the whole broker is killed are delivered after its restart,
+    each once the progress was saved; a message due before the kill is not delivered twice."""
+    typed_topic(cluster, "T5TimerKill", "DELAY")
+    out = run_client5({"op": "produce", "endpoint": cluster.endpoint, "topic": "T5TimerKill",
+                       "messages": [{"body": "early", "delay_s": 2}, {"body": "late", "delay_s": 8}]})
+    assert all(r.get("message_id") for r in out["sent"]), out
+    wait_for(lambda: messages_of_topic(cluster, "T5TimerKill"), 20, what="the early one delivered")
+    time.sleep(1.0)                                 # its progress saved (a tick after the delivery)
+    cluster.broker.kill()
+    cluster.broker.start()
+    wait_for(lambda: port_open(cluster.grpc_port), 30, what="the gRPC port again")
+    wait_for(lambda: len(messages_of_topic(cluster, "T5TimerKill")) >= 2, 40, what="the late one delivered")
+    time.sleep(1.5)
+    assert sorted(m.body for m in messages_of_topic(cluster, "T5TimerKill")) == [b"early", b"late"]
 
 
 def test_transactions_commit_rollback_and_the_checker_resolves_an_open_one(cluster):
