@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from mq.remoting import RemotingClient, RemotingError
+from mq.remoting import RemotingClient
 from mq.wire import commitlog as wcl
 from mq.wire.codes import RequestCode as R, ResponseCode as RC
 from mq.wire.errors import WireError
@@ -58,6 +58,7 @@ from mq.wire.topics import AUTO_CREATE_TOPIC, RETRY_PREFIX
 
 from mq.wire.grpc5 import Code
 
+from .background import Background, BrokerCalls
 from .convert import Refused
 
 log = logging.getLogger("mq.gateway.pop")
@@ -71,7 +72,6 @@ POLL_INTERVAL_S = 0.2
 REVIVE_INTERVAL_S = 0.5
 REVIVE_SCAN_BATCH = 32
 RETRY_PROBE_S = 1.0
-CALL_TIMEOUT_S = 5.0
 KIND_QUEUE, KIND_RETRY, KIND_ORDERLY = 0, 1, 2
 
 
@@ -156,7 +156,7 @@ class _Ck:
     pending: dict = field(default_factory=dict)   # queue offset -> commitlog offset, not acked yet
 
 
-class PopService:
+class PopService(BrokerCalls, Background):
     def __init__(self, remoting: RemotingClient, broker_addr: str, broker_name: str, cluster: str, stats=None):
         """stats: a GatewayStats (revived messages are counted there)."""
         self.remoting = remoting
@@ -172,7 +172,6 @@ class PopService:
         self.ready = asyncio.Event()              # set once the revive log was read from the revive offset
         self._scan_offset = -1                    # next revive-queue offset to read
         self._committed_revive = -1
-        self._task: asyncio.Task | None = None
         self._rr = 0
         self._retry_idle: dict[str, float] = {}  # group -> until when its empty retry topic is not looked at
         self._orderly: dict[tuple, _Orderly] = {}          # (group, topic, qid) -> its batch out
@@ -180,13 +179,6 @@ class PopService:
         self.revived = 0
 
     # ---- broker calls -------------------------------------------------------------------------
-    async def _call(self, code: int, ext: dict, body: bytes = b""):
-        try:
-            return await self.remoting.invoke(self.broker_addr, self.remoting.request(code, ext, body),
-                                              CALL_TIMEOUT_S)
-        except RemotingError as e:
-            raise Refused(Code.PROXY_TIMEOUT, f"the broker did not answer: {e}") from None
-
     async def _offset(self, group: str, topic: str, qid: int) -> int:
         r = await self._call(R.QUERY_CONSUMER_OFFSET, {"consumerGroup": group, "topic": topic, "queueId": qid})
         if r.code == RC.SUCCESS:
@@ -246,10 +238,8 @@ class PopService:
         return int((r.ext_fields or {}).get("queueOffset", -1))
 
     # ---- start ----------------------------------------------------------------------------------
-    async def start(self) -> None:
-        """Starts the revive loop, which first creates the revive topic (the role starts before
-        the broker's io workers serve: it retries until they do)."""
-        self._task = asyncio.get_running_loop().create_task(self._revive_loop())
+    # start() runs _loop, the revive loop, which first creates the revive topic (the role starts
+    # before the broker's io workers serve: it retries until they do)
 
     async def _create_revive_topic(self) -> None:
         r = await self._call(R.UPDATE_AND_CREATE_TOPIC, {
@@ -257,14 +247,6 @@ class PopService:
             "perm": 6, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False})
         if r.code != RC.SUCCESS:
             raise Refused(Code.INTERNAL_SERVER_ERROR, f"creating {self.revive_topic} failed: {r.code} {r.remark}")
-
-    async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):
-                pass
 
     # ---- receive --------------------------------------------------------------------------------
     def _lock(self, key: tuple) -> asyncio.Lock:
@@ -458,7 +440,7 @@ class PopService:
             raise refused
 
     # ---- revive -----------------------------------------------------------------------------------
-    async def _revive_loop(self) -> None:
+    async def _loop(self) -> None:
         created = False
         while True:
             try:

@@ -53,6 +53,7 @@ from .convert import Refused, check_group, check_topic, message_type_of, send_co
 from .auth import GatewayAuth
 from .options import GatewayOptions
 from .stats import GatewayStats
+from .renew import DEFAULT_INVISIBLE_MS, Renewer
 from .timer import TIMER_MAX_DELAY_MS, TimerService, recall_handle
 from .pop import BATCH_MAX, INVISIBLE_MAX_MS, INVISIBLE_MIN_MS, POLL_INTERVAL_S, Popped, PopService
 
@@ -135,14 +136,16 @@ class MessagingService:
         # transaction id -> (topic, commit-log offset, queue offset of the half) for EndTransaction
         self._transactions: OrderedDict[str, tuple[str, int, int]] = OrderedDict()
         self.timer = TimerService(self.remoting, opts.broker_addr, opts.broker_name, self.stats)
+        self.renewer = Renewer(self.pop)
         self.remoting.push_handlers[R.CHECK_TRANSACTION_STATE] = self._on_check
         self._heartbeat_task: asyncio.Task | None = None
         self.requests = 0
 
     async def start(self) -> None:
         self.stats.start()
-        await self.pop.start()
+        self.pop.start()
         self.timer.start()
+        self.renewer.start()
         self._heartbeat_task = asyncio.get_running_loop().create_task(self._broker_heartbeats())
 
     async def close(self) -> None:
@@ -150,6 +153,7 @@ class MessagingService:
             self._heartbeat_task.cancel()
         await self.pop.close()
         await self.timer.close()
+        await self.renewer.close()
         await self.remoting.close()
         self.stats.close()
 
@@ -397,6 +401,7 @@ class MessagingService:
             reader.cancel()
             if self._streams.get(cid) is out:
                 del self._streams[cid]
+                self.renewer.forget_client(cid)       # gone: what it held becomes visible again
 
     async def _telemetry_reply(self, cid: str, cmd):
         """The answer to one command of a client's Telemetry stream (False: none)."""
@@ -433,6 +438,7 @@ class MessagingService:
             cid = self._check(context)
         except Refused as e:
             return Resp(status=status(e.code, e.text))
+        self.renewer.forget_client(cid)
         if self._settings.pop(cid, None) is None:
             return Resp(status=status(Code.UNRECOGNIZED_CLIENT_TYPE, "no settings from this client"))
         return Resp(status=status(Code.OK))
@@ -653,9 +659,9 @@ class MessagingService:
             group, topic = request.group.name, request.message_queue.topic.name
             check_group(group)
             check_topic(topic)
-            self._check(context, topic, group)
+            cid = self._check(context, topic, group)
             if request.auto_renew:
-                invisible_ms = 60_000          # the proxy's default; it renews, we do not (yet): ack within it
+                invisible_ms = DEFAULT_INVISIBLE_MS    # renewed while the client holds it (mq.gateway.renew)
             else:
                 invisible_ms = request.invisible_duration.ToMilliseconds() if request.HasField("invisible_duration") \
                     else -1
@@ -700,6 +706,8 @@ class MessagingService:
             self.stats.messages("received", len(popped))
             Message = msg("Message")
             for p in popped:
+                if request.auto_renew:
+                    self.renewer.hold(cid, group, topic, p.handle)
                 host, port = p.store_host.rsplit(":", 1)
                 yield Resp(message=to_message(p, Message, offset_msg_id(host, int(port), p.commitlog_offset)))
         now.delivery_timestamp.GetCurrentTime()
@@ -715,7 +723,8 @@ class MessagingService:
         except Refused as e:
             return Resp(status=status(e.code, e.text))
         resp = Resp()
-        outcome = await self.pop.ack(group, topic, [e.receipt_handle for e in request.entries])
+        outcome = await self.pop.ack(group, topic, [self.renewer.latest(group, e.receipt_handle)
+                                                    for e in request.entries])
         for e, refused in zip(request.entries, outcome):
             out = resp.entries.add(message_id=e.message_id, receipt_handle=e.receipt_handle)
             if refused is None:
@@ -742,7 +751,8 @@ class MessagingService:
             if not 0 <= invisible_ms <= INVISIBLE_MAX_MS:
                 raise Refused(Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible_ms} ms is not within "
                                                            f"0..{INVISIBLE_MAX_MS} ms")
-            handle = await self.pop.change_invisible(group, topic, request.receipt_handle, invisible_ms)
+            handle = await self.pop.change_invisible(group, topic, self.renewer.latest(group, request.receipt_handle),
+                                                     invisible_ms)
         except Refused as e:
             return Resp(status=status(e.code, e.text))
         return Resp(status=status(Code.OK), receipt_handle=handle)
@@ -767,7 +777,7 @@ class MessagingService:
             check_group(group)
             check_topic(topic)
             self._check(context, topic, group)
-            await self.pop.forward_to_dlq(group, topic, request.receipt_handle)
+            await self.pop.forward_to_dlq(group, topic, self.renewer.latest(group, request.receipt_handle))
         except Refused as e:
             return Resp(status=status(e.code, e.text))
         self.stats.messages("dead-lettered")

@@ -30,7 +30,7 @@ import heapq
 import logging
 import time
 
-from mq.remoting import RemotingClient, RemotingError
+from mq.remoting import RemotingClient
 from mq.wire import commitlog as wcl
 from mq.wire.codes import RequestCode as R, ResponseCode as RC
 from mq.wire.errors import WireError
@@ -39,6 +39,7 @@ from mq.wire.headers import PULL_SUBSCRIPTION, send_v2
 from mq.wire.properties import decode_properties, properties_to_string
 from mq.wire.topics import AUTO_CREATE_TOPIC
 
+from .background import Background, BrokerCalls
 from .convert import Refused
 
 log = logging.getLogger("mq.gateway.timer")
@@ -49,7 +50,6 @@ TIMER_MAX_DELAY_MS = 3 * 24 * 3600 * 1000
 TIMER_PENDING_MAX = 2_000_000
 TICK_S = 0.2
 SCAN_BATCH = 32
-CALL_TIMEOUT_S = 5.0
 TIMER_PROPS = ("REAL_TOPIC", "REAL_QID", "TIMER_OUT_MS")
 
 
@@ -68,7 +68,7 @@ def parse_recall_handle(handle: str) -> tuple[str, str, int, str]:
         raise Refused(Code.BAD_REQUEST, f"not a recall handle: {e}") from None
 
 
-class TimerService:
+class TimerService(BrokerCalls, Background):
     def __init__(self, remoting: RemotingClient, broker_addr: str, broker_name: str, stats=None):
         self.remoting = remoting
         self.broker_addr = broker_addr
@@ -80,15 +80,7 @@ class TimerService:
         self._skip_through_ms = -1                    # read messages due by then were delivered
         self._through_ms = -1                         # the latest due time delivered
         self._saved = (-1, -1)
-        self._task: asyncio.Task | None = None
         self.delivered = 0
-
-    async def _call(self, code: int, ext: dict | None, body: bytes = b""):
-        try:
-            return await self.remoting.invoke(self.broker_addr, self.remoting.request(code, ext, body),
-                                              CALL_TIMEOUT_S)
-        except RemotingError as e:
-            raise Refused(Code.PROXY_TIMEOUT, f"the broker did not answer: {e}") from None
 
     # ---- storing ---------------------------------------------------------------------------------
     async def store(self, ext_fields: dict, props: dict, body: bytes, topic: str, qid: int, due_ms: int):
@@ -116,17 +108,6 @@ class TimerService:
         return uniq
 
     # ---- the loop --------------------------------------------------------------------------------
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._loop())
-
-    async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):
-                pass
-
     async def _loop(self) -> None:
         created = False
         while True:

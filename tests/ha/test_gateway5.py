@@ -11,9 +11,12 @@ from tests.gateway.helpers import run_client5
 
 
 def create_topic(addr: str, topic: str) -> None:
-    r = call(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": topic, "readQueueNums": 4, "writeQueueNums": 4,
-                                                         "perm": 6})
-    assert r.code == ResponseCode.SUCCESS, r.remark
+    """UPDATE_AND_CREATE_TOPIC until it is taken: a DLedger leader's status file says it leads a
+    moment before its io workers hear of it and stop refusing admin requests as a slave."""
+    def created() -> bool:
+        return call(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": topic, "readQueueNums": 4,
+                                                               "writeQueueNums": 4, "perm": 6}).code == ResponseCode.SUCCESS
+    wait_for(created, 30, 0.1, f"{topic} created at {addr}")
 
 
 def routed(ns: NameServer, topic: str) -> bool:
