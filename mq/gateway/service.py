@@ -221,6 +221,20 @@ class MessagingService:
                 return v
         raise Refused(Code.CLIENT_ID_REQUIRED, f"the request has no {CLIENT_ID_HEADER} header")
 
+    def _consumer(self, context, group: str, topic: str) -> str:
+        """A consumer's call on group and topic: both legal, the caller allowed; its client id."""
+        check_group(group)
+        check_topic(topic)
+        return self._check(context, topic, group)
+
+    @staticmethod
+    def _summary(entries):
+        """A response's status from its entries': theirs when they agree, else MULTIPLE_RESULTS."""
+        codes = {e.status.code for e in entries}
+        if len(codes) == 1:
+            return entries[0].status
+        return status(Code.MULTIPLE_RESULTS) if codes else status(Code.BAD_REQUEST, "no entry")
+
     def _check(self, context, topic: str | None = None, group: str | None = None, publish: bool = False) -> str:
         """The caller's client id, once it may make this call (ACL: mq.gateway.auth); Refused."""
         cid = self._client_id(context)
@@ -464,11 +478,8 @@ class MessagingService:
                 await self._send_one(m, topic, entry)
             except Refused as e:
                 entry.status.CopyFrom(status(e.code, e.text))
-        codes = {e.status.code for e in resp.entries}
         self.stats.messages("sent", sum(1 for e in resp.entries if e.status.code == Code.OK))
-        resp.status.CopyFrom(status(Code(codes.pop())) if len(codes) == 1 else status(Code.MULTIPLE_RESULTS))
-        if resp.status.code != Code.MULTIPLE_RESULTS:
-            resp.status.message = resp.entries[0].status.message
+        resp.status.CopyFrom(self._summary(resp.entries))
         return resp
 
     async def _write_queues(self, topic: str) -> int:
@@ -657,9 +668,7 @@ class MessagingService:
             if request is None:
                 raise Refused(Code.BAD_REQUEST, "ReceiveMessage: the request is not a ReceiveMessage request")
             group, topic = request.group.name, request.message_queue.topic.name
-            check_group(group)
-            check_topic(topic)
-            cid = self._check(context, topic, group)
+            cid = self._consumer(context, group, topic)
             if request.auto_renew:
                 invisible_ms = DEFAULT_INVISIBLE_MS    # renewed while the client holds it (mq.gateway.renew)
             else:
@@ -717,9 +726,7 @@ class MessagingService:
         Resp = msg("AckMessageResponse")
         try:
             group, topic = request.group.name, request.topic.name
-            check_group(group)
-            check_topic(topic)
-            self._check(context, topic, group)
+            self._consumer(context, group, topic)
         except Refused as e:
             return Resp(status=status(e.code, e.text))
         resp = Resp()
@@ -732,21 +739,14 @@ class MessagingService:
             else:
                 out.status.CopyFrom(status(refused.code, refused.text))
         self.stats.messages("acked", outcome.count(None))
-        codes = {e.status.code for e in resp.entries}
-        if len(codes) == 1:
-            resp.status.CopyFrom(resp.entries[0].status)
-        else:
-            resp.status.CopyFrom(status(Code.MULTIPLE_RESULTS if codes else Code.BAD_REQUEST,
-                                        "" if codes else "no entry to ack"))
+        resp.status.CopyFrom(self._summary(resp.entries))
         return resp
 
     async def ChangeInvisibleDuration(self, request, context):
         Resp = msg("ChangeInvisibleDurationResponse")
         try:
             group, topic = request.group.name, request.topic.name
-            check_group(group)
-            check_topic(topic)
-            self._check(context, topic, group)
+            self._consumer(context, group, topic)
             invisible_ms = request.invisible_duration.ToMilliseconds()
             if not 0 <= invisible_ms <= INVISIBLE_MAX_MS:
                 raise Refused(Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible_ms} ms is not within "
@@ -774,9 +774,7 @@ class MessagingService:
         Resp = msg("ForwardMessageToDeadLetterQueueResponse")
         try:
             group, topic = request.group.name, request.topic.name
-            check_group(group)
-            check_topic(topic)
-            self._check(context, topic, group)
+            self._consumer(context, group, topic)
             await self.pop.forward_to_dlq(group, topic, self.renewer.latest(group, request.receipt_handle))
         except Refused as e:
             return Resp(status=status(e.code, e.text))
@@ -788,9 +786,7 @@ class MessagingService:
         the broker pops from all of them), as the Java proxy answers a group that is not orderly."""
         Resp = msg("QueryAssignmentResponse")
         try:
-            check_topic(request.topic.name)
-            check_group(request.group.name)
-            self._check(context, request.topic.name, request.group.name)
+            self._consumer(context, request.group.name, request.topic.name)
             route = await self.route(request.topic.name)
         except Refused as e:
             return Resp(status=status(e.code, e.text))
