@@ -61,7 +61,11 @@ left unknown otherwise, which the checker then commits when n is even and rolls 
 without place, a rolled-back one a `fail` (mq.chaos.history); before the drain a producer of the
 group stays connected until every committed one is readable (TX_RESOLVE_S at most), so halves
 left pending by a fault get checked.  The promises: nothing committed lost, nothing rolled back
-visible, nothing committed twice."""
+visible, nothing committed twice.  `grpc` sends through the brokers' gRPC endpoints as a RocketMQ
+5.x producer does (mq.gateway; every broker serves one): QueryRoute through any endpoint that
+answers, SendMessage to the endpoint of the master (broker id 0) it names, route asked again after
+any failure; an answered SendMessage OK is an `ok` (without place: the 5.x answer has no queue
+id), anything else `info` (a 5.x Status cannot say "not stored" for sure)."""
 from __future__ import annotations
 
 import argparse
@@ -82,7 +86,7 @@ from mq import loop as mq_loop
 from mq.client import Message, MQBrokerError, MQClientError, Producer, PullConsumer, TransactionProducer
 from mq.client.message import PullStatus
 from mq.proxy import FaultProxy
-from mq.cluster import Broker, DLedgerGroup, NameServer, stop_group, wait_for
+from mq.cluster import Broker, DLedgerGroup, NameServer, free_port, port_open, stop_group, wait_for
 from mq.store import control as C
 from mq.store.commitlog import list_files
 from mq.store.control import ControlBlock
@@ -123,7 +127,7 @@ HEAL_S = 30.0          # after the run: how long the cluster may take to serve a
 RECOVERY_GRACE_S = 3.0  # the producers keep going this long after the last fault ended
 # codes that say the message was not stored (anything else that is not SUCCESS may have been)
 NOT_STORED = {13, 14, 16, 17, 23, 26, 29}
-WORKLOADS = ("plain", "tx")
+WORKLOADS = ("plain", "tx", "grpc")
 TX_GROUP = "chaos_tx"
 # the brokers' transaction checks in a tx cell: quick, and never giving up within a run
 TX_BROKER_OPTS = {"transactionTimeOut": 1000, "transactionCheckInterval": 500, "transactionCheckMax": 1000}
@@ -134,10 +138,11 @@ class Cluster:
     """The processes of one mode, and the nemesis's handles on them."""
 
     def __init__(self, mode: str, workdir: str, small_disk: bool = False, clocks: bool = False,
-                 extra_opts: dict | None = None):
+                 extra_opts: dict | None = None, grpc: bool = False):
         """small_disk: the (master) broker's store on a tmpfs of its own (DISK_BYTES), with
         small CommitLog files, for the diskfull nemesis to fill.  clocks: every broker's wall
-        clock can be shifted (self.clocks, by broker port) for the clock nemesis."""
+        clock can be shifted (self.clocks, by broker port) for the clock nemesis.  grpc: every
+        broker serves the 5.x gRPC endpoint on a port of its own (grpc_endpoints())."""
         self.mode = mode
         self.ns = NameServer(workdir)
         self.clocks: dict[int, ClockShift] = {}
@@ -152,6 +157,7 @@ class Cluster:
         # restarted by the namesrv nemesis knows the brokers again within 10 s
         opts = {"brokerClusterName": "ChaosCluster", "sendMessageThreadPoolNums": 1,
                 "registerNameServerPeriod": 10000, **(extra_opts or {})}
+        grpc_port = (lambda: {"grpcServerPort": free_port()}) if grpc else (lambda: {})
         self.group: DLedgerGroup | None = None
         self.broker: Broker | None = None
         self.slave: Broker | None = None
@@ -168,7 +174,8 @@ class Cluster:
             if mode == "dledger":
                 # diskfull: the whole group's stores on the one small disk (all members fill at once)
                 self.group = DLedgerGroup(self.disk or workdir, self.ns.addr, name="ChaosRaft", proxied=True,
-                                          env_for=lambda i: env(f"raft-{i}"), **opts,
+                                          env_for=lambda i: env(f"raft-{i}"), options_for=lambda i: grpc_port(),
+                                          **opts,
                                           **(SMALL_DISK_STORE if small_disk else {}))
                 for i, b in self.group.brokers.items():
                     if clocks:
@@ -177,14 +184,15 @@ class Cluster:
             elif mode in MASTER_ROLES:
                 role, flush = MASTER_ROLES[mode]
                 self.broker = Broker(workdir, self.ns.addr, name="chaos-a", brokerRole=role, flushDiskType=flush,
-                                     env=env("master"), **opts, **master_opts)
+                                     env=env("master"), **opts, **master_opts, **grpc_port())
                 self.proxy = FaultProxy("127.0.0.1", self.broker.port + 1)        # the master's HA port
                 self.slave = Broker(workdir, self.ns.addr, name="chaos-a", brokerRole="SLAVE", brokerId=1,
                                     flushDiskType=flush, haMasterAddress=f"127.0.0.1:{self.proxy.port}",
-                                    env=env("slave"), **opts)
+                                    env=env("slave"), **opts, **grpc_port())
             else:
                 self.broker = Broker(workdir, self.ns.addr, name="chaos-a", **opts, **master_opts, env=env("broker"),
-                                     flushDiskType="SYNC_FLUSH" if mode == "sync" else "ASYNC_FLUSH")
+                                     flushDiskType="SYNC_FLUSH" if mode == "sync" else "ASYNC_FLUSH",
+                                     **grpc_port())
             if clocks and self.group is None:
                 for b, name in ((self.broker, "master" if self.slave else "broker"), (self.slave, "slave")):
                     if b is not None:
@@ -192,6 +200,10 @@ class Cluster:
         except BaseException:
             self.close()
             raise
+
+    def grpc_endpoints(self) -> list[str]:
+        """The brokers' gRPC endpoints ("127.0.0.1:port"), for the grpc workload."""
+        return [f"127.0.0.1:{b.options['grpcServerPort']}" for b in self.brokers() if "grpcServerPort" in b.options]
 
     def brokers(self) -> list[Broker]:
         if self.group is not None:
@@ -462,6 +474,59 @@ async def produce(ns_addr: str, history: HistoryWriter, deadline: float, name: s
         await producer.shutdown()
 
 
+async def produce_grpc(endpoints: list[str], history: HistoryWriter, deadline: float, name: str,
+                       nemesis: "Nemesis") -> None:
+    """The grpc workload's producer (the module docstring): one SendMessage per value, no retries."""
+    import uuid
+
+    import grpc
+    from mq.wire.grpc5 import SERVICE, Code, MessageType, msg
+    metadata = (("x-mq-client-id", f"chaos@{name}@{uuid.uuid4().hex[:8]}"),)
+    channels = {ep: grpc.aio.insecure_channel(ep) for ep in endpoints}
+    target: list[str | None] = [None]                 # the master's endpoint, from the last route
+
+    def call(ep: str, rpc: str, resp: str):
+        return channels[ep].unary_unary(f"/{SERVICE}/{rpc}", request_serializer=lambda m: m.SerializeToString(),
+                                        response_deserializer=msg(resp).FromString)
+
+    async def route() -> str:
+        req = msg("QueryRouteRequest")()
+        req.topic.name = TOPIC
+        for ep in endpoints:
+            try:
+                r = await call(ep, "QueryRoute", "QueryRouteResponse")(req, metadata=metadata, timeout=2)
+            except grpc.aio.AioRpcError:
+                continue
+            for q in r.message_queues if r.status.code == Code.OK else ():
+                a = q.broker.endpoints.addresses[0] if q.broker.id == 0 and q.broker.endpoints.addresses else None
+                if a is not None and f"{a.host}:{a.port}" in channels:
+                    return f"{a.host}:{a.port}"
+        raise OSError("no gRPC endpoint answered QueryRoute with a master")
+
+    async def send(value: str):
+        if target[0] is None:
+            target[0] = await route()
+        m = msg("Message")(body=value.encode())
+        m.topic.name = TOPIC
+        m.system_properties.message_id = uuid.uuid4().hex.upper()
+        m.system_properties.message_type = MessageType.NORMAL
+        try:
+            r = await call(target[0], "SendMessage", "SendMessageResponse")(
+                msg("SendMessageRequest")(messages=[m]), metadata=metadata, timeout=3)
+        except grpc.aio.AioRpcError as e:
+            target[0] = None
+            raise OSError(f"SendMessage: {e.code().name} {e.details()}") from None
+        if r.status.code != Code.OK:
+            target[0] = None
+            raise MQClientError(f"SendMessage answered {Code(r.status.code).name}: {r.status.message}")
+        return "ok", {"msgid5": m.system_properties.message_id}
+    try:
+        await _produce(history, deadline, name, nemesis, send)
+    finally:
+        for ch in channels.values():
+            await ch.close()
+
+
 def tx_decision(value: str) -> tuple[str, str]:
     """(what the local transaction says, what the producer finally wants) for a tx value
     "<name>-<n>" (the module docstring)."""
@@ -598,11 +663,14 @@ def run_cell(mode: str, nemesis: str, seconds: float, directory: str, producers:
         raise ValueError(f"the {nemesis} nemesis does not apply to mode {mode}")
     hist_dir = os.path.join(directory, "history")
     cluster = Cluster(mode, os.path.join(directory, "cluster"), small_disk=nemesis == "diskfull",
-                      clocks=nemesis == "clock", extra_opts=TX_BROKER_OPTS if workload == "tx" else None)
+                      clocks=nemesis == "clock", extra_opts=TX_BROKER_OPTS if workload == "tx" else None,
+                      grpc=workload == "grpc")
     committed: set = set()
     try:
         _create_topic(cluster)
         wait_for(lambda: _routed(cluster.ns.addr), 30, 0.1, "the topic's route")
+        for ep in cluster.grpc_endpoints():
+            wait_for(lambda: port_open(int(ep.rsplit(":", 1)[1])), 30, 0.1, f"the gRPC endpoint {ep}")
         deadline = time.monotonic() + seconds
         nem = Nemesis(cluster, nemesis, HistoryWriter(hist_dir, "nemesis"), deadline)
         writers = [HistoryWriter(hist_dir, f"p{i}") for i in range(producers)]
@@ -610,6 +678,9 @@ def run_cell(mode: str, nemesis: str, seconds: float, directory: str, producers:
         async def run_workload():
             if workload == "tx":
                 await asyncio.gather(*(produce_tx(cluster.ns.addr, w, deadline, f"p{i}", nem, committed)
+                                       for i, w in enumerate(writers)))
+            elif workload == "grpc":
+                await asyncio.gather(*(produce_grpc(cluster.grpc_endpoints(), w, deadline, f"p{i}", nem)
                                        for i, w in enumerate(writers)))
             else:
                 await asyncio.gather(*(produce(cluster.ns.addr, w, deadline, f"p{i}", nem)
