@@ -20,9 +20,9 @@ Errors: every refusal is a Status in the response body with the Code a 5.x clien
 Java proxy's choice); the gRPC status stays OK.  An exception in a handler (a bug) is answered
 INTERNAL_SERVER_ERROR in the body and logged, never a gRPC INTERNAL.
 
-Limits, named: ROUTE_TTL_S (a topic's route is read from the name server at most that often per
-topic, and at once when a send finds no queue of this broker in it; a topic's message.type from
-the broker likewise); ENDPOINT_TTL_S (another broker's gRPC port, asked of it); SETTINGS_MAX clients'
+Limits, named: ROUTE_TTL_S (for a send, a topic's route is read from the name server at most that
+often, and at once when it finds no queue of this broker in it; QueryRoute always reads it afresh;
+a topic's message.type from the broker likewise); ENDPOINT_TTL_S (another broker's gRPC port, asked of it); SETTINGS_MAX clients'
 settings kept (the oldest dropped past it; a client re-sends its settings every 5 minutes)."""
 from __future__ import annotations
 
@@ -304,7 +304,9 @@ class MessagingService:
             self._check(context)
             topic = request.topic.name
             check_topic(topic)
-            route = await self.route(topic)
+            # asked of the name server every time: a client asks again when its sends fail (a
+            # leader that changed), and then must not get the route this gateway cached
+            route = await self.route(topic, fresh=True)
         except Refused as e:
             return Resp(status=status(e.code, e.text))
         if route is None or not route.queue_datas:
