@@ -49,7 +49,7 @@ from dataclasses import dataclass
 import pytest
 
 from mq import loop as mq_loop
-from mq.cluster import Broker
+from mq.cluster import Broker, wait_for
 from mq.remoting import RemotingServer, make_response
 
 from . import peers
@@ -159,6 +159,20 @@ def broker_processes(broker: Broker) -> dict[str, list[int]]:
     return {"io workers": sorted(p for name, ps in procs.items() if name.startswith("io-") for p in ps),
             "store roles": sorted(procs.get("flush", []) + procs.get("dispatch", [])),
             "supervisor": procs["broker"]}
+
+
+def wait_io_settled(broker: Broker, busy_below: float = 0.05, window_s: float = 0.5, timeout_s: float = 60.0) -> None:
+    """Returns once the broker's io workers, left alone, use under busy_below of a CPU over a
+    window: a fresh broker's io worker first pre-touches its CommitLog files (the current and the
+    next, COMMITLOG_FILE_SIZE each; seconds of CPU), which a CPU-per-message gate must not count
+    on one side only."""
+    pids = broker_processes(broker)["io workers"]
+
+    def idle() -> bool:
+        before = sum(_proc_usage(p)[0] for p in pids)
+        time.sleep(window_s)
+        return sum(_proc_usage(p)[0] for p in pids) - before < busy_below * window_s * len(pids)
+    wait_for(idle, timeout_s, 0.0, f"{broker.name}'s io workers done preparing their files")
 
 
 class CpuMeter:

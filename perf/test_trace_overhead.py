@@ -40,7 +40,8 @@ from mq.cluster import Broker, NameServer
 from mq.trace import read_records
 from mq.wire.codes import RequestCode as R
 
-from .test_broker_bench import SAME_RUN, CpuMeter, broker_processes, judge, session  # noqa: F401 (session: a fixture)
+from .test_broker_bench import (SAME_RUN, CpuMeter, broker_processes, judge, session,  # noqa: F401 (session: a fixture)
+                                wait_io_settled)
 from .workloads import (BATCH_MSGS, COMMITLOG_FILE_SIZE, GIB, QUEUES, Session, create_topic, one_kib_batch, send_batch,
                         send_one)
 
@@ -84,6 +85,8 @@ def pair(store_dir, need_disk, tmp_path):
             brokers.append(Broker(store_dir, ns.addr, name=name, sendMessageThreadPoolNums=1,
                                   mappedFileSizeCommitLog=COMMITLOG_FILE_SIZE, flushDiskType="ASYNC_FLUSH",
                                   perfTraceEnable=traced))
+        for b in brokers:           # the gate divides io-worker CPU: none of it may be file preparation
+            wait_io_settled(b)
         yield brokers[0], brokers[1]
     finally:
         for b in brokers:
