@@ -224,8 +224,9 @@ class CpuMeter:
 @pytest.fixture
 def start_broker(namesrv, store_dir, need_disk):
     """start_broker(io_workers, flush) -> a running Broker (flushDiskType = flush, ASYNC_FLUSH
-    unless said, 256 MiB CommitLog files); every broker started is stopped at the end of the
-    test (stop it earlier with .stop())."""
+    unless said, 256 MiB CommitLog files) whose io workers finished pre-touching their first files
+    (wait_io_settled: a gate measures a broker as it runs, not its first seconds); every broker
+    started is stopped at the end of the test (stop it earlier with .stop())."""
     need_disk(3 * GIB)
     brokers: list[Broker] = []
 
@@ -234,8 +235,10 @@ def start_broker(namesrv, store_dir, need_disk):
         b = Broker(store_dir, namesrv.addr, name=f"perf-{len(brokers)}", sendMessageThreadPoolNums=io_workers,
                    mappedFileSizeCommitLog=COMMITLOG_FILE_SIZE, flushDiskType=flush, **options)
         brokers.append(b)
-        print(f"\n  (broker with {io_workers} io worker(s), {flush}, serving after {time.perf_counter() - t0:.1f} s)",
-              end="")
+        serving_s = time.perf_counter() - t0
+        wait_io_settled(b)
+        print(f"\n  (broker with {io_workers} io worker(s), {flush}, serving after {serving_s:.1f} s, files "
+              f"prepared after {time.perf_counter() - t0:.1f} s)", end="")
         return b
 
     yield start
