@@ -17,7 +17,6 @@ msgs/s.  Floors catch a collapse; the targets are ours (the issue names no numbe
 from __future__ import annotations
 
 import asyncio
-import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -194,4 +193,3 @@ def test_grpc_endpoint_against_the_4x_path(benchmark, namesrv, store_dir, scale)
         judge("5.x receive+ack / 4.x pulls", rate["recv5"] / rate["pull4"], RECEIVE_TARGET, RECEIVE_FLOOR, SAME_RUN)
     finally:
         broker.stop()
-        os.sync()

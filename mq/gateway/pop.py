@@ -52,9 +52,9 @@ from mq.remoting import RemotingClient
 from mq.wire import commitlog as wcl
 from mq.wire.codes import RequestCode as R, ResponseCode as RC
 from mq.wire.errors import WireError
-from mq.wire.headers import PULL_SUBSCRIPTION, send_v2
-from mq.wire.properties import decode_properties, properties_to_string
-from mq.wire.topics import AUTO_CREATE_TOPIC, RETRY_PREFIX
+from mq.wire.headers import PULL_SUBSCRIPTION
+from mq.wire.properties import decode_properties
+from mq.wire.topics import RETRY_PREFIX
 
 from mq.wire.grpc5 import Code
 
@@ -227,26 +227,11 @@ class PopService(BrokerCalls, Background):
 
     async def _record(self, tag: str, body: dict) -> int:
         """Appends a CK or ACK record to the revive topic; its queue offset."""
-        ext = send_v2(producerGroup=REVIVE_GROUP, topic=self.revive_topic, defaultTopic=AUTO_CREATE_TOPIC,
-                      defaultTopicQueueNums=1, queueId=0, sysFlag=0, bornTimestamp=int(time.time() * 1000), flag=0,
-                      properties=properties_to_string({"TAGS": tag}), reconsumeTimes=0, unitMode=False,
-                      batch=False, brokerName=self.broker_name)
-        r = await self._call(R.SEND_MESSAGE_V2, ext, orjson.dumps(body))
-        if r.code != RC.SUCCESS:
-            raise Refused(Code.INTERNAL_SERVER_ERROR if r.code != RC.SYSTEM_BUSY else Code.TOO_MANY_REQUESTS,
-                          f"writing the {tag} record failed: {r.code} {r.remark}")
-        return int((r.ext_fields or {}).get("queueOffset", -1))
+        return await self._put_record(self.revive_topic, REVIVE_GROUP, {"TAGS": tag}, orjson.dumps(body), tag)
 
     # ---- start ----------------------------------------------------------------------------------
     # start() runs _loop, the revive loop, which first creates the revive topic (the role starts
     # before the broker's io workers serve: it retries until they do)
-
-    async def _create_revive_topic(self) -> None:
-        r = await self._call(R.UPDATE_AND_CREATE_TOPIC, {
-            "topic": self.revive_topic, "defaultTopic": AUTO_CREATE_TOPIC, "readQueueNums": 1, "writeQueueNums": 1,
-            "perm": 6, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False})
-        if r.code != RC.SUCCESS:
-            raise Refused(Code.INTERNAL_SERVER_ERROR, f"creating {self.revive_topic} failed: {r.code} {r.remark}")
 
     # ---- receive --------------------------------------------------------------------------------
     def _lock(self, key: tuple) -> asyncio.Lock:
@@ -445,7 +430,9 @@ class PopService(BrokerCalls, Background):
         while True:
             try:
                 if not created:
-                    await self._create_revive_topic()
+                    if not await self._create_topic(self.revive_topic, 1):
+                        await asyncio.sleep(1.0)      # not taking writes yet (starting, a slave, a follower)
+                        continue
                     created = True
                 await self.revive_once()
             except asyncio.CancelledError:

@@ -99,12 +99,7 @@ class TimerService(BrokerCalls, Background):
         if htopic != topic or broker != self.broker_name:
             raise Refused(Code.BAD_REQUEST, "the recall handle is of another topic or broker")
         props = {"TIMER_DEL_UNIQKEY": uniq, "TIMER_OUT_MS": str(due_ms), "REAL_TOPIC": topic, "UNIQ_KEY": uniq + "-del"}
-        ext = send_v2(producerGroup=TIMER_GROUP, topic=TIMER_TOPIC, defaultTopic=AUTO_CREATE_TOPIC,
-                      defaultTopicQueueNums=2, queueId=0, sysFlag=0, bornTimestamp=int(time.time() * 1000), flag=0,
-                      properties=properties_to_string(props), reconsumeTimes=0, unitMode=False, batch=False)
-        r = await self._call(R.SEND_MESSAGE_V2, ext, b"recall")
-        if r.code != RC.SUCCESS:
-            raise Refused(Code.INTERNAL_SERVER_ERROR, f"recording the recall failed: {r.code} {r.remark}")
+        await self._put_record(TIMER_TOPIC, TIMER_GROUP, props, b"recall", "recall")
         return uniq
 
     # ---- the loop --------------------------------------------------------------------------------
@@ -113,11 +108,7 @@ class TimerService(BrokerCalls, Background):
         while True:
             try:
                 if not created:
-                    r = await self._call(R.UPDATE_AND_CREATE_TOPIC, {
-                        "topic": TIMER_TOPIC, "defaultTopic": AUTO_CREATE_TOPIC, "readQueueNums": 2,
-                        "writeQueueNums": 2, "perm": 6, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0,
-                        "order": False})
-                    if r.code != RC.SUCCESS:          # a slave or a DLedger follower: not now
+                    if not await self._create_topic(TIMER_TOPIC, 2):   # a slave or a DLedger follower: not now
                         await asyncio.sleep(1.0)
                         continue
                     created = True
@@ -210,13 +201,8 @@ class TimerService(BrokerCalls, Background):
     async def _checkpoint(self, oldest: int, through: int) -> None:
         """A checkpoint record: the progress in the log itself, read back after a crash that
         lost the consumer offsets the broker had not persisted yet."""
-        props = {"TIMER_CHECKPOINT": f"{oldest} {through}", "TIMER_OUT_MS": "0"}
-        ext = send_v2(producerGroup=TIMER_GROUP, topic=TIMER_TOPIC, defaultTopic=AUTO_CREATE_TOPIC,
-                      defaultTopicQueueNums=2, queueId=0, sysFlag=0, bornTimestamp=int(time.time() * 1000), flag=0,
-                      properties=properties_to_string(props), reconsumeTimes=0, unitMode=False, batch=False)
-        r = await self._call(R.SEND_MESSAGE_V2, ext, b"checkpoint")
-        if r.code != RC.SUCCESS:
-            raise Refused(Code.INTERNAL_SERVER_ERROR, f"writing the timer checkpoint failed: {r.code} {r.remark}")
+        await self._put_record(TIMER_TOPIC, TIMER_GROUP, {"TIMER_CHECKPOINT": f"{oldest} {through}",
+                                                         "TIMER_OUT_MS": "0"}, b"checkpoint", "timer checkpoint")
 
     async def _deliver(self, offset: int) -> None:
         _, recs = await self._pull(offset, 1)

@@ -9,6 +9,7 @@ import grpc
 import pytest
 
 from mq.cluster import BIN, call, port_open, wait_for
+from mq.gateway.timer import TIMER_TOPIC
 from mq.wire.codes import RequestCode, ResponseCode
 from mq.wire.grpc5 import METHODS, SERVICE, Code, MessageType, msg
 
@@ -113,7 +114,12 @@ def test_the_timer_keeps_its_messages_across_a_broker_kill(cluster):
                        "messages": [{"body": "early", "delay_s": 2}, {"body": "late", "delay_s": 8}]})
     assert all(r.get("message_id") for r in out["sent"]), out
     wait_for(lambda: messages_of_topic(cluster, "T5TimerKill"), 20, what="the early one delivered")
-    time.sleep(1.0)                                 # its progress saved (a tick after the delivery)
+    (early,) = messages_of_topic(cluster, "T5TimerKill")
+
+    def progress_saved() -> bool:                   # a checkpoint record written after the delivery
+        return any("TIMER_CHECKPOINT" in m.properties and m.born_timestamp_ms >= early.store_timestamp_ms
+                   for m in messages_of_topic(cluster, TIMER_TOPIC))
+    wait_for(progress_saved, 20, what="the timer's checkpoint after the early delivery")
     cluster.broker.kill()
     cluster.broker.start()
     wait_for(lambda: port_open(cluster.grpc_port), 30, what="the gRPC port again")
