@@ -365,7 +365,7 @@ class PopService(BrokerCalls, Background):
         when acked, else the Refused it got (a bad or expired handle; a record the broker did
         not take fails every handle of that record)."""
         out: list[Refused | None] = [None] * len(handles)
-        by_ck: dict[tuple, list[int]] = {}
+        by_ck: dict[tuple, list[tuple[int, int]]] = {}    # checkpoint -> (index, queue offset) of its handles
         for i, text in enumerate(handles):
             try:
                 h = Handle.parse(text)
@@ -376,14 +376,13 @@ class PopService(BrokerCalls, Background):
             except Refused as e:
                 out[i] = e
                 continue
-            by_ck.setdefault((self._qtopic(group, topic, h), h.queue_id, h.start, h.pop_ms), []).append(i)
-        for (qtopic, qid, start, pop_ms), idx in by_ck.items():
-            offsets = sorted({Handle.parse(handles[i]).offset for i in idx})
+            by_ck.setdefault((self._qtopic(group, topic, h), h.queue_id, h.start, h.pop_ms), []).append((i, h.offset))
+        for (qtopic, qid, start, pop_ms), acked in by_ck.items():
             try:
                 await self._record("ack", {"g": group, "t": qtopic, "q": qid, "s": start, "p": pop_ms,
-                                           "os": offsets})
+                                           "os": sorted({o for _, o in acked})})
             except Refused as e:
-                for i in idx:
+                for i, _ in acked:
                     out[i] = e
         return out
 
