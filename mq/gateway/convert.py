@@ -189,7 +189,8 @@ def to_message(p, message_cls, store_host_id: str) -> object:
     sp.store_host = p.store_host
     if props.get("TIMER_DELIVER_MS", "").isdigit():
         _ts(sp.delivery_timestamp, int(props["TIMER_DELIVER_MS"]))
-    sp.receipt_handle = p.handle
+    if p.handle:                                                 # none for a PullMessage
+        sp.receipt_handle = p.handle
     sp.queue_id = p.queue_id
     sp.queue_offset = p.queue_offset
     sp.delivery_attempt = p.reconsume_times + 1

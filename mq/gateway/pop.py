@@ -49,10 +49,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from mq.remoting import RemotingClient
-from mq.wire import commitlog as wcl
 from mq.wire.codes import RequestCode as R, ResponseCode as RC
-from mq.wire.errors import WireError
-from mq.wire.headers import PULL_SUBSCRIPTION
 from mq.wire.properties import decode_properties
 from mq.wire.topics import RETRY_PREFIX
 
@@ -99,6 +96,18 @@ class Popped:
     store_host: str
     reconsume_times: int
     handle: str
+
+
+def popped(rec, handle: str = "", retry_of: str | None = None, extra_attempts: int = 0) -> Popped:
+    """The Popped a pulled record (a tuple of wcl.RECORD_VALUE_FIELDS) is delivered as.
+    retry_of: the record is of %RETRY%<group>, delivered as its original topic (this one when it
+    names none); extra_attempts: deliveries the broker's count does not know of (orderly)."""
+    (_size, _crc, queue_id, _flag, queue_offset, phy, sys_flag, born_ts, born_host, born_port, store_ts,
+     store_host, store_port, reconsume, _prep, body, rtopic, props, _packed) = rec
+    p = decode_properties(props)
+    return Popped(p.get("RETRY_TOPIC", retry_of) if retry_of is not None else rtopic, queue_id, queue_offset, phy,
+                  bytes(body), p, sys_flag, born_ts, f"{born_host}:{born_port}", store_ts,
+                  f"{store_host}:{store_port}", reconsume + extra_attempts, handle)
 
 
 @dataclass(frozen=True)
@@ -178,53 +187,6 @@ class PopService(BrokerCalls, Background):
         self._attempts: dict[tuple, int] = {}              # (group, topic, qid, offset) -> deliveries so far
         self.revived = 0
 
-    # ---- broker calls -------------------------------------------------------------------------
-    async def _offset(self, group: str, topic: str, qid: int) -> int:
-        r = await self._call(R.QUERY_CONSUMER_OFFSET, {"consumerGroup": group, "topic": topic, "queueId": qid})
-        if r.code == RC.SUCCESS:
-            return int((r.ext_fields or {}).get("offset", -1))
-        return -1
-
-    async def _commit(self, group: str, topic: str, qid: int, offset: int) -> None:
-        r = await self._call(R.UPDATE_CONSUMER_OFFSET, {"consumerGroup": group, "topic": topic, "queueId": qid,
-                                                        "commitOffset": offset})
-        if r.code != RC.SUCCESS:
-            raise Refused(Code.INTERNAL_SERVER_ERROR, f"committing the offset failed: {r.code} {r.remark}")
-
-    async def _min_offset(self, topic: str, qid: int) -> int:
-        r = await self._call(R.GET_MIN_OFFSET, {"topic": topic, "queueId": qid})
-        return int((r.ext_fields or {}).get("offset", 0)) if r.code == RC.SUCCESS else 0
-
-    async def _max_offset(self, topic: str, qid: int) -> int:
-        r = await self._call(R.GET_MAX_OFFSET, {"topic": topic, "queueId": qid})
-        return int((r.ext_fields or {}).get("offset", 0)) if r.code == RC.SUCCESS else 0
-
-    async def _pull(self, group: str, topic: str, qid: int, offset: int, n: int, expr_type: str, expr: str):
-        """(code, next offset, records as tuples of wcl.RECORD_VALUE_FIELDS)."""
-        r = await self._call(R.PULL_MESSAGE, {
-            "consumerGroup": group, "topic": topic, "queueId": qid, "queueOffset": offset, "maxMsgNums": n,
-            "sysFlag": PULL_SUBSCRIPTION, "commitOffset": 0, "suspendTimeoutMillis": 0, "subscription": expr,
-            "subVersion": 0, "expressionType": expr_type})
-        h = r.ext_fields or {}
-        nxt = int(h.get("nextBeginOffset", offset)) if r.code in (RC.SUCCESS, RC.PULL_NOT_FOUND,
-                                                                  RC.PULL_RETRY_IMMEDIATELY,
-                                                                  RC.PULL_OFFSET_MOVED) else offset
-        recs = []
-        if r.code == RC.SUCCESS and r.body:
-            try:
-                recs = list(wcl.iter_record_values(r.body))
-            except WireError as e:
-                raise Refused(Code.INTERNAL_SERVER_ERROR, f"the broker's pull answer is malformed: {e}") from None
-        elif r.code == RC.SUBSCRIPTION_PARSE_FAILED or (r.code == RC.SYSTEM_ERROR and expr_type == "SQL92"):
-            # a filter that does not parse, or SQL92 on a broker without enablePropertyFilter
-            raise Refused(Code.ILLEGAL_FILTER_EXPRESSION, r.remark or f"filter {expr!r} does not parse")
-        elif r.code == RC.SUBSCRIPTION_GROUP_NOT_EXIST:
-            raise Refused(Code.CONSUMER_GROUP_NOT_FOUND, r.remark or f"group {group} does not exist")
-        elif r.code not in (RC.SUCCESS, RC.PULL_NOT_FOUND, RC.PULL_RETRY_IMMEDIATELY, RC.PULL_OFFSET_MOVED,
-                            RC.TOPIC_NOT_EXIST):
-            raise Refused(Code.INTERNAL_SERVER_ERROR, f"pull failed: {r.code} {r.remark}")
-        return r.code, nxt, recs
-
     async def _record(self, tag: str, body: dict) -> int:
         """Appends a CK or ACK record to the revive topic; its queue offset."""
         return await self._put_record(self.revive_topic, REVIVE_GROUP, {"TAGS": tag}, orjson.dumps(body), tag)
@@ -287,15 +249,8 @@ class PopService(BrokerCalls, Background):
                                   "n": nxt, "o": [[r[4], r[5]] for r in recs]})
         await self._commit(group, qtopic, qid, nxt)
         self._floors[(group, qtopic, qid)] = nxt
-        out = []
-        for (_size, _crc, queue_id, _flag, queue_offset, phy, sys_flag, born_ts, born_host, born_port, store_ts,
-             store_host, store_port, reconsume, _prep, body, rtopic, props, _packed) in recs:
-            p = decode_properties(props)
-            handle = Handle(start, pop_ms, invisible_ms, kind, queue_id, queue_offset, phy, self.broker_name)
-            out.append(Popped(p.get("RETRY_TOPIC", topic) if kind == KIND_RETRY else rtopic, queue_id, queue_offset,
-                              phy, bytes(body), p, sys_flag, born_ts, f"{born_host}:{born_port}", store_ts,
-                              f"{store_host}:{store_port}", reconsume, handle.text()))
-        return out
+        return [popped(r, Handle(start, pop_ms, invisible_ms, kind, r[2], r[4], r[5], self.broker_name).text(),
+                       retry_of=topic if kind == KIND_RETRY else None) for r in recs]
 
     async def _pop_orderly(self, group, topic, queues, expr_type, expr, batch, invisible_ms) -> list[Popped]:
         out: list[Popped] = []
@@ -322,18 +277,14 @@ class PopService(BrokerCalls, Background):
                     self._orderly.pop(key, None)
                     continue
                 self._orderly[key] = _Orderly(now_ms, now_ms + invisible_ms, nxt, {r[4] for r in recs})
-                for (_s, _c, queue_id, _f, queue_offset, phy, sys_flag, born_ts, born_host, born_port, store_ts,
-                     store_host, store_port, reconsume, _p, body, rtopic, props, _k) in recs:
-                    akey = (group, topic, qid, queue_offset)
+                for r in recs:
+                    akey = (group, topic, qid, r[4])
                     attempt = self._attempts.get(akey, 0) + 1
                     if len(self._attempts) > 1 << 20:
                         self._attempts.clear()
                     self._attempts[akey] = attempt
-                    handle = Handle(offset, now_ms, invisible_ms, KIND_ORDERLY, queue_id, queue_offset, phy,
-                                    self.broker_name)
-                    out.append(Popped(rtopic, queue_id, queue_offset, phy, bytes(body), decode_properties(props),
-                                      sys_flag, born_ts, f"{born_host}:{born_port}", store_ts,
-                                      f"{store_host}:{store_port}", reconsume + attempt - 1, handle.text()))
+                    handle = Handle(offset, now_ms, invisible_ms, KIND_ORDERLY, r[2], r[4], r[5], self.broker_name)
+                    out.append(popped(r, handle.text(), extra_attempts=attempt - 1))
         return out
 
     async def _ack_orderly(self, group: str, topic: str, h: Handle) -> None:
