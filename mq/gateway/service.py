@@ -7,14 +7,15 @@ flush and replication waits, DLedger, disk full, permissions - is therefore the 
 answered once; the gateway maps the answer to a Status code (mq.gateway.convert).
 
 Served: QueryRoute, Telemetry (client settings both ways, and the server's transaction checks),
-Heartbeat, NotifyClientTermination, SendMessage, EndTransaction, RecallMessage, and POP
+Heartbeat, NotifyClientTermination, SendMessage, EndTransaction, RecallMessage, POP
 (mq.gateway.pop): ReceiveMessage, AckMessage, ChangeInvisibleDuration, QueryAssignment,
-ForwardMessageToDeadLetterQueue.  A topic takes the message types its RocketMQ 5 attribute
+ForwardMessageToDeadLetterQueue, and a pull consumer's (mq.gateway.pull): PullMessage,
+GetOffset, UpdateOffset, QueryOffset.  A topic takes the message types its RocketMQ 5 attribute
 message.type names (NORMAL without one: every 4.x topic); FIFO messages of a group go to one
 queue (the proxy's consistent hash of the group); DELAY messages are timer messages
 (mq.gateway.timer: delivered at their second); TRANSACTION messages are 4.x half messages, the broker's checks relayed to a 5.x producer of the
-topic on its Telemetry stream.  The other RPCs are not registered: grpc answers them
-UNIMPLEMENTED, as the Java proxy does for the ones it lacks.
+topic on its Telemetry stream.  SyncLiteSubscription (lite topics) is not registered: grpc
+answers it UNIMPLEMENTED, as the Java proxy does.
 
 Errors: every refusal is a Status in the response body with the Code a 5.x client expects (the
 Java proxy's choice); the gRPC status stays OK.  An exception in a handler (a bug) is answered
@@ -56,6 +57,7 @@ from .stats import GatewayStats
 from .renew import DEFAULT_INVISIBLE_MS, Renewer
 from .timer import TIMER_MAX_DELAY_MS, TimerService, recall_handle
 from .pop import BATCH_MAX, INVISIBLE_MAX_MS, INVISIBLE_MIN_MS, POLL_INTERVAL_S, Popped, PopService
+from .pull import PullService
 
 log = logging.getLogger("mq.gateway")
 
@@ -126,6 +128,7 @@ class MessagingService:
                 log.error("aclEnable=true and no tools.yml or admin account in %s: the gateway's requests to its "
                           "broker go unsigned and will be refused", self.auth.file.path)
         self.pop = PopService(self.remoting, opts.broker_addr, opts.broker_name, opts.cluster, self.stats)
+        self.pull = PullService(self.remoting, opts.broker_addr, opts.broker_name)
         self._routes: dict[str, tuple[float, TopicRouteData | None]] = {}
         self._settings: OrderedDict[str, object] = OrderedDict()     # client id -> its Settings
         self._rr = itertools.count(random.randrange(1 << 16))
@@ -812,7 +815,84 @@ class MessagingService:
             return Resp(status=status(Code.FORBIDDEN, "no readable queue"))
         return resp
 
+    # ---- a pull consumer's: PullMessage, GetOffset, UpdateOffset, QueryOffset (mq.gateway.pull) ------
+    async def _queue(self, q) -> tuple[str, int]:
+        """A request's message queue: (topic, queue id), the id one of the topic's readable
+        queues on this broker."""
+        topic = q.topic.name
+        check_topic(topic)
+        queues = await self._read_queues(topic)
+        if not 0 <= q.id < queues:
+            raise Refused(Code.BAD_REQUEST, f"queue {q.id} of {topic} is not one of its {queues} readable queues "
+                                            f"on broker {self.broker_name}")
+        return topic, q.id
+
+    async def PullMessage(self, request, context):
+        """From the request's offset: a status, the messages, and the next offset."""
+        Resp = msg("PullMessageResponse")
+        try:
+            if request is None:
+                raise Refused(Code.BAD_REQUEST, "PullMessage: the request is not a PullMessage request")
+            group = request.group.name
+            self._consumer(context, group, request.message_queue.topic.name)
+            topic, qid = await self._queue(request.message_queue)
+            fe = request.filter_expression
+            poll_s = min(max(request.long_polling_timeout.ToMilliseconds() / 1000, 0.0), LONG_POLLING_S_DEFAULT)
+            remaining = context.time_remaining()
+            if remaining is not None:
+                poll_s = min(poll_s, remaining - 1.0)
+            code, nxt, pulled = await self.pull.pull(group, topic, qid, request.offset, request.batch_size,
+                                                     "SQL92" if fe.type == 2 else "TAG", fe.expression or "*", poll_s)
+        except Refused as e:
+            yield Resp(status=status(e.code, e.text))
+            return
+        except Exception:
+            log.exception("gRPC PullMessage failed")
+            yield Resp(status=status(Code.INTERNAL_SERVER_ERROR, "PullMessage failed in the broker (logged)"))
+            return
+        yield Resp(status=status(code))
+        Message = msg("Message")
+        for p in pulled:
+            host, port = p.store_host.rsplit(":", 1)
+            yield Resp(message=to_message(p, Message, offset_msg_id(host, int(port), p.commitlog_offset)))
+        self.stats.messages("pulled", len(pulled))
+        yield Resp(next_offset=nxt)
+
+    async def GetOffset(self, request, context):
+        Resp = msg("GetOffsetResponse")
+        try:
+            self._consumer(context, request.group.name, request.message_queue.topic.name)
+            topic, qid = await self._queue(request.message_queue)
+            offset = await self.pull.get_offset(request.group.name, topic, qid)
+        except Refused as e:
+            return Resp(status=status(e.code, e.text))
+        return Resp(status=status(Code.OK), offset=offset)
+
+    async def UpdateOffset(self, request, context):
+        Resp = msg("UpdateOffsetResponse")
+        try:
+            self._consumer(context, request.group.name, request.message_queue.topic.name)
+            topic, qid = await self._queue(request.message_queue)
+            await self.pull.update_offset(request.group.name, topic, qid, request.offset)
+        except Refused as e:
+            return Resp(status=status(e.code, e.text))
+        return Resp(status=status(Code.OK))
+
+    async def QueryOffset(self, request, context):
+        """A queue's first offset, its end, or the first offset stored at or after a time."""
+        Resp = msg("QueryOffsetResponse")
+        try:
+            check_topic(request.message_queue.topic.name)
+            self._check(context, request.message_queue.topic.name)
+            topic, qid = await self._queue(request.message_queue)
+            ts = request.timestamp.ToMilliseconds() if request.HasField("timestamp") else None
+            offset = await self.pull.query_offset(topic, qid, request.query_offset_policy, ts)
+        except Refused as e:
+            return Resp(status=status(e.code, e.text))
+        return Resp(status=status(Code.OK), offset=offset)
+
 
 METHODS_SERVED = ("QueryRoute", "Telemetry", "Heartbeat", "NotifyClientTermination", "SendMessage", "ReceiveMessage",
                   "AckMessage", "ChangeInvisibleDuration", "QueryAssignment", "EndTransaction",
-                  "ForwardMessageToDeadLetterQueue", "RecallMessage")
+                  "ForwardMessageToDeadLetterQueue", "RecallMessage", "PullMessage", "GetOffset", "UpdateOffset",
+                  "QueryOffset")
