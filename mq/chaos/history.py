@@ -13,6 +13,10 @@ One JSON object a line, one file per recording process, merged by time:
     {"t_us": ..., "process": "drain", "type": "info", "f": "expired", "value": "b@2", "queue": "b@2", "offset": 900}
     {"t_us": ..., "process": "nemesis", "type": "info", "f": "damage", "value": "p1-40", "store": "127.0.0.1:10911",
      "phy": 81920, "how": "flip", "at": 81999}                      (a byte-level fault hit this message)
+    {"t_us": ..., "process": "c5", "type": "info", "f": "receive", "value": "p1-42", "attempt": 1}
+    {"t_us": ..., "process": "c5", "type": "ok", "f": "consume", "value": "p1-42"}    (its ack answered OK)
+(an ack that failed is not recorded: the message may come again, or, when the ack was stored after
+all, not: a delivery is what the promise asks for, a consume what redelivery is judged against)
 Sends' `ok` and reads also carry "msgid" (the offset message id: store address + CommitLog
 offset), and reads "intact" (the body matches its BODYCRC).
 
@@ -42,6 +46,13 @@ Verdicts (check()):
   cut          acknowledged sends never read that lay after a damaged record in the same store's
                log (recovery truncates at the first damaged record): allowed only where the mode
                has no replica that must hold them (check(cut_allowed=True)); otherwise lost
+A POP consumer's history (the grpc workload's 5.x consumer) adds, judged only when one ran:
+  undelivered  acknowledged sends never delivered to it                        (must be empty;
+               excused as for lost: expired, damaged, cut where allowed)
+  delivered_unexpected  values delivered to it that were never sent          (must be empty)
+  redelivered_acked    values delivered to it again after their ack was answered OK (must be
+               empty: POP redelivers only what was not acked)
+  redelivered  deliveries past the first of values not acked before: allowed (at-least-once)
   max_unavailable_s  the longest time without an acknowledged send while sends ran
   recovery_s   per fault, from its start to the acknowledgement of the first send invoked after
                it started (a failover's length, or a fault's length plus the restart), None if
@@ -120,15 +131,26 @@ class Verdict:
     suffix_loss: bool = True
     max_unavailable_s: float = 0.0
     recovery_s: list[tuple[str, float | None]] = field(default_factory=list)
+    consumer: bool = False                  # a POP consumer's history was judged
+    consumed: int = 0
+    redelivered: int = 0
+    undelivered: list[str] = field(default_factory=list)
+    delivered_unexpected: list[str] = field(default_factory=list)
+    redelivered_acked: list[str] = field(default_factory=list)
 
     @property
     def valid(self) -> bool:
         """No acknowledged message lost, nothing unexpected, duplicated, reordered or resurrected."""
         return not (self.lost or self.unexpected or self.duplicated or self.reordered or self.failed_read
-                    or self.damaged_served or self.offset_reused or self.wrong_ack)
+                    or self.damaged_served or self.offset_reused or self.wrong_ack
+                    or self.undelivered or self.delivered_unexpected or self.redelivered_acked)
 
     def summary(self) -> dict:
-        return {"sends": self.sends, "acked": self.acked, "failed": self.failed, "unknown": self.unknown,
+        pop = {"consumed": self.consumed, "undelivered": len(self.undelivered),
+               "delivered_unexpected": len(self.delivered_unexpected),
+               "redelivered_acked": len(self.redelivered_acked), "redelivered": self.redelivered} \
+            if self.consumer else {}
+        return {**pop, "sends": self.sends, "acked": self.acked, "failed": self.failed, "unknown": self.unknown,
                 "read": self.read, "expired": self.expired, "lost": len(self.lost), "unexpected": len(self.unexpected),
                 "duplicated": len(self.duplicated), "reordered": len(self.reordered),
                 "failed_read": len(self.failed_read), "damaged_served": len(self.damaged_served),
@@ -153,6 +175,8 @@ def check(ops: list[dict], cut_allowed: bool = False) -> Verdict:
     start_us, end_us = (sends[0], sends[-1]) if sends else (0, 0)     # the run: the drain comes after
     fault_names: list[tuple[str, int]] = []
     expired_below: dict[str, int] = {}       # queue -> its first offset retention kept
+    first_consumed: dict[str, int] = {}      # value -> when its first ack was answered OK
+    deliveries: list[tuple[str, int]] = []   # (value, t_us) of every delivery to the POP consumer
     for op in ops:
         f, kind, value = op["f"], op["type"], op.get("value")
         if f == "send":
@@ -169,6 +193,10 @@ def check(ops: list[dict], cut_allowed: bool = False) -> Verdict:
                 read_ids.setdefault(value, set()).add(op["msgid"])
             if op.get("intact") is False:
                 v.damaged_served.append(value)
+        elif f == "receive":
+            deliveries.append((value, op["t_us"]))
+        elif f == "consume" and kind == "ok":
+            first_consumed.setdefault(value, op["t_us"])
         elif f == "damage":
             damage.append(op)
         elif f == "expired":
@@ -198,6 +226,17 @@ def check(ops: list[dict], cut_allowed: bool = False) -> Verdict:
     v.duplicated = sorted(val for val, places in reads.items() if len(places) > 1)
     v.failed_read = sorted(val for val, o in outcome.items() if o["type"] == "fail" and val in reads)
     v.reordered = _reordered(invoked, outcome, reads)
+    if deliveries or first_consumed:
+        v.consumer = True
+        v.consumed = len(first_consumed)
+        expired = {val for val, o in unread if "queue" in o and o["offset"] < expired_below.get(o["queue"], 0)}
+        delivered = {val for val, _ in deliveries}
+        v.undelivered = sorted(val for val, o in outcome.items() if o["type"] == "ok" and val not in delivered
+                               and val not in excused and val not in expired)
+        v.delivered_unexpected = sorted(val for val in delivered | set(first_consumed) if val not in invoked)
+        v.redelivered_acked = sorted({val for val, t in deliveries if val in first_consumed
+                                      and t > first_consumed[val]})
+        v.redelivered = len(deliveries) - len(delivered)
     v.suffix_loss = _suffix_only(v.lost, invoked, outcome, [t for _, t in fault_names])
     marks = [start_us] + ok_times + [end_us]
     v.max_unavailable_s = max((b - a for a, b in zip(marks, marks[1:])), default=0) / 1e6

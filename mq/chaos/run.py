@@ -65,7 +65,13 @@ visible, nothing committed twice.  `grpc` sends through the brokers' gRPC endpoi
 5.x producer does (mq.gateway; every broker serves one): QueryRoute through any endpoint that
 answers, SendMessage to the endpoint of the master (broker id 0) it names, route asked again after
 any failure; an answered SendMessage OK is an `ok` (without place: the 5.x answer has no queue
-id), anything else `info` (a 5.x Status cannot say "not stored" for sure)."""
+id), anything else `info` (a 5.x Status cannot say "not stored" for sure).  Beside them a 5.x
+consumer (group chaos_c5) pops what they send, during the faults and after them, as a
+SimpleConsumer does: ReceiveMessage from the masters' endpoints, then AckMessage of the batch;
+after the producers it goes on (GRPC_REST_S at most) until every acknowledged send was delivered
+to it.  Its promises (POP's): every acknowledged send delivered, nothing delivered that was not
+sent, and nothing delivered again once its ack was answered OK (what was not acked may come
+again)."""
 from __future__ import annotations
 
 import argparse
@@ -128,6 +134,10 @@ RECOVERY_GRACE_S = 3.0  # the producers keep going this long after the last faul
 # codes that say the message was not stored (anything else that is not SUCCESS may have been)
 NOT_STORED = {13, 14, 16, 17, 23, 26, 29}
 WORKLOADS = ("plain", "tx", "grpc")
+GRPC_GROUP = "chaos_c5"     # the grpc workload's 5.x consumer group
+GRPC_INVISIBLE_MS = 10_000  # its receives' invisible time (the gateway's least)
+GRPC_REST_S = 60.0          # after the faults: how long it may take to consume every acked send
+ROUTE_REFRESH_S = 1.0       # it asks for the route again this often (a new leader's endpoint)
 TX_GROUP = "chaos_tx"
 # the brokers' transaction checks in a tx cell: quick, and never giving up within a run
 TX_BROKER_OPTS = {"transactionTimeOut": 1000, "transactionCheckInterval": 500, "transactionCheckMax": 1000}
@@ -474,57 +484,147 @@ async def produce(ns_addr: str, history: HistoryWriter, deadline: float, name: s
         await producer.shutdown()
 
 
-async def produce_grpc(endpoints: list[str], history: HistoryWriter, deadline: float, name: str,
-                       nemesis: "Nemesis") -> None:
-    """The grpc workload's producer (the module docstring): one SendMessage per value, no retries."""
-    import uuid
+class Grpc5:
+    """What the grpc workload's clients share: a channel per gateway endpoint, unary and
+    server-streaming calls of the 5.x service, and the masters' endpoints from QueryRoute asked
+    of any endpoint that answers (a 5.x client's access point is any one of them)."""
 
-    import grpc
-    from mq.wire.grpc5 import SERVICE, Code, MessageType, msg
-    metadata = (("x-mq-client-id", f"chaos@{name}@{uuid.uuid4().hex[:8]}"),)
-    channels = {ep: grpc.aio.insecure_channel(ep) for ep in endpoints}
-    target: list[str | None] = [None]                 # the master's endpoint, from the last route
+    def __init__(self, endpoints: list[str], name: str):
+        import uuid
 
-    def call(ep: str, rpc: str, resp: str):
-        return channels[ep].unary_unary(f"/{SERVICE}/{rpc}", request_serializer=lambda m: m.SerializeToString(),
-                                        response_deserializer=msg(resp).FromString)
+        import grpc
+        self.grpc = grpc
+        self.endpoints = endpoints
+        self.metadata = (("x-mq-client-id", f"chaos@{name}@{uuid.uuid4().hex[:8]}"),)
+        self.channels = {ep: grpc.aio.insecure_channel(ep) for ep in endpoints}
 
-    async def route() -> str:
+    def unary(self, ep: str, rpc: str):
+        from mq.wire.grpc5 import METHODS, SERVICE, msg
+        return self.channels[ep].unary_unary(f"/{SERVICE}/{rpc}", request_serializer=lambda m: m.SerializeToString(),
+                                             response_deserializer=msg(METHODS[rpc][1]).FromString)
+
+    def stream(self, ep: str, rpc: str):
+        from mq.wire.grpc5 import METHODS, SERVICE, msg
+        return self.channels[ep].unary_stream(f"/{SERVICE}/{rpc}", request_serializer=lambda m: m.SerializeToString(),
+                                              response_deserializer=msg(METHODS[rpc][1]).FromString)
+
+    async def masters(self) -> list[str]:
+        """The endpoints of the brokers with id 0 holding TOPIC; OSError when none answers."""
+        from mq.wire.grpc5 import Code, msg
         req = msg("QueryRouteRequest")()
         req.topic.name = TOPIC
-        for ep in endpoints:
+        for ep in self.endpoints:
             try:
-                r = await call(ep, "QueryRoute", "QueryRouteResponse")(req, metadata=metadata, timeout=2)
-            except grpc.aio.AioRpcError:
+                r = await self.unary(ep, "QueryRoute")(req, metadata=self.metadata, timeout=2)
+            except self.grpc.aio.AioRpcError:
                 continue
-            for q in r.message_queues if r.status.code == Code.OK else ():
-                a = q.broker.endpoints.addresses[0] if q.broker.id == 0 and q.broker.endpoints.addresses else None
-                if a is not None and f"{a.host}:{a.port}" in channels:
-                    return f"{a.host}:{a.port}"
+            found = {f"{a.host}:{a.port}" for q in (r.message_queues if r.status.code == Code.OK else ())
+                     if q.broker.id == 0 for a in q.broker.endpoints.addresses[:1]}
+            found &= set(self.channels)
+            if found:
+                return sorted(found)
         raise OSError("no gRPC endpoint answered QueryRoute with a master")
+
+    async def close(self) -> None:
+        for ch in self.channels.values():
+            await ch.close()
+
+
+async def produce_grpc(endpoints: list[str], history: HistoryWriter, deadline: float, name: str,
+                       nemesis: "Nemesis", acked: set) -> None:
+    """The grpc workload's producer (the module docstring): one SendMessage per value, no
+    retries; adds the values answered OK to `acked` (what the 5.x consumer must get)."""
+    import uuid
+
+    from mq.wire.grpc5 import Code, MessageType, msg
+    g = Grpc5(endpoints, name)
+    target: list[str | None] = [None]                 # the master's endpoint, from the last route
 
     async def send(value: str):
         if target[0] is None:
-            target[0] = await route()
+            target[0] = (await g.masters())[0]
         m = msg("Message")(body=value.encode())
         m.topic.name = TOPIC
         m.system_properties.message_id = uuid.uuid4().hex.upper()
         m.system_properties.message_type = MessageType.NORMAL
         try:
-            r = await call(target[0], "SendMessage", "SendMessageResponse")(
-                msg("SendMessageRequest")(messages=[m]), metadata=metadata, timeout=3)
-        except grpc.aio.AioRpcError as e:
+            r = await g.unary(target[0], "SendMessage")(msg("SendMessageRequest")(messages=[m]),
+                                                       metadata=g.metadata, timeout=3)
+        except g.grpc.aio.AioRpcError as e:
             target[0] = None
             raise OSError(f"SendMessage: {e.code().name} {e.details()}") from None
         if r.status.code != Code.OK:
             target[0] = None
             raise MQClientError(f"SendMessage answered {Code(r.status.code).name}: {r.status.message}")
+        acked.add(value)
         return "ok", {"msgid5": m.system_properties.message_id}
     try:
         await _produce(history, deadline, name, nemesis, send)
     finally:
-        for ch in channels.values():
-            await ch.close()
+        await g.close()
+
+
+async def consume_grpc(endpoints: list[str], history: HistoryWriter, acked: set, producing: asyncio.Event,
+                       rest_s: float) -> None:
+    """The grpc workload's consumer (the module docstring), group GRPC_GROUP: ReceiveMessage from
+    every master's endpoint (the route asked again after a failure and every ROUTE_REFRESH_S:
+    a new leader's endpoint), then AckMessage of the batch; records each delivery (`info receive`, with
+    its attempt) and each ack answered OK (`ok consume`).  Runs while `producing` is clear, then
+    up to rest_s more until every value in `acked` was delivered."""
+    from mq.wire.grpc5 import Code, msg
+    g = Grpc5(endpoints, "c5")
+    delivered: set = set()
+    targets: list[str] = []
+    routed_at = 0.0
+    rest_deadline: float | None = None
+    try:
+        while True:
+            if producing.is_set():
+                rest_deadline = rest_deadline or time.monotonic() + rest_s
+                if acked <= delivered or time.monotonic() > rest_deadline:
+                    return
+            if not targets or time.monotonic() - routed_at > ROUTE_REFRESH_S:
+                try:
+                    targets, routed_at = await g.masters(), time.monotonic()
+                except OSError:
+                    await asyncio.sleep(0.2)
+                    continue
+            got_any = False
+            for ep in targets:
+                req = msg("ReceiveMessageRequest")(batch_size=32)
+                req.group.name = GRPC_GROUP
+                req.message_queue.topic.name = TOPIC
+                req.filter_expression.expression = "*"
+                req.invisible_duration.FromMilliseconds(GRPC_INVISIBLE_MS)
+                req.long_polling_timeout.FromMilliseconds(1000)
+                ack = msg("AckMessageRequest")()
+                ack.group.name = GRPC_GROUP
+                ack.topic.name = TOPIC
+                values = []
+                try:
+                    async for r in g.stream(ep, "ReceiveMessage")(req, metadata=g.metadata, timeout=5):
+                        if r.WhichOneof("content") == "message":
+                            m = r.message
+                            values.append(m.body.decode("utf-8", "replace"))
+                            delivered.add(values[-1])
+                            history.record("info", "receive", values[-1], endpoint=ep,
+                                           attempt=m.system_properties.delivery_attempt)
+                            ack.entries.add(message_id=m.system_properties.message_id,
+                                            receipt_handle=m.system_properties.receipt_handle)
+                    if values:
+                        a = await g.unary(ep, "AckMessage")(ack, metadata=g.metadata, timeout=5)
+                        for value, result in zip(values, a.entries):
+                            if result.status.code == Code.OK:
+                                history.record("ok", "consume", value)
+                except g.grpc.aio.AioRpcError:
+                    targets = []
+                    await asyncio.sleep(0.2)
+                    break
+                got_any = got_any or bool(values)
+            if not got_any:
+                await asyncio.sleep(0.1)
+    finally:
+        await g.close()
 
 
 def tx_decision(value: str) -> tuple[str, str]:
@@ -666,6 +766,7 @@ def run_cell(mode: str, nemesis: str, seconds: float, directory: str, producers:
                       clocks=nemesis == "clock", extra_opts=TX_BROKER_OPTS if workload == "tx" else None,
                       grpc=workload == "grpc")
     committed: set = set()
+    acked5: set = set()                               # grpc: sends answered OK, for its consumer
     try:
         _create_topic(cluster)
         wait_for(lambda: _routed(cluster.ns.addr), 30, 0.1, "the topic's route")
@@ -674,14 +775,22 @@ def run_cell(mode: str, nemesis: str, seconds: float, directory: str, producers:
         deadline = time.monotonic() + seconds
         nem = Nemesis(cluster, nemesis, HistoryWriter(hist_dir, "nemesis"), deadline)
         writers = [HistoryWriter(hist_dir, f"p{i}") for i in range(producers)]
+        consumer5 = HistoryWriter(hist_dir, "c5") if workload == "grpc" else None
 
         async def run_workload():
             if workload == "tx":
                 await asyncio.gather(*(produce_tx(cluster.ns.addr, w, deadline, f"p{i}", nem, committed)
                                        for i, w in enumerate(writers)))
             elif workload == "grpc":
-                await asyncio.gather(*(produce_grpc(cluster.grpc_endpoints(), w, deadline, f"p{i}", nem)
-                                       for i, w in enumerate(writers)))
+                produced = asyncio.Event()
+                consumer = asyncio.ensure_future(consume_grpc(cluster.grpc_endpoints(), consumer5, acked5, produced,
+                                                              GRPC_REST_S))
+                try:
+                    await asyncio.gather(*(produce_grpc(cluster.grpc_endpoints(), w, deadline, f"p{i}", nem, acked5)
+                                           for i, w in enumerate(writers)))
+                finally:
+                    produced.set()
+                await consumer
             else:
                 await asyncio.gather(*(produce(cluster.ns.addr, w, deadline, f"p{i}", nem)
                                        for i, w in enumerate(writers)))
@@ -713,7 +822,7 @@ def run_cell(mode: str, nemesis: str, seconds: float, directory: str, producers:
             mq_loop.run(resolve_pending(cluster.ns.addr, committed))
         reader = HistoryWriter(hist_dir, "drain")
         mq_loop.run(asyncio.wait_for(drain(cluster.ns.addr, reader), 120))
-        for w in writers + [reader, nem.history]:
+        for w in writers + [reader, nem.history] + ([consumer5] if consumer5 else []):
             w.close()
     finally:
         cluster.close()
@@ -802,9 +911,15 @@ def _line(r: dict) -> str:
             f"unexpected {r['unexpected']}, duplicated {r['duplicated']}, reordered {r['reordered']}, "
             f"refused but read {r.get('failed_read', 0)}, "
             f"damaged {r['damaged']} (served {r['damaged_served']}), cut {r['cut']}, offsets reused "
-            f"{r['offset_reused']}, wrong acks {r['wrong_ack']}{_hostile(r)}; "
+            f"{r['offset_reused']}, wrong acks {r['wrong_ack']}{_hostile(r)}{_pop(r)}; "
             f"max unavailable {r['max_unavailable_s']} s; recovery {r['recovery_s']}; "
             f"{'OK' if r['valid'] else 'PROMISE BROKEN'}")
+
+
+def _pop(r: dict) -> str:
+    return "" if "consumed" not in r else (
+        f"; 5.x consumer: consumed {r['consumed']}, undelivered {r['undelivered']}, unexpected "
+        f"{r['delivered_unexpected']}, redelivered {r['redelivered']} (after their ack {r['redelivered_acked']})")
 
 
 def _hostile(r: dict) -> str:

@@ -227,3 +227,35 @@ def test_damaged_and_cut_messages_are_told_from_intact_ones():
     other.op("c", "ok", "read", "v0", queue="q0", offset=0, msgid=_msgid(0))
     v = check(other.ops, cut_allowed=True)
     assert v.damaged == ["v1"] and v.cut == [] and v.lost == ["v2"]
+
+
+def test_pop_consumer_verdicts_fire_only_on_their_histories():
+    """A POP consumer's history (the grpc workload): every acknowledged send delivered, nothing
+    consumed that was not sent, nothing delivered again after its ack was answered; what was
+    not acked may come again (counted, allowed)."""
+    def history(consume=("v0", "v1", "v2"), extra=()):
+        h = H()
+        for i in range(3):
+            h.send(f"v{i}", offset=i, t_s=i * 0.1)
+        for i in range(3):
+            h.read(f"v{i}", offset=i)
+        h.at(1.0)
+        h.op("c5", "info", "receive", "v0", attempt=1)          # not acked: comes again, attempt 2
+        for value in consume:
+            h.op("c5", "info", "receive", value, attempt=2 if value == "v0" else 1)
+            h.op("c5", "ok", "consume", value)
+        for f, value in extra:
+            h.op("c5", "info" if f == "receive" else "ok", f, value, attempt=1)
+        return check(h.ops)
+
+    v = history()
+    assert v.valid and v.consumer and (v.consumed, v.redelivered) == (3, 1), v.summary()
+    assert "consumed" in v.summary() and "consumed" not in check(clean().ops).summary()
+    v = history(consume=("v0", "v1"))
+    assert not v.valid and v.undelivered == ["v2"]
+    v = history(consume=("v0", "v1"), extra=[("receive", "v2")])    # delivered, its ack failed: kept
+    assert v.valid and v.consumed == 2
+    v = history(extra=[("consume", "ghost")])
+    assert not v.valid and v.delivered_unexpected == ["ghost"]
+    v = history(extra=[("receive", "v1")])                    # delivered again after its ack
+    assert not v.valid and v.redelivered_acked == ["v1"]
