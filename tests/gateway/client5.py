@@ -6,11 +6,12 @@ official 4.x C++ client's, so the two cannot share the tests' venv).
 
 Requests:
     {"op": "produce", "endpoint": "host:port", "topic": T,
-     "messages": [{"body": str, "tag": str?, "keys": [str]?, "props": {k: v}?, "group": str?,
+     "messages": [{"body": str, "topic": T?, "tag": str?, "keys": [str]?, "props": {k: v}?, "group": str?,
                    "delay_s": int?, "tx": "commit" | "rollback" | "leave"?, "recall": bool?}],
      "wait_checks": N?, "check_answer": "commit" | "rollback"?, "linger_s": s?}
         -> {"sent": [{"message_id": id, "recall_handle": h} | {"error": text}, ...], "checked": [ids]}
         ("recall": the producer recalls the timer message right after sending it)
+        ("topic": a message's own topic instead of the request's; the producer knows them all)
         (with a "tx" message the producer has a TransactionChecker answering check_answer; it
         waits for wait_checks checks, then linger_s)
     {"op": "receive", "endpoint", "group", "topic", "expression"?: "*", "want": N, "invisible_s": 15,
@@ -44,14 +45,15 @@ def produce(req: dict) -> dict:
             checked.append(message.message_id)
             return TransactionResolution.COMMIT if req.get("check_answer") == "commit" else TransactionResolution.ROLLBACK
     transactional = any(spec.get("tx") for spec in req["messages"])
-    producer = Producer(ClientConfiguration(req["endpoint"], Credentials(req.get("ak", ""), req.get("sk", ""))), (req["topic"],),
+    topics = tuple(dict.fromkeys([req["topic"]] + [spec["topic"] for spec in req["messages"] if spec.get("topic")]))
+    producer = Producer(ClientConfiguration(req["endpoint"], Credentials(req.get("ak", ""), req.get("sk", ""))), topics,
                         checker=Checker() if transactional else None)
     producer.startup()
     sent = []
     try:
         for spec in req["messages"]:
             m = Message()
-            m.topic = req["topic"]
+            m.topic = spec.get("topic") or req["topic"]
             m.body = spec["body"].encode()
             if spec.get("tag"):
                 m.tag = spec["tag"]
@@ -76,7 +78,7 @@ def produce(req: dict) -> dict:
                     receipt = producer.send(m)
                 sent.append({"message_id": receipt.message_id, "recall_handle": receipt.recall_handle})
                 if spec.get("recall"):
-                    producer.recall_message(req["topic"], receipt.recall_handle)
+                    producer.recall_message(m.topic, receipt.recall_handle)
             except Exception as e:            # the test decides what an error means
                 sent.append({"error": f"{type(e).__name__}: {e}"})
         deadline = time.monotonic() + req.get("checks_timeout_s", 60)
