@@ -164,7 +164,10 @@ class Proc:
 
     started: list | None = None
 
-    def __init__(self, args: list[str], log_path: str, env: dict | None = None):
+    def __init__(self, args: list[str], log_path: str, env: dict | None = None, prefix: list[str] | None = None):
+        """prefix: argv that runs the command elsewhere (a host's `ip netns exec <ns>`: it execs
+        the command, so the pid is the command's)."""
+        args = list(prefix or []) + list(args)
         self.args = args
         self.log_path = log_path
         self.log = open(log_path, "ab")
@@ -222,22 +225,31 @@ class Proc:
 class NameServer:
     """`mqnamesrv` on 127.0.0.1:<free port>, with its config, KV file and log in
     `workdir/namesrv-<port>/`; serving (its port accepts connections) when the constructor
-    returns, RuntimeError with its output if it exited instead."""
+    returns, RuntimeError with its output if it exited instead.  host (an mq.hosts.Host): run
+    in that host instead, on its address and RocketMQ's port 9876 (the host's own)."""
 
-    def __init__(self, workdir: str):
-        self.port = free_port()
-        self.dir = os.path.join(workdir, f"namesrv-{self.port}")
+    def __init__(self, workdir: str, host=None):
+        self.host = host
+        self.ip = host.ip if host is not None else "127.0.0.1"
+        self.port = 9876 if host is not None else free_port()
+        self.dir = os.path.join(workdir, f"namesrv-{host.name}" if host is not None else f"namesrv-{self.port}")
         os.makedirs(self.dir, exist_ok=True)
         self.conf = os.path.join(self.dir, "namesrv.conf")
         with open(self.conf, "w") as f:
-            f.write(f"listenPort={self.port}\nlistenAddress=127.0.0.1\n"
+            f.write(f"listenPort={self.port}\nlistenAddress={self.ip}\n"
                     f"kvConfigPath={self.dir}/kvConfig.json\n")
         self.start()
 
     def start(self) -> None:
         """Starts (or restarts, on the same port) the name server; returns once it listens."""
-        self.proc = Proc([os.path.join(BIN, "mqnamesrv"), "-c", self.conf], os.path.join(self.dir, "namesrv.log"))
-        wait_for(lambda: port_open(self.port) or self.proc.p.poll() is not None, 30, what="name server port")
+        self.proc = Proc([os.path.join(BIN, "mqnamesrv"), "-c", self.conf], os.path.join(self.dir, "namesrv.log"),
+                         prefix=self.host.prefix if self.host is not None else None)
+        self._starts = getattr(self, "_starts", 0) + 1
+        if self.host is None:
+            ready = lambda: port_open(self.port)                                      # noqa: E731
+        else:                                    # its port is not reachable from here: its log says
+            ready = lambda: self.proc.output().count("name server listening on") >= self._starts  # noqa: E731
+        wait_for(lambda: ready() or self.proc.p.poll() is not None, 30, what="name server port")
         if self.proc.p.poll() is not None:
             raise RuntimeError("name server exited:\n" + self.proc.output())
 
@@ -247,7 +259,7 @@ class NameServer:
 
     @property
     def addr(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.ip}:{self.port}"
 
     def stop(self) -> int:
         """SIGTERM; the exit status (0 for a clean stop)."""
@@ -262,17 +274,22 @@ class Broker:
     storePathRootDir too).  Serving (every io worker up) when the constructor returns,
     RuntimeError with its output if it exited instead.  restart() stops it cleanly and starts
     it again on the same port and store.  `env`: variables added to the broker's environment
-    (on every start)."""
+    (on every start).  host (an mq.hosts.Host): run in that host instead, on its address
+    (listenAddress = brokerIP1) and RocketMQ's port 10911 (the host's own)."""
 
-    def __init__(self, workdir: str, namesrv: str, name: str = "broker-a", env: dict | None = None, **options):
+    def __init__(self, workdir: str, namesrv: str, name: str = "broker-a", env: dict | None = None, host=None,
+                 **options):
         self.env = env
-        self.port = options.pop("listenPort", None) or free_port((-2, 0, 1))
+        self.host = host
+        self.ip = host.ip if host is not None else "127.0.0.1"
+        self.port = options.pop("listenPort", None) or (10911 if host is not None else free_port((-2, 0, 1)))
         self.name = name
-        self.dir = options.pop("storePathRootDir", None) or os.path.join(workdir, f"{name}-{self.port}")
+        self.dir = options.pop("storePathRootDir", None) or os.path.join(
+            workdir, f"{name}-{host.name}" if host is not None else f"{name}-{self.port}")
         os.makedirs(self.dir, exist_ok=True)
         self.options = {
             "brokerClusterName": "TestCluster", "brokerName": name, "listenPort": self.port,
-            "listenAddress": "127.0.0.1", "brokerIP1": "127.0.0.1", "namesrvAddr": namesrv,
+            "listenAddress": self.ip, "brokerIP1": self.ip, "namesrvAddr": namesrv,
             "storePathRootDir": self.dir, "mappedFileSizeCommitLog": 16 * 1024 * 1024,
             "messageDelayLevel": " ".join(["1s"] * 18), **options}
         self.conf = os.path.join(self.dir, "broker.conf")
@@ -284,7 +301,7 @@ class Broker:
         with open(self.conf, "w") as f:
             f.writelines(f"{k}={v}\n" for k, v in self.options.items())
         self.proc = Proc([os.path.join(BIN, "mqbroker"), "-c", self.conf], os.path.join(self.dir, "broker.log"),
-                         env=self.env)
+                         env=self.env, prefix=self.host.prefix if self.host is not None else None)
         self._starts = getattr(self, "_starts", 0) + 1
         # ready = the supervisor's line saying every io worker is serving
         wait_for(lambda: self.proc.output().count(" io workers; name servers") >= self._starts
@@ -294,7 +311,7 @@ class Broker:
 
     @property
     def addr(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.ip}:{self.port}"
 
     def stop(self, timeout_s: float = 20.0) -> int:
         """SIGTERM; the exit status (0 for a clean stop: store flushed, abort file removed);

@@ -9,7 +9,7 @@ without the store's compiled C module.
     layer 3  mq.ha, mq.dledger, mq.namesrv, mq.client
     layer 4  mq.gateway (gRPC for 5.x clients: a client of the broker's 4.x path)
     layer 5  mq.broker (its supervisor starts the gateway's role)
-    layer 6  mq.cluster (real processes for tests and tools)
+    layer 6  mq.cluster (real processes for tests and tools), mq.hosts (network namespaces as hosts)
     layer 7  mq.cli
     layer 8  mq.chaos (fault injection: it drives everything)
 
@@ -30,7 +30,7 @@ LAYER = {"mq.wire": 0, "mq.options": 0, "mq.logs": 0, "mq.loop": 0, "mq.trace": 
          "mq.store": 2, "mq.remoting": 2,
          "mq.ha": 3, "mq.dledger": 3, "mq.namesrv": 3, "mq.client": 3,
          "mq.gateway": 4,
-         "mq.broker": 5, "mq.cluster": 6, "mq.cli": 7, "mq.chaos": 8,
+         "mq.broker": 5, "mq.cluster": 6, "mq.hosts": 6, "mq.cli": 7, "mq.chaos": 8,
          "mq.conf": 0}       # config files shipped as data (mq.conf.systemd writes units)
 FORBIDDEN = {"mq.client": {"mq.store", "mq.namesrv", "mq.broker"}, "mq.namesrv": {"mq.store", "mq.broker"}}
 
