@@ -63,6 +63,7 @@ CHILD_CHECK_S = 0.5
 HAND_OVER_WAIT_S = 3.0                 # a graceful stop of a DLedger leader waits this long for a new leader
 HAND_OVER_NO_LEADER_S = 3.0            # ... and stops forwarding once no other member led this long (> an election)
 WORKER_START_TIMEOUT_S = 60
+GRPC_START_TIMEOUT_S = 30.0            # how long "serving" waits for the gRPC endpoint to listen
 RETENTION_FIRST_DELAY_S = 60           # RocketMQ's; MQ_RETENTION_FIRST_DELAY_S overrides it (tests)
 HA_MASTER_FILE = "ha-master.txt"
 
@@ -158,6 +159,8 @@ class Supervisor:
             self.metrics = MetricsServer(self, self.stats_block, self.stats_history)
             await self.metrics.start(cfg.listenAddress, cfg.metricsPort)
             log.info("Prometheus metrics on http://%s:%d/metrics", cfg.listenAddress, self.metrics.port)
+        if cfg.grpcServerPort:
+            await self._wait_grpc_listening()
         # registered before it says it serves (RocketMQ's BrokerController.start registers at once):
         # a client that reads the route right after finds this broker there
         await self.register_all()
@@ -235,6 +238,26 @@ class Supervisor:
         if self.dledger:
             return self.store.ctl.get(C.POS_DL_APPEND_TERM) != 0
         return self.config.brokerRole != "SLAVE" and not taking_back(self.store.ctl)
+
+    async def _wait_grpc_listening(self) -> None:
+        """Serving means every endpoint listens, the gRPC one too: its role binds a moment after
+        the io workers serve, and a 5.x client started on our "serving" line (or systemd's READY)
+        was refused, after which grpc's channel backs off for seconds (a CI run saw a receive
+        fail for that).  Waits up to GRPC_START_TIMEOUT_S, then says so and serves 4.x anyway."""
+        cfg = self.config
+        host = "127.0.0.1" if cfg.listenAddress in ("", "0.0.0.0") else cfg.listenAddress
+        deadline = time.monotonic() + GRPC_START_TIMEOUT_S
+        while True:
+            try:
+                _, w = await asyncio.wait_for(asyncio.open_connection(host, cfg.grpcServerPort), 1.0)
+                w.close()
+                return
+            except (OSError, asyncio.TimeoutError):
+                if time.monotonic() > deadline:
+                    log.error("the gRPC endpoint %s:%d does not listen after %.0f s (its role logs why); serving "
+                              "4.x clients without it", host, cfg.grpcServerPort, GRPC_START_TIMEOUT_S)
+                    return
+                await asyncio.sleep(0.05)
 
     def _start_role(self, role: str) -> None:
         cfg = self.config

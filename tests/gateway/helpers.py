@@ -40,7 +40,7 @@ class GatewayCluster:
         self.broker = None
         try:
             self.broker = Broker(workdir, self.ns.addr, grpcServerPort=self.grpc_port, **broker_options)
-            wait_for(lambda: port_open(self.grpc_port), 30, what="the gRPC endpoint")
+            assert port_open(self.grpc_port), "the broker said it serves before its gRPC endpoint listens"
         except BaseException:
             self.stop()
             raise

@@ -22,11 +22,17 @@ def test_a_killed_gateway_role_is_restarted_and_serves_again(gateway):
     assert "message_id" in out["sent"][0], out
 
 
-def test_the_broker_stop_takes_the_role_with_it(tmp_path):
+def test_the_broker_serves_once_its_grpc_endpoint_listens_and_its_stop_takes_the_role_with_it(tmp_path):
+    """The broker's "serving" line (what Broker.start waits for; systemd's READY comes with it)
+    comes once the gRPC port listens: a 5.x client started then is not refused (grpc would back
+    off for seconds), also after a kill -9 and a restart."""
     from tests.gateway.helpers import GatewayCluster
     g = GatewayCluster(str(tmp_path))
     try:
         assert len(g.broker.processes()["grpc"]) == 1
+        g.broker.kill()
+        g.broker.start()
+        assert port_open(g.grpc_port)
     finally:
         g.stop()
     assert not port_open(g.grpc_port)
