@@ -396,21 +396,25 @@ def processes_of_group(pgid: int) -> dict[str, list[int]]:
 
 
 DLEDGER_INDEX_FILE_SIZE = 1024 * 1024  # 32768 entries per index file: tests roll them
+DLEDGER_PORT = 40911                   # a DLedger member's peer port in a host of its own
 
 
 class DLedgerGroup:
     """`n` mqbroker processes of one DLedger group (ids n0..), name server `namesrv`.  proxied: member A
     reaches member B through proxies[(A, B)], so a test can cut any link in any direction.
     env_for(id): the environment variables added for that member (or None); options_for(id): broker
-    options for that member only (e.g. a metricsPort each), over `options`."""
+    options for that member only (e.g. a metricsPort each), over `options`.  hosts: member id ->
+    the mq.hosts.Host it runs in (peers then talk over the hosts' addresses, port DLEDGER_PORT)."""
 
     def __init__(self, workdir: str, namesrv: str, n: int = 3, name: str = "RaftNode00", proxied: bool = False,
-                 ids: list[str] | None = None, env_for=None, options_for=None, **options):
+                 ids: list[str] | None = None, env_for=None, options_for=None, hosts: dict | None = None, **options):
         self.workdir = workdir
         self.namesrv = namesrv
         self.name = name
         self.ids = ids or [f"n{i}" for i in range(n)]
-        self.peer_port = {i: free_port() for i in self.ids}
+        self.hosts = hosts or {}
+        assert not (proxied and hosts), "a group in hosts is cut by the hosts' network, not by proxies"
+        self.peer_port = {i: DLEDGER_PORT if i in self.hosts else free_port() for i in self.ids}
         self.proxies: dict[tuple[str, str], FaultProxy] = {}
         if proxied:
             for a in self.ids:
@@ -427,7 +431,7 @@ class DLedgerGroup:
             for i in self.ids:
                 self.brokers[i] = Broker(workdir, namesrv, name=name, dLegerSelfId=i, dLegerPeers=self._peers(i),
                                          storePathRootDir=os.path.join(workdir, f"{name}-{i}"),
-                                         env=env_for(i) if env_for else None,
+                                         env=env_for(i) if env_for else None, host=self.hosts.get(i),
                                          **{**self.options, **(options_for(i) if options_for else {})})
         except BaseException:
             self.close()
@@ -437,7 +441,7 @@ class DLedgerGroup:
         parts = []
         for i in self.ids:
             port = self.peer_port[i] if i == me or (me, i) not in self.proxies else self.proxies[(me, i)].port
-            parts.append(f"{i}-127.0.0.1:{port}")
+            parts.append(f"{i}-{self.hosts[i].ip if i in self.hosts else '127.0.0.1'}:{port}")
         return ";".join(parts)
 
     # ---- state ------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ interfaces and addresses, and a network fault is a fault of the kernel's, not of
         hosts.drop("a", "ns1")      one way: what a sends to ns1 is lost (a blackhole route in a)
         hosts.heal()
         hosts.kill_host("a")        SIGKILL to every process in a's namespace
+        with inside(hosts["client"]): ...   this thread's sockets are the client host's
 
 Addresses: host i (in the order given) is 198.18.0.<i+1>/24, from the benchmarking range
 198.18.0.0/15, and exists only inside the namespaces: no namespace has a default route, the
@@ -24,6 +25,8 @@ Limits: HOSTS_MAX hosts per harness; interface names are eth0 in a host and v<i>
 namespace."""
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import re
 import secrets
@@ -35,6 +38,8 @@ import time
 PREFIX = "mqh"
 SUBNET = "198.18.0"          # host i: SUBNET.<i + 1>/24
 HOSTS_MAX = 200
+NETNS_DIR = "/run/netns"     # where `ip netns add` pins a namespace by name
+CLONE_NEWNET = 0x40000000
 IP_TIMEOUT_S = 10.0
 _NAME = re.compile(rf"^{PREFIX}(\d+)x([0-9a-f]+)-(.+)$")
 
@@ -123,6 +128,31 @@ class Host:
 
     def __repr__(self) -> str:
         return f"Host({self.name} {self.ip} in {self.netns})"
+
+
+@contextlib.contextmanager
+def inside(host: Host):
+    """The calling thread in the host's network: sockets it opens meanwhile are the host's
+    (setns(2) on this thread; threads it starts meanwhile inherit it).  Back to the network it
+    was in at the end.  For a process that is itself a client host (mqchaos)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    back = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    try:
+        there = os.open(os.path.join(NETNS_DIR, host.netns), os.O_RDONLY)
+        try:
+            if libc.setns(there, CLONE_NEWNET) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"setns into {host.netns}: {os.strerror(err)}")
+        finally:
+            os.close(there)
+        try:
+            yield host
+        finally:
+            if libc.setns(back, CLONE_NEWNET) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"setns back: {os.strerror(err)}")
+    finally:
+        os.close(back)
 
 
 class Hosts:
@@ -223,4 +253,4 @@ class Hosts:
         self._made.clear()
 
 
-__all__ = ["Host", "Hosts", "HOSTS_MAX", "SUBNET", "sweep_leftovers", "unavailable"]
+__all__ = ["Host", "Hosts", "HOSTS_MAX", "SUBNET", "inside", "sweep_leftovers", "unavailable"]

@@ -11,7 +11,8 @@ Modes (the broker configurations RELIABILITY.md makes promises for):
     sync_master             SYNC_MASTER + SLAVE, ASYNC_FLUSH
     sync_master_sync_flush  SYNC_MASTER + SLAVE, SYNC_FLUSH
     dledger                 a DLedger group of 3 brokers
-The slave (and every DLedger peer) reaches its master (peers) through a FaultProxy.
+The slave (and every DLedger peer) reaches its master (peers) through a FaultProxy, except
+under the real-network nemeses (below), which put every process on a host of its own.
 Nemeses, each fault lasting FAULT_S and repeated every CYCLE_S while the run lasts (the producers
 go on RECOVERY_GRACE_S after the last fault ended, so its recovery is inside the run); the target
 is the broker, the master or the current DLedger leader:
@@ -40,6 +41,18 @@ is the broker, the master or the current DLedger leader:
                 removed, restart (rebuilt from the CommitLog; no queue offset handed out twice)
     hostile     for the whole run, a client per broker sending malformed requests pipelined
                 between each other and garbage frames (mq/chaos/hostile.py); none may be stored
+  real networks (mq.hosts: every broker, the name server and the clients - this process - in
+  network namespaces of their own, 198.18.0.x; the kernel drops the packets; needs root):
+    hostcut     a host's link down: the DLedger leader, or the slave and the master in turn,
+                cut off from everything (clients and name server too)
+    oneway      one-way loss: what the leader sends its followers is lost while theirs reach
+                it (master/slave: master->slave, then slave->master, in turn)
+    split       a majority/minority split of the members: the leader alone, or a follower
+                alone, in turn (master/slave: master | slave); clients and name server see all
+    bridge      the members in two halves that see one member (the bridge) but not each other
+                (DLedger; the leader in a half, or the bridge, in turn)
+    ring        every member sees its two neighbours in a ring only: overlapping majorities
+                (DLedger; the group has RING_MEMBERS members for it)
 Promises (RELIABILITY.md): no acknowledged message lost, except power loss on ASYNC_FLUSH
 without a synchronous slave, where only a suffix of what was acknowledged before the fault may
 go (never a hole); in every cell nothing unexpected, duplicated or reordered.  Byte-level cells:
@@ -76,6 +89,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import glob
 import json
 import os
@@ -93,6 +107,7 @@ from mq.client import Message, MQBrokerError, MQClientError, Producer, PullConsu
 from mq.client.message import PullStatus
 from mq.proxy import FaultProxy
 from mq.cluster import Broker, DLedgerGroup, NameServer, free_port, port_open, stop_group, wait_for
+from mq.hosts import Hosts, inside
 from mq.store import control as C
 from mq.store.commitlog import list_files
 from mq.store.control import ControlBlock
@@ -109,6 +124,9 @@ MODES = ("async", "sync", "async_master", "sync_master", "sync_master_sync_flush
 NEMESES = ("none", "kill", "pause", "partition", "namesrv", "powerloss", "diskfull", "clock",
            "corrupt", "truncate", "cqloss", "hostile")
 BYTE_LEVEL = ("corrupt", "truncate", "cqloss")
+HOST_NEMESES = ("hostcut", "oneway", "split", "bridge", "ring")
+NEMESES = NEMESES + HOST_NEMESES
+RING_MEMBERS = 5        # a ring of overlapping majorities needs more than 3 members
 CLOCK_JUMP_S = 600      # the clock nemesis's jump: past the 120 s client and channel expiries
 DISK_BYTES = 96 * 1024 * 1024           # the diskfull nemesis's tmpfs
 DISK_COMMITLOG_FILE_BYTES = 1024 * 1024  # files roll every ~1k messages there, so a full disk bites at once
@@ -119,7 +137,9 @@ SMALL_DISK_STORE = {"mappedFileSizeCommitLog": DISK_COMMITLOG_FILE_BYTES, "maxHa
 MASTER_ROLES = {"async_master": ("ASYNC_MASTER", "ASYNC_FLUSH"), "sync_master": ("SYNC_MASTER", "ASYNC_FLUSH"),
                 "sync_master_sync_flush": ("SYNC_MASTER", "SYNC_FLUSH")}
 # cells that cannot be run: no slave or peer to cut off
-NOT_APPLICABLE = {("async", "partition"), ("sync", "partition")}
+NOT_APPLICABLE = {("async", "partition"), ("sync", "partition")} \
+    | {(m, n) for m in ("async", "sync") for n in HOST_NEMESES} \
+    | {(m, n) for m in MASTER_ROLES for n in ("bridge", "ring")}
 # cells whose promise allows losing a suffix of what was acknowledged before the fault
 SUFFIX_LOSS_ALLOWED = {("async", "powerloss"), ("async_master", "powerloss")}
 # modes where what followed a damaged record in the damaged file may go with it (no replica
@@ -148,13 +168,26 @@ class Cluster:
     """The processes of one mode, and the nemesis's handles on them."""
 
     def __init__(self, mode: str, workdir: str, small_disk: bool = False, clocks: bool = False,
-                 extra_opts: dict | None = None, grpc: bool = False):
+                 extra_opts: dict | None = None, grpc: bool = False, hosts: bool = False, members: int = 3):
         """small_disk: the (master) broker's store on a tmpfs of its own (DISK_BYTES), with
         small CommitLog files, for the diskfull nemesis to fill.  clocks: every broker's wall
         clock can be shifted (self.clocks, by broker port) for the clock nemesis.  grpc: every
-        broker serves the 5.x gRPC endpoint on a port of its own (grpc_endpoints())."""
+        broker serves the 5.x gRPC endpoint on a port of its own (grpc_endpoints()).  hosts:
+        every process on a host of its own (mq.hosts: "ns", "client" - where the caller runs its
+        clients, with mq.hosts.inside - and one per broker: "master"/"slave" or the DLedger ids);
+        members: the DLedger group's size."""
         self.mode = mode
-        self.ns = NameServer(workdir)
+        self.hosts: Hosts | None = None
+        if hosts:
+            assert not (small_disk or clocks or grpc), "real-network cells run the plain and tx workloads only"
+            brokers = [f"n{i}" for i in range(members)] if mode == "dledger" else ["master", "slave"]
+            self.hosts = Hosts(["ns", "client"] + brokers)
+        try:
+            self.ns = NameServer(workdir, host=self.hosts["ns"] if self.hosts else None)
+        except BaseException:
+            if self.hosts is not None:
+                self.hosts.close()
+            raise
         self.clocks: dict[int, ClockShift] = {}
         self._clock_by_name: dict[str, ClockShift] = {}
 
@@ -183,7 +216,9 @@ class Cluster:
         try:
             if mode == "dledger":
                 # diskfull: the whole group's stores on the one small disk (all members fill at once)
-                self.group = DLedgerGroup(self.disk or workdir, self.ns.addr, name="ChaosRaft", proxied=True,
+                on_hosts = {f"n{i}": self.hosts[f"n{i}"] for i in range(members)} if self.hosts else None
+                self.group = DLedgerGroup(self.disk or workdir, self.ns.addr, name="ChaosRaft", n=members,
+                                          proxied=not on_hosts, hosts=on_hosts,
                                           env_for=lambda i: env(f"raft-{i}"), options_for=lambda i: grpc_port(),
                                           **opts,
                                           **(SMALL_DISK_STORE if small_disk else {}))
@@ -193,11 +228,14 @@ class Cluster:
                 self.group.wait_leader(60)
             elif mode in MASTER_ROLES:
                 role, flush = MASTER_ROLES[mode]
+                on = (lambda name: self.hosts[name]) if self.hosts else (lambda name: None)
                 self.broker = Broker(workdir, self.ns.addr, name="chaos-a", brokerRole=role, flushDiskType=flush,
-                                     env=env("master"), **opts, **master_opts, **grpc_port())
-                self.proxy = FaultProxy("127.0.0.1", self.broker.port + 1)        # the master's HA port
+                                     env=env("master"), host=on("master"), **opts, **master_opts, **grpc_port())
+                if self.hosts is None:
+                    self.proxy = FaultProxy("127.0.0.1", self.broker.port + 1)    # the master's HA port
+                ha = f"127.0.0.1:{self.proxy.port}" if self.proxy else f"{self.broker.ip}:{self.broker.port + 1}"
                 self.slave = Broker(workdir, self.ns.addr, name="chaos-a", brokerRole="SLAVE", brokerId=1,
-                                    flushDiskType=flush, haMasterAddress=f"127.0.0.1:{self.proxy.port}",
+                                    flushDiskType=flush, haMasterAddress=ha, host=on("slave"),
                                     env=env("slave"), **opts, **grpc_port())
             else:
                 self.broker = Broker(workdir, self.ns.addr, name="chaos-a", **opts, **master_opts, env=env("broker"),
@@ -240,10 +278,57 @@ class Cluster:
             self.proxy.blackhole()
 
     def heal(self) -> None:
-        if self.group is not None:
+        if self.hosts is not None:
+            self.hosts.heal()
+        elif self.group is not None:
             self.group.heal()
         elif self.proxy is not None:
             self.proxy.heal()
+
+    def host_fault(self, kind: str, n: int) -> str:
+        """Applies real-network fault `kind` (HOST_NEMESES; the n-th fault of the run picks
+        which variant); what it did, for the history.  Cluster.heal() ends it."""
+        h = self.hosts
+        if self.group is None:                                # master/slave
+            if kind == "hostcut":
+                victim = "slave" if n % 2 == 0 else "master"
+                h.cut(victim)
+                return f"hostcut {victim}"
+            if kind == "oneway":
+                src, dst = ("master", "slave") if n % 2 == 0 else ("slave", "master")
+                h.drop(src, dst)
+                return f"oneway {src}->{dst} lost"
+            h.split(["master"], ["slave"])
+            return "split master | slave"
+        leader = self.group.wait_leader(HEAL_S)
+        others = [i for i in self.group.ids if i != leader]
+        if kind == "hostcut":
+            h.cut(leader)
+            return f"hostcut {leader} (leader)"
+        if kind == "oneway":
+            for o in others:
+                h.drop(leader, o)
+            return f"oneway {leader} (leader)->{','.join(others)} lost"
+        if kind == "split":
+            alone = [leader] if n % 2 == 0 else others[:1]
+            rest = [i for i in self.group.ids if i not in alone]
+            h.split(alone, rest)
+            return f"split {','.join(alone)} | {','.join(rest)} (leader {leader})"
+        if kind == "bridge":
+            bridge = others[0] if n % 2 == 0 else leader
+            rest = [i for i in self.group.ids if i != bridge]
+            half_a, half_b = rest[:len(rest) // 2], rest[len(rest) // 2:]
+            h.split(half_a, half_b)
+            return f"bridge {bridge} between {','.join(half_a)} | {','.join(half_b)} (leader {leader})"
+        # ring: a shuffled order, every member reaching its two neighbours only
+        order = list(self.group.ids)
+        random.Random(n).shuffle(order)
+        k = len(order)
+        for i, a in enumerate(order):
+            for j, b in enumerate(order):
+                if a != b and (i - j) % k not in (1, k - 1):
+                    h.drop(a, b)
+        return f"ring {'-'.join(order)} (leader {leader})"
 
     def close(self) -> None:
         if self.group is not None:
@@ -260,6 +345,8 @@ class Cluster:
             subprocess.run(["umount", "-l", self.disk], capture_output=True, timeout=30)
         for shift in self._clock_by_name.values():
             shift.close()
+        if self.hosts is not None:
+            self.hosts.close()
 
     def fill_disk(self) -> str:
         """Takes every free byte of the small disk with a file; returns its path."""
@@ -400,6 +487,11 @@ class Nemesis(threading.Thread):
                 self.history.record("info", "start", what)
                 time.sleep(FAULT_S)
                 shift.set(0)
+            elif self.kind in HOST_NEMESES:
+                what = c.host_fault(self.kind, self.faults)
+                self.history.record("info", "start", what)
+                time.sleep(FAULT_S)
+                c.heal()
             elif self.kind == "partition":
                 c.cut(b)
                 self.history.record("info", "start", what)
@@ -762,68 +854,73 @@ def run_cell(mode: str, nemesis: str, seconds: float, directory: str, producers:
     if (mode, nemesis) in NOT_APPLICABLE:
         raise ValueError(f"the {nemesis} nemesis does not apply to mode {mode}")
     hist_dir = os.path.join(directory, "history")
+    if nemesis in HOST_NEMESES and workload == "grpc":
+        raise ValueError("the grpc workload does not run on hosts (its endpoints are on 127.0.0.1)")
     cluster = Cluster(mode, os.path.join(directory, "cluster"), small_disk=nemesis == "diskfull",
                       clocks=nemesis == "clock", extra_opts=TX_BROKER_OPTS if workload == "tx" else None,
-                      grpc=workload == "grpc")
+                      grpc=workload == "grpc", hosts=nemesis in HOST_NEMESES,
+                      members=RING_MEMBERS if nemesis == "ring" else 3)
     committed: set = set()
     acked5: set = set()                               # grpc: sends answered OK, for its consumer
     try:
-        _create_topic(cluster)
-        wait_for(lambda: _routed(cluster.ns.addr), 30, 0.1, "the topic's route")
-        for ep in cluster.grpc_endpoints():
-            wait_for(lambda: port_open(int(ep.rsplit(":", 1)[1])), 30, 0.1, f"the gRPC endpoint {ep}")
-        deadline = time.monotonic() + seconds
-        nem = Nemesis(cluster, nemesis, HistoryWriter(hist_dir, "nemesis"), deadline)
-        writers = [HistoryWriter(hist_dir, f"p{i}") for i in range(producers)]
-        consumer5 = HistoryWriter(hist_dir, "c5") if workload == "grpc" else None
+        # on hosts, this process is the client host: every socket of the workload and the drain
+        with inside(cluster.hosts["client"]) if cluster.hosts else contextlib.nullcontext():
+            _create_topic(cluster)
+            wait_for(lambda: _routed(cluster.ns.addr), 30, 0.1, "the topic's route")
+            for ep in cluster.grpc_endpoints():
+                wait_for(lambda: port_open(int(ep.rsplit(":", 1)[1])), 30, 0.1, f"the gRPC endpoint {ep}")
+            deadline = time.monotonic() + seconds
+            nem = Nemesis(cluster, nemesis, HistoryWriter(hist_dir, "nemesis"), deadline)
+            writers = [HistoryWriter(hist_dir, f"p{i}") for i in range(producers)]
+            consumer5 = HistoryWriter(hist_dir, "c5") if workload == "grpc" else None
 
-        async def run_workload():
-            if workload == "tx":
-                await asyncio.gather(*(produce_tx(cluster.ns.addr, w, deadline, f"p{i}", nem, committed)
-                                       for i, w in enumerate(writers)))
-            elif workload == "grpc":
-                produced = asyncio.Event()
-                consumer = asyncio.ensure_future(consume_grpc(cluster.grpc_endpoints(), consumer5, acked5, produced,
-                                                              GRPC_REST_S))
-                try:
-                    await asyncio.gather(*(produce_grpc(cluster.grpc_endpoints(), w, deadline, f"p{i}", nem, acked5)
+            async def run_workload():
+                if workload == "tx":
+                    await asyncio.gather(*(produce_tx(cluster.ns.addr, w, deadline, f"p{i}", nem, committed)
                                            for i, w in enumerate(writers)))
-                finally:
-                    produced.set()
-                await consumer
-            else:
-                await asyncio.gather(*(produce(cluster.ns.addr, w, deadline, f"p{i}", nem)
-                                       for i, w in enumerate(writers)))
+                elif workload == "grpc":
+                    produced = asyncio.Event()
+                    consumer = asyncio.ensure_future(consume_grpc(cluster.grpc_endpoints(), consumer5, acked5, produced,
+                                                                  GRPC_REST_S))
+                    try:
+                        await asyncio.gather(*(produce_grpc(cluster.grpc_endpoints(), w, deadline, f"p{i}", nem, acked5)
+                                               for i, w in enumerate(writers)))
+                    finally:
+                        produced.set()
+                    await consumer
+                else:
+                    await asyncio.gather(*(produce(cluster.ns.addr, w, deadline, f"p{i}", nem)
+                                           for i, w in enumerate(writers)))
 
-        hostiles = [HostileClient(b.port, TOPIC, seed=i) for i, b in enumerate(cluster.brokers())] \
-            if nemesis == "hostile" else []
-        for h in hostiles:
-            h.start()
-        nem.start()
-        try:
-            mq_loop.run(run_workload())
-        finally:
+            hostiles = [HostileClient(b.port, TOPIC, seed=i) for i, b in enumerate(cluster.brokers())] \
+                if nemesis == "hostile" else []
             for h in hostiles:
-                h.stop()
-            for h in hostiles:
-                h.join(10)
-        nem.join(FAULT_S + HEAL_S)
-        if nem.error is not None:
-            raise RuntimeError(f"the nemesis failed: {nem.error!r}")
-        cluster.heal()
-        for b in cluster.brokers():
-            if b.proc.p.poll() is None:
-                os.killpg(b.proc.p.pid, signal.SIGCONT)
-        if cluster.ns.proc.p.poll() is not None:
-            cluster.ns.start()
-        cluster.target()                              # healed: a broker (leader) serves again
-        wait_for(lambda: _routed(cluster.ns.addr), HEAL_S + 30, 0.2, "the topic's route after the faults")
-        if workload == "tx":
-            mq_loop.run(resolve_pending(cluster.ns.addr, committed))
-        reader = HistoryWriter(hist_dir, "drain")
-        mq_loop.run(asyncio.wait_for(drain(cluster.ns.addr, reader), 120))
-        for w in writers + [reader, nem.history] + ([consumer5] if consumer5 else []):
-            w.close()
+                h.start()
+            nem.start()
+            try:
+                mq_loop.run(run_workload())
+            finally:
+                for h in hostiles:
+                    h.stop()
+                for h in hostiles:
+                    h.join(10)
+            nem.join(FAULT_S + HEAL_S)
+            if nem.error is not None:
+                raise RuntimeError(f"the nemesis failed: {nem.error!r}")
+            cluster.heal()
+            for b in cluster.brokers():
+                if b.proc.p.poll() is None:
+                    os.killpg(b.proc.p.pid, signal.SIGCONT)
+            if cluster.ns.proc.p.poll() is not None:
+                cluster.ns.start()
+            cluster.target()                              # healed: a broker (leader) serves again
+            wait_for(lambda: _routed(cluster.ns.addr), HEAL_S + 30, 0.2, "the topic's route after the faults")
+            if workload == "tx":
+                mq_loop.run(resolve_pending(cluster.ns.addr, committed))
+            reader = HistoryWriter(hist_dir, "drain")
+            mq_loop.run(asyncio.wait_for(drain(cluster.ns.addr, reader), 120))
+            for w in writers + [reader, nem.history] + ([consumer5] if consumer5 else []):
+                w.close()
     finally:
         cluster.close()
     verdict = check(load(hist_dir), cut_allowed=mode in CUT_WITH_DAMAGE_ALLOWED)

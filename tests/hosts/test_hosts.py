@@ -131,3 +131,20 @@ def test_close_removes_everything_and_leftovers_of_a_crash_are_swept():
     time.sleep(0.1)
     assert sorted(mqhosts.sweep_leftovers()) == sorted([f"{crashed_id}-br", f"{crashed_id}-y"])
     assert not [n for n in os.listdir("/run/netns") if n.startswith(crashed_id)]
+
+
+def test_inside_puts_this_thread_in_a_host_and_back(hosts, tmp_path):
+    """A process can be a client host itself (mqchaos is): its sockets opened inside reach the
+    hosts; outside again, its thread is in its own network (told by the namespace's inode: a
+    connection from here to 198.18.x would leave by this machine's own route, which a test
+    must never use)."""
+    import socket
+    ns = NameServer(str(tmp_path), host=hosts["ns1"])
+    mine = os.stat("/proc/thread-self/ns/net").st_ino
+    try:
+        with mqhosts.inside(hosts["client"]):
+            assert os.stat("/proc/thread-self/ns/net").st_ino == os.stat(f"/run/netns/{hosts['client'].netns}").st_ino
+            socket.create_connection(("198.18.0.1", 9876), 2).close()
+        assert os.stat("/proc/thread-self/ns/net").st_ino == mine
+    finally:
+        ns.stop()
