@@ -4,6 +4,9 @@
     python -m mq.cli.local LAYOUT      a name server and every broker of a shipped layout
                                        (conf/LAYOUT/: 2m-2s-async, 2m-2s-sync, 2m-noslave, dledger),
                                        masters first; or of a directory of broker files
+    python -m mq.cli.local hosts       every process on a host of its own (network namespaces,
+                                       198.18.0.x; root): 2 name servers, 2 DLedger groups of 3 and
+                                       a SYNC_MASTER with its slave, and a host for clients
 
 Everything lives under the run directory, ./run or $MQ_RUN_DIR (a layout under RUN/LAYOUT/):
 the config files the processes run (namesrv.properties, broker.conf or the layout's broker
@@ -164,12 +167,13 @@ def _read(path: str) -> str | None:
         return None
 
 
-def listening_ports() -> set[int] | None:
-    """The TCP ports something listens on (any address), from /proc/net/tcp and tcp6; None
-    where they cannot be read.  Unlike connecting, asking leaves no line in the servers' logs
-    (an HA master logs every connection)."""
+def listening_ports(net: str = "/proc/net") -> set[int] | None:
+    """The TCP ports something listens on (any address), from /proc/net/tcp and tcp6 (net: a
+    process's /proc/PID/net for its network namespace's); None where they cannot be read.
+    Unlike connecting, asking leaves no line in the servers' logs (an HA master logs every
+    connection)."""
     ports: set[int] = set()
-    for path in ("/proc/net/tcp", "/proc/net/tcp6"):
+    for path in (f"{net}/tcp", f"{net}/tcp6"):
         try:
             with open(path) as f:
                 next(f, None)
@@ -198,9 +202,14 @@ class Member:
     subprocess.Popen once started; `log_pos` how much of its log is on the terminal; `run_pos`
     where its current run's lines start."""
 
-    def __init__(self, name: str, argv: list[str], ports: list[tuple[int, str]], log_path: str):
+    def __init__(self, name: str, argv: list[str], ports: list[tuple[int, str]], log_path: str,
+                 host: str | None = None):
+        """host: the name of the host (mq.hosts) it runs in, whose ports are its own; the
+        Launcher sets `prefix` to the argv that runs a command there."""
         self.name = name
         self.argv = argv
+        self.host = host
+        self.prefix: list[str] = []
         self.ports = ports
         self.log_path = log_path
         self.proc: subprocess.Popen | None = None
@@ -216,6 +225,8 @@ class Member:
         return self.proc is not None and self.proc.poll() is None
 
     def busy_port(self) -> tuple[int, str] | None:
+        if self.host is not None:             # its host's ports are its own
+            return None
         return next(((p, what) for p, what in self.ports if not port_bindable(p)), None)
 
     def start(self, env: dict) -> None:
@@ -223,15 +234,15 @@ class Member:
             self.run_pos = log.seek(0, os.SEEK_END)
             stamp = time.strftime("%Y-%m-%d %H:%M:%S")
             log.write(f"--- {stamp} mq.cli.local starts: {' '.join(self.argv)}\n".encode())
-            self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                         env=env, start_new_session=True)
+            self.proc = subprocess.Popen(self.prefix + self.argv, stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT, env=env, start_new_session=True)
         self.log_pos = max(self.log_pos, self.run_pos)
         self.started_at = time.monotonic()
         self.up = self.reported = self.stopping = False
 
     def closed_ports(self) -> list[tuple[int, str]]:
-        """Its ports that do not listen yet."""
-        listening = listening_ports()
+        """Its ports that do not listen yet (in a host: as its own process sees its network)."""
+        listening = listening_ports(f"/proc/{self.proc.pid}/net" if self.host is not None else "/proc/net")
         if listening is None:
             return [(p, what) for p, what in self.ports if not port_open(p)]
         return [(p, what) for p, what in self.ports if p not in listening]
@@ -272,9 +283,12 @@ class Plan:
     name; `hint` is what to do when a port is taken."""
 
     def __init__(self, base: str, members: list[Member], writes: dict[str, str], ns_port: int, cluster: str,
-                 hint: str):
+                 hint: str, hosts: list[str] | None = None, namesrv: str | None = None):
+        """hosts: the hosts (mq.hosts) to make, in address order, when the members run in hosts;
+        namesrv: the name server address(es) clients use, when not 127.0.0.1:ns_port."""
         self.base, self.members, self.writes = base, members, writes
         self.ns_port, self.cluster, self.hint = ns_port, cluster, hint
+        self.hosts, self.namesrv = hosts, namesrv or f"127.0.0.1:{ns_port}"
 
 
 def _namesrv_member(base: str, ns_text: str, ns_path: str) -> tuple[Member, int]:
@@ -356,10 +370,83 @@ def plan_layout(layout: str, run_dir: str) -> Plan:
     return Plan(base, members, writes, ns_port, cluster, hint)
 
 
+# the hosts layout: every process on a host of its own (mq.hosts), addresses in this order
+HOSTS_NAMESRVS = ("ns1", "ns2")
+HOSTS_GROUPS = {"RaftNode00": ("r0a", "r0b", "r0c"), "RaftNode01": ("r1a", "r1b", "r1c")}
+HOSTS_MASTER_SLAVE = ("bm", "bs")         # broker-m: a SYNC_MASTER and its slave
+HOSTS_CLIENT = "client"
+HOSTS_CLUSTER = "HostsCluster"
+DLEDGER_PORT = 40911
+
+
+def hosts_layout_files(base: str) -> tuple[dict[str, str], dict[str, str], str]:
+    """The hosts layout's files: (name server path -> text, broker path -> text, the name servers'
+    address list), every process on its own host (see plan_hosts)."""
+    from mq.hosts import SUBNET
+    names = list(HOSTS_NAMESRVS) + [h for g in HOSTS_GROUPS.values() for h in g] + list(HOSTS_MASTER_SLAVE)
+    ip = {name: f"{SUBNET}.{i + 1}" for i, name in enumerate(names)}
+    nsaddr = ";".join(f"{ip[n]}:{NAMESRV_PORT}" for n in HOSTS_NAMESRVS)
+    namesrvs = {os.path.join(base, f"{n}.properties"):
+                f"listenPort={NAMESRV_PORT}\nlistenAddress={ip[n]}\nkvConfigPath={base}/{n}/kvConfig.json\n"
+                for n in HOSTS_NAMESRVS}
+
+    def broker(host: str, name: str, lines: list[str]) -> str:
+        return "\n".join([
+            "# the hosts layout (python -m mq.cli.local hosts): one broker of a host of its own",
+            f"brokerClusterName={HOSTS_CLUSTER}", f"brokerName={name}", f"namesrvAddr={nsaddr}",
+            f"listenAddress={ip[host]}", f"brokerIP1={ip[host]}", f"listenPort={BROKER_PORT}",
+            f"storePathRootDir={base}/store-{host}", f"rocketmqHome={base}", "flushDiskType=ASYNC_FLUSH",
+            "mappedFileSizeCommitLog=67108864", "maxHashSlotNum=50000", "maxIndexNum=200000",
+            f"grpcServerPort={GRPC_PORT}", *lines, ""])
+    brokers = {}
+    for group, members in HOSTS_GROUPS.items():
+        peers = ";".join(f"{h}-{ip[h]}:{DLEDGER_PORT}" for h in members)
+        for h in members:
+            brokers[os.path.join(base, f"{h}.conf")] = broker(h, group, [
+                "enableDLegerCommitLog=true", f"dLegerGroup={group}", f"dLegerPeers={peers}", f"dLegerSelfId={h}"])
+    master, slave = HOSTS_MASTER_SLAVE
+    brokers[os.path.join(base, f"{master}.conf")] = broker(master, "broker-m", ["brokerId=0",
+                                                                               "brokerRole=SYNC_MASTER"])
+    brokers[os.path.join(base, f"{slave}.conf")] = broker(slave, "broker-m", [
+        "brokerId=1", "brokerRole=SLAVE", f"haMasterAddress={ip[master]}:{BROKER_PORT + 1}"])
+    return namesrvs, brokers, nsaddr
+
+
+def plan_hosts(run_dir: str) -> Plan:
+    """`python -m mq.cli.local hosts`: 2 name servers, 2 DLedger groups of 3 and a SYNC_MASTER
+    with its slave, every one on a host of its own (network namespaces with addresses
+    198.18.0.1..; mq.hosts; root), and a host `client` for clients; files under run_dir/hosts/,
+    kept once written; the hosts' names and addresses in hosts.json there while it runs."""
+    from mq.hosts import unavailable
+    why = unavailable()
+    if why is not None:
+        raise SetupError(f"the hosts layout cannot run here: {why}")
+    base = os.path.join(run_dir, "hosts")
+    writes: dict[str, str] = {}
+    namesrvs, brokers, nsaddr = hosts_layout_files(base)
+    members = []
+    for path, default in namesrvs.items():
+        _kept(path, default, writes)
+        n = os.path.splitext(os.path.basename(path))[0]
+        members.append(Member(n, [os.path.join(BIN, "mqnamesrv"), "-c", path], [(NAMESRV_PORT, "listenPort")],
+                              os.path.join(base, "logs", f"{n}.log"), host=n))
+    texts = {path: _kept(path, default, writes) for path, default in brokers.items()}
+    for path, _, ports, _ in _brokers(texts):
+        h = os.path.splitext(os.path.basename(path))[0]
+        members.append(Member(h, [os.path.join(BIN, "mqbroker"), "-c", path], ports,
+                              os.path.join(base, "logs", f"{h}.log"), host=h))
+    hosts = list(HOSTS_NAMESRVS) + [h for g in HOSTS_GROUPS.values() for h in g] + list(HOSTS_MASTER_SLAVE) \
+        + [HOSTS_CLIENT]
+    return Plan(base, members, writes, NAMESRV_PORT, HOSTS_CLUSTER,
+                f"the layout's files are in {_show(base)}/", hosts=hosts, namesrv=nsaddr)
+
+
 def check_ports(plan: Plan) -> None:
     """SetupError naming the first port that two processes share or that is taken."""
     seen: dict[int, str] = {}
     for m in plan.members:
+        if m.host is not None:                # a host's ports are its own
+            continue
         for port, what in m.ports:
             if port in seen:
                 raise SetupError(f"port {port} is {seen[port]} and {m.name}'s {what}: {plan.hint}")
@@ -457,6 +544,7 @@ class Launcher:
         self.console = Console(plan.members)
         self.stop_requests = 0
         self.env = {**os.environ, "ROCKETMQ_HOME": plan.base}   # the ACL file under run/, never conf/'s
+        self.hosts = None                                        # mq.hosts.Hosts of a hosts plan
 
     def on_signal(self, *_) -> None:
         self.stop_requests += 1
@@ -483,7 +571,30 @@ class Launcher:
         for line in m.tail():
             self.console.say(f"***   {line}")
 
+    def make_hosts(self) -> None:
+        """A hosts plan's hosts (mq.hosts), each member's command prefixed to run in its own, and
+        hosts.json (name -> namespace, address) under the base directory for clients and tools."""
+        import json
+
+        from mq.hosts import Hosts
+        self.hosts = Hosts(self.plan.hosts)
+        for m in self.members:
+            m.prefix = self.hosts[m.host].prefix
+        with open(os.path.join(self.plan.base, "hosts.json"), "w", encoding="utf-8") as f:
+            json.dump({h.name: {"netns": h.netns, "ip": h.ip} for h in self.hosts.hosts.values()}, f, indent=1)
+
+    def close_hosts(self) -> None:
+        if self.hosts is not None:
+            self.hosts.close()
+            self.hosts = None
+            try:
+                os.remove(os.path.join(self.plan.base, "hosts.json"))
+            except OSError:
+                pass
+
     def start_all(self) -> bool:
+        if self.plan.hosts:
+            self.make_hosts()
         for m in self.members:
             m.start(self.env)
             why = self._wait_up(m)
@@ -507,7 +618,21 @@ class Launcher:
 
     def greet(self) -> None:
         bin_dir = _show(BIN)
-        ns = f"127.0.0.1:{self.plan.ns_port}"
+        ns = self.plan.namesrv
+        if self.hosts is not None:
+            run = f"ip netns exec {self.hosts[HOSTS_CLIENT].netns}"
+            self.console.say(f"\nhosts cluster up, under {_show(self.plan.base)}/ (config, stores, logs; hosts.json):")
+            self.table()
+            for h in self.hosts.hosts.values():
+                self.console.say(f"  host {h.name:<7} {h.ip:<12} netns {h.netns}")
+            self.console.say(f"""clients run in the host `{HOSTS_CLIENT}` ({self.hosts[HOSTS_CLIENT].ip}); try, as root:
+  {run} {bin_dir}/mqadmin clusterList -n '{ns}'
+  {run} {bin_dir}/mqadmin updateTopic -n '{ns}' -c {self.plan.cluster} -t DemoTopic
+  {run} {bin_dir}/python -m mq.cli.demo_client '{ns}'
+A host's network: ip netns exec NETNS ip link set eth0 down (and up).  Type a process's name and
+Enter to start it again, `status` for the table.  Ctrl-C stops them all and removes the hosts.
+""")
+            return
         self.console.say(f"\nlocal cluster up, under {_show(self.plan.base)}/ (config, stores, ACL file, logs):")
         self.table()
         self.console.say(f"""try, in another terminal:
@@ -589,8 +714,9 @@ running one is stopped first), `status` for the table above.  Ctrl-C stops them 
     def stop_all(self) -> int:
         """Brokers first (they unregister from the name server), then the name server; the
         number of processes that did not exit with status 0."""
-        self._stop([m for m in self.members[1:]])
-        self._stop(self.members[:1])
+        namesrvs = [m for m in self.members if os.path.basename(m.argv[0]) == "mqnamesrv"]
+        self._stop([m for m in self.members if m not in namesrvs])
+        self._stop(namesrvs)
         return sum(1 for m in self.members if m.stopping and m.proc.returncode != 0)
 
 
@@ -604,7 +730,8 @@ def main(argv=None) -> int:
         return 2
     run_dir = os.path.abspath(os.environ.get("MQ_RUN_DIR") or "run")
     try:
-        plan = plan_layout(argv[0], run_dir) if argv else plan_single(run_dir)
+        plan = (plan_hosts(run_dir) if argv == ["hosts"] else plan_layout(argv[0], run_dir) if argv
+                else plan_single(run_dir))
         check_ports(plan)
         write_files(plan)
     except SetupError as e:
@@ -619,6 +746,7 @@ def main(argv=None) -> int:
     else:
         code = 0 if launcher.stop_requests else 1
     unclean = launcher.stop_all()
+    launcher.close_hosts()
     if launcher.stop_requests and code == 0:
         launcher.console.say(f"*** stopped{'' if not unclean else f'; {unclean} process(es) not cleanly'}")
     return code
