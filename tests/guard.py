@@ -20,6 +20,7 @@ killed is not another's leftover.  Each worker draws ports from a slice of its o
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -111,6 +112,27 @@ def pytest_runtest_makereport(item, call):
         title = f"log tail: {p.log_path} ({state})"
         if title not in titled:
             report.sections.append((title, p.tail(LOG_TAIL_BYTES)))
+
+
+_HOSTS_NETNS = re.compile(r"^mqh(\d+)x")     # mq.hosts names a namespace after the pid that made it
+
+
+def _another_runs(netns: str, token: str) -> bool:
+    """Is this an mq.hosts namespace of a live process of another run?  Not ours to judge or
+    delete: a pytest run that ended beside a CI run deleted the hosts of the CI run's chaos cell
+    (its network gone mid-cell).  A process's run is the token in its environment as it was
+    started (/proc/PID/environ: a worker inherits its controller's); this process and a
+    namespace whose maker is gone, or of no known maker, are judged as ours."""
+    m = _HOSTS_NETNS.match(netns)
+    if not m or int(m.group(1)) == os.getpid():
+        return False
+    try:
+        with open(f"/proc/{m.group(1)}/environ", "rb") as f:
+            env = f.read().split(b"\0")
+    except OSError:
+        return False
+    marker = f"{RUN_ENV}={token}".encode()
+    return not any(e == marker or e.startswith(marker + b"-gw") for e in env)
 
 
 def _processes_of_run(token: str, workers: bool = False) -> list[tuple[int, str]]:
@@ -208,7 +230,8 @@ def pytest_sessionfinish(session, exitstatus):
         owners = _segment_owners()
         problems += [f"  {n}: the store of {owners[n]}" for n in new if n in owners]
         sweep_dead_segments()
-    netns = sorted(_names(NETNS_DIR) - _netns_before)
+    token = os.environ.get(RUN_ENV, "")
+    netns = sorted(n for n in _names(NETNS_DIR) - _netns_before if not _another_runs(n, token))
     links = sorted(_names(LINKS_DIR) - _links_before)     # before deleting a namespace ends its veths
     if netns:
         problems.append(f"{len(netns)} network namespace(s) made during the run remain (deleted now): "

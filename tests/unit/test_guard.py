@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -127,6 +128,37 @@ def test_a_namespace_and_a_link_left_behind_fail_the_run_and_are_deleted(tmp_pat
     finally:
         subprocess.run(["ip", "link", "del", link], capture_output=True)
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def test_hosts_another_live_run_makes_meanwhile_are_not_its_leftovers(tmp_path):
+    """A run's guard judges the namespaces that appeared during it; those mq.hosts made for a live
+    process of another run (this test's, while the inner run sleeps) are not its to judge or
+    delete.  A CI run's chaos cell lost its hosts' network to the guard of a pytest run that
+    ended beside it."""
+    from mq import hosts as mqhosts
+    if mqhosts.unavailable() is not None:
+        import pytest
+        pytest.skip(mqhosts.unavailable())
+    (tmp_path / "conftest.py").write_text(CONFTEST)
+    (tmp_path / "test_inner.py").write_text(textwrap.dedent("""
+        import os, time
+
+        def test_waits_for_the_other_run():
+            deadline = time.monotonic() + 30
+            while not os.path.exists("made") and time.monotonic() < deadline:
+                time.sleep(0.05)
+        """))
+    env = {**os.environ, "PYTHONPATH": REPO, "MQ_TEST_EXIT_GRACE_S": "1"}
+    for k in [k for k in env if k.startswith("PYTEST_XDIST") or k in ("MQ_PORT_RANGE", "MQ_TEST_RUN")]:
+        del env[k]
+    inner = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    time.sleep(2.0)                                        # the inner run has started and noted what exists
+    with mqhosts.Hosts(["g"]) as h:
+        (tmp_path / "made").write_text(h.id)
+        out, _ = inner.communicate(timeout=120)
+        assert inner.returncode == 0, out
+        assert "leftovers" not in out and os.path.exists(f"/run/netns/{h.id}-g"), out
 
 
 def test_in_parallel_a_worker_s_leftover_process_fails_the_run(tmp_path):
