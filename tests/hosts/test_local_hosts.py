@@ -1,8 +1,8 @@
 """`python -m mq.cli.local hosts`: two name servers, two DLedger groups of three and a
 SYNC_MASTER with its slave, every process on a host of its own; a client host's producer spreads
 its sends over every group, and when the host of a DLedger leader is killed (every process in it)
-nothing acknowledged is lost and the producer goes on with the other groups at once (its fault
-isolation), the killed group again once it elected a leader.  Measured and printed: how long the
+or cut off, nothing acknowledged is lost and the producer goes on with the other groups at once
+(its fault isolation), the stricken group again once it elected a leader.  Measured and printed: how long the
 producer had no ack, and when the killed group took sends again."""
 import json
 import os
@@ -25,6 +25,7 @@ CLIENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hostclient.py
 TOPIC = "HostsTopic"
 ROUTE_REFRESH_S = 5.0          # the producer's route refresh (RocketMQ's default is 30 s)
 FAULT_ISOLATION_S = 5.0        # how long it avoids a broker a send to failed
+CUT_S = 8.0                    # how long a cut-off host stays cut off
 
 
 class Layout:
@@ -88,7 +89,10 @@ def masters(hosts: dict, ns: str) -> dict[str, str]:
     return found
 
 
-def test_a_killed_host_loses_nothing_and_the_producer_goes_on(tmp_path):
+@pytest.mark.parametrize("fault", ["kill", "cut"])
+def test_a_killed_or_cut_off_host_loses_nothing_and_the_producer_goes_on(tmp_path, fault):
+    """kill: every process of the leader's host SIGKILLed; cut: its link down for CUT_S, then up
+    (the old leader, alone, must not acknowledge anything it cannot commit)."""
     layout = Layout(str(tmp_path))
     try:
         layout.wait_line("hosts cluster up", 240)
@@ -109,9 +113,14 @@ def test_a_killed_host_loses_nothing_and_the_producer_goes_on(tmp_path):
         time.sleep(6.0)
         killed_at = time.time()
         netns = hosts[victim]["netns"]
-        for pid in subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True).stdout.split():
-            os.kill(int(pid), signal.SIGKILL)
-        layout.wait_line(f"{victim} (pid", 30)                    # the launcher reports the death
+        if fault == "kill":
+            for pid in subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True).stdout.split():
+                os.kill(int(pid), signal.SIGKILL)
+            layout.wait_line(f"{victim} (pid", 30)                # the launcher reports the death
+        else:
+            subprocess.run(["ip", "-n", netns, "link", "set", "eth0", "down"], check=True)
+            time.sleep(CUT_S)
+            subprocess.run(["ip", "-n", netns, "link", "set", "eth0", "up"], check=True)
         producer.join(120)
         acked = result["acked"]
         groups_before = {a[1] for a in acked if a[4] < killed_at}
@@ -123,7 +132,8 @@ def test_a_killed_host_loses_nothing_and_the_producer_goes_on(tmp_path):
         back = [a for a in after if a[1] == "RaftNode00" and a[4] > failed_at]
         back_s = back[0][4] - killed_at if back else None
         gap_s = max(b[4] - a[4] for a, b in zip(acked, acked[1:]))
-        print(f"\nhost {victim} (RaftNode00's leader) killed: first failure after {failed_at - killed_at:.3f} s, "
+        how = "killed" if fault == "kill" else f"cut off for {CUT_S:.0f} s"
+        print(f"\nhost {victim} (RaftNode00's leader) {how}: first failure after {failed_at - killed_at:.3f} s, "
               f"first ack after {first_after_s:.3f} s, longest gap "
               f"{gap_s:.3f} s, RaftNode00 took sends again after {back_s if back_s is None else round(back_s, 3)} s; "
               f"{len(acked)} acked, {len(result['failed'])} failed")
