@@ -16,7 +16,7 @@ import time
 from mq.cluster import BIN, Broker, DLedgerGroup, NameServer, call, free_port, port_open, wait_for
 from mq.wire.codes import RequestCode, ResponseCode
 
-from tests.gateway.helpers import messages_of_topic, run_client5
+from tests.gateway.helpers import run_client5, wait_messages
 
 
 class Group:
@@ -44,17 +44,6 @@ def typed_topic(g: Group, topic: str, kind: str | None) -> None:
     wait_for(created, 30, 0.5, f"{topic} created")
     wait_for(lambda: call(g.ns.addr, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}).code == ResponseCode.SUCCESS,
              30, what=f"{topic}'s route")
-
-
-def stored(g: Group, topic: str, n: int, timeout_s: float = 30.0) -> list:
-    """The topic's messages as a 4.x reader pulls them, once there are n."""
-    found: list = []
-
-    def enough() -> bool:
-        found[:] = messages_of_topic(g, topic)
-        return len(found) >= n
-    wait_for(enough, timeout_s, what=f"{n} messages in {topic}")
-    return found
 
 
 def receive(g: Group, group: str, topic: str, want: int, **kw) -> list[dict]:
@@ -89,16 +78,16 @@ def suite(g: Group, p: str) -> None:
 
     # 4.x readers: every normal message; each FIFO group in one queue, in send order; the
     # transactions that committed (directly and by the check), never the rolled-back one
-    assert sorted(m.properties["UNIQ_KEY"] for m in stored(g, normal, 6)) == sorted(normal_ids)
-    in_fifo = stored(g, fifo, 8)
+    assert sorted(m.properties["UNIQ_KEY"] for m in wait_messages(g, normal, 6, timeout_s=30)) == sorted(normal_ids)
+    in_fifo = wait_messages(g, fifo, 8, timeout_s=30)
     for mg in ("fa", "fb"):
         mine = sorted((m for m in in_fifo if m.properties["__SHARDINGKEY"] == mg), key=lambda m: m.queue_offset)
         assert len({m.queue_id for m in mine}) == 1 and [m.body.decode() for m in mine] == [f"{mg}-{i}" for i in range(4)]
-    assert sorted(m.body for m in stored(g, tx, 2)) == [b"commit", b"leave"]
+    assert sorted(m.body for m in wait_messages(g, tx, 2, timeout_s=30)) == [b"commit", b"leave"]
 
     # the timer message: delivered at its second, not before
     (later,) = receive(g, f"{p}DelayGroup", delay, 1, timeout_s=30)
-    (at,) = stored(g, delay, 1)
+    (at,) = wait_messages(g, delay, 1, timeout_s=30)
     assert later["body"] == "later" and 2.0 <= (at.store_timestamp_ms - at.born_timestamp_ms) / 1000 < 6.0
 
     # SimpleConsumer: every message once, acked
@@ -112,7 +101,7 @@ def suite(g: Group, p: str) -> None:
     # past the group's retry limit (retryMaxTimes 1: two attempts): %DLQ%<group>
     for attempt in (1, 2):
         assert {m["attempt"] for m in receive(g, f"{p}DlqGroup", normal, 6, then="change", change_s=1)} == {attempt}
-    dead = stored(g, f"%DLQ%{p}DlqGroup", 6)
+    dead = wait_messages(g, f"%DLQ%{p}DlqGroup", 6, timeout_s=30)
     assert sorted(m.properties["UNIQ_KEY"] for m in dead) == sorted(normal_ids)
     # PushConsumer: the listener's first two failures are delivered again, attempt 2
     pushed = run_client5({"op": "push", "endpoint": g.endpoint, "group": f"{p}PushGroup", "topic": normal,
