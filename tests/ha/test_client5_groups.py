@@ -15,6 +15,7 @@ import time
 
 from mq.cluster import BIN, Broker, DLedgerGroup, NameServer, call, free_port, port_open, wait_for
 from mq.wire.codes import RequestCode, ResponseCode
+from mq.wire.headers import send_v2
 
 from tests.gateway.helpers import run_client5, wait_messages
 
@@ -142,6 +143,12 @@ def test_sync_master_group(tmp_path):
         slave = Broker(str(tmp_path), ns.addr, name="broker-a", brokerRole="SLAVE", brokerId=1,
                        haSendHeartbeatInterval=500, grpcServerPort=free_port())
         wait_for(lambda: port_open(gport), 30, what="the master's gRPC port")
+        # until the slave is connected a send is answered HA_NOT_AVAILABLE yet stored on the master
+        # (the client's retries would store copies): wait for a 4.x send the slave acknowledged
+        probe = send_v2(producerGroup="PG", topic="S5Probe", defaultTopic="TBW102", defaultTopicQueueNums=1,
+                        queueId=0, sysFlag=0, bornTimestamp=0, flag=0, properties="")
+        wait_for(lambda: call(master.addr, RequestCode.SEND_MESSAGE_V2, probe, b"probe").code == ResponseCode.SUCCESS,
+                 40, 0.3, "the slave connected")
         g = Group(ns, f"127.0.0.1:{gport}", "TestCluster", [master.addr, slave.addr])
         suite(g, "S5")
         # everything the master wrote, the gateway's own records included, is on the slave
