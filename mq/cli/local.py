@@ -244,6 +244,8 @@ class Member:
         """Its ports that do not listen yet (in a host: as its own process sees its network)."""
         listening = listening_ports(f"/proc/{self.proc.pid}/net" if self.host is not None else "/proc/net")
         if listening is None:
+            if self.host is not None:        # gone meanwhile; 127.0.0.1 here is not its host's network
+                return list(self.ports)
             return [(p, what) for p, what in self.ports if not port_open(p)]
         return [(p, what) for p, what in self.ports if p not in listening]
 
