@@ -130,6 +130,12 @@ class Host:
         return f"Host({self.name} {self.ip} in {self.netns})"
 
 
+def _setns(libc, fd: int, what: str) -> None:
+    if libc.setns(fd, CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"setns {what}: {os.strerror(err)}")
+
+
 @contextlib.contextmanager
 def inside(host: Host):
     """The calling thread in the host's network: sockets it opens meanwhile are the host's
@@ -140,17 +146,13 @@ def inside(host: Host):
     try:
         there = os.open(os.path.join(NETNS_DIR, host.netns), os.O_RDONLY)
         try:
-            if libc.setns(there, CLONE_NEWNET) != 0:
-                err = ctypes.get_errno()
-                raise OSError(err, f"setns into {host.netns}: {os.strerror(err)}")
+            _setns(libc, there, f"into {host.netns}")
         finally:
             os.close(there)
         try:
             yield host
         finally:
-            if libc.setns(back, CLONE_NEWNET) != 0:
-                err = ctypes.get_errno()
-                raise OSError(err, f"setns back: {os.strerror(err)}")
+            _setns(libc, back, "back")
     finally:
         os.close(back)
 

@@ -10,13 +10,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 
 from mq import hosts as mqhosts
-from mq.cli.local import HOSTS_CLIENT, HOSTS_CLUSTER
 from mq.cluster import BIN, wait_for
+from tests.hosts.layout import HOSTS_CLIENT, HOSTS_CLUSTER, Layout, in_client, masters as group_masters
 
 from .mqload import build
 from .test_store_bench import judge
@@ -28,17 +27,6 @@ LOAD_S = 8
 CONNS = 32
 TOPIC = "CapacityTopic"
 TOGETHER_FLOOR = 0.15      # all three at once over the best group alone: a collapse, not the model
-
-
-def _in(hosts: dict, args: list[str], timeout_s: float = 120, **kw):
-    return subprocess.run(["ip", "netns", "exec", hosts[HOSTS_CLIENT]["netns"], *args], capture_output=True,
-                          text=True, timeout=timeout_s, **kw)
-
-
-def _masters(hosts: dict, ns: str) -> dict[str, str]:
-    out = _in(hosts, [f"{BIN}/mqadmin", "clusterList", "-n", ns]).stdout
-    return {p[1]: p[3] for p in (line.split() for line in out.splitlines())
-            if len(p) >= 4 and p[0] == HOSTS_CLUSTER and p[2] == "0"}
 
 
 def _machine_cpu() -> tuple[float, float, int]:
@@ -77,32 +65,19 @@ def _load(hosts: dict, mqload: str, addrs: list[str]) -> list[dict]:
 
 def test_groups_alone_and_together_on_the_hosts_layout(tmp_path):
     mqload = build()
-    layout = subprocess.Popen([sys.executable, "-m", "mq.cli.local", "hosts"], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              env={**os.environ, "MQ_RUN_DIR": str(tmp_path)})
+    layout = Layout(str(tmp_path))        # its output is read all along: the launcher never blocks on it
     try:
-        for line in layout.stdout:
-            if "hosts cluster up" in line:
-                break
-        else:
-            pytest.fail("the hosts layout did not come up")
-        with open(os.path.join(tmp_path, "hosts", "hosts.json")) as f:
-            hosts = json.load(f)
-        ns = ";".join(f"{hosts[n]['ip']}:9876" for n in ("ns1", "ns2"))
-        wait_for(lambda: set(_masters(hosts, ns)) == set(GROUPS), 120, 1.0, "a master of every group")
-        wait_for(lambda: _in(hosts, [f"{BIN}/mqadmin", "updateTopic", "-n", ns, "-c", HOSTS_CLUSTER, "-t", TOPIC,
-                                     "-r", "4", "-w", "4"]).returncode == 0, 60, 1.0, "the topic")
-        masters = _masters(hosts, ns)
+        layout.wait_line("hosts cluster up", 240)
+        hosts, ns = layout.hosts(), layout.namesrv()
+        wait_for(lambda: set(group_masters(hosts, ns)) == set(GROUPS), 120, 1.0, "a master of every group")
+        wait_for(lambda: in_client(hosts, [f"{BIN}/mqadmin", "updateTopic", "-n", ns, "-c", HOSTS_CLUSTER, "-t",
+                                           TOPIC, "-r", "4", "-w", "4"]).returncode == 0, 60, 1.0, "the topic")
+        masters = group_masters(hosts, ns)
         _load(hosts, mqload, [masters[g] for g in GROUPS])          # warm-up: files touched, connections made
         alone = {g: _load(hosts, mqload, [masters[g]])[0] for g in GROUPS}
         together = dict(zip(GROUPS, _load(hosts, mqload, [masters[g] for g in GROUPS])))
     finally:
-        layout.send_signal(2)
-        try:
-            layout.wait(40)
-        except subprocess.TimeoutExpired:
-            layout.send_signal(2)
-            layout.wait(60)
+        layout.stop()
     predicted = sum(r["msgs_per_s"] for r in alone.values())
     measured = sum(r["msgs_per_s"] for r in together.values())
     print(f"\ncapacity on the hosts layout ({CONNS} connections a group, {LOAD_S} s, 1 KiB, one 2-CPU machine):")

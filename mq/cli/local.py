@@ -377,6 +377,8 @@ HOSTS_NAMESRVS = ("ns1", "ns2")
 HOSTS_GROUPS = {"RaftNode00": ("r0a", "r0b", "r0c"), "RaftNode01": ("r1a", "r1b", "r1c")}
 HOSTS_MASTER_SLAVE = ("bm", "bs")         # broker-m: a SYNC_MASTER and its slave
 HOSTS_CLIENT = "client"
+# every host in address order (mq.hosts gives host i SUBNET.<i + 1>)
+HOSTS_ORDER = (*HOSTS_NAMESRVS, *(h for g in HOSTS_GROUPS.values() for h in g), *HOSTS_MASTER_SLAVE, HOSTS_CLIENT)
 HOSTS_CLUSTER = "HostsCluster"
 DLEDGER_PORT = 40911
 
@@ -385,8 +387,7 @@ def hosts_layout_files(base: str) -> tuple[dict[str, str], dict[str, str], str]:
     """The hosts layout's files: (name server path -> text, broker path -> text, the name servers'
     address list), every process on its own host (see plan_hosts)."""
     from mq.hosts import SUBNET
-    names = list(HOSTS_NAMESRVS) + [h for g in HOSTS_GROUPS.values() for h in g] + list(HOSTS_MASTER_SLAVE)
-    ip = {name: f"{SUBNET}.{i + 1}" for i, name in enumerate(names)}
+    ip = {name: f"{SUBNET}.{i + 1}" for i, name in enumerate(HOSTS_ORDER)}
     nsaddr = ";".join(f"{ip[n]}:{NAMESRV_PORT}" for n in HOSTS_NAMESRVS)
     namesrvs = {os.path.join(base, f"{n}.properties"):
                 f"listenPort={NAMESRV_PORT}\nlistenAddress={ip[n]}\nkvConfigPath={base}/{n}/kvConfig.json\n"
@@ -437,10 +438,8 @@ def plan_hosts(run_dir: str) -> Plan:
         h = os.path.splitext(os.path.basename(path))[0]
         members.append(Member(h, [os.path.join(BIN, "mqbroker"), "-c", path], ports,
                               os.path.join(base, "logs", f"{h}.log"), host=h))
-    hosts = list(HOSTS_NAMESRVS) + [h for g in HOSTS_GROUPS.values() for h in g] + list(HOSTS_MASTER_SLAVE) \
-        + [HOSTS_CLIENT]
     return Plan(base, members, writes, NAMESRV_PORT, HOSTS_CLUSTER,
-                f"the layout's files are in {_show(base)}/", hosts=hosts, namesrv=nsaddr)
+                f"the layout's files are in {_show(base)}/", hosts=list(HOSTS_ORDER), namesrv=nsaddr)
 
 
 def check_ports(plan: Plan) -> None:

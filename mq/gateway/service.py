@@ -817,10 +817,9 @@ class MessagingService:
 
     # ---- a pull consumer's: PullMessage, GetOffset, UpdateOffset, QueryOffset (mq.gateway.pull) ------
     async def _queue(self, q) -> tuple[str, int]:
-        """A request's message queue: (topic, queue id), the id one of the topic's readable
-        queues on this broker."""
+        """A request's message queue, its topic already checked (by _consumer or check_topic):
+        (topic, queue id), the id one of the topic's readable queues on this broker."""
         topic = q.topic.name
-        check_topic(topic)
         queues = await self._read_queues(topic)
         if not 0 <= q.id < queues:
             raise Refused(Code.BAD_REQUEST, f"queue {q.id} of {topic} is not one of its {queues} readable queues "
@@ -879,7 +878,8 @@ class MessagingService:
         return Resp(status=status(Code.OK))
 
     async def QueryOffset(self, request, context):
-        """A queue's first offset, its end, or the first offset stored at or after a time."""
+        """A queue's first offset, its end, or the offset of a time (RocketMQ's search by time:
+        the message stored at that millisecond, else the nearer of the two around it)."""
         Resp = msg("QueryOffsetResponse")
         try:
             check_topic(request.message_queue.topic.name)

@@ -2,11 +2,10 @@
 SYNC_MASTER with its slave, every process on a host of its own; a client host's producer spreads
 its sends over every group, and when the host of a DLedger leader is killed (every process in it)
 or cut off, nothing acknowledged is lost and the producer goes on with the other groups at once
-(its fault isolation), the stricken group again once it elected a leader.  Measured and printed: how long the
-producer had no ack, and when the killed group took sends again."""
+(its fault isolation), the stricken group again once it elected a leader.  Measured and
+printed: how long the producer had no ack, and when the stricken group took sends again."""
 import json
 import os
-import queue
 import signal
 import subprocess
 import sys
@@ -16,8 +15,9 @@ import time
 import pytest
 
 from mq import hosts as mqhosts
-from mq.cli.local import HOSTS_CLIENT, HOSTS_CLUSTER
 from mq.cluster import BIN, wait_for
+
+from tests.hosts.layout import HOSTS_CLUSTER, Layout, in_client, masters
 
 pytestmark = pytest.mark.skipif(mqhosts.unavailable() is not None, reason=str(mqhosts.unavailable()))
 
@@ -28,65 +28,10 @@ FAULT_ISOLATION_S = 5.0        # how long it avoids a broker a send to failed
 CUT_S = 8.0                    # how long a cut-off host stays cut off
 
 
-class Layout:
-    """The launcher as a user runs it: its output read line by line, typed input, Ctrl-C."""
-
-    def __init__(self, run_dir: str):
-        self.p = subprocess.Popen([sys.executable, "-m", "mq.cli.local", "hosts"], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                  env={**os.environ, "MQ_RUN_DIR": run_dir})
-        self.lines: queue.Queue = queue.Queue()
-        self.seen: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
-        self.base = os.path.join(run_dir, "hosts")
-
-    def _read(self) -> None:
-        for line in self.p.stdout:
-            self.lines.put(line.rstrip("\n"))
-
-    def wait_line(self, text: str, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            try:
-                line = self.lines.get(timeout=0.5)
-            except queue.Empty:
-                assert self.p.poll() is None, "\n".join(self.seen[-40:])
-                continue
-            self.seen.append(line)
-            if text in line:
-                return
-        raise AssertionError(f"no {text!r} in {timeout_s} s:\n" + "\n".join(self.seen[-40:]))
-
-    def stop(self) -> None:
-        if self.p.poll() is None:
-            self.p.send_signal(signal.SIGINT)
-            try:
-                self.p.wait(15)
-            except subprocess.TimeoutExpired:
-                self.p.send_signal(signal.SIGINT)             # a second Ctrl-C kills what is left
-                self.p.wait(30)
-
-
-def in_client(hosts: dict, args: list[str], timeout_s: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(["ip", "netns", "exec", hosts[HOSTS_CLIENT]["netns"], *args], capture_output=True,
-                          text=True, timeout=timeout_s)
-
-
 def client(hosts: dict, req: dict) -> dict:
     p = in_client(hosts, [sys.executable, CLIENT, json.dumps(req)])
     assert p.returncode == 0, p.stderr[-3000:]
     return json.loads(p.stdout.strip().splitlines()[-1])
-
-
-def masters(hosts: dict, ns: str) -> dict[str, str]:
-    """broker name -> its master's address, from clusterList in the client host."""
-    out = in_client(hosts, [f"{BIN}/mqadmin", "clusterList", "-n", ns]).stdout
-    found = {}
-    for line in out.splitlines():
-        parts = line.split()
-        if len(parts) >= 4 and parts[0] == HOSTS_CLUSTER and parts[2] == "0":
-            found[parts[1]] = parts[3]
-    return found
 
 
 @pytest.mark.parametrize("fault", ["kill", "cut"])
@@ -96,9 +41,7 @@ def test_a_killed_or_cut_off_host_loses_nothing_and_the_producer_goes_on(tmp_pat
     layout = Layout(str(tmp_path))
     try:
         layout.wait_line("hosts cluster up", 240)
-        with open(os.path.join(layout.base, "hosts.json")) as f:
-            hosts = json.load(f)
-        ns = ";".join(f"{hosts[n]['ip']}:9876" for n in ("ns1", "ns2"))
+        hosts, ns = layout.hosts(), layout.namesrv()
         wait_for(lambda: set(masters(hosts, ns)) == {"RaftNode00", "RaftNode01", "broker-m"}, 90, 1.0,
                  "a master of every group registered")
         wait_for(lambda: in_client(hosts, [f"{BIN}/mqadmin", "updateTopic", "-n", ns, "-c", HOSTS_CLUSTER,

@@ -144,6 +144,7 @@ def test_hosts_another_live_run_makes_meanwhile_are_not_its_leftovers(tmp_path):
         import os, time
 
         def test_waits_for_the_other_run():
+            open("started", "w").close()          # the session noted what existed before this
             deadline = time.monotonic() + 30
             while not os.path.exists("made") and time.monotonic() < deadline:
                 time.sleep(0.05)
@@ -153,7 +154,10 @@ def test_hosts_another_live_run_makes_meanwhile_are_not_its_leftovers(tmp_path):
         del env[k]
     inner = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
                              cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    time.sleep(2.0)                                        # the inner run has started and noted what exists
+    deadline = time.monotonic() + 60                       # the inner run noted what exists, then its test began
+    while not (tmp_path / "started").exists() and time.monotonic() < deadline and inner.poll() is None:
+        time.sleep(0.05)
+    assert (tmp_path / "started").exists(), inner.communicate()[0]
     with mqhosts.Hosts(["g"]) as h:
         (tmp_path / "made").write_text(h.id)
         out, _ = inner.communicate(timeout=120)
