@@ -112,12 +112,58 @@ int mq_ctl_wait(void *mem, int seq, uint32_t seen, int timeout_ms) {
     return rc;
 }
 
+/* This process's bells (ctl.h): set by mq_bells_adopt, inherited by fork. */
+static int g_bell_fd[MQ_BELLS_MAX];
+static int g_bells_n;
+
+static void ring_bells(mq_ctl *c, int seq) {
+    const uint32_t bit = 1u << seq;
+    const uint64_t one = 1;
+    for (int b = 0; b < g_bells_n; b++) {
+        if (g_bell_fd[b] >= 0 && (__atomic_load_n(&c->bell_want[b], __ATOMIC_SEQ_CST) & bit)) {
+            /* fails only when the counter would overflow (never read for 2^64 rings) or the fd
+             * is gone (a process that closed what it inherited): the ring is lost, the bell's
+             * owner sees the position at its next wake or timer */
+            ssize_t r = write(g_bell_fd[b], &one, sizeof(one));
+            (void)r;
+        }
+    }
+}
+
 void mq_ctl_wake(void *mem, int seq) {
     mq_ctl *c = ctl_of(mem);
     assert(seq >= 0 && seq < MQ_SEQ_COUNT_);
     __atomic_add_fetch(&c->seq[seq], 1, __ATOMIC_SEQ_CST);
     if (__atomic_load_n(&c->waiters[seq], __ATOMIC_SEQ_CST) > 0)
         syscall(SYS_futex, &c->seq[seq], FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+    if (g_bells_n && __atomic_load_n(&c->bell_count[seq], __ATOMIC_SEQ_CST) > 0)
+        ring_bells(c, seq);
+}
+
+int mq_bells_adopt(const int *fds, int n) {
+    if (n < 0 || n > MQ_BELLS_MAX || (n && !fds)) return MQ_E_INVAL;
+    for (int b = 0; b < MQ_BELLS_MAX; b++) g_bell_fd[b] = b < n ? fds[b] : -1;
+    g_bells_n = n;
+    return MQ_OK;
+}
+
+int mq_bell_fd(int bell) {
+    assert(bell >= 0 && bell < MQ_BELLS_MAX);
+    return bell < g_bells_n ? g_bell_fd[bell] : -1;
+}
+
+void mq_bell_want(void *mem, int bell, int seq, int on) {
+    mq_ctl *c = ctl_of(mem);
+    assert(bell >= 0 && bell < MQ_BELLS_MAX && seq >= 0 && seq < MQ_SEQ_COUNT_);
+    const uint32_t bit = 1u << seq;
+    /* the count follows the bit's transitions, so two calls with the same `on` count once */
+    if (on) {
+        if (!(__atomic_fetch_or(&c->bell_want[bell], bit, __ATOMIC_SEQ_CST) & bit))
+            __atomic_add_fetch(&c->bell_count[seq], 1, __ATOMIC_SEQ_CST);
+    } else {
+        if (__atomic_fetch_and(&c->bell_want[bell], ~bit, __ATOMIC_SEQ_CST) & bit)
+            __atomic_sub_fetch(&c->bell_count[seq], 1, __ATOMIC_SEQ_CST);
+    }
 }
 
 int mq_ctl_wait_pos(void *mem, int seq, int pos, uint64_t target, int timeout_ms) {

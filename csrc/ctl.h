@@ -55,6 +55,23 @@
  *                  error sticks), then wakes every seq so waiters see it.  MQ_OK.
  * mq_ctl_stat      a counter since the block was made (enum mq_stat).
  *
+ * Bells: a wake that reaches an event loop without a waiter thread.  A futex can only be slept
+ * on by a thread, so a loop that waits for a position (an io worker holding SYNC_FLUSH /
+ * SYNC_MASTER / DLedger answers, the DLedger leader waiting for appends) needed a thread that
+ * sleeps on it and hands over to the loop: two context switches and the GIL taken back per
+ * wake, which on a busy 2-CPU machine waits for the loop's own thread.  A bell is an eventfd
+ * the loop watches.  The broker's supervisor makes its bells before it forks anything
+ * (mq.store.bells), so every role process holds the same descriptors under the same numbers;
+ * mq_bells_adopt records them in this process (process-local, inherited by fork; a process
+ * that adopted none never writes one).  The block says which bell wants which seq.
+ * mq_bells_adopt   fds[i] becomes this process's bell i (n <= MQ_BELLS_MAX; -1: none).
+ *                  MQ_OK or MQ_E_INVAL.
+ * mq_bell_fd       this process's descriptor of bell `bell`, -1 when it has none.
+ * mq_bell_want     on: mq_ctl_wake(seq) writes to bell `bell` (in every process that adopted
+ *                  the bells) until it is turned off; a bell may want several seqs.  Set the
+ *                  want, then check the condition, then wait for the bell: a wake after the
+ *                  check rings it (seq_cst on both sides).  A block starts with no want.
+ *
  * The topic-queue table: open addressing over MQ_QUEUE_SLOTS slots, at most 3/4 of them used
  * (short probes); a slot, once made, is never removed, so a slot number is stable for the
  * block's life.  Each slot holds three int64 fields (enum mq_qfield).
@@ -141,6 +158,11 @@ int      mq_ctl_wait_pos(void *mem, int seq, int pos, uint64_t target, int timeo
 int      mq_ctl_fatal(void *mem, char *msg_out, size_t msg_cap);
 int      mq_ctl_set_fatal(void *mem, int err, const char *msg);
 uint64_t mq_ctl_stat(void *mem, int which);
+
+#define MQ_BELLS_MAX 80       /* >= 64 io workers + the DLedger role */
+int      mq_bells_adopt(const int *fds, int n);
+int      mq_bell_fd(int bell);
+void     mq_bell_want(void *mem, int bell, int seq, int on);
 
 int      mq_queue_lookup(void *mem, const char *topic, uint32_t topic_len, int32_t queue_id,
                          int create, uint32_t *slot_out);

@@ -21,8 +21,8 @@
 #include <time.h>
 
 #define MQ_CTL_MAGIC   0x4D51434Cu   /* "MQCL" */
-#define MQ_CTL_VERSION 5u   /* 2: MQ_POS_MSGS; 3: DLedger positions, SEQ_COMMIT/ROLE, journal index;
-                               4: MQ_POS_DISK_FULL; 5: MQ_POS_HA_SLAVES */
+#define MQ_CTL_VERSION 6u   /* 2: MQ_POS_MSGS; 3: DLedger positions, SEQ_COMMIT/ROLE, journal index;
+                               4: MQ_POS_DISK_FULL; 5: MQ_POS_HA_SLAVES; 6: bells */
 #define MQ_PAGE        4096u
 #define MQ_SLOTS_USABLE (MQ_QUEUE_SLOTS / 4 * 3)   /* keep linear probes short */
 
@@ -95,6 +95,8 @@ struct mq_ctl {
     uint32_t queue_count;
     uint32_t seq[MQ_SEQ_COUNT_] __attribute__((aligned(64)));
     uint32_t waiters[MQ_SEQ_COUNT_];
+    uint32_t bell_count[MQ_SEQ_COUNT_];   /* bells that want each seq (wakers skip the bells at 0) */
+    uint32_t bell_want[MQ_BELLS_MAX];     /* per bell: 1 << seq for each seq it wants */
     mq_queue_slot slots[MQ_QUEUE_SLOTS] __attribute__((aligned(64)));
 };
 

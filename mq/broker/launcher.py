@@ -39,6 +39,8 @@ import signal
 import time
 import traceback
 
+from mq.store import bells as store_bells
+
 log = logging.getLogger("mq.broker.launcher")
 
 STOP_PIPE = "<launcher: stop pipe>"
@@ -216,11 +218,14 @@ class Launcher:
     multiprocessing-logging's receiver, and before it opens anything a child must
     not inherit) and talks to it.  `attach(loop)` starts reading its news."""
 
-    def __init__(self):
+    def __init__(self, bells: int = 0):
+        """bells: eventfds made here, before the fork, so that this process, the launcher and
+        every role share them under the same numbers (mq.store.bells)."""
         # every role attaches the control block through SharedMemory, which needs a
         # resource tracker: started here, before the fork, all roles share this one
         # instead of each starting its own (mq.store.control says why it tracks nothing)
         resource_tracker.ensure_running()
+        self.bell_fds = store_bells.make(bells)
         ours, theirs = mp.Pipe(duplex=True)
         pid = os.fork()
         if pid == 0:                                # the launcher
@@ -288,6 +293,11 @@ class Launcher:
                 pass
         self._send("exit")
         self.conn.close()
+        # not rung from here on: a closed number may be reused by a file or a socket
+        store_bells.adopt([])
+        for fd in self.bell_fds:
+            os.close(fd)
+        self.bell_fds = []
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if os.waitpid(self.pid, os.WNOHANG)[0]:

@@ -22,6 +22,7 @@ from mq.ha.common import taking_back
 from mq.remoting import RemotingServer, RequestCode as R, ResponseCode as RC, make_response
 from mq.store import MessageStore, PutResult, PutStatus
 from mq.store import control as C
+from mq.store.bells import Bell, io_bell
 from mq.store.notify import CommitWaiter, PositionWaiter
 from mq.store.retention import service_not_available_remark
 from mq.store.stats import PUBLISH_INTERVAL_S, StatsBlock, region_of
@@ -69,6 +70,7 @@ class IoWorker:
         self._stats_block: StatsBlock | None = None
         self._stats_publisher: asyncio.Task | None = None
         self.forward: LeaderForward | None = None     # DLedger mode: writes forwarded to the leader
+        self.bell: Bell | None = None                 # mq.store.bells: None where the broker made none
 
     async def start(self) -> None:
         cfg = self.config
@@ -79,6 +81,7 @@ class IoWorker:
                                          prepare_files=cfg.brokerRole != "SLAVE" or cfg.enableDLegerCommitLog)
         self.ack_waiter = PositionWaiter(self.store.ctl, C.SEQ_ACK, C.POS_ACKED)
         self.commit_waiter = CommitWaiter(self.store.ctl) if cfg.enableDLegerCommitLog else None
+        self._use_bell()
         self.ha_status = HAStatus(cfg.storePathRootDir)
         self.meta = RemoteMeta(self.link_address, self.worker_id, self._notify, self._role_changed,
                                self._link_push)
@@ -138,6 +141,23 @@ class IoWorker:
             await asyncio.sleep(ACL_POLL_INTERVAL_S)
             self.acl.poll()
 
+    def _use_bell(self) -> None:
+        """This worker's bell (mq.store.bells), when the broker made them: held answers are
+        released by the loop itself when the flushed, acknowledged or committed position moves,
+        not by a waiter thread handing over to it.  Without one, the waiters keep their threads."""
+        bell = Bell(self.store.ctl, io_bell(self.worker_id))
+        if not bell.usable:
+            return
+        waiters = [w for w in (self.store.flush_waiter, self.ack_waiter, self.commit_waiter) if w is not None]
+        for w in waiters:
+            w.use_bell(bell)
+
+        def rung() -> None:
+            for w in waiters:
+                w.ring()
+        bell.attach(asyncio.get_running_loop(), rung)
+        self.bell = bell
+
     async def stop(self) -> None:
         # parked pulls first: they are answered (PULL_NOT_FOUND) at once instead of
         # holding the servers' grace period, and never run against a closed store
@@ -162,6 +182,8 @@ class IoWorker:
         if self.forward is not None:
             await self.forward.close()
         await self.meta.close()
+        if self.bell is not None:
+            self.bell.close()
         self.store.close()
 
     async def _publish_stats(self) -> None:

@@ -98,7 +98,8 @@ def main(argv=None) -> int:
     # order matters: the log stream first (it picks the fork start method), then the
     # launcher, forked while this process has no thread but the stream's receiver
     setup_broker_logging(log_file)
-    launcher = Launcher()
+    from mq.store.bells import count_for
+    launcher = Launcher(bells=count_for(cfg.sendMessageThreadPoolNums))
     try:
         return mq_loop.run(serve(cfg, launcher))
     finally:

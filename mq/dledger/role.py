@@ -51,6 +51,7 @@ import time
 from mq import loop as mq_loop
 from mq.logs import Episode
 from mq.store import control as C
+from mq.store.bells import DLEDGER_BELL, Bell
 from mq.store.config import StoreConfig
 from mq.store.dledgerfiles import load_hard_state, save_checkpoint, save_hard_state
 from mq.store.native import CorruptRecord, StoreError
@@ -142,6 +143,9 @@ class DLedgerRole:
         self.loop: asyncio.AbstractEventLoop | None = None
         self._grew_pending = False
         self._leading = threading.Event()       # set while leading: the watcher threads wait for the log only then
+        self.bell: Bell | None = None           # mq.store.bells: rung by appends while leading (else threads)
+        self._bell_on = False
+        self._bell_seqs: tuple = ()
         self._threads: list[threading.Thread] = []
         self._stopping = False
         self._next_tick = 0.0
@@ -163,9 +167,18 @@ class DLedgerRole:
             if p != self.self_id:
                 self.links[p] = Link(self.loop, p, addr, self._on_response, self._send_file, self._link_state)
                 self.links[p].dial()
-        self._watch(C.SEQ_WRITE, "dledger-write-watch")
-        if self.sync_durable:
-            self._watch(C.SEQ_FLUSH, "dledger-flush-watch")
+        self._bell_seqs = (C.SEQ_WRITE, C.SEQ_FLUSH) if self.sync_durable else (C.SEQ_WRITE,)
+        bell = Bell(self.ctl, DLEDGER_BELL)
+        if bell.usable:
+            # the io workers' appends (and SYNC_FLUSH's flushes) ring this loop while it leads
+            for seq in self._bell_seqs:
+                bell.claim(seq)
+            bell.attach(self.loop, self._log_grew)
+            self.bell = bell
+        else:                                 # a store without bells (tests): a thread per sequence
+            self._watch(C.SEQ_WRITE, "dledger-write-watch")
+            if self.sync_durable:
+                self._watch(C.SEQ_FLUSH, "dledger-flush-watch")
         log.info("DLedger member %s of group %s on %s:%d; peers %s; term %d, log ends at %d (commit %d)",
                  self.self_id, self.group, host, port, ", ".join(p for p in self.peers if p != self.self_id),
                  self.node.term, self.log.last_index(), self.node.commit)
@@ -210,6 +223,9 @@ class DLedgerRole:
                     await asyncio.sleep(0.02)
         self._stopping = True
         self._leading.set()                  # the watcher threads see _stopping at once
+        if self.bell is not None:
+            self.bell.close()
+            self.bell = None
         self._tick_handle.cancel()
         self._fence()
         self.listener.close()
@@ -326,10 +342,17 @@ class DLedgerRole:
             self._fence()
         state = (node.role, node.term, node.leader_id, self.enabled_term)
         if force or state != self.published:
-            if node.role is Role.LEADER:
+            leading = node.role is Role.LEADER
+            if leading:
                 self._leading.set()
             else:
                 self._leading.clear()
+            if self.bell is not None and leading != self._bell_on:
+                self._bell_on = leading
+                for seq in self._bell_seqs:
+                    self.bell.want(seq, leading)
+                if leading:                  # appended between the last look and the want
+                    self.loop.call_soon(self._log_grew)
             if self.published is None or state[:3] != self.published[:3]:
                 log.info("DLedger %s: %s in term %d%s", self.self_id, node.role.value, node.term,
                          f", leader {node.leader_id}" if node.leader_id and node.leader_id != self.self_id else "")

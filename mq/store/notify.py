@@ -3,10 +3,16 @@ without busy polling.
 
 The C core bumps a futex word (SEQ_FLUSH, SEQ_DISPATCH, ...) after moving a
 position.  A blocking waiter sleeps in futex_wait with the GIL released.  For
-asyncio, one thread per (process, position) sleeps on the futex and resolves
-the loop's futures with call_soon_threadsafe; the event loop itself never
-blocks.  Waiters sit in a heap by target, so a wake costs O(released), and the
-released futures of one loop are resolved in one hand-off."""
+asyncio, with a bell (mq.store.bells: a role process of a broker), the loop
+itself is rung and resolves its futures in the same pass; without one (a store
+opened by a tool or a test), one thread per (process, position) sleeps on the
+futex and resolves the loop's futures with call_soon_threadsafe.  The event
+loop never blocks.  Waiters sit in a heap by target, so a wake costs
+O(released), and the released futures of one loop are resolved in one hand-off.
+
+use_bell(bell): the waits of bell.loop from then on go through the bell (the
+bell's on_ring must call ring() of every waiter using it); waits from any other
+loop keep the thread."""
 from __future__ import annotations
 
 import asyncio
@@ -15,7 +21,7 @@ import itertools
 import threading
 
 from .control import POS_COMMITTED, POS_DL_APPEND_TERM, SEQ_COMMIT, ControlBlock
-from .native import lib
+from .native import ffi, lib
 
 _POS_COMMITTED, _POS_APPEND_TERM, _SEQ_COMMIT = POS_COMMITTED, POS_DL_APPEND_TERM, SEQ_COMMIT
 
@@ -30,6 +36,12 @@ class PositionWaiter:
         self._counter = itertools.count()
         self._thread: threading.Thread | None = None
         self._stop = False
+        self._bell = None
+        self._bell_heap: list = []                 # the bell loop's waits: (target, n, future)
+
+    def use_bell(self, bell) -> None:
+        bell.claim(self.seq)
+        self._bell = bell
 
     # ---- blocking --------------------------------------------------------------
     def wait(self, target: int, timeout_s: float) -> bool:
@@ -43,13 +55,13 @@ class PositionWaiter:
             return True
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
-        with self._lock:
-            heapq.heappush(self._heap, (target, next(self._counter), fut, loop))
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name=f"waiter-{self.pos}", daemon=True)
-                self._thread.start()
-        if self.ctl.get(self.pos) >= target:      # reached between the check and the push
-            self.ctl.wake(self.seq)
+        bell = self._bell
+        if bell is not None and bell.loop is loop:
+            heapq.heappush(self._bell_heap, (target, next(self._counter), fut))
+            bell.want(self.seq)                   # then look: a move after this rings
+            self.ring()
+        else:
+            self._push_threaded(target, fut, loop)
         # a timer that answers False, not asyncio.wait_for: that wraps every wait in a task
         # and a timeout context, and this runs once per SYNC_FLUSH / SYNC_MASTER send
         timer = loop.call_later(timeout_s, _resolve, fut, False)
@@ -57,6 +69,39 @@ class PositionWaiter:
             return await fut
         finally:
             timer.cancel()
+            if self._bell_heap:
+                self._prune()
+
+    def ring(self) -> None:
+        """(the bell's loop) Resolves the bell's waits the position or a fatal store settled;
+        stops wanting the bell when none is left."""
+        heap = self._bell_heap
+        if not heap:
+            return
+        cur = self.ctl.get(self.pos)
+        fatal = heap[0][0] > cur and lib.mq_ctl_fatal(self.ctl.ptr, ffi.NULL, 0) != 0
+        while heap and (heap[0][0] <= cur or fatal):
+            target, _, fut = heapq.heappop(heap)
+            _resolve(fut, target <= cur)
+        self._prune()
+
+    def _prune(self) -> None:
+        """Drops the waits at the top that timed out (nothing awaits them); no wait left: the
+        bell is not wanted any more."""
+        heap = self._bell_heap
+        while heap and heap[0][2].done():
+            heapq.heappop(heap)
+        if not heap:
+            self._bell.want(self.seq, False)
+
+    def _push_threaded(self, target: int, fut, loop) -> None:
+        with self._lock:
+            heapq.heappush(self._heap, (target, next(self._counter), fut, loop))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=f"waiter-{self.pos}", daemon=True)
+                self._thread.start()
+        if self.ctl.get(self.pos) >= target:      # reached between the check and the push
+            self.ctl.wake(self.seq)
 
     def _run(self) -> None:
         while not self._stop:
@@ -109,6 +154,13 @@ class CommitWaiter:
         self._counter = itertools.count()
         self._thread: threading.Thread | None = None
         self._stop = False
+        self._bell = None
+        self._bell_heap: list = []                 # the bell loop's waits: (end, n, term, future)
+        self._bell_term: int | None = None         # the append term the bell's waits were last checked in
+
+    def use_bell(self, bell) -> None:
+        bell.claim(_SEQ_COMMIT)
+        self._bell = bell
 
     def _outcome(self, end: int, term: int) -> str | None:
         committed = self.ctl.get(_POS_COMMITTED)
@@ -122,18 +174,57 @@ class CommitWaiter:
             return now
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
-        with self._lock:
-            heapq.heappush(self._waiting, (end, next(self._counter), term, fut, loop))
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="commit-waiter", daemon=True)
-                self._thread.start()
-        if self._outcome(end, term) is not None:   # settled between the check and the push: the
-            self.ctl.wake(_SEQ_COMMIT)             # thread may have looked just before; look again
+        bell = self._bell
+        if bell is not None and bell.loop is loop:
+            heapq.heappush(self._bell_heap, (end, next(self._counter), term, fut))
+            bell.want(_SEQ_COMMIT)                 # then look: a move after this rings
+            self.ring()
+        else:
+            with self._lock:
+                heapq.heappush(self._waiting, (end, next(self._counter), term, fut, loop))
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._run, name="commit-waiter", daemon=True)
+                    self._thread.start()
+            if self._outcome(end, term) is not None:   # settled between the check and the push: the
+                self.ctl.wake(_SEQ_COMMIT)             # thread may have looked just before; look again
         timer = loop.call_later(timeout_s, _resolve, fut, "timeout")
         try:
             return await fut
         finally:
             timer.cancel()
+            if self._bell_heap:
+                self._prune()
+
+    def ring(self) -> None:
+        """(the bell's loop) The thread's _run, one pass: waits of another term fail, waits the
+        commit covers succeed; stops wanting the bell when none is left."""
+        heap = self._bell_heap
+        if not heap:
+            return
+        committed = self.ctl.get(_POS_COMMITTED)      # before the term: see the class docstring
+        term_now = self.ctl.get(_POS_APPEND_TERM)
+        if term_now != self._bell_term:
+            keep = []
+            for w in heap:
+                if w[2] != term_now:
+                    _resolve(w[3], "term")
+                else:
+                    keep.append(w)
+            heapq.heapify(keep)
+            heap[:] = keep
+            self._bell_term = term_now
+        while heap and heap[0][0] <= committed:
+            _, _, term, fut = heapq.heappop(heap)
+            _resolve(fut, "ok" if term == term_now else "term")
+        self._prune()
+
+    def _prune(self) -> None:
+        """PositionWaiter._prune."""
+        heap = self._bell_heap
+        while heap and heap[0][3].done():
+            heapq.heappop(heap)
+        if not heap:
+            self._bell.want(_SEQ_COMMIT, False)
 
     def _run(self) -> None:
         term_seen = None
