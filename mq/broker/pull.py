@@ -17,10 +17,12 @@ never served.
 
 Long polling: a PULL_NOT_FOUND with the SUSPEND flag is parked per
 (topic, queueId) and re-run the moment dispatch makes the queue grow.  The
-dispatch role bumps the SEQ_DISPATCH futex in the control block; one thread
-per worker process sleeps on it and hands the wake to the event loop, which
-checks only the queues that have parked pulls.  Bounds: PULLS_HELD_MAX parked
-pulls per worker (beyond: answered at once)."""
+dispatch role bumps the SEQ_DISPATCH futex in the control block; while pulls
+are parked it rings the worker's bell (mq.store.bells) and the event loop
+checks only the queues that have parked pulls.  Without a bell (a store opened
+outside a broker's roles) one thread per worker process sleeps on the futex and
+hands the wake to the loop.  Bounds: PULLS_HELD_MAX parked pulls per worker
+(beyond: answered at once)."""
 from __future__ import annotations
 
 import asyncio
@@ -86,15 +88,35 @@ def parse_subscription(sub: str | None) -> frozenset | None:
 class PullHoldService:
     """Parked pulls, woken through the SEQ_DISPATCH futex."""
 
-    def __init__(self, store, loop: asyncio.AbstractEventLoop):
+    def __init__(self, store, loop: asyncio.AbstractEventLoop, bell=None):
+        """bell: the worker's (mq.store.bells), attached to `loop`; its on_ring must call
+        ring().  None: a thread watches the futex."""
         self.store = store
         self.loop = loop
         self.held: dict[tuple[str, int], list[tuple[int, asyncio.Future]]] = {}
         self.count = 0
         self._stop = False
         self._parked = threading.Event()    # set while any pull is parked
-        self._thread = threading.Thread(target=self._watch, name="pull-hold", daemon=True)
-        self._thread.start()
+        self._bell = bell
+        self._thread: threading.Thread | None = None
+        if bell is not None:
+            bell.claim(C.SEQ_DISPATCH)
+        else:
+            self._thread = threading.Thread(target=self._watch, name="pull-hold", daemon=True)
+            self._thread.start()
+
+    def ring(self) -> None:
+        """(the bell's loop) Dispatch moved: re-check the parked pulls."""
+        if self.held:
+            self._check()
+
+    def _parking(self, on: bool) -> None:
+        if on:
+            self._parked.set()
+        else:
+            self._parked.clear()
+        if self._bell is not None:
+            self._bell.want(C.SEQ_DISPATCH, on)
 
     def _watch(self) -> None:
         ctl = self.store.ctl
@@ -131,7 +153,7 @@ class PullHoldService:
                 del self.held[key]
         self.count = sum(len(v) for v in self.held.values())
         if not self.held:
-            self._parked.clear()
+            self._parking(False)
 
     async def hold(self, topic: str, queue_id: int, offset: int, timeout_s: float) -> bool:
         """Waits until the queue has a message at `offset` or the timeout; True if it does."""
@@ -141,7 +163,7 @@ class PullHoldService:
         entry = (offset, self.loop.create_future())
         self.held.setdefault(key, []).append(entry)
         self.count += 1
-        self._parked.set()
+        self._parking(True)                 # then look: a dispatch after this wakes us
         try:
             if self.store.max_offset(topic, queue_id) > offset:   # arrived before we parked
                 return True
@@ -157,7 +179,7 @@ class PullHoldService:
                 if not waiters:
                     del self.held[key]
             if not self.held:
-                self._parked.clear()
+                self._parking(False)
 
     def stop(self) -> None:
         """Answers the parked pulls and returns once the watch thread has left the control
@@ -165,11 +187,13 @@ class PullHoldService:
         closed handle (a TypeError at every Ctrl-C) or wait on unmapped memory."""
         self._stop = True
         self._parked.set()
-        for _ in range(STOP_WAKES_MAX):     # it may have read the sequence just before the wake
-            self.store.ctl.wake(C.SEQ_DISPATCH)
+        for _ in range(STOP_WAKES_MAX if self._thread is not None else 0):
+            self.store.ctl.wake(C.SEQ_DISPATCH)     # it may have read the sequence just before the wake
             self._thread.join(0.05)
             if not self._thread.is_alive():
                 break
+        if self._bell is not None:
+            self._bell.want(C.SEQ_DISPATCH, False)
         for waiters in self.held.values():
             for _, fut in waiters:
                 if not fut.done():
@@ -192,8 +216,8 @@ class PullProcessor:
         self._codes_c: dict = {}                        # tag-hash frozenset -> its sorted int64[] (the gather's filter)
         self._sql_c: dict = {}                          # Sql92Filter -> its _SqlPlan
 
-    def start(self, loop) -> None:
-        self.hold_service = PullHoldService(self.store, loop)
+    def start(self, loop, bell=None) -> None:
+        self.hold_service = PullHoldService(self.store, loop, bell)
 
     def stop(self) -> None:
         if self.hold_service:

@@ -56,6 +56,7 @@ class IoWorker:
         self.link_address = link_address
         self.store: MessageStore | None = None
         self.meta: RemoteMeta | None = None
+        self.pull: PullProcessor | None = None
         self.servers: list[RemotingServer] = []
         self.conns: dict[int, object] = {}
         self.boot_ms = int(time.time() * 1000)
@@ -115,7 +116,7 @@ class IoWorker:
             self._acl_poller = asyncio.create_task(self._poll_acl())
             refusals = _RefusalLog()
             handlers = {code: _acl_checked(h, self.acl, refusals) for code, h in handlers.items()}
-        self.pull.start(asyncio.get_running_loop())
+        self.pull.start(asyncio.get_running_loop(), self.bell)
         idle_s = cfg.serverChannelMaxIdleTimeSeconds
         if cfg.perfTraceEnable:
             self.tracer = RequestTracer(trace_dir(cfg), broker_label(cfg), f"io-{self.worker_id}")
@@ -143,8 +144,9 @@ class IoWorker:
 
     def _use_bell(self) -> None:
         """This worker's bell (mq.store.bells), when the broker made them: held answers are
-        released by the loop itself when the flushed, acknowledged or committed position moves,
-        not by a waiter thread handing over to it.  Without one, the waiters keep their threads."""
+        released, and parked pulls re-run, by the loop itself when the flushed, acknowledged,
+        committed or dispatched position moves, not by a thread handing over to it.  Without
+        one, the waiters and the pull hold keep their threads."""
         bell = Bell(self.store.ctl, io_bell(self.worker_id))
         if not bell.usable:
             return
@@ -155,6 +157,9 @@ class IoWorker:
         def rung() -> None:
             for w in waiters:
                 w.ring()
+            hold = self.pull.hold_service if self.pull is not None else None
+            if hold is not None:          # parked pulls want SEQ_DISPATCH (mq.broker.pull)
+                hold.ring()
         bell.attach(asyncio.get_running_loop(), rung)
         self.bell = bell
 
