@@ -112,20 +112,26 @@ int mq_ctl_wait(void *mem, int seq, uint32_t seen, int timeout_ms) {
     return rc;
 }
 
-/* This process's bells (ctl.h): set by mq_bells_adopt, inherited by fork. */
+/* This process's bells (ctl.h): set by mq_bells_adopt, inherited by fork.  g_bells_n is read
+ * with acquire before the table, and set to 0 first when the table changes. */
 static int g_bell_fd[MQ_BELLS_MAX];
 static int g_bells_n;
 
-static void ring_bells(mq_ctl *c, int seq) {
-    const uint32_t bit = 1u << seq;
+_Static_assert(MQ_BELL_WORDS * 64 >= MQ_BELLS_MAX, "a bit per bell");
+
+static void ring_bells(mq_ctl *c, int seq, int n) {
     const uint64_t one = 1;
-    for (int b = 0; b < g_bells_n; b++) {
-        if (g_bell_fd[b] >= 0 && (__atomic_load_n(&c->bell_want[b], __ATOMIC_SEQ_CST) & bit)) {
-            /* fails only when the counter would overflow (never read for 2^64 rings) or the fd
-             * is gone (a process that closed what it inherited): the ring is lost, the bell's
-             * owner sees the position at its next wake or timer */
-            ssize_t r = write(g_bell_fd[b], &one, sizeof(one));
-            (void)r;
+    for (int w = 0; w < MQ_BELL_WORDS; w++) {
+        uint64_t m = __atomic_load_n(&c->bell_wants[seq][w], __ATOMIC_SEQ_CST);
+        while (m) {
+            int b = w * 64 + __builtin_ctzll(m);
+            m &= m - 1;
+            if (b < n && g_bell_fd[b] >= 0) {
+                /* fails only when the counter would overflow (never read for 2^64 rings); the
+                 * owner's loop re-checks on a slow timer anyway (mq.store.bells) */
+                ssize_t r = write(g_bell_fd[b], &one, sizeof(one));
+                (void)r;
+            }
         }
     }
 }
@@ -136,34 +142,35 @@ void mq_ctl_wake(void *mem, int seq) {
     __atomic_add_fetch(&c->seq[seq], 1, __ATOMIC_SEQ_CST);
     if (__atomic_load_n(&c->waiters[seq], __ATOMIC_SEQ_CST) > 0)
         syscall(SYS_futex, &c->seq[seq], FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
-    if (g_bells_n && __atomic_load_n(&c->bell_count[seq], __ATOMIC_SEQ_CST) > 0)
-        ring_bells(c, seq);
+    int n = __atomic_load_n(&g_bells_n, __ATOMIC_ACQUIRE);
+    if (n) ring_bells(c, seq, n);
 }
 
 int mq_bells_adopt(const int *fds, int n) {
     if (n < 0 || n > MQ_BELLS_MAX || (n && !fds)) return MQ_E_INVAL;
+    __atomic_store_n(&g_bells_n, 0, __ATOMIC_SEQ_CST);
     for (int b = 0; b < MQ_BELLS_MAX; b++) g_bell_fd[b] = b < n ? fds[b] : -1;
-    g_bells_n = n;
+    __atomic_store_n(&g_bells_n, n, __ATOMIC_RELEASE);
     return MQ_OK;
 }
 
 int mq_bell_fd(int bell) {
     assert(bell >= 0 && bell < MQ_BELLS_MAX);
-    return bell < g_bells_n ? g_bell_fd[bell] : -1;
+    return bell < __atomic_load_n(&g_bells_n, __ATOMIC_ACQUIRE) ? g_bell_fd[bell] : -1;
 }
 
 void mq_bell_want(void *mem, int bell, int seq, int on) {
     mq_ctl *c = ctl_of(mem);
     assert(bell >= 0 && bell < MQ_BELLS_MAX && seq >= 0 && seq < MQ_SEQ_COUNT_);
-    const uint32_t bit = 1u << seq;
-    /* the count follows the bit's transitions, so two calls with the same `on` count once */
-    if (on) {
-        if (!(__atomic_fetch_or(&c->bell_want[bell], bit, __ATOMIC_SEQ_CST) & bit))
-            __atomic_add_fetch(&c->bell_count[seq], 1, __ATOMIC_SEQ_CST);
-    } else {
-        if (__atomic_fetch_and(&c->bell_want[bell], ~bit, __ATOMIC_SEQ_CST) & bit)
-            __atomic_sub_fetch(&c->bell_count[seq], 1, __ATOMIC_SEQ_CST);
-    }
+    uint64_t *word = &c->bell_wants[seq][bell / 64];
+    const uint64_t bit = 1ull << (bell % 64);
+    if (on)
+        __atomic_fetch_or(word, bit, __ATOMIC_SEQ_CST);
+    else
+        __atomic_fetch_and(word, ~bit, __ATOMIC_SEQ_CST);
+    /* the caller checks its condition next: a full fence, so that check cannot be ordered
+     * before the want is visible (the waker bumps seq, seq_cst, before it reads the wants) */
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
 }
 
 int mq_ctl_wait_pos(void *mem, int seq, int pos, uint64_t target, int timeout_ms) {

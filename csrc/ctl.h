@@ -64,13 +64,18 @@
  * (mq.store.bells), so every role process holds the same descriptors under the same numbers;
  * mq_bells_adopt records them in this process (process-local, inherited by fork; a process
  * that adopted none never writes one).  The block says which bell wants which seq.
- * mq_bells_adopt   fds[i] becomes this process's bell i (n <= MQ_BELLS_MAX; -1: none).
- *                  MQ_OK or MQ_E_INVAL.
+ * mq_bells_adopt   fds[i] becomes this process's bell i (n <= MQ_BELLS_MAX; -1: none); n = 0
+ *                  drops them.  MQ_OK or MQ_E_INVAL.  Invariant: a process never closes a
+ *                  descriptor it adopted while it may still wake (a reused number would take the
+ *                  8-byte write silently): it drops them first, when nothing of it wakes any
+ *                  more (mq.broker.launcher at the supervisor's exit).
  * mq_bell_fd       this process's descriptor of bell `bell`, -1 when it has none.
  * mq_bell_want     on: mq_ctl_wake(seq) writes to bell `bell` (in every process that adopted
  *                  the bells) until it is turned off; a bell may want several seqs.  Set the
  *                  want, then check the condition, then wait for the bell: a wake after the
- *                  check rings it (seq_cst on both sides).  A block starts with no want.
+ *                  check rings it (the want is one atomic bit change followed by a full fence;
+ *                  the waker bumps seq, seq_cst, then reads the wants).  A block starts with
+ *                  no want.
  *
  * The topic-queue table: open addressing over MQ_QUEUE_SLOTS slots, at most 3/4 of them used
  * (short probes); a slot, once made, is never removed, so a slot number is stable for the

@@ -24,6 +24,7 @@
 #define MQ_CTL_VERSION 6u   /* 2: MQ_POS_MSGS; 3: DLedger positions, SEQ_COMMIT/ROLE, journal index;
                                4: MQ_POS_DISK_FULL; 5: MQ_POS_HA_SLAVES; 6: bells */
 #define MQ_PAGE        4096u
+#define MQ_BELL_WORDS  ((MQ_BELLS_MAX + 63) / 64)
 #define MQ_SLOTS_USABLE (MQ_QUEUE_SLOTS / 4 * 3)   /* keep linear probes short */
 
 /* ---- big-endian helpers ------------------------------------------------------------------- */
@@ -95,8 +96,9 @@ struct mq_ctl {
     uint32_t queue_count;
     uint32_t seq[MQ_SEQ_COUNT_] __attribute__((aligned(64)));
     uint32_t waiters[MQ_SEQ_COUNT_];
-    uint32_t bell_count[MQ_SEQ_COUNT_];   /* bells that want each seq (wakers skip the bells at 0) */
-    uint32_t bell_want[MQ_BELLS_MAX];     /* per bell: 1 << seq for each seq it wants */
+    /* per seq, bit b: bell b wants it.  One atomic operation per change, so a process killed
+     * anywhere leaves no half-made state (a separate count once could be left out of step) */
+    uint64_t bell_wants[MQ_SEQ_COUNT_][MQ_BELL_WORDS];
     mq_queue_slot slots[MQ_QUEUE_SLOTS] __attribute__((aligned(64)));
 };
 

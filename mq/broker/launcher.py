@@ -218,14 +218,14 @@ class Launcher:
     multiprocessing-logging's receiver, and before it opens anything a child must
     not inherit) and talks to it.  `attach(loop)` starts reading its news."""
 
-    def __init__(self, bells: int = 0):
-        """bells: eventfds made here, before the fork, so that this process, the launcher and
+    def __init__(self, n_bells: int = 0):
+        """n_bells: eventfds made here, before the fork, so that this process, the launcher and
         every role share them under the same numbers (mq.store.bells)."""
         # every role attaches the control block through SharedMemory, which needs a
         # resource tracker: started here, before the fork, all roles share this one
         # instead of each starting its own (mq.store.control says why it tracks nothing)
         resource_tracker.ensure_running()
-        self.bell_fds = store_bells.make(bells)
+        self.bell_fds = store_bells.make(n_bells)
         ours, theirs = mp.Pipe(duplex=True)
         pid = os.fork()
         if pid == 0:                                # the launcher

@@ -34,6 +34,7 @@ from time import perf_counter_ns
 
 from mq.remoting import ResponseCode as RC, make_response
 from mq.store import CorruptRecord, OutOfRange, control as C
+from mq.store.bells import RECHECK_S
 from mq.store.consumequeue import ENTRY, ENTRY_SIZE
 from mq.store.native import check, ffi, lib
 from mq.store.store import TOTAL_PHYSICAL_MEMORY
@@ -86,11 +87,12 @@ def parse_subscription(sub: str | None) -> frozenset | None:
 
 
 class PullHoldService:
-    """Parked pulls, woken through the SEQ_DISPATCH futex."""
+    """Parked pulls, woken when dispatch moves (SEQ_DISPATCH: the worker's bell, or a thread on
+    the futex)."""
 
     def __init__(self, store, loop: asyncio.AbstractEventLoop, bell=None):
-        """bell: the worker's (mq.store.bells), attached to `loop`; its on_ring must call
-        ring().  None: a thread watches the futex."""
+        """bell: the worker's (mq.store.bells), attached to `loop`.  None: a thread watches the
+        futex."""
         self.store = store
         self.loop = loop
         self.held: dict[tuple[str, int], list[tuple[int, asyncio.Future]]] = {}
@@ -98,17 +100,29 @@ class PullHoldService:
         self._stop = False
         self._parked = threading.Event()    # set while any pull is parked
         self._bell = bell
+        self._dispatch_seen: int | None = None     # SEQ_DISPATCH at the last look (bell path)
+        self._looked_at = 0.0                      # time.monotonic() of that look
         self._thread: threading.Thread | None = None
         if bell is not None:
-            bell.claim(C.SEQ_DISPATCH)
+            bell.add(C.SEQ_DISPATCH, self.ring)
         else:
             self._thread = threading.Thread(target=self._watch, name="pull-hold", daemon=True)
             self._thread.start()
 
     def ring(self) -> None:
-        """(the bell's loop) Dispatch moved: re-check the parked pulls."""
-        if self.held:
-            self._check()
+        """(the bell's loop) Re-checks the parked pulls if dispatch moved since the last look, or
+        the last look is RECHECK_S old (a queue moved without a wake, as the thread's futex
+        timeout caught): the bell also rings for the worker's flush, ack and commit waits, and
+        a look visits every parked queue.  The sequence is read before the queues, so a
+        dispatch after the read is seen by the next ring."""
+        if not self.held:
+            return
+        seen = self.store.ctl.seq(C.SEQ_DISPATCH)
+        now = time.monotonic()
+        if seen == self._dispatch_seen and now - self._looked_at < RECHECK_S:
+            return
+        self._dispatch_seen, self._looked_at = seen, now
+        self._check()
 
     def _parking(self, on: bool) -> None:
         if on:

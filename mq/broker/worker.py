@@ -150,18 +150,11 @@ class IoWorker:
         bell = Bell(self.store.ctl, io_bell(self.worker_id))
         if not bell.usable:
             return
-        waiters = [w for w in (self.store.flush_waiter, self.ack_waiter, self.commit_waiter) if w is not None]
-        for w in waiters:
-            w.use_bell(bell)
-
-        def rung() -> None:
-            for w in waiters:
-                w.ring()
-            hold = self.pull.hold_service if self.pull is not None else None
-            if hold is not None:          # parked pulls want SEQ_DISPATCH (mq.broker.pull)
-                hold.ring()
-        bell.attach(asyncio.get_running_loop(), rung)
-        self.bell = bell
+        bell.attach(asyncio.get_running_loop())
+        for w in (self.store.flush_waiter, self.ack_waiter, self.commit_waiter):
+            if w is not None:
+                w.use_bell(bell)
+        self.bell = bell                  # parked pulls use it too (PullProcessor.start)
 
     async def stop(self) -> None:
         # parked pulls first: they are answered (PULL_NOT_FOUND) at once instead of
@@ -189,6 +182,9 @@ class IoWorker:
         await self.meta.close()
         if self.bell is not None:
             self.bell.close()
+        for w in (self.ack_waiter, self.commit_waiter):   # their threads (no bell) leave the block first
+            if w is not None:
+                w.close()
         self.store.close()
 
     async def _publish_stats(self) -> None:

@@ -99,7 +99,7 @@ def main(argv=None) -> int:
     # launcher, forked while this process has no thread but the stream's receiver
     setup_broker_logging(log_file)
     from mq.store.bells import count_for
-    launcher = Launcher(bells=count_for(cfg.sendMessageThreadPoolNums))
+    launcher = Launcher(n_bells=count_for(cfg.sendMessageThreadPoolNums))
     try:
         return mq_loop.run(serve(cfg, launcher))
     finally:

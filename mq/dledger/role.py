@@ -4,9 +4,11 @@ against the CommitLog in DLedger mode (mq.dledger.log), with real time, real soc
 
     timer (TICK_S)            core.tick(): elections, heartbeats, check-quorum, transfers
     peer sockets (net)        requests in -> core.step(), replies back; core messages out
-    SEQ_WRITE watcher thread  the leader's io workers appended: replicate (core.log_progress)
-    SEQ_FLUSH watcher thread  SYNC_FLUSH: the leader's own entries became durable (they count
+    SEQ_WRITE (bell)          the leader's io workers appended: replicate (core.log_progress)
+    SEQ_FLUSH (bell)          SYNC_FLUSH: the leader's own entries became durable (they count
                               toward the quorum only then)
+The bell (mq.store.bells) is wanted only while this member leads.  Where the broker made no
+bells (a role run by a test), a watcher thread per sequence wakes the loop instead.
 
 After every step (Ready): the hard state (term, vote) is written and fsynced to
 dledger-<selfId>/currterm BEFORE any message leaves; the commit index goes to the control block
@@ -159,6 +161,19 @@ class DLedgerRole:
     async def run(self, stop) -> None:
         """Serves until `stop` (an Event-like with is_set) is set."""
         self.loop = asyncio.get_running_loop()
+        self._bell_seqs = (C.SEQ_WRITE, C.SEQ_FLUSH) if self.sync_durable else (C.SEQ_WRITE,)
+        bell = Bell(self.ctl, DLEDGER_BELL)
+        if bell.usable:
+            # the io workers' appends (and SYNC_FLUSH's flushes) ring this loop while it leads;
+            # attached first: it drops what a killed predecessor left wanted
+            bell.attach(self.loop)
+            for seq in self._bell_seqs:
+                bell.add(seq, self._log_grew)
+            self.bell = bell
+        else:                                 # a store without bells (tests): a thread per sequence
+            self._watch(C.SEQ_WRITE, "dledger-write-watch")
+            if self.sync_durable:
+                self._watch(C.SEQ_FLUSH, "dledger-flush-watch")
         host, port = self.peers[self.self_id]
         self.listener = await self._listen(host, port, stop)
         if self.listener is None:            # stopped before the port could be bound
@@ -167,18 +182,6 @@ class DLedgerRole:
             if p != self.self_id:
                 self.links[p] = Link(self.loop, p, addr, self._on_response, self._send_file, self._link_state)
                 self.links[p].dial()
-        self._bell_seqs = (C.SEQ_WRITE, C.SEQ_FLUSH) if self.sync_durable else (C.SEQ_WRITE,)
-        bell = Bell(self.ctl, DLEDGER_BELL)
-        if bell.usable:
-            # the io workers' appends (and SYNC_FLUSH's flushes) ring this loop while it leads
-            for seq in self._bell_seqs:
-                bell.claim(seq)
-            bell.attach(self.loop, self._log_grew)
-            self.bell = bell
-        else:                                 # a store without bells (tests): a thread per sequence
-            self._watch(C.SEQ_WRITE, "dledger-write-watch")
-            if self.sync_durable:
-                self._watch(C.SEQ_FLUSH, "dledger-flush-watch")
         log.info("DLedger member %s of group %s on %s:%d; peers %s; term %d, log ends at %d (commit %d)",
                  self.self_id, self.group, host, port, ", ".join(p for p in self.peers if p != self.self_id),
                  self.node.term, self.log.last_index(), self.node.commit)

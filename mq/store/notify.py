@@ -11,8 +11,8 @@ loop never blocks.  Waiters sit in a heap by target, so a wake costs
 O(released), and the released futures of one loop are resolved in one hand-off.
 
 use_bell(bell): the waits of bell.loop from then on go through the bell (the
-bell's on_ring must call ring() of every waiter using it); waits from any other
-loop keep the thread."""
+waiter is the bell's user for its sequence); waits from any other loop keep the
+thread."""
 from __future__ import annotations
 
 import asyncio
@@ -40,7 +40,7 @@ class PositionWaiter:
         self._bell_heap: list = []                 # the bell loop's waits: (target, n, future)
 
     def use_bell(self, bell) -> None:
-        bell.claim(self.seq)
+        bell.add(self.seq, self.ring)
         self._bell = bell
 
     # ---- blocking --------------------------------------------------------------
@@ -56,7 +56,8 @@ class PositionWaiter:
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         bell = self._bell
-        if bell is not None and bell.loop is loop:
+        via_bell = bell is not None and bell.loop is loop
+        if via_bell:
             heapq.heappush(self._bell_heap, (target, next(self._counter), fut))
             bell.want(self.seq)                   # then look: a move after this rings
             self.ring()
@@ -69,7 +70,7 @@ class PositionWaiter:
             return await fut
         finally:
             timer.cancel()
-            if self._bell_heap:
+            if via_bell:
                 self._prune()
 
     def ring(self) -> None:
@@ -159,7 +160,7 @@ class CommitWaiter:
         self._bell_term: int | None = None         # the append term the bell's waits were last checked in
 
     def use_bell(self, bell) -> None:
-        bell.claim(_SEQ_COMMIT)
+        bell.add(_SEQ_COMMIT, self.ring)
         self._bell = bell
 
     def _outcome(self, end: int, term: int) -> str | None:
@@ -175,7 +176,8 @@ class CommitWaiter:
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         bell = self._bell
-        if bell is not None and bell.loop is loop:
+        via_bell = bell is not None and bell.loop is loop
+        if via_bell:
             heapq.heappush(self._bell_heap, (end, next(self._counter), term, fut))
             bell.want(_SEQ_COMMIT)                 # then look: a move after this rings
             self.ring()
@@ -192,7 +194,7 @@ class CommitWaiter:
             return await fut
         finally:
             timer.cancel()
-            if self._bell_heap:
+            if via_bell:
                 self._prune()
 
     def ring(self) -> None:
