@@ -22,6 +22,7 @@ GateMissed warning (MQ_PERF_STRICT=1 makes it fail)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import statistics
 import threading
@@ -36,7 +37,7 @@ from mq.remoting import RemotingClient
 
 from . import test_broker_bench as bb
 from . import workloads as w
-from .test_ha_bench import NATIVE_CONNS, NATIVE_DEPTH, NATIVE_PAIR_SCALES, broker_options, ha_addr, native_pair, runtime_info
+from .test_ha_bench import NATIVE_PAIR_SCALES, broker_options, ha_addr, native_pair, runtime_info
 
 FAILOVER_TARGET_S = 3.0          # max over the kills
 FAILOVER_FLOOR_S = 8.0           # a CI failure below this means a regression, not noise
@@ -148,6 +149,33 @@ def test_failover_time(benchmark, namesrv, store_dir, scale):
              f"max {mx:.2f} s against {FAILOVER_TARGET_S:.0f} s (printed as target/max)")
 
 
+@contextlib.contextmanager
+def sync_master_and_group(store_dir: str, namesrv, session: w.Session, topic: str):
+    """A SYNC_MASTER + SLAVE and a DLedger group of 3 side by side (ASYNC_FLUSH, 1 io worker per
+    broker), the slave connected and `topic` made on the master and the leader: yields
+    (addrs {"SYNC_MASTER", "DLEDGER"} -> broker address, the master, the group, the leader's id);
+    every broker is stopped afterwards."""
+    g = None
+    started: list[Broker] = []
+    try:
+        master = Broker(store_dir, namesrv.addr, name="perf-sync", **broker_options("SYNC_MASTER"))
+        started.append(master)
+        started.append(Broker(store_dir, namesrv.addr, name="perf-sync", brokerId=1, haMasterAddress=ha_addr(master),
+                              **broker_options("SLAVE")))
+        g = Group(store_dir, namesrv.addr, "PerfDLedger")
+        leader = wait_for(g.leader, 30, 0.02, "a DLedger leader")
+        wait_for(lambda: int(runtime_info(session, master.addr).get("slaveCount", 0)) >= 1, 30, 0.05, "the slave")
+        addrs = {"SYNC_MASTER": master.addr, "DLEDGER": g.brokers[leader].addr}
+        for addr in addrs.values():
+            session.run(w.create_topic(session.client, addr, topic))
+        yield addrs, master, g, leader
+    finally:
+        if g is not None:
+            g.stop()
+        for b in started:
+            b.stop()
+
+
 @dataclass(frozen=True)
 class ThroughputScale:
     per_producer: int             # single sends per producer per round (x 64 producers)
@@ -168,42 +196,27 @@ def test_dledger_vs_sync_master(benchmark, namesrv, store_dir, need_disk, scale)
     topic = "PerfDLedgerSend"
     producers = w.SingleProducerProcesses(PRODUCER_PROCESSES, IN_FLIGHT_PER_CONN)
     session = w.Session()
-    g = None
-    started: list[Broker] = []
     try:
-        master = Broker(store_dir, namesrv.addr, name="perf-sync", **broker_options("SYNC_MASTER"))
-        started.append(master)
-        started.append(Broker(store_dir, namesrv.addr, name="perf-sync", brokerId=1, haMasterAddress=ha_addr(master),
-                              **broker_options("SLAVE")))
-        g = Group(store_dir, namesrv.addr, "PerfDLedger")
-        leader = wait_for(g.leader, 30, 0.02, "a DLedger leader")
-        wait_for(lambda: int(runtime_info(session, master.addr).get("slaveCount", 0)) >= 1, 30, 0.05, "the slave")
-        addrs = {"SYNC_MASTER": master.addr, "DLEDGER": g.brokers[leader].addr}
-        for addr in addrs.values():
-            session.run(w.create_topic(session.client, addr, topic))
-        rates: dict[str, list[float]] = {k: [] for k in addrs}
-        lats: dict[str, list[float]] = {k: [] for k in addrs}
-        for addr in addrs.values():
-            producers.call("connect", addr, CONNS_PER_PROCESS)
-            producers.run(addr, topic, max(5, scale.per_producer // 4))
-            producers.call("disconnect")
+        with sync_master_and_group(store_dir, namesrv, session, topic) as (addrs, _, _, _):
+            rates: dict[str, list[float]] = {k: [] for k in addrs}
+            lats: dict[str, list[float]] = {k: [] for k in addrs}
+            for addr in addrs.values():
+                producers.call("connect", addr, CONNS_PER_PROCESS)
+                producers.run(addr, topic, max(5, scale.per_producer // 4))
+                producers.call("disconnect")
 
-        def round_on(kind: str) -> None:
-            producers.call("connect", addrs[kind], CONNS_PER_PROCESS)
-            msgs, secs, lat, _ = producers.run(addrs[kind], topic, scale.per_producer)
-            producers.call("disconnect")
-            rates[kind].append(msgs / secs)
-            lats[kind] += lat
+            def round_on(kind: str) -> None:
+                producers.call("connect", addrs[kind], CONNS_PER_PROCESS)
+                msgs, secs, lat, _ = producers.run(addrs[kind], topic, scale.per_producer)
+                producers.call("disconnect")
+                rates[kind].append(msgs / secs)
+                lats[kind] += lat
 
-        benchmark.pedantic(round_on, setup=lambda: (round_on("SYNC_MASTER"), (("DLEDGER",), {}))[1],
-                           rounds=scale.rounds)
+            benchmark.pedantic(round_on, setup=lambda: (round_on("SYNC_MASTER"), (("DLEDGER",), {}))[1],
+                               rounds=scale.rounds)
     finally:
         producers.close()
         session.close()
-        if g is not None:
-            g.stop()
-        for b in started:
-            b.stop()
     rate = {k: statistics.median(v) for k, v in rates.items()}
     for k in rate:
         print(f"\n  {k:12s}: {rate[k]:8,.0f} msgs/s (rounds {min(rates[k]):,.0f}-{max(rates[k]):,.0f}) "
@@ -228,36 +241,15 @@ def test_dledger_vs_sync_master_native(benchmark, namesrv, store_dir, need_disk,
     bb.build_mqload()
     topic = "PerfDLedgerNative"
     session = w.Session()
-    g = None
-    started: list[Broker] = []
     try:
-        master = Broker(store_dir, namesrv.addr, name="perf-sync", **broker_options("SYNC_MASTER"))
-        started.append(master)
-        started.append(Broker(store_dir, namesrv.addr, name="perf-sync", brokerId=1, haMasterAddress=ha_addr(master),
-                              **broker_options("SLAVE")))
-        g = Group(store_dir, namesrv.addr, "PerfDLedger")
-        leader = wait_for(g.leader, 30, 0.02, "a DLedger leader")
-        wait_for(lambda: int(runtime_info(session, master.addr).get("slaveCount", 0)) >= 1, 30, 0.05, "the slave")
-        addrs = {"SYNC_MASTER": master.addr, "DLEDGER": g.brokers[leader].addr}
-        for addr in addrs.values():
-            session.run(w.create_topic(session.client, addr, topic))
-        for b in (master, g.brokers[leader]):
-            bb.wait_io_settled(b)
-        run = native_pair(benchmark, addrs, "DLEDGER", topic, scale)
-        assert g.leader() == leader, "the DLedger leader changed during the measurement"
+        with sync_master_and_group(store_dir, namesrv, session, topic) as (addrs, master, g, leader):
+            for b in (master, g.brokers[leader]):
+                bb.wait_io_settled(b)
+            run = native_pair(benchmark, addrs, "DLEDGER", topic, scale)
+            assert g.leader() == leader, "the DLedger leader changed during the measurement"
     finally:
         session.close()
-        if g is not None:
-            g.stop()
-        for b in started:
-            b.stop()
-    print(f"\n{NATIVE_CONNS * NATIVE_DEPTH} single sends in flight (mqload {NATIVE_CONNS} connections x {NATIVE_DEPTH}), "
-          f"1 KiB, ASYNC_FLUSH, 1 io worker per broker: {scale.rounds} rounds of {scale.msgs_per_round:,} per side, "
-          f"alternating, medians")
-    for k in addrs:
-        print(f"  {k:12s}: {run.text(k)}")
-    ratio = run.rate("DLEDGER") / run.rate("SYNC_MASTER")
-    benchmark.extra_info.update({"ratio": ratio, **{f"msgs_per_s[{k}]": run.rate(k) for k in addrs}})
+    ratio = run.report(benchmark, scale, "ASYNC_FLUSH, 1 io worker per broker", "DLEDGER", "SYNC_MASTER")
     bb.judge("DLedger (3) / SYNC_MASTER + SLAVE, 64 producers, native client", ratio, DLEDGER_VS_SYNC_TARGET,
              DLEDGER_VS_SYNC_NATIVE_FLOOR, f"{bb.SAME_RUN}, 5 brokers and mqload on {os.cpu_count()} CPUs")
 

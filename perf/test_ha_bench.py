@@ -261,6 +261,17 @@ class NativePair:
         return (f"{self.rate(kind):8,.0f} msgs/s (rounds {min(rates):,.0f}-{max(rates):,.0f}) latency p50 "
                 f"{statistics.median(r['p50_us'] for r in rs):,.0f} us, p99 {statistics.median(r['p99_us'] for r in rs):,.0f} us")
 
+    def report(self, benchmark, scale: "NativePairScale", setup: str, measured: str, baseline: str) -> float:
+        """Prints the rounds of both sides; measured's rate / baseline's, also in extra_info."""
+        print(f"\n{NATIVE_CONNS * NATIVE_DEPTH} single sends in flight (mqload {NATIVE_CONNS} connections x "
+              f"{NATIVE_DEPTH}), 1 KiB, {setup}: {scale.rounds} rounds of {scale.msgs_per_round:,} per side, "
+              f"alternating, medians")
+        for kind in self.results:
+            print(f"  {kind:12s}: {self.text(kind)}")
+        ratio = self.rate(measured) / self.rate(baseline)
+        benchmark.extra_info.update({"ratio": ratio, **{f"msgs_per_s[{k}]": self.rate(k) for k in self.results}})
+        return ratio
+
 
 def native_pair(benchmark, addrs: dict[str, str], measured: str, topic: str, scale: NativePairScale) -> NativePair:
     """mqload (NATIVE_CONNS x NATIVE_DEPTH single 1 KiB SEND_MESSAGE_V2 in flight) against the
@@ -311,13 +322,7 @@ def test_sync_vs_async_master_native(benchmark, namesrv, store_dir, need_disk, s
         run = native_pair(benchmark, addrs, "SYNC_MASTER", topic, scale)
     finally:
         stop_all(started)
-    print(f"\n{NATIVE_CONNS * NATIVE_DEPTH} single sends in flight (mqload {NATIVE_CONNS} connections x {NATIVE_DEPTH}), "
-          f"1 KiB, ASYNC_FLUSH, 1 io worker, a slave per master: {scale.rounds} rounds of {scale.msgs_per_round:,} "
-          f"per side, alternating, medians")
-    for role in addrs:
-        print(f"  {role:12s}: {run.text(role)}")
-    ratio = run.rate("SYNC_MASTER") / run.rate("ASYNC_MASTER")
-    benchmark.extra_info.update({"ratio": ratio, **{f"msgs_per_s[{k}]": run.rate(k) for k in addrs}})
+    ratio = run.report(benchmark, scale, "ASYNC_FLUSH, 1 io worker, a slave per master", "SYNC_MASTER", "ASYNC_MASTER")
     bb.judge("SYNC_MASTER / ASYNC_MASTER, 64 producers, native client", ratio, SYNC_VS_ASYNC_TARGET,
              SYNC_VS_ASYNC_NATIVE_FLOOR, f"{bb.SAME_RUN}, 4 brokers and mqload on {os.cpu_count()} CPUs")
 

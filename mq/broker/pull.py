@@ -201,11 +201,12 @@ class PullHoldService:
         closed handle (a TypeError at every Ctrl-C) or wait on unmapped memory."""
         self._stop = True
         self._parked.set()
-        for _ in range(STOP_WAKES_MAX if self._thread is not None else 0):
-            self.store.ctl.wake(C.SEQ_DISPATCH)     # it may have read the sequence just before the wake
-            self._thread.join(0.05)
-            if not self._thread.is_alive():
-                break
+        if self._thread is not None:
+            for _ in range(STOP_WAKES_MAX):     # it may have read the sequence just before the wake
+                self.store.ctl.wake(C.SEQ_DISPATCH)
+                self._thread.join(0.05)
+                if not self._thread.is_alive():
+                    break
         if self._bell is not None:
             self._bell.want(C.SEQ_DISPATCH, False)
         for waiters in self.held.values():

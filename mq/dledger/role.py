@@ -144,9 +144,8 @@ class DLedgerRole:
         self.published: tuple | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._grew_pending = False
-        self._leading = threading.Event()       # set while leading: the watcher threads wait for the log only then
+        self._leading = threading.Event()       # set while leading: the bell is wanted, the watcher threads wait
         self.bell: Bell | None = None           # mq.store.bells: rung by appends while leading (else threads)
-        self._bell_on = False
         self._bell_seqs: tuple = ()
         self._threads: list[threading.Thread] = []
         self._stopping = False
@@ -346,16 +345,16 @@ class DLedgerRole:
         state = (node.role, node.term, node.leader_id, self.enabled_term)
         if force or state != self.published:
             leading = node.role is Role.LEADER
-            if leading:
-                self._leading.set()
-            else:
-                self._leading.clear()
-            if self.bell is not None and leading != self._bell_on:
-                self._bell_on = leading
-                for seq in self._bell_seqs:
-                    self.bell.want(seq, leading)
-                if leading:                  # appended between the last look and the want
-                    self.loop.call_soon(self._log_grew)
+            if leading != self._leading.is_set():
+                if leading:
+                    self._leading.set()
+                else:
+                    self._leading.clear()
+                if self.bell is not None:
+                    for seq in self._bell_seqs:
+                        self.bell.want(seq, leading)
+                    if leading:              # appended between the last look and the want
+                        self.loop.call_soon(self._log_grew)
             if self.published is None or state[:3] != self.published[:3]:
                 log.info("DLedger %s: %s in term %d%s", self.self_id, node.role.value, node.term,
                          f", leader {node.leader_id}" if node.leader_id and node.leader_id != self.self_id else "")

@@ -279,6 +279,10 @@ class ControlBlock:
         lib.mq_ctl_wake(self.ptr, which)
 
     # sticky error ------------------------------------------------------------
+    def failed(self) -> bool:
+        """Is the sticky error set?  (fatal() without copying its message.)"""
+        return lib.mq_ctl_fatal(self.ptr, ffi.NULL, 0) != 0
+
     def fatal(self) -> str | None:
         msg = ffi.new("char[256]")
         err = lib.mq_ctl_fatal(self.ptr, msg, 256)

@@ -21,7 +21,7 @@ import itertools
 import threading
 
 from .control import POS_COMMITTED, POS_DL_APPEND_TERM, SEQ_COMMIT, ControlBlock
-from .native import ffi, lib
+from .native import lib
 
 _POS_COMMITTED, _POS_APPEND_TERM, _SEQ_COMMIT = POS_COMMITTED, POS_DL_APPEND_TERM, SEQ_COMMIT
 
@@ -71,7 +71,7 @@ class PositionWaiter:
         finally:
             timer.cancel()
             if via_bell:
-                self._prune()
+                _prune(self._bell_heap, bell, self.seq)
 
     def ring(self) -> None:
         """(the bell's loop) Resolves the bell's waits the position or a fatal store settled;
@@ -80,20 +80,11 @@ class PositionWaiter:
         if not heap:
             return
         cur = self.ctl.get(self.pos)
-        fatal = heap[0][0] > cur and lib.mq_ctl_fatal(self.ctl.ptr, ffi.NULL, 0) != 0
+        fatal = heap[0][0] > cur and self.ctl.failed()
         while heap and (heap[0][0] <= cur or fatal):
             target, _, fut = heapq.heappop(heap)
             _resolve(fut, target <= cur)
-        self._prune()
-
-    def _prune(self) -> None:
-        """Drops the waits at the top that timed out (nothing awaits them); no wait left: the
-        bell is not wanted any more."""
-        heap = self._bell_heap
-        while heap and heap[0][2].done():
-            heapq.heappop(heap)
-        if not heap:
-            self._bell.want(self.seq, False)
+        _prune(heap, self._bell, self.seq)
 
     def _push_threaded(self, target: int, fut, loop) -> None:
         with self._lock:
@@ -126,6 +117,15 @@ class PositionWaiter:
             self.ctl.wake(self.seq)
             self._thread.join(timeout=2)
             self._thread = None
+
+
+def _prune(heap: list, bell, seq: int) -> None:
+    """Drops the bell waits at the top of `heap` that timed out (nothing awaits them; the future
+    is an entry's last field); no wait left: `seq` is not wanted from the bell any more."""
+    while heap and heap[0][-1].done():
+        heapq.heappop(heap)
+    if not heap:
+        bell.want(seq, False)
 
 
 def _resolve(fut: asyncio.Future, ok: bool) -> None:
@@ -195,7 +195,7 @@ class CommitWaiter:
         finally:
             timer.cancel()
             if via_bell:
-                self._prune()
+                _prune(self._bell_heap, bell, _SEQ_COMMIT)
 
     def ring(self) -> None:
         """(the bell's loop) The thread's _run, one pass: waits of another term fail, waits the
@@ -218,15 +218,7 @@ class CommitWaiter:
         while heap and heap[0][0] <= committed:
             _, _, term, fut = heapq.heappop(heap)
             _resolve(fut, "ok" if term == term_now else "term")
-        self._prune()
-
-    def _prune(self) -> None:
-        """PositionWaiter._prune."""
-        heap = self._bell_heap
-        while heap and heap[0][3].done():
-            heapq.heappop(heap)
-        if not heap:
-            self._bell.want(_SEQ_COMMIT, False)
+        _prune(heap, self._bell, _SEQ_COMMIT)
 
     def _run(self) -> None:
         term_seen = None

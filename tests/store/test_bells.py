@@ -140,7 +140,8 @@ async def main():
         def other_loop():
             return asyncio.run(acks.wait_async(2100, 5))
         fut = loop.run_in_executor(None, other_loop)
-        await asyncio.sleep(0.1)
+        while not acks._heap:                   # its wait is in the thread's heap: then move
+            await asyncio.sleep(0.005)
         tell_and_wait("advance POS_ACKED 2100 SEQ_ACK")
         assert await fut is True
         assert acks._thread is not None
