@@ -92,6 +92,7 @@ class Supervisor:
         self.stats_block: StatsBlock | None = None     # the roles' counters (mq.store.stats)
         self.stats_history: StatsHistory | None = None  # their minute/hour/day windows (VIEW_BROKER_STATS_DATA)
         self.metrics: MetricsServer | None = None
+        self.commit_waiter: CommitWaiter | None = None  # DLedger mode: commits of the supervisor's own writes
         self.disk: DiskCheck | None = None             # the disk ratios (mq.store.retention), run by _disk_loop
 
     # ---- lifecycle -------------------------------------------------------------------------------
@@ -206,6 +207,8 @@ class Supervisor:
             await self.metrics.stop()
         if self.stats_block is not None:
             self.stats_block.close()
+        if self.commit_waiter is not None:
+            self.commit_waiter.close()      # its thread leaves the control block before it is unmapped
         self.store.close()
         log.info("broker stopped cleanly")
 
@@ -328,7 +331,8 @@ class Supervisor:
                 ctl.wait(C.SEQ_ROLE, seen, 1000)
 
         import threading
-        threading.Thread(target=watch, name="dledger-role-watch", daemon=True).start()
+        watcher = threading.Thread(target=watch, name="dledger-role-watch", daemon=True)
+        watcher.start()
         sync_task: asyncio.Task | None = None
         follower_id = dledger_follower_id(self.store.config)
         try:
@@ -358,6 +362,10 @@ class Supervisor:
             stop = True
             if sync_task is not None:
                 sync_task.cancel()
+            # out of the control block before stop() unmaps it (a thread woken in unmapped
+            # memory killed the process with SIGSEGV after "broker stopped cleanly")
+            ctl.wake(C.SEQ_ROLE)
+            watcher.join(2)
 
     async def _hand_over(self) -> None:
         """A graceful stop of a DLedger member that leads, or led within dLegerForwardOnStopMs:
