@@ -473,7 +473,7 @@ class OurBrokers:
             if self._producers is not None:
                 stack.callback(self._producers.close)
             for producer, consumer in self._library.values():
-                stack.callback(lambda p=producer, c=consumer: self.run(_shutdown_library(p, c)))
+                stack.callback(lambda p=producer, c=consumer: self.run(shutdown_library(p, c)))
 
     def __enter__(self):
         return self
@@ -493,12 +493,12 @@ class OurBrokers:
     def _lib(self, flush: str) -> tuple:
         """(Producer, PullConsumer) of mq.client against this flush type's broker, started once."""
         if flush not in self._library:
-            self._library[flush] = self.run(_start_library(self.namesrv.addr, flush))
+            self._library[flush] = self.run(start_library(self.namesrv.addr, flush))
         return self._library[flush]
 
     def _lib_sends(self, flush: str, n: int, in_flight: int, batch: int = 1) -> Result:
         producer, _ = self._lib(flush)
-        return self.run(_library_sends(producer, self.topic(flush), n, in_flight, batch))
+        return self.run(library_sends(producer, self.topic(flush), n, in_flight, batch))
 
     def one_at_a_time(self, flush: str, n: int) -> Result:
         if self.client == "mqperf":
@@ -566,7 +566,7 @@ class OurBrokers:
             return r
         if self.client == "library":
             _, consumer = self._lib(flush)
-            r = self.run(_library_consume(consumer, self.BACKLOG_TOPIC, w.PULL_MAX_MSGS))
+            r = self.run(library_consume(consumer, self.BACKLOG_TOPIC, w.PULL_MAX_MSGS))
             assert r.msgs == sum(ends), (r.msgs, ends)
             return r
         lat: list[float] = []
@@ -577,7 +577,8 @@ class OurBrokers:
 
 
 # ---- client="library": mq.client as an application uses it ---------------------------------------
-async def _start_library(namesrv: str, flush: str):
+async def start_library(namesrv: str, flush: str):
+    """(Producer, PullConsumer), started; `flush` names them (the broker they are for)."""
     from mq.client import Producer, PullConsumer
     tag = flush.split("_")[0].lower()
     producer = await Producer(f"peers_producer_{tag}", namesrv, instance_name=f"peers-{tag}-{os.getpid()}").start()
@@ -586,12 +587,12 @@ async def _start_library(namesrv: str, flush: str):
     return producer, consumer
 
 
-async def _shutdown_library(producer, consumer) -> None:
+async def shutdown_library(producer, consumer) -> None:
     await producer.shutdown()
     await consumer.shutdown()
 
 
-async def _library_sends(producer, topic: str, n: int, in_flight: int, batch: int) -> Result:
+async def library_sends(producer, topic: str, n: int, in_flight: int, batch: int) -> Result:
     """n messages by `in_flight` concurrent senders, each awaiting send() (batch 1) or
     send_batch() of `batch` messages; any status but SEND_OK fails the round."""
     from mq.client import Message, SendStatus
@@ -615,7 +616,7 @@ async def _library_sends(producer, topic: str, n: int, in_flight: int, batch: in
     return Result(requests * batch, time.perf_counter() - t0, lat)
 
 
-async def _library_consume(consumer, topic: str, max_nums: int) -> Result:
+async def library_consume(consumer, topic: str, max_nums: int) -> Result:
     """Every message of `topic` from offset 0: PullConsumer.pull of max_nums, one at a time,
     round-robin over the queues, until each queue answers NO_NEW_MSG."""
     from mq.client import PullStatus

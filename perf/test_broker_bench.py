@@ -19,6 +19,9 @@ RemotingClient, speaking the wire protocol directly (no client library on top), 
      (enablePropertyFilter) against the same half by TAG         >= 0.5x (filtered pulls within 2x of tag pulls)
   9. the io worker's anonymous memory (RssAnon) at the highest rate against one send at a time,
      and from the first high-rate round to the last              no growth with the rate (issue 23)
+ 12. the client library as an application uses it (mq.client): Producer.send one at a time,
+     and PullConsumer.pull of 32 decoding every message          >= 1x redis-py XADD one at a time,
+                                                                 >= 1x redis-py XREAD COUNT 1000
 
 Every gate is a ratio of two things measured in this run.  Gates 1, 2, 4, 5 and 6 measure Redis
 Streams here (perf/peers.py: redis-server from Debian's package, installed if missing, started
@@ -86,6 +89,10 @@ SYNC_FLUSH_TARGET = 1.5           # msgs/s ÷ Redis AOF always with redis-benchm
 SYNC_FLUSH_FLOOR = 0.05           # measured 0.14-0.40 here (Redis 7.8-55 k msgs/s)
 SQL92_TARGET = 0.5                # SQL92-filtered pulls' msgs/s ÷ TAG-filtered pulls' (the same half selected)
 SQL92_FLOOR = 0.25                # measured 0.56-0.73 here when added (quick, a CI run sharing the machine)
+LIBRARY_SEND_TARGET = 1.0         # Producer.send msgs/s ÷ redis-py XADD one at a time (issue 23, item 6)
+LIBRARY_SEND_FLOOR = 0.3          # measured 0.83-1.04 here by hand when added
+LIBRARY_PULL_TARGET = 1.0         # PullConsumer.pull msgs/s ÷ redis-py XREAD COUNT 1000
+LIBRARY_PULL_FLOOR = 0.25         # measured 0.97 here by hand when added (mqpeers --client library)
 
 STRICT = os.environ.get("MQ_PERF_STRICT") == "1"
 
@@ -1100,3 +1107,89 @@ def test_io_worker_memory_does_not_grow_with_the_rate(benchmark, start_broker, s
           f"first to last round {creep_mib:+.1f} MiB (asserted: <= {MEMORY_CREEP_SLACK_MIB})")
     assert growth_mib <= MEMORY_RATE_SLACK_MIB, f"the io worker's memory grew {growth_mib:.1f} MiB with the rate"
     assert creep_mib <= MEMORY_CREEP_SLACK_MIB, f"the io worker's memory crept {creep_mib:.1f} MiB over the rounds"
+
+
+# =================================================================================================
+# 12. the client library (mq.client) as an application uses it
+# =================================================================================================
+@dataclass(frozen=True)
+class LibraryScale:
+    sends_per_round: int
+    backlog: int
+    rounds: int
+
+
+LIBRARY_SCALES = [
+    pytest.param(LibraryScale(1000, 10_000, 3), id="quick", marks=pytest.mark.quick),
+    pytest.param(LibraryScale(4000, 100_000, 5), id="full"),
+]
+
+
+@pytest.mark.parametrize("scale", LIBRARY_SCALES)
+def test_client_library_against_redis_py(benchmark, namesrv, start_broker, session, redis_peer, scale):
+    """Gate 12 (issue 23, item 6): the project's client library as an application uses it,
+    against redis-py doing the same, rounds alternating (Redis in the untimed setup).
+    (a) Producer.send of one 1 KiB Message, each awaited before the next (routes from the name
+    server, a UNIQ_KEY per message, the answer decoded into a SendResult; every status
+    SEND_OK), against XADD one at a time; (b) a backlog read from offset 0 by PullConsumer.pull
+    of 32, one request at a time, round-robin over the queues, every message decoded into a
+    MessageExt, against XREAD COUNT 1000.  Both clients run in this process on one thread;
+    the CPU each spends a message is printed (the library's includes its event loop)."""
+    benchmark.group = "broker gate 12: the client library against redis-py"
+    broker = start_broker(1)
+    _, rds = redis_peer("everysec")
+    topic, backlog_topic = "PerfLibrary", "PerfLibraryBacklog"
+    c, addr = session.client, broker.addr
+    session.run(create_topic(c, addr, topic))
+    session.run(create_topic(c, addr, backlog_topic))
+    batches = scale.backlog // BATCH_MSGS
+    session.run(batched_sends(c, addr, backlog_topic, batches, BATCH_IN_FLIGHT, one_kib_batch(), []))
+    ends = session.run(wait_dispatched(c, addr, backlog_topic, batches * BATCH_MSGS + 1))
+    total = sum(ends)
+    redis_fill(rds, "backlog", total)
+    producer, consumer = session.run(peers.start_library(namesrv.addr, "gate12"))
+    try:
+        n = scale.sends_per_round
+        session.run(peers.library_sends(producer, topic, n // 2, 1, 1))                 # warm-up
+        session.run(peers.library_consume(consumer, backlog_topic, PULL_MAX_MSGS))
+        redis_xadd_one(rds, "s", n // 2)
+        redis_xread(rds, "backlog")
+        meter = CpuMeter({"client": [os.getpid()], **broker_processes(broker)})
+        sends, pulls, redis_sends, redis_reads = Series(), Series(), Series(), Series()
+        redis_cpu_s = [0.0, 0.0]
+
+        def setup():
+            t = time.process_time()
+            redis_sends.add(redis_xadd_one(rds, "s", n))
+            redis_cpu_s[0] += time.process_time() - t
+            t = time.process_time()
+            redis_reads.add(redis_xread(rds, "backlog"))
+            redis_cpu_s[1] += time.process_time() - t
+
+        def measured():
+            with meter:
+                sends.add(session.run(peers.library_sends(producer, topic, n, 1, 1)))
+            r = pulls.add(session.run(peers.library_consume(consumer, backlog_topic, PULL_MAX_MSGS)))
+            assert r.msgs == total, (r.msgs, ends)
+
+        benchmark.pedantic(measured, setup=setup, rounds=scale.rounds)
+    finally:
+        session.run(peers.shutdown_library(producer, consumer))
+    rounds = len(sends.rounds)
+    print(f"\nmq.client against redis-py, 1 KiB, ASYNC_FLUSH, 1 io worker: {rounds} rounds, alternating, medians")
+    print(f"  Producer.send one at a time: {sends.text()}")
+    info = meter.report(n * rounds)
+    print(f"  redis-py XADD one at a time: {redis_sends.text()}; client cpu {redis_cpu_s[0] / (n * rounds) * 1e6:.1f} "
+          f"us a message")
+    print(f"  PullConsumer.pull of {PULL_MAX_MSGS}, round-robin: {pulls.text()} (latency per pull)")
+    print(f"  redis-py XREAD COUNT {XREAD_COUNT}: {redis_reads.text()} (latency per XREAD)")
+    send_ratio = sends.msgs_per_s / redis_sends.msgs_per_s
+    pull_ratio = pulls.msgs_per_s / redis_reads.msgs_per_s
+    info.update({"send_msgs_per_s": sends.msgs_per_s, "redis_xadd_msgs_per_s": redis_sends.msgs_per_s,
+                 "pull_msgs_per_s": pulls.msgs_per_s, "redis_xread_msgs_per_s": redis_reads.msgs_per_s,
+                 "redis_client_cpu_us_per_xadd": redis_cpu_s[0] / (n * rounds) * 1e6})
+    benchmark.extra_info.update(info)
+    judge("Producer.send one at a time / redis-py XADD one at a time", send_ratio, LIBRARY_SEND_TARGET,
+          LIBRARY_SEND_FLOOR, REDIS_SAME_RUN)
+    judge("PullConsumer.pull / redis-py XREAD COUNT 1000", pull_ratio, LIBRARY_PULL_TARGET, LIBRARY_PULL_FLOOR,
+          REDIS_SAME_RUN)

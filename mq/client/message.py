@@ -32,7 +32,7 @@ from datetime import datetime
 from mq.wire import commitlog as wcl
 from mq.wire.consumequeue import java_string_hashcode
 from mq.wire.msgid import offset_msg_id
-from mq.wire.properties import decode_properties
+from mq.wire.properties import decode_properties, string_to_properties
 
 # Property names (C/message/MessageConst.java).
 PROPERTY_KEYS = "KEYS"
@@ -262,17 +262,20 @@ def _host_port(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-_PORT_PHY = struct.Struct(">iq")       # an offset msg id: store host, port, physical offset (mq.wire.msgid)
+_PORT = struct.Struct(">i")             # an offset msg id: store host, port, physical offset (mq.wire.msgid)
 
 
 def decode_messages(body: bytes, broker_name: str = "") -> list[MessageExt]:
     """Every message of a PULL response body (concatenated CommitLog records, spec 3.1), equal
     to message_from_record of each parsed record (tests/client/test_client_unit.py).  Raises
     mq.wire.errors.WireError for a malformed body.  The consumer's per-message cost: each record
-    is one tuple (wcl.iter_record_values), each message one dict; the queue object is shared by
-    the messages of one queue."""
+    is one tuple (wcl.iter_record_values), each message one dict; what the messages of one pull
+    share is made once per pull: the queue object, each "host:port" text, and the store host's
+    part of the offset msg ids (the rest is the physical offset, 16 hex digits)."""
     out = []
     queues: dict = {}
+    hosts: dict = {}
+    id_heads: dict = {}
     new = object.__new__
     for (total_size, body_crc, queue_id, flag, queue_offset, phy, sys_flag, born_ts, born_host, born_port, store_ts,
          store_host, store_port, reconsume, prep_tx, raw_body, topic, props, store_packed) in wcl.iter_record_values(body):
@@ -282,14 +285,23 @@ def decode_messages(body: bytes, broker_name: str = "") -> list[MessageExt]:
         if not 0 <= phy < 1 << 63 or not 0 <= store_port <= 0xFFFF:
             msg_id = offset_msg_id(store_host, store_port, phy)     # raises the EncodeError it always did
         else:
-            msg_id = (store_packed + _PORT_PHY.pack(store_port, phy)).hex().upper()
+            head = id_heads.get((store_packed, store_port))
+            if head is None:
+                head = id_heads[(store_packed, store_port)] = (store_packed + _PORT.pack(store_port)).hex().upper()
+            msg_id = head + "%016X" % phy
+        born = hosts.get((born_host, born_port))
+        if born is None:
+            born = hosts[(born_host, born_port)] = _host_port(born_host, born_port)
+        stored = hosts.get((store_host, store_port))
+        if stored is None:
+            stored = hosts[(store_host, store_port)] = _host_port(store_host, store_port)
         m = new(MessageExt)
         m.__dict__ = {
             "topic": topic, "body": decompress_body(raw_body, sys_flag) if sys_flag & SYSFLAG_COMPRESSED else raw_body,
-            "flag": flag, "properties": decode_properties(props), "queue_id": queue_id, "queue_offset": queue_offset,
+            "flag": flag, "properties": string_to_properties(props.decode("utf-8", "replace")),
+            "queue_id": queue_id, "queue_offset": queue_offset,
             "commitlog_offset": phy, "store_size": total_size, "sys_flag": sys_flag, "body_crc": body_crc,
-            "born_timestamp_ms": born_ts, "born_host": _host_port(born_host, born_port),
-            "store_timestamp_ms": store_ts, "store_host": _host_port(store_host, store_port),
+            "born_timestamp_ms": born_ts, "born_host": born, "store_timestamp_ms": store_ts, "store_host": stored,
             "reconsume_times": reconsume, "prepared_transaction_offset": prep_tx, "offset_msg_id": msg_id,
             "broker_name": broker_name, "queue": queue}
         out.append(m)
