@@ -150,17 +150,19 @@ class FastSends:
     def take(self, conn, data: bytes, pos: int, size: int) -> int:
         """Stages the sends of data[pos:size] C takes; returns where the first frame it did not
         take starts (size: every complete frame was taken, or pos when the first is Python's)."""
-        slot = conn.attrs.get("fast_slot")
-        if slot is None:
-            slot = conn.attrs["fast_slot"] = self._next_slot
+        me = conn.attrs.get("fast")
+        if me is None:
+            born = born_packed(conn)
+            me = conn.attrs["fast"] = (self._next_slot, born, len(born), conn.peer[1])
+            self._by_slot[self._next_slot] = conn
             self._next_slot = (self._next_slot + 1) & 0x7FFFFFFF
-            self._by_slot[slot] = conn
-        born = born_packed(conn)
+        slot, born, born_len, port = me
         buf = ffi.from_buffer(data)
         h, consumed, stop, code = self._h, self._consumed, self._stop, self._code
         while True:
-            check(lib.mq_fast_read(h, slot, born, len(born), conn.peer[1], buf + pos, size - pos, consumed, stop,
-                                   code), "fast send read")
+            rc = lib.mq_fast_read(h, slot, born, born_len, port, buf + pos, size - pos, consumed, stop, code)
+            if rc:
+                check(rc, "fast send read")
             took = consumed[0]
             if took:
                 if not self._staged:
@@ -181,9 +183,9 @@ class FastSends:
 
     def forget(self, conn) -> None:
         """conn closed: answers still held for it are dropped when released."""
-        slot = conn.attrs.get("fast_slot")
-        if slot is not None:
-            self._by_slot.pop(slot, None)
+        me = conn.attrs.get("fast")
+        if me is not None:
+            self._by_slot.pop(me[0], None)
 
     # ---- policy ----------------------------------------------------------------------------
     def set_policy(self, usable: bool, hold: str | None) -> None:
@@ -263,14 +265,17 @@ class FastSends:
             self._keep.clear()
         n_spans, n_fails, n_ok, n_held = n[0], n[1], n[2], n[3]
         self.runs += 1
-        self._write_spans(n_spans)
-        refused_stored = self._answer_fails(n_fails, PutStatus.SLAVE_NOT_AVAILABLE,
-                                            "no slave connected, or it is too far behind") if n_fails else 0
-        self.msgs += n_ok + n_fails - refused_stored      # a stored send refused an answer is in both
-        for slot in staged:
-            conn = self._by_slot.get(slot)
-            if conn is not None:
-                conn.flush()
+        try:
+            self._write_spans(n_spans)
+            refused_stored = self._answer_fails(n_fails, PutStatus.SLAVE_NOT_AVAILABLE,
+                                                "no slave connected, or it is too far behind") if n_fails else 0
+            self.msgs += n_ok + n_fails - refused_stored      # a stored send refused an answer is in both
+        finally:                           # the spans' frames were queued without a flush of their own
+            by_slot = self._by_slot
+            for slot in staged:
+                conn = by_slot.get(slot)
+                if conn is not None:
+                    conn.flush()
         if self.tracer is not None:
             self._trace_room(n_ok + n_fails)
         answered_now = n_ok - n_held - refused_stored
@@ -284,8 +289,8 @@ class FastSends:
         for i in range(n_spans):
             s = spans[i]
             conn = by_slot.get(s.conn)
-            if conn is not None:
-                conn.write_frame(out[s.offset:s.offset + s.len])
+            if conn is not None:          # the caller flushes them (run, _release)
+                conn.queue_frame(out[s.offset:s.offset + s.len])
 
     def _answer_fails(self, n: int, stored_status: PutStatus, stored_reason: str) -> int:
         """Answers fails[0:n] as the group path answers them: a send the store refused through

@@ -206,6 +206,13 @@ class Connection:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self.flush)
 
+    def queue_frame(self, frame: bytes) -> None:
+        """Queues an encoded frame for a caller that calls flush() itself before it returns to
+        the event loop (write_frame would also schedule a flush: a callback per connection)."""
+        if not self.closed:
+            self._out.append(frame)
+            self._out_bytes += len(frame)
+
     def flush(self) -> None:
         """Writes every queued frame now, in one write.  The transport pauses reading (through
         pause_writing) when it then holds over UNSENT_BYTES_PER_CONNECTION_MAX; what it holds is
