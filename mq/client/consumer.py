@@ -135,11 +135,13 @@ async def pull_kernel(inst: ClientInstance, group: str, mq: MessageQueue, sub: S
         raise MQBrokerError(r.code, f"malformed pull response header {h}: {e}", addr) from None
     if status is PullStatus.FOUND:
         msgs = decode_messages(r.body, mq.broker_name)
+        lo, hi = str(result.min_offset), str(result.max_offset)
         for m in msgs:
-            m.properties[PROPERTY_MIN_OFFSET] = str(result.min_offset)
-            m.properties[PROPERTY_MAX_OFFSET] = str(result.max_offset)
+            props = m.properties
+            props[PROPERTY_MIN_OFFSET] = lo
+            props[PROPERTY_MAX_OFFSET] = hi
             m.queue = mq
-        result.messages = [m for m in msgs if sub.matches(m)]
+        result.messages = [m for m in msgs if sub.matches(m)] if sub.tags else msgs
     return result
 
 
