@@ -398,15 +398,23 @@ class _ServerProtocol(asyncio.Protocol):
         if self._paused_by:
             self._held.add(data)
             return
-        data = self._held.take(data)
-        if data is None:
-            return
         server = self.server
-        size = len(data)
+        taker = server.taker
         pos = 0
+        handed_back = -1                    # where the taker stopped: that frame is Python's
+        if taker is not None and not len(self._held):
+            # the C send path takes every frame of most reads: then nothing is queued here (its
+            # answers go out from its run), and the general walk below is not needed
+            pos = handed_back = taker(conn, data, 0, len(data))
+            if pos == len(data) or conn.closed:
+                return
+        else:
+            data = self._held.take(data)
+            if data is None:
+                return
+        size = len(data)
         view = memoryview(data)
         tracer = server.tracer
-        taker = server.taker
         conn._flush_scheduled = True        # answers of this read go out in the flush below, together
         # the answer bytes this read may queue before they are handed to the transport mid-read,
         # which pauses the connection if they then pass its cap or the process's (flush)
@@ -415,7 +423,7 @@ class _ServerProtocol(asyncio.Protocol):
             room = conn._budget.room_bytes
         try:
             while size - pos >= 4:
-                if taker is not None:
+                if taker is not None and pos != handed_back:
                     pos = taker(conn, data, pos, size)     # the frames it takes from here on
                     if size - pos < 4:
                         break
