@@ -70,7 +70,6 @@ log = logging.getLogger("mq.dledger")
 TICK_S = 0.01
 STATUS_FILE = "dledger-status.json"
 STATUS_INTERVAL_S = 1.0
-CATCHUP_TICKS_MAX = 200           # ticks replayed at once after the loop was held up (SIGSTOP, load)
 OPAQUES_PER_LINK_MAX = 65536      # requests remembered per link until their response (votes may go unanswered)
 STOP_TRANSFER_S = 1.0
 BROKER_ADDR_RE = re.compile(r"[0-9A-Za-z.:\[\]-]{1,253}:[0-9]{1,5}")   # a heartbeat's brokerAddr (host:port)
@@ -273,9 +272,18 @@ class DLedgerRole:
                                               self._on_tick)
 
     def _tick_once(self) -> None:
+        """A loop late by up to one heartbeat interval (load) replays the ticks it owes, so the
+        timers keep real time.  A longer hold-up means this process did not run (SIGSTOP, a
+        stalled machine or VM): it could not hear the heartbeats it missed, so that time does
+        not count as the leader's silence -- nor, on a leader, as its followers' (check-quorum).
+        Replaying it made a whole group stalled together (a VM paused for 3.6 s) resume into an
+        election it did not need; etcd's ticker drops such ticks too.  A member stopped alone
+        loses nothing by it: the others went on timing, and the first message of a newer term
+        sets it right (mq.dledger.sim models the same cap)."""
         now = time.monotonic()
         n = 0
-        while self._next_tick <= now and n < CATCHUP_TICKS_MAX:
+        catchup = self.node.cfg.heartbeat_ticks
+        while self._next_tick <= now and n < catchup:
             self.node.tick()
             self._next_tick += TICK_S
             n += 1

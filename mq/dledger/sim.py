@@ -11,10 +11,10 @@ proposal committed everywhere.
 A pause is a SIGSTOP of a member's process (mostly the leader's): it neither
 ticks nor reads; what is sent to it waits (TCP keeps it), and what it had sent
 may be held too and arrive late.  When it resumes it replays the ticks it
-missed (at most catchup_ticks, as the broker's role does) and sends what they
-made -- heartbeats and appends of a term that may be over by then -- before or
-after it reads what waited (the broker's event loop runs timers first; the
-order is drawn per resume).
+missed (at most one heartbeat interval, as the broker's role does) and sends
+what they made -- heartbeats and appends of a term that may be over by then --
+before or after it reads what waited (the broker's event loop runs timers
+first; the order is drawn per resume).
 
 Checked all along:
   * election safety: at most one leader per term;
@@ -229,7 +229,6 @@ class SimParams:
     batch_max: int = 8             # entries per Append
     pause_weight: float = 0.15     # pauses of a member (mostly the leader) per fault draw of another kind
     pause_ticks_max: int = 80      # a pause lasts election_ticks_min..this
-    catchup_ticks: int = 40        # ticks a resumed member replays at most (the role: 200 of 10 ms)
     compact_weight: float = 0.0    # retention passes on a running member per fault draw of another kind
     liveness_timeouts: int = 6     # election timeouts (max) a talking majority may go without a leader
 
@@ -434,11 +433,11 @@ class SimCluster:
                   + (f", {held} sent messages held" if hold_sent else ""))
 
     def resume(self, node: SimNode, timers_first: bool | None = None) -> None:
-        """SIGCONT: replay the ticks missed (at most catchup_ticks, then one Ready, as the role's
+        """SIGCONT: replay the ticks missed (at most heartbeat_ticks, then one Ready, as the role's
         timer does), and handle what waited -- after the ticks (timers first: uvloop's order) or
         before (asyncio's); drawn when not given."""
         missed = self.now - node.paused_since
-        replay = min(missed, self.params.catchup_ticks)
+        replay = min(missed, self.params.heartbeat_ticks)
         inbox, node.inbox = node.inbox, []
         node.paused_since = None
         if timers_first is None:
