@@ -405,7 +405,11 @@ class _ServerProtocol(asyncio.Protocol):
         if taker is not None and not len(self._held):
             # the C send path takes every frame of most reads: then nothing is queued here (its
             # answers go out from its run), and the general walk below is not needed
-            pos = handed_back = taker(conn, data, 0, len(data))
+            try:
+                pos = handed_back = taker(conn, data, 0, len(data))
+            except WireError as e:
+                self._framing_error(e)
+                return
             if pos == len(data) or conn.closed:
                 return
         else:
@@ -458,15 +462,19 @@ class _ServerProtocol(asyncio.Protocol):
                 if conn.closed:
                     return
         except WireError as e:
-            server.framing_errors += 1
-            log.warning("%s: closing connection %s after a framing error: %s", server.name, conn.peer, e)
-            conn.close()
+            self._framing_error(e)
             return
         finally:
             view.release()
             conn.flush()
         if pos < size:
             self._held.hold(data, pos)
+
+    def _framing_error(self, e: WireError) -> None:
+        server = self.server
+        server.framing_errors += 1
+        log.warning("%s: closing connection %s after a framing error: %s", server.name, self.conn.peer, e)
+        self.conn.close()
 
     def eof_received(self):
         if len(self._held):
