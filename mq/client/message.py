@@ -262,7 +262,7 @@ def _host_port(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-_PORT = struct.Struct(">i")             # an offset msg id: store host, port, physical offset (mq.wire.msgid)
+_PORT = struct.Struct(">i")             # the port in an offset msg id (store host, port, offset: mq.wire.msgid)
 
 
 def decode_messages(body: bytes, broker_name: str = "") -> list[MessageExt]:
