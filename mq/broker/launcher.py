@@ -48,6 +48,7 @@ POLL_S = 0.1                  # how often the launcher reaps children between co
 PR_SET_NAME = 15
 PR_SET_PDEATHSIG = 1
 _libc = None
+_launcher_pid: int | None = None   # in a role: the pid of the launcher that forked it
 
 
 def _prctl(option: int, value) -> None:
@@ -68,15 +69,26 @@ def set_process_name(name: str) -> None:
 
 
 def die_with_parent(sig: int = signal.SIGTERM) -> None:
-    """PR_SET_PDEATHSIG: `sig` when the parent (the launcher, for a role) exits."""
+    """PR_SET_PDEATHSIG: `sig` when the parent (the launcher, for a role) exits.
+
+    The kernel only signals deaths that happen after the prctl.  A role runs this some
+    milliseconds after its fork (more on a loaded machine), and a launcher that died in
+    between (the supervisor was killed at once) would leave the role running for ever.
+    So, once armed, check that the launcher that forked us is still our parent; if it is
+    not, it is gone (we were reparented), and we take `sig` now."""
     _prctl(PR_SET_PDEATHSIG, int(sig))
+    if _launcher_pid is not None and os.getppid() != _launcher_pid:
+        os.kill(os.getpid(), int(sig))
 
 
 # ---- the launcher process ------------------------------------------------------------------------
-def _child_main(name: str, target, args: tuple, close_fds: list[int]) -> None:
+def _child_main(name: str, target, args: tuple, close_fds: list[int], launcher_pid: int) -> None:
     """First code of every role process: drop the launcher's descriptors (so the
     supervisor and the other roles see EOF when they should), default signal
-    dispositions, then the role."""
+    dispositions, then the role.  `launcher_pid` is read before the fork (getppid() here
+    could already name the reaper that adopted us)."""
+    global _launcher_pid
+    _launcher_pid = launcher_pid
     for fd in close_fds:
         try:
             os.close(fd)
@@ -145,7 +157,7 @@ class _Launcher:
         close = [self.conn.fileno()] + [e[1].writer_fileno() for e in self.children.values() if e[1] is not None]
         if writer is not None:
             close.append(writer.writer_fileno())
-        p = self.ctx.Process(target=_child_main, name=name, args=(name, target, args, close))
+        p = self.ctx.Process(target=_child_main, name=name, args=(name, target, args, close, os.getpid()))
         p.start()
         if writer is not None:
             writer.close_reader()

@@ -87,7 +87,9 @@ def test_role_records_reach_the_supervisors_handler_also_after_a_restart():
 def test_the_launcher_exits_with_the_supervisor_and_takes_the_roles_along():
     """Proves the cleanup path of a crash: SIGKILL of the supervisor makes the
     launcher read EOF and exit, and its role processes follow (an io-worker-like
-    role through PR_SET_PDEATHSIG, a stop-pipe role through EOF)."""
+    role through PR_SET_PDEATHSIG, a stop-pipe role through EOF), including a role
+    that arms PR_SET_PDEATHSIG only after the launcher is already gone: a role forked
+    just before the kill, on a loaded machine (this test failed once in CI that way)."""
     script = textwrap.dedent("""
         import asyncio, os, sys, time
         from mq.logs import setup_broker_logging
@@ -100,6 +102,12 @@ def test_the_launcher_exits_with_the_supervisor_and_takes_the_roles_along():
         def piped(stop):
             stop.wait(120)
 
+        def late(launcher_pid):
+            while os.getppid() == launcher_pid:   # arm only once the launcher is gone
+                time.sleep(0.01)
+            die_with_parent()
+            time.sleep(120)
+
         setup_broker_logging()
         launcher = Launcher()
 
@@ -107,9 +115,10 @@ def test_the_launcher_exits_with_the_supervisor_and_takes_the_roles_along():
             launcher.attach(asyncio.get_running_loop())
             a = launcher.start("w", worker, ())
             b = launcher.start("p", piped, (STOP_PIPE,))
-            while a.pid is None or b.pid is None:
+            c = launcher.start("l", late, (launcher.pid,))
+            while a.pid is None or b.pid is None or c.pid is None:
                 await asyncio.sleep(0.01)
-            print(launcher.pid, a.pid, b.pid, flush=True)
+            print(launcher.pid, a.pid, b.pid, c.pid, flush=True)
             await asyncio.sleep(120)
 
         asyncio.run(main())
@@ -118,7 +127,7 @@ def test_the_launcher_exits_with_the_supervisor_and_takes_the_roles_along():
                          start_new_session=True)
     try:
         pids = [int(x) for x in p.stdout.readline().split()]
-        assert len(pids) == 3
+        assert len(pids) == 4
         os.kill(p.pid, signal.SIGKILL)
         p.wait(10)
         from mq.cluster import wait_for
