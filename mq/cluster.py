@@ -155,6 +155,9 @@ def port_open(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+STACK_DUMP_WAIT_S = 0.3           # for one process's stacks to be written before the next is asked
+
+
 class Proc:
     """A subprocess in a session of its own, its stdout and stderr appended to `log_path`,
     its environment this process's plus `env`.  `p` is the subprocess.Popen.
@@ -185,9 +188,26 @@ class Proc:
             try:
                 self.p.wait(timeout_s)
             except subprocess.TimeoutExpired:
+                self.dump_stacks(f"not stopped {timeout_s:g} s after SIGTERM")
                 self.kill()
         self.log.close()
         return self.p.returncode
+
+    def dump_stacks(self, why: str) -> None:
+        """SIGQUIT to each process of its session, one at a time and the leader last (its
+        stacks then end the log, where a failed test's log tail looks): our servers print
+        every thread's stack and go on (mq.logs.enable_stack_dumps)."""
+        procs = processes_of_group(self.p.pid)
+        leader = procs.pop("broker", [])
+        for name, pids in sorted(procs.items()) + [("leader", leader)]:
+            for pid in pids:
+                self.log.write(f"--- {why}: the stacks of {name}[{pid}] (SIGQUIT) ---\n".encode())
+                self.log.flush()
+                try:
+                    os.kill(pid, signal.SIGQUIT)
+                except ProcessLookupError:
+                    continue
+                time.sleep(STACK_DUMP_WAIT_S)
 
     def kill(self) -> None:
         """SIGKILL to the process and everything in its session (a crash, as far as the

@@ -25,11 +25,13 @@ every line either way."""
 from __future__ import annotations
 
 import atexit
+import faulthandler
 import logging
 import logging.handlers
 import multiprocessing as mp
 import os
 import queue
+import signal
 import sys
 
 FORMAT = "%(asctime)s %(levelname)s %(processName)s[%(process)d] %(name)s: %(message)s"
@@ -116,6 +118,17 @@ def setup_logging(role: str, log_file: LogFile | None = None, threaded: bool = T
     else:
         root.addHandler(target)
     root.setLevel(os.environ.get("MQ_LOG_LEVEL", "INFO"))
+
+
+def enable_stack_dumps() -> None:
+    """`kill -QUIT <pid>` (kill -3) writes every thread's Python stack to stderr and the process
+    goes on, as kill -3 makes a JVM print its threads for the RocketMQ operator used to jstack;
+    a fatal signal (SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL) prints them before the process dies
+    of it.  Written by the signal handler itself, past the log stream: a process whose loop or
+    log thread is stuck still answers.  A broker calls it before it forks, so the launcher and
+    every role inherit it."""
+    faulthandler.enable(file=sys.stderr, all_threads=True)
+    faulthandler.register(signal.SIGQUIT, file=sys.stderr, all_threads=True, chain=False)
 
 
 def _stop_listener() -> None:

@@ -87,7 +87,8 @@ def main(argv=None) -> int:
         except AclConfigError as e:
             print(f"mqbroker: {e}", file=sys.stderr)
             return 2
-    from mq.logs import LogFile, setup_broker_logging
+    from mq.logs import LogFile, enable_stack_dumps, setup_broker_logging
+    enable_stack_dumps()
     log_file = None
     if cfg.logDir:                        # a directory it cannot write is a config error, said at once
         try:

@@ -26,7 +26,7 @@ import signal
 import sys
 
 from mq import loop as mq_loop
-from mq.logs import setup_logging
+from mq.logs import enable_stack_dumps, setup_logging
 from mq.namesrv import NameServer, NamesrvConfig
 from mq.namesrv.config import load_properties_file
 
@@ -116,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"mqnamesrv: logDir={config.logDir}: cannot write namesrv.log there: {e}", file=sys.stderr)
             return 2
     setup_logging("mqnamesrv", log_file)
+    enable_stack_dumps()
     return mq_loop.run(serve(config))
 
 

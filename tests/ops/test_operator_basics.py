@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
 from mq.broker.config import BrokerConfig, host_ipv4_addresses, pick_broker_ip
-from mq.cluster import BIN, Broker, NameServer, wait_for
+from mq.cluster import BIN, Broker, NameServer, Proc, wait_for
 from mq.wire.fastjson import loads
 from mq.wire.headers import send_v2
 from mq.cluster import call
@@ -149,6 +151,52 @@ def test_mqshutdown_stops_the_broker_and_the_name_server_cleanly(tmp_path):
         if other is not None:
             other.stop()
         ns.stop()
+
+
+# ---- kill -3 -------------------------------------------------------------------------------------------------
+
+def test_kill_quit_prints_every_threads_stack_and_the_processes_go_on(tmp_path):
+    """kill -3 (SIGQUIT), as on a JVM broker: the supervisor, an io worker and the name server
+    each print every thread's Python stack to stderr (which the harness keeps in their logs),
+    serve on, and stop cleanly afterwards."""
+    ns = NameServer(str(tmp_path))
+    try:
+        broker = Broker(str(tmp_path), ns.addr)
+        io = broker.processes()["io-0"][0]
+        for proc, pid, frame in ((broker.proc, broker.proc.p.pid, "mq/cli/broker.py"),
+                                 (broker.proc, io, "mq/broker/worker.py"),
+                                 (ns.proc, ns.proc.p.pid, "mq/cli/namesrv.py")):
+            before = len(proc.output())
+            os.kill(pid, signal.SIGQUIT)
+            wait_for(lambda: frame in proc.output()[before:], 10, what=f"the stacks of {pid}")
+            dump = proc.output()[before:]
+            assert "(most recent call first)" in dump, dump[-2000:]
+        assert call(broker.addr, 26, {}).code == 0             # GET_BROKER_RUNTIME_INFO: still serving
+        assert broker.stop() == 0
+        assert ns.stop() == 0
+    finally:
+        ns.stop()
+
+
+def test_a_server_that_does_not_stop_shows_its_stacks_before_it_is_killed(tmp_path):
+    """The harness's stop: a server still running `timeout_s` after SIGTERM gets SIGQUIT first,
+    so the log a failed test shows ends with where it was stuck, then SIGKILL."""
+    script = textwrap.dedent("""
+        import signal, time
+        from mq.logs import enable_stack_dumps
+        enable_stack_dumps()
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        def stuck_here():
+            print("ready", flush=True)
+            time.sleep(60)
+        stuck_here()
+        """)
+    proc = Proc([sys.executable, "-c", script], str(tmp_path / "server.log"))
+    wait_for(lambda: "ready" in proc.output(), 10, what="the server up")
+    assert proc.stop(timeout_s=0.5) == -signal.SIGKILL
+    out = proc.output()
+    assert f"not stopped 0.5 s after SIGTERM: the stacks of leader[{proc.p.pid}] (SIGQUIT)" in out, out
+    assert "in stuck_here" in out.split("(SIGQUIT)")[-1], out
 
 
 # ---- brokerIP1 ------------------------------------------------------------------------------------------------
