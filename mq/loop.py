@@ -10,6 +10,8 @@ rule uvloop out when chasing a bug).
     run(coro)            asyncio.run with our loop
     new_event_loop()     a loop of our kind (for code that drives its own loop in a thread)
     USING_UVLOOP         whether run/new_event_loop give uvloop's loop
+    wait_for(aw, t)      asyncio.wait_for without Python 3.11's lost cancellation (use it, never
+                         asyncio.wait_for: tests/unit/test_loop.py checks mq/ for it)
     watch_stalls(what)   a task that logs each time this loop ran nothing for a second or more
 
 A stall of a server's loop is what a client sees as a timeout with nothing in any log; the
@@ -42,6 +44,19 @@ def run(main, *, debug: bool | None = None):
     """Runs the coroutine `main` to completion on a new loop of our kind, as asyncio.run does."""
     with asyncio.Runner(debug=debug, loop_factory=new_event_loop) as runner:
         return runner.run(main)
+
+
+async def wait_for(aw, timeout_s: float | None):
+    """`aw`'s result, or TimeoutError after timeout_s (None: no limit), as asyncio.wait_for.
+
+    Python 3.11's asyncio.wait_for loses a cancellation that arrives as `aw` completes: the
+    task gets aw's result instead of CancelledError (CPython gh-86296; 3.12 rebuilt wait_for on
+    asyncio.timeout).  A loop that waits so goes on as if never cancelled: a broker's
+    registration loop, woken by a DLedger role change in the same instant its stop cancelled
+    it, registered again and kept the stop waiting 30 s for it (CI killed the broker at 20 s).
+    asyncio.timeout keeps the cancellation."""
+    async with asyncio.timeout(timeout_s):
+        return await aw
 
 
 STALL_CHECK_INTERVAL_S = 0.25

@@ -32,6 +32,7 @@ import asyncio
 import logging
 import time
 
+from mq import loop as mq_loop
 from mq.dledger.role import read_status
 from mq.remoting import (RemotingClient, RemotingConnectError, RemotingError, RequestCode as R,
                         ResponseCode as RC, make_response)
@@ -109,10 +110,10 @@ class LeaderForward:
         self._in_flight += 1
         try:
             if cmd.is_oneway:
-                await asyncio.wait_for(self._client.invoke_oneway(addr, out), FORWARD_TIMEOUT_S)
+                await mq_loop.wait_for(self._client.invoke_oneway(addr, out), FORWARD_TIMEOUT_S)
                 return None
             # (the answer's own timer fires first; the outer bound is for a connect or a full buffer)
-            r = await asyncio.wait_for(self._client.invoke(addr, out, FORWARD_TIMEOUT_S), FORWARD_TIMEOUT_S + 0.5)
+            r = await mq_loop.wait_for(self._client.invoke(addr, out, FORWARD_TIMEOUT_S), FORWARD_TIMEOUT_S + 0.5)
         except RemotingConnectError as e:
             self._down = (addr, time.monotonic() + FORWARD_DOWN_S)
             return self._failed(addr, cmd, str(e))

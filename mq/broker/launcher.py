@@ -39,6 +39,7 @@ import signal
 import time
 import traceback
 
+from mq import loop as mq_loop
 from mq.store import bells as store_bells
 
 log = logging.getLogger("mq.broker.launcher")
@@ -216,7 +217,7 @@ class RoleProcess:
         if not self.is_alive():
             return True
         try:
-            await asyncio.wait_for(self._exited.wait(), timeout_s)
+            await mq_loop.wait_for(self._exited.wait(), timeout_s)
             return True
         except asyncio.TimeoutError:
             return False

@@ -31,6 +31,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 from prometheus_client.registry import CollectorRegistry
 
+from mq import loop as mq_loop
 from mq.dledger.role import read_status
 from mq.gateway.stats import KIND_MSGS as GRPC_KIND_MSGS, KIND_RPC as GRPC_KIND_RPC, SEP as GRPC_SEP
 from mq.wire.codes import RESPONSE_NAMES
@@ -286,13 +287,13 @@ class MetricsServer:
         if self._server is not None:
             self._server.close()
             try:
-                await asyncio.wait_for(self._server.wait_closed(), 2)
+                await mq_loop.wait_for(self._server.wait_closed(), 2)
             except asyncio.TimeoutError:
                 pass
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), REQUEST_TIMEOUT_S)
+            head = await mq_loop.wait_for(reader.readuntil(b"\r\n\r\n"), REQUEST_TIMEOUT_S)
             parts = head.split(b"\r\n", 1)[0].split()
             method, path = (parts[0], parts[1].split(b"?", 1)[0]) if len(parts) >= 2 else (b"", b"")
             if method not in (b"GET", b"HEAD"):

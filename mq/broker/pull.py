@@ -32,6 +32,7 @@ import threading
 import time
 from time import perf_counter_ns
 
+from mq import loop as mq_loop
 from mq.remoting import ResponseCode as RC, make_response
 from mq.store import CorruptRecord, OutOfRange, control as C
 from mq.store.bells import RECHECK_S
@@ -181,7 +182,7 @@ class PullHoldService:
         try:
             if self.store.max_offset(topic, queue_id) > offset:   # arrived before we parked
                 return True
-            return await asyncio.wait_for(entry[1], timeout_s)
+            return await mq_loop.wait_for(entry[1], timeout_s)
         except asyncio.TimeoutError:
             return False
         finally:

@@ -155,7 +155,7 @@ class Supervisor:
         await self._link_server.start(sock=sock)
         for wid in range(cfg.sendMessageThreadPoolNums):
             self._start_worker(wid)
-        await asyncio.wait_for(asyncio.gather(*(e.wait() for e in self._ready.values())), WORKER_START_TIMEOUT_S)
+        await mq_loop.wait_for(asyncio.gather(*(e.wait() for e in self._ready.values())), WORKER_START_TIMEOUT_S)
         if cfg.metricsPort:
             self.metrics = MetricsServer(self, self.stats_block, self.stats_history)
             await self.metrics.start(cfg.listenAddress, cfg.metricsPort)
@@ -252,7 +252,7 @@ class Supervisor:
         deadline = time.monotonic() + GRPC_START_TIMEOUT_S
         while True:
             try:
-                _, w = await asyncio.wait_for(asyncio.open_connection(host, cfg.grpcServerPort), 1.0)
+                _, w = await mq_loop.wait_for(asyncio.open_connection(host, cfg.grpcServerPort), 1.0)
                 w.close()
                 return
             except (OSError, asyncio.TimeoutError):
@@ -616,7 +616,7 @@ class Supervisor:
             await self._reclaim_offsets_from_slaves()
         while True:
             try:
-                await asyncio.wait_for(self._register_now.wait(), self.config.registerNameServerPeriod / 1000)
+                await mq_loop.wait_for(self._register_now.wait(), self.config.registerNameServerPeriod / 1000)
             except asyncio.TimeoutError:
                 pass
             self._register_now.clear()

@@ -918,7 +918,7 @@ def run_cell(mode: str, nemesis: str, seconds: float, directory: str, producers:
             if workload == "tx":
                 mq_loop.run(resolve_pending(cluster.ns.addr, committed))
             reader = HistoryWriter(hist_dir, "drain")
-            mq_loop.run(asyncio.wait_for(drain(cluster.ns.addr, reader), 120))
+            mq_loop.run(mq_loop.wait_for(drain(cluster.ns.addr, reader), 120))
             for w in writers + [reader, nem.history] + ([consumer5] if consumer5 else []):
                 w.close()
     finally:

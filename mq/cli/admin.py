@@ -1153,7 +1153,7 @@ async def _run(args) -> int:
     try:
         # clusterRT -i repeats until interrupted, as RocketMQ's does
         forever = args.command == "clusterRT" and getattr(args, "interval", 0)
-        return await asyncio.wait_for(args.func(admin, args), None if forever else COMMAND_TIMEOUT_S)
+        return await mq_loop.wait_for(args.func(admin, args), None if forever else COMMAND_TIMEOUT_S)
     finally:
         await admin.close()
 

@@ -56,6 +56,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Awaitable, Callable, Union
 
+from mq import loop as mq_loop
 from mq.remoting import RemotingError
 from mq.wire.codes import RequestCode as R, ResponseCode as RC
 from mq.files import write_atomic
@@ -492,7 +493,7 @@ class PushConsumer:
         wait_s = first_wait_s
         while True:
             try:
-                await asyncio.wait_for(self._rebalance_event.wait(), wait_s)
+                await mq_loop.wait_for(self._rebalance_event.wait(), wait_s)
             except asyncio.TimeoutError:
                 pass
             self._rebalance_event.clear()

@@ -31,6 +31,7 @@ import time
 import zlib
 from typing import Callable, Sequence
 
+from mq import loop as mq_loop
 from mq.remoting import RemotingError
 from mq.wire.codes import RequestCode as R, ResponseCode as RC
 from mq.wire.batch import build_batch
@@ -343,7 +344,7 @@ class Producer:
                 await self.send_heartbeat()
             await self.send(msg, timeout_s=max(0.001, deadline - loop.time()))
             try:
-                return await asyncio.wait_for(fut, max(0.001, deadline - loop.time()))
+                return await mq_loop.wait_for(fut, max(0.001, deadline - loop.time()))
             except asyncio.TimeoutError:
                 raise RequestTimeout(f"no reply to the request to {msg.topic} within {timeout_s} s "
                                      f"(correlation id {correlation_id})") from None

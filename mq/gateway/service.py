@@ -36,6 +36,7 @@ from collections import OrderedDict
 
 import orjson
 
+from mq import loop as mq_loop
 from mq.client.route import TopicRouteData
 from mq.remoting import RemotingClient, RemotingError
 from mq.wire.codes import RequestCode as R, ResponseCode as RC
@@ -695,7 +696,7 @@ class MessagingService:
             deadline = time.monotonic() + poll_s
             queues = await self._read_queues(topic)
             try:        # the revive log read first: offsets a crash rolled back are restored
-                await asyncio.wait_for(self.pop.ready.wait(), max(0.1, deadline - time.monotonic()))
+                await mq_loop.wait_for(self.pop.ready.wait(), max(0.1, deadline - time.monotonic()))
             except asyncio.TimeoutError:
                 raise Refused(Code.MESSAGE_NOT_FOUND, "no new message (the POP state is still being read)") from None
             orderly = bool((await self.group_config(group)).get("consumeMessageOrderly", False))

@@ -18,6 +18,7 @@ import logging
 import socket
 from typing import Awaitable, Callable
 
+from mq import loop as mq_loop
 from mq.acl.sign import sign_request
 from mq.wire.errors import WireError
 from mq.wire.remoting import LANGUAGE_PYTHON, RPC_ONEWAY, RPC_RESPONSE, RemotingCommand, decode_frame_payload, encode_frame
@@ -180,7 +181,7 @@ class RemotingClient:
                 else:
                     host, _, port = addr.rpartition(":")
                     opening = loop.create_connection(lambda: c, host, int(port))
-                await asyncio.wait_for(opening, self.connect_timeout_s)
+                await mq_loop.wait_for(opening, self.connect_timeout_s)
             except (OSError, asyncio.TimeoutError, ValueError) as e:
                 raise RemotingConnectError(f"cannot connect to {addr}: {e}") from None
             self._conns[addr] = c

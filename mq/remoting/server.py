@@ -72,6 +72,7 @@ import time
 from time import perf_counter_ns
 from typing import Callable
 
+from mq import loop as mq_loop
 from mq.wire.errors import EncodeError, WireError
 from mq.wire.remoting import RPC_ONEWAY, RPC_RESPONSE, RemotingCommand, decode_frame_payload, encode_frame
 
@@ -543,7 +544,7 @@ class RemotingServer:
             c.close()
         if self._server is not None:
             try:
-                await asyncio.wait_for(self._server.wait_closed(), 2)
+                await mq_loop.wait_for(self._server.wait_closed(), 2)
             except asyncio.TimeoutError:
                 pass
 
