@@ -214,7 +214,7 @@ class DLedgerRole:
         return None
 
     async def _stop(self) -> None:
-        if self.node.role is Role.LEADER and self.enabled_term:
+        if self.node.role is Role.LEADER and self.enabled_term and self.node.progress:   # a group of one: no one to hand to
             best = max((pr.match, p) for p, pr in self.node.progress.items())
             if best[0] >= 0 and self.node.transfer_leadership(best[1]):
                 log.info("stopping: handing leadership to %s", best[1])
