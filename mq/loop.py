@@ -12,6 +12,8 @@ rule uvloop out when chasing a bug).
     USING_UVLOOP         whether run/new_event_loop give uvloop's loop
     wait_for(aw, t)      asyncio.wait_for without Python 3.11's lost cancellation (use it, never
                          asyncio.wait_for: tests/unit/test_loop.py checks mq/ for it)
+    cancel_all(tasks, t) cancels tasks and waits for them, at most t seconds; returns those that
+                         did not end (a stop names them and goes on instead of hanging)
     watch_stalls(what)   a task that logs each time this loop ran nothing for a second or more
 
 A stall of a server's loop is what a client sees as a timeout with nothing in any log; the
@@ -57,6 +59,22 @@ async def wait_for(aw, timeout_s: float | None):
     asyncio.timeout keeps the cancellation."""
     async with asyncio.timeout(timeout_s):
         return await aw
+
+
+async def cancel_all(tasks, timeout_s: float) -> list[asyncio.Task]:
+    """Cancels `tasks` and waits until they end, at most timeout_s; returns the ones still
+    running (a task that lost or ignores its cancellation), for the caller to name.  What the
+    others ended with is retrieved and dropped, as gather(return_exceptions=True) would."""
+    tasks = list(tasks)
+    for t in tasks:
+        t.cancel()
+    if not tasks:
+        return []
+    done, pending = await asyncio.wait(tasks, timeout=timeout_s)
+    for t in done:
+        if not t.cancelled():
+            t.exception()
+    return [t for t in tasks if t in pending]
 
 
 STALL_CHECK_INTERVAL_S = 0.25

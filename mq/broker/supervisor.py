@@ -60,6 +60,7 @@ log = logging.getLogger("mq.broker")
 SCHEDULE_TICK_S = 0.1
 SCHEDULE_BATCH_MAX = 256
 CHILD_CHECK_S = 0.5
+TASKS_END_TIMEOUT_S = 5.0              # a stop waits this long for its cancelled loops (one joins a thread <= 2 s)
 HAND_OVER_WAIT_S = 3.0                 # a graceful stop of a DLedger leader waits this long for a new leader
 HAND_OVER_NO_LEADER_S = 3.0            # ... and stops forwarding once no other member led this long (> an election)
 WORKER_START_TIMEOUT_S = 60
@@ -189,9 +190,9 @@ class Supervisor:
             await self._hand_over()
         self.stopping = True
         await self._unregister_all()
-        for t in self._tasks:
-            t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for t in await mq_loop.cancel_all(self._tasks, TASKS_END_TIMEOUT_S):
+            log.error("stopping: %s did not end %.0f s after its cancellation; going on without it",
+                      t.get_coro().__qualname__, TASKS_END_TIMEOUT_S)
         for p in self.workers.values():
             p.terminate()
         await self._join(list(self.workers.values()), 15)

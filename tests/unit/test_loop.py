@@ -79,3 +79,42 @@ def test_mq_never_calls_asyncio_wait_for():
     found = [f"{p.relative_to(root.parent)}:{n}" for p in sorted(root.rglob("*.py"))
              for n, line in enumerate(p.read_text().splitlines(), 1) if re.search(r"\basyncio\.wait_for\(", line)]
     assert found == []
+
+
+@pytest.mark.parametrize("factory", LOOPS)
+def test_cancel_all_returns_the_tasks_that_do_not_end(factory):
+    """A stop's cancel of its loops: those that end are awaited (their failures retrieved, not
+    raised); one that swallows its cancellation (as 3.11's wait_for made a loop do) is returned
+    after the timeout instead of keeping the stop waiting."""
+    stubborn = True
+
+    async def main():
+        nonlocal stubborn
+
+        async def obeys():
+            await asyncio.sleep(30)
+
+        async def fails():
+            await asyncio.sleep(0)
+            raise RuntimeError("a loop that failed before the stop")
+
+        async def ignores():
+            while stubborn:
+                try:
+                    await asyncio.sleep(30)
+                except asyncio.CancelledError:
+                    continue
+
+        tasks = [asyncio.create_task(f()) for f in (obeys, fails, ignores)]
+        await asyncio.sleep(0.01)
+        t0 = asyncio.get_running_loop().time()
+        left = await mq_loop.cancel_all(tasks, 0.2)
+        waited_s = asyncio.get_running_loop().time() - t0
+        names = [t.get_coro().__qualname__.rsplit(".", 1)[-1] for t in left]
+        assert tasks[0].cancelled() and isinstance(tasks[1].exception(), RuntimeError)
+        stubborn = False                        # the test's own cleanup: the next cancel ends it
+        assert await mq_loop.cancel_all(left, 1) == []
+        return names, waited_s, await mq_loop.cancel_all([], 1)
+
+    names, waited_s, none = _run(factory, main())
+    assert names == ["ignores"] and 0.2 <= waited_s < 2 and none == []
