@@ -24,6 +24,7 @@ import pytest
 
 from mq.broker.config import BrokerConfig, host_ipv4_addresses, pick_broker_ip
 from mq.cluster import BIN, Broker, NameServer, Proc, wait_for
+from mq.wire.codes import RequestCode as R
 from mq.wire.fastjson import loads
 from mq.wire.headers import send_v2
 from mq.cluster import call
@@ -160,6 +161,7 @@ def test_kill_quit_prints_every_threads_stack_and_the_processes_go_on(tmp_path):
     each print every thread's Python stack to stderr (which the harness keeps in their logs),
     serve on, and stop cleanly afterwards."""
     ns = NameServer(str(tmp_path))
+    broker = None
     try:
         broker = Broker(str(tmp_path), ns.addr)
         io = broker.processes()["io-0"][0]
@@ -171,10 +173,12 @@ def test_kill_quit_prints_every_threads_stack_and_the_processes_go_on(tmp_path):
             wait_for(lambda: frame in proc.output()[before:], 10, what=f"the stacks of {pid}")
             dump = proc.output()[before:]
             assert "(most recent call first)" in dump, dump[-2000:]
-        assert call(broker.addr, 26, {}).code == 0             # GET_BROKER_RUNTIME_INFO: still serving
+        assert call(broker.addr, R.GET_BROKER_RUNTIME_INFO, {}).code == 0     # still serving
         assert broker.stop() == 0
         assert ns.stop() == 0
     finally:
+        if broker is not None:
+            broker.stop()
         ns.stop()
 
 
