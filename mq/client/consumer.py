@@ -135,13 +135,8 @@ async def pull_kernel(inst: ClientInstance, group: str, mq: MessageQueue, sub: S
     except (KeyError, ValueError) as e:
         raise MQBrokerError(r.code, f"malformed pull response header {h}: {e}", addr) from None
     if status is PullStatus.FOUND:
-        msgs = decode_messages(r.body, mq.broker_name)
-        lo, hi = str(result.min_offset), str(result.max_offset)
-        for m in msgs:
-            props = m.properties
-            props[PROPERTY_MIN_OFFSET] = lo
-            props[PROPERTY_MAX_OFFSET] = hi
-            m.queue = mq
+        msgs = decode_messages(r.body, mq.broker_name, mq, {PROPERTY_MIN_OFFSET: str(result.min_offset),
+                                                             PROPERTY_MAX_OFFSET: str(result.max_offset)})
         result.messages = [m for m in msgs if sub.matches(m)] if sub.tags else msgs
     return result
 

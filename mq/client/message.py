@@ -265,46 +265,53 @@ def _host_port(host: str, port: int) -> str:
 _PORT = struct.Struct(">i")             # the port in an offset msg id (store host, port, offset: mq.wire.msgid)
 
 
-def decode_messages(body: bytes, broker_name: str = "") -> list[MessageExt]:
+def decode_messages(body: bytes, broker_name: str = "", queue: MessageQueue | None = None,
+                    extra_properties: dict | None = None) -> list[MessageExt]:
     """Every message of a PULL response body (concatenated CommitLog records, spec 3.1), equal
     to message_from_record of each parsed record (tests/client/test_client_unit.py).  Raises
-    mq.wire.errors.WireError for a malformed body.  The consumer's per-message cost: each record
-    is one tuple (wcl.iter_record_values), each message one dict; what the messages of one pull
-    share is made once per pull: the queue object, each "host:port" text, and the store host's
-    part of the offset msg ids (the rest is the physical offset, 16 hex digits)."""
-    out = []
+    mq.wire.errors.WireError for a malformed body.  A consumer's pull passes the queue it pulled
+    (each message's `queue`) and the MIN_OFFSET / MAX_OFFSET properties Java's client adds to
+    every message it pulls.  The consumer's per-message cost: each record is one tuple
+    (wcl.iter_record_values), each message one dict; what the messages of one pull share is made
+    once per pull: the queue object, each "host:port" text, and the store host's part of the
+    offset msg ids (the rest is the physical offset, 16 hex digits)."""
+    out: list[MessageExt] = []
+    append = out.append
     queues: dict = {}
-    hosts: dict = {}
-    id_heads: dict = {}
+    born_hosts: dict = {}
+    stores: dict = {}                       # (packed host, port) -> (msg id head, "host:port")
     new = object.__new__
     for (total_size, body_crc, queue_id, flag, queue_offset, phy, sys_flag, born_ts, born_host, born_port, store_ts,
          store_host, store_port, reconsume, prep_tx, raw_body, topic, props, store_packed) in wcl.iter_record_values(body):
-        queue = queues.get((topic, queue_id))
         if queue is None:
-            queue = queues[(topic, queue_id)] = MessageQueue(topic, broker_name, queue_id)
-        if not 0 <= phy < 1 << 63 or not 0 <= store_port <= 0xFFFF:
-            msg_id = offset_msg_id(store_host, store_port, phy)     # raises the EncodeError it always did
+            mq = queues.get((topic, queue_id))
+            if mq is None:
+                mq = queues[(topic, queue_id)] = MessageQueue(topic, broker_name, queue_id)
         else:
-            head = id_heads.get((store_packed, store_port))
-            if head is None:
-                head = id_heads[(store_packed, store_port)] = (store_packed + _PORT.pack(store_port)).hex().upper()
-            msg_id = head + "%016X" % phy
-        born = hosts.get((born_host, born_port))
+            mq = queue
+        if not 0 <= phy < 1 << 63:
+            offset_msg_id(store_host, store_port, phy)      # raises the EncodeError it always did
+        store = stores.get((store_packed, store_port))
+        if store is None:
+            if not 0 <= store_port <= 0xFFFF:
+                offset_msg_id(store_host, store_port, phy)
+            store = stores[(store_packed, store_port)] = ((store_packed + _PORT.pack(store_port)).hex().upper(),
+                                                          _host_port(store_host, store_port))
+        born = born_hosts.get((born_host, born_port))
         if born is None:
-            born = hosts[(born_host, born_port)] = _host_port(born_host, born_port)
-        stored = hosts.get((store_host, store_port))
-        if stored is None:
-            stored = hosts[(store_host, store_port)] = _host_port(store_host, store_port)
+            born = born_hosts[(born_host, born_port)] = _host_port(born_host, born_port)
+        properties = string_to_properties(props.decode("utf-8", "replace"))
+        if extra_properties:
+            properties.update(extra_properties)
         m = new(MessageExt)
         m.__dict__ = {
             "topic": topic, "body": decompress_body(raw_body, sys_flag) if sys_flag & SYSFLAG_COMPRESSED else raw_body,
-            "flag": flag, "properties": string_to_properties(props.decode("utf-8", "replace")),
-            "queue_id": queue_id, "queue_offset": queue_offset,
+            "flag": flag, "properties": properties, "queue_id": queue_id, "queue_offset": queue_offset,
             "commitlog_offset": phy, "store_size": total_size, "sys_flag": sys_flag, "body_crc": body_crc,
-            "born_timestamp_ms": born_ts, "born_host": born, "store_timestamp_ms": store_ts, "store_host": stored,
-            "reconsume_times": reconsume, "prepared_transaction_offset": prep_tx, "offset_msg_id": msg_id,
-            "broker_name": broker_name, "queue": queue}
-        out.append(m)
+            "born_timestamp_ms": born_ts, "born_host": born, "store_timestamp_ms": store_ts, "store_host": store[1],
+            "reconsume_times": reconsume, "prepared_transaction_offset": prep_tx,
+            "offset_msg_id": store[0] + "%016X" % phy, "broker_name": broker_name, "queue": mq}
+        append(m)
     return out
 
 

@@ -552,10 +552,16 @@ def _v4_text(packed: bytes) -> str:
 def iter_record_values(buf) -> Iterator[tuple]:
     """iter_records as tuples of RECORD_VALUE_FIELDS (plus the packed store host, for msg ids): the
     same records, the same values and the same errors as parse_record (proven equal by
-    tests/properties/test_prop_wire.py); a record with an IPv6 host goes through parse_record."""
+    tests/properties/test_prop_wire.py); a record with an IPv6 host goes through parse_record.
+    The fast read is a consumer's per-message cost: buf becomes bytes once (its slices are then
+    the values, with no copy of a copy), hosts are read from the cache inline, and a record's
+    checks are in the order they fail cheapest."""
+    if buf.__class__ is not bytes:
+        buf = bytes(buf)
     end_all = len(buf)
     offset = 0
     unpack = _V4_FIXED.unpack_from
+    hosts = _host_text
     while offset < end_all:
         if end_all - offset < 88:
             rec = parse_record(buf, offset)          # too short for the fast read: its exact error, or a record
@@ -563,32 +569,30 @@ def iter_record_values(buf) -> Iterator[tuple]:
             (total_size, magic, body_crc, queue_id, flag, queue_offset, phy, sys_flag, born_ts, born_host, born_port,
              store_ts, store_host, store_port, reconsume, prep_tx, body_size) = unpack(buf, offset)
             end = offset + total_size
+            pos = offset + 88 + body_size
             if (magic != MESSAGE_MAGIC_CODE or sys_flag & _HOSTS_V6 or total_size < RECORD_SIZE_MIN
-                    or end > end_all or body_size < 0 or offset + 88 + body_size + 3 > end):
+                    or end > end_all or body_size < 0 or pos + 3 > end):
                 rec = parse_record(buf, offset)      # an IPv6 host, or the error parse_record names
             else:
-                pos = offset + 88 + body_size
+                body_end = pos
                 topic_size = buf[pos]
-                if topic_size > 127 or pos + 1 + topic_size + 2 > end:
+                t0 = pos + 1
+                pos = t0 + topic_size
+                if topic_size > 127 or pos + 2 > end or pos + 2 + ((buf[pos] << 8) | buf[pos + 1]) != end \
+                        or buf[pos] > 0x7F:          # PROPERTIES_LENGTH is a Java short: 32767 at most
                     rec = parse_record(buf, offset)
                 else:
-                    t0 = pos + 1
-                    pos = t0 + topic_size
-                    props_size = (buf[pos] << 8) | buf[pos + 1]
-                    if props_size > 32767 or pos + 2 + props_size != end:
-                        rec = parse_record(buf, offset)
-                    else:
-                        try:
-                            topic = bytes(buf[t0:t0 + topic_size]).decode("utf-8")
-                        except UnicodeDecodeError:
-                            raise MalformedError(f"commitlog @{offset}: topic {bytes(buf[t0:t0 + topic_size])!r} "
-                                                 "is not valid UTF-8") from None
-                        yield (total_size, body_crc, queue_id, flag, queue_offset, phy, sys_flag, born_ts,
-                               _v4_text(born_host), born_port, store_ts, _v4_text(store_host), store_port, reconsume,
-                               prep_tx, bytes(buf[offset + 88:offset + 88 + body_size]), topic,
-                               bytes(buf[pos + 2:end]), store_host)
-                        offset = end
-                        continue
+                    try:
+                        topic = buf[t0:pos].decode("utf-8")
+                    except UnicodeDecodeError:
+                        raise MalformedError(f"commitlog @{offset}: topic {buf[t0:pos]!r} "
+                                             "is not valid UTF-8") from None
+                    yield (total_size, body_crc, queue_id, flag, queue_offset, phy, sys_flag, born_ts,
+                           hosts.get(born_host) or _v4_text(born_host), born_port, store_ts,
+                           hosts.get(store_host) or _v4_text(store_host), store_port, reconsume,
+                           prep_tx, buf[offset + 88:body_end], topic, buf[pos + 2:end], store_host)
+                    offset = end
+                    continue
         yield tuple(rec[f] for f in RECORD_VALUE_FIELDS[:-1]) + (_ip_to_packed(rec["store_host"]),)
         offset += rec["total_size"]
 
