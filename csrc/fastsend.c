@@ -7,15 +7,28 @@
 #include "internal.h"
 #include "fastsend.h"
 
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define FRAME_SIZE_MAX   16777216u     /* mq.wire.remoting.FRAME_SIZE_MAX: prefix included */
+#define CODE_PULL        11
 #define CODE_SEND        10
 #define CODE_SEND_V2     310
 #define RPC_RESPONSE     1
 #define RPC_ONEWAY       2
 #define PERM_WRITE       2
+#define PERM_READ        4
+#define PULL_COMMIT_OFFSET 1           /* mq.wire.headers.PULL_* (sysFlag bits) */
+#define PULL_SUBSCRIPTION  4
+#define CQ_ENTRY_SIZE    20
+#define CQ_SCAN_BYTES_MIN 16000        /* mq.broker.pull.CQ_SCAN_BYTES_MIN (RocketMQ's maxFilterMessageCount) */
 #define HASH_SLOTS       (2 * MQ_FAST_TOPICS_MAX)     /* power of two, half full at most */
+#define GROUP_SLOTS      (2 * MQ_FAST_GROUPS_MAX)
+#define CQ_SLOTS         (2 * MQ_FAST_CQ_MAPS_MAX)
 
 _Static_assert(MQ_FAST_MSGS_MAX <= MQ_BATCH_MSGS_MAX, "a run is one group append");
 /* an answer's variable part: at most 250 bytes (the JSON form, 11-digit int32s, 20-digit offset) */
@@ -46,6 +59,19 @@ typedef struct fast_topic {
     uint64_t msgs, bytes;              /* stored since the last take */
 } fast_topic;
 
+typedef struct fast_group {
+    char name[MQ_FAST_GROUP_LEN_MAX + 1];
+    uint32_t len;
+    int used;
+} fast_group;
+
+typedef struct cq_map {                /* a ConsumeQueue file mapped for pulls; base NULL: a free slot */
+    const uint8_t *base;
+    uint64_t start;                    /* the file's first byte in the queue (its name) */
+    uint32_t topic_id;
+    int32_t queue_id;
+} cq_map;
+
 typedef struct staged {                /* what the answer needs besides the append's outcome */
     uint32_t conn, topic_id, body_len;
     int32_t opaque, version, language, serialize_type, oneway;
@@ -75,7 +101,19 @@ struct mq_fast {
     int64_t trace_rows[MQ_FAST_TRACE_ROWS_MAX * MQ_FAST_TRACE_FIELDS];
     uint32_t pending_head, pending_n;  /* the held answers: a ring, in append order */
     mq_fast_fail pending[MQ_FAST_PENDING_MAX];
+    /* pulls (mq_fast_set_pulls); pull_buf 0: off */
+    fast_group groups[MQ_FAST_GROUPS_MAX];
+    uint32_t group_hash[GROUP_SLOTS];  /* group id + 1, 0: free */
+    char *cq_root;
+    uint32_t cq_root_len;
+    uint64_t cq_file_size;
+    uint32_t pull_count_max, pull_bytes_max;
+    uint8_t *pull_buf;
+    cq_map cq_maps[CQ_SLOTS];
+    uint32_t n_cq_maps;
 };
+
+static void cq_unmap_all(mq_fast *f);
 
 /* ---- the topic table ------------------------------------------------------------------ */
 
@@ -129,6 +167,116 @@ int mq_fast_topics_clear(mq_fast *f) {
     memset(f->topics, 0, sizeof f->topics);
     memset(f->hash, 0, sizeof f->hash);
     f->ids_end = 0;
+    cq_unmap_all(f);                   /* keyed by topic id: ids are given again */
+    return MQ_OK;
+}
+
+static uint8_t *dup_bytes(const uint8_t *p, uint32_t len);
+
+/* ---- the group table (pulls) ------------------------------------------------------------ */
+
+static int64_t group_find(const mq_fast *f, const uint8_t *s, uint32_t len, uint32_t *slot_out) {
+    uint32_t i = name_hash((const char *)s, len) & (GROUP_SLOTS - 1);
+    for (;;) {
+        uint32_t v = f->group_hash[i];
+        if (!v) {
+            if (slot_out) *slot_out = i;
+            return -1;
+        }
+        const fast_group *g = &f->groups[v - 1];
+        if (g->len == len && memcmp(g->name, s, len) == 0) return v - 1;
+        i = (i + 1) & (GROUP_SLOTS - 1);
+    }
+}
+
+int mq_fast_group_put(mq_fast *f, uint32_t id, const char *group, uint32_t group_len) {
+    assert(f && (group || !group_len));
+    if (id >= MQ_FAST_GROUPS_MAX || group_len == 0 || group_len > MQ_FAST_GROUP_LEN_MAX) return MQ_E_INVAL;
+    uint32_t slot = 0;
+    int64_t at = group_find(f, (const uint8_t *)group, group_len, &slot);
+    if (at >= 0) return (uint32_t)at == id ? MQ_OK : MQ_E_TABLE_FULL;
+    fast_group *g = &f->groups[id];
+    if (g->used) return MQ_E_TABLE_FULL;
+    memcpy(g->name, group, group_len);
+    g->len = group_len;
+    g->used = 1;
+    f->group_hash[slot] = id + 1;
+    return MQ_OK;
+}
+
+int mq_fast_groups_clear(mq_fast *f) {
+    assert(f);
+    memset(f->groups, 0, sizeof f->groups);
+    memset(f->group_hash, 0, sizeof f->group_hash);
+    return MQ_OK;
+}
+
+/* ---- ConsumeQueue files (pulls) ---------------------------------------------------------- */
+
+static void cq_unmap_all(mq_fast *f) {
+    for (uint32_t i = 0; i < CQ_SLOTS; i++)
+        if (f->cq_maps[i].base) munmap((void *)f->cq_maps[i].base, f->cq_file_size);
+    memset(f->cq_maps, 0, sizeof f->cq_maps);
+    f->n_cq_maps = 0;
+}
+
+static uint32_t cq_slot_of(uint32_t topic_id, int32_t queue_id, uint64_t file_index) {
+    uint64_t h = ((uint64_t)topic_id * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)(uint32_t)queue_id * 0xC2B2AE3D27D4EB4Full)
+               ^ (file_index * 0x165667B19E3779F9ull);
+    return (uint32_t)(h >> 32) & (CQ_SLOTS - 1);
+}
+
+/* The mapping of the ConsumeQueue file of (topic, queue) that starts at byte `start`, mapped
+ * now if it is not yet: NULL when the file is missing or not of the queue's file size (the
+ * pull is Python's then). */
+static const uint8_t *cq_file(mq_fast *f, uint32_t topic_id, int32_t queue_id, uint64_t start) {
+    uint32_t i = cq_slot_of(topic_id, queue_id, start / f->cq_file_size);
+    for (;; i = (i + 1) & (CQ_SLOTS - 1)) {
+        const cq_map *m = &f->cq_maps[i];
+        if (!m->base) break;
+        if (m->topic_id == topic_id && m->queue_id == queue_id && m->start == start) return m->base;
+    }
+    if (f->n_cq_maps >= MQ_FAST_CQ_MAPS_MAX) {
+        cq_unmap_all(f);
+        i = cq_slot_of(topic_id, queue_id, start / f->cq_file_size);
+    }
+    const fast_topic *t = &f->topics[topic_id];
+    char path[PATH_MAX];
+    int n = snprintf(path, sizeof path, "%.*s/%.*s/%d/%020llu", (int)f->cq_root_len, f->cq_root, (int)t->len,
+                     t->name, (int)queue_id, (unsigned long long)start);
+    if (n < 0 || (size_t)n >= sizeof path) return NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    struct stat st;
+    void *p = MAP_FAILED;
+    if (fstat(fd, &st) == 0 && (uint64_t)st.st_size == f->cq_file_size)
+        p = mmap(NULL, f->cq_file_size, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) return NULL;
+    f->cq_maps[i] = (cq_map){.base = p, .start = start, .topic_id = topic_id, .queue_id = queue_id};
+    f->n_cq_maps++;
+    return p;
+}
+
+int mq_fast_set_pulls(mq_fast *f, const char *cq_root, uint32_t cq_root_len, uint64_t cq_file_size,
+                      uint32_t count_max, uint32_t bytes_max, uint8_t *buf, size_t buf_cap) {
+    assert(f);
+    cq_unmap_all(f);                   /* the file size or the root may change under them */
+    free(f->cq_root);
+    f->cq_root = NULL;
+    f->pull_buf = NULL;
+    if (bytes_max == 0) return MQ_OK;
+    if (!cq_root || cq_root_len == 0 || cq_root_len > PATH_MAX / 2 || cq_file_size == 0
+        || cq_file_size % CQ_ENTRY_SIZE || count_max == 0
+        || (uint64_t)bytes_max + MQ_FAST_PULL_HEADER_ROOM > FRAME_SIZE_MAX
+        || !buf || buf_cap < (size_t)bytes_max + MQ_FAST_PULL_HEADER_ROOM)
+        return MQ_E_INVAL;
+    if (!(f->cq_root = (char *)dup_bytes((const uint8_t *)cq_root, cq_root_len))) return MQ_E_IO;
+    f->cq_root_len = cq_root_len;
+    f->cq_file_size = cq_file_size;
+    f->pull_count_max = count_max;
+    f->pull_bytes_max = bytes_max;
+    f->pull_buf = buf;
     return MQ_OK;
 }
 
@@ -177,6 +325,8 @@ int mq_fast_open(mq_commitlog *cl, const mq_fast_opts *o, mq_fast **out) {
 
 void mq_fast_close(mq_fast *f) {
     if (!f) return;
+    cq_unmap_all(f);
+    free(f->cq_root);
     free(f->cluster);
     free(f->json_fixed);
     free(f->bin_fixed);
@@ -245,11 +395,15 @@ static int parse_dec(const uint8_t *p, uint32_t len, int64_t lo, int64_t hi, int
 
 /* ---- the fields of a send header ---------------------------------------------------------- */
 
-enum { F_TOPIC, F_QID, F_PROPS, F_BATCH, F_SYSFLAG, F_BORN, F_FLAG, F_RECONSUME, F_N };
-/* the long names and SEND_MESSAGE_V2's letters (mq.wire.headers.SEND_V2_FIELDS), per F_* */
+/* a send's fields (F_TOPIC..F_RECONSUME), then a pull's own (topic, queueId and sysFlag shared) */
+enum { F_TOPIC, F_QID, F_PROPS, F_BATCH, F_SYSFLAG, F_BORN, F_FLAG, F_RECONSUME, F_SEND_N,
+       F_GROUP = F_SEND_N, F_QOFFSET, F_MAXNUMS, F_COMMIT, F_SUSPEND, F_SUBVER, F_SUB, F_EXPR, F_N };
+/* the long names, and SEND_MESSAGE_V2's letters of a send's (mq.wire.headers.SEND_V2_FIELDS), per F_* */
 static const char *const LONG_NAMES[F_N] = {"topic", "queueId", "properties", "batch", "sysFlag",
-                                            "bornTimestamp", "flag", "reconsumeTimes"};
-static const char LETTERS[F_N] = {'b', 'e', 'i', 'm', 'f', 'g', 'h', 'j'};
+                                            "bornTimestamp", "flag", "reconsumeTimes", "consumerGroup",
+                                            "queueOffset", "maxMsgNums", "commitOffset", "suspendTimeoutMillis",
+                                            "subVersion", "subscription", "expressionType"};
+static const char LETTERS[F_SEND_N] = {'b', 'e', 'i', 'm', 'f', 'g', 'h', 'j'};
 
 typedef struct fval {
     const uint8_t *p;                  /* the raw text (JSON: between the quotes, or the token) */
@@ -260,14 +414,14 @@ typedef struct fval {
 } fval;
 
 typedef struct fields {
-    fval lng[F_N], let[F_N];
+    fval lng[F_N], let[F_SEND_N];
     int has_ext;
 } fields;
 
 /* The field slot of key k, or NULL when it is none of ours. */
 static fval *field_of(fields *fs, const uint8_t *k, uint32_t len) {
     if (len == 1) {
-        for (int i = 0; i < F_N; i++)
+        for (int i = 0; i < F_SEND_N; i++)
             if (k[0] == (uint8_t)LETTERS[i]) return &fs->let[i];
         return NULL;
     }
@@ -657,11 +811,171 @@ static int take_send(mq_fast *f, const req *r, const uint8_t *body, uint32_t bod
     return 1;
 }
 
+/* ---- answering one pull ------------------------------------------------------------------- */
+
+static uint8_t *put_lit(uint8_t *p, const char *s);
+static uint8_t *put_dec(uint8_t *p, int64_t v);
+static uint8_t *put_bin_entry(uint8_t *p, const char *k, const uint8_t *v, uint32_t vlen);
+
+/* An optional integer field as the pull path reads it (`int(v) if v else dflt`): absent or empty
+ * is dflt; otherwise a plain decimal in [lo, hi].  0: not taken. */
+static int field_int_or(const fval *v, int64_t lo, int64_t hi, int64_t dflt, int64_t *x) {
+    if (!v->present || v->len == 0) { *x = dflt; return 1; }
+    return field_int(v, lo, hi, x);
+}
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The tag filter of a TAG subscription as mq.broker.pull.parse_subscription makes it: 1 with
+ * *n_out codes (sorted, distinct; 0: every message), 0 when the text is not one taken here. */
+static int sub_codes(const fval *v, int64_t *codes, uint32_t *n_out) {
+    *n_out = 0;
+    if (!v->present) return 1;                   /* None: everything */
+    uint8_t buf[MQ_FAST_SUB_TEXT_MAX];
+    const uint8_t *s;
+    uint32_t len;
+    if (!field_text(v, buf, sizeof buf, &s, &len) || len > MQ_FAST_SUB_TEXT_MAX) return 0;
+    for (uint32_t i = 0; i < len; i++)
+        if (s[i] < 0x20 || s[i] > 0x7E) return 0;   /* other white space, non-ASCII: Python's strip */
+    uint32_t a = 0, b = len;
+    while (a < b && s[a] == ' ') a++;
+    while (b > a && s[b - 1] == ' ') b--;
+    if (a == b || (b - a == 1 && s[a] == '*')) return 1;
+    uint32_t n = 0;
+    for (uint32_t i = a; i <= b;) {
+        uint32_t j = i;
+        while (j < b && !(s[j] == '|' && j + 1 < b && s[j + 1] == '|')) j++;   /* str.split("||") */
+        uint32_t ta = i, tb = j;
+        while (ta < tb && s[ta] == ' ') ta++;
+        while (tb > ta && s[tb - 1] == ' ') tb--;
+        if (tb > ta) {
+            if (n >= MQ_FAST_CODES_MAX) return 0;
+            uint32_t h = 0;                      /* Java's String.hashCode over ASCII (UTF-16 units) */
+            for (uint32_t k = ta; k < tb; k++) h = 31 * h + s[k];
+            codes[n++] = (int64_t)(int32_t)h;
+        }
+        i = j + 2;
+    }
+    if (!n) return 0;                            /* tags that are all empty: Python's */
+    qsort(codes, n, sizeof *codes, cmp_i64);
+    uint32_t u = 1;
+    for (uint32_t i = 1; i < n; i++)
+        if (codes[i] != codes[u - 1]) codes[u++] = codes[i];
+    *n_out = u;
+    return 1;
+}
+
+/* The header of a FOUND pull answer to r (make_response(r, SUCCESS, "FOUND", ext) encoded) at h;
+ * returns its length (< MQ_FAST_PULL_HEADER_ROOM - 8). */
+static uint32_t pull_header(const req *r, int64_t next, int64_t lo, int64_t hi, uint8_t *h) {
+    uint8_t *q = h;
+    if (r->serialize_type == 1) {
+        be16w(q, 0);                    /* SUCCESS */
+        q[2] = (uint8_t)r->language;
+        be16w(q + 3, (uint16_t)r->version);
+        be32w(q + 5, (uint32_t)r->opaque);
+        be32w(q + 9, RPC_RESPONSE);
+        be32w(q + 13, 5);
+        memcpy(q + 17, "FOUND", 5);
+        uint8_t *ext_len = q + 22;
+        uint8_t *e = q + 26, *e0 = e;
+        uint8_t num[24];
+        e = put_bin_entry(e, "suggestWhichBrokerId", (const uint8_t *)"0", 1);
+        e = put_bin_entry(e, "nextBeginOffset", num, (uint32_t)(put_dec(num, next) - num));
+        e = put_bin_entry(e, "minOffset", num, (uint32_t)(put_dec(num, lo) - num));
+        e = put_bin_entry(e, "maxOffset", num, (uint32_t)(put_dec(num, hi) - num));
+        be32w(ext_len, (uint32_t)(e - e0));
+        q = e;
+    } else {
+        q = put_lit(q, "{\"code\":0,\"extFields\":{\"suggestWhichBrokerId\":\"0\",\"nextBeginOffset\":\"");
+        q = put_dec(q, next);
+        q = put_lit(q, "\",\"minOffset\":\"");
+        q = put_dec(q, lo);
+        q = put_lit(q, "\",\"maxOffset\":\"");
+        q = put_dec(q, hi);
+        q = put_lit(q, "\"},\"flag\":1,\"language\":\"");
+        q = put_lit(q, LANGUAGES[r->language]);
+        q = put_lit(q, "\",\"opaque\":");
+        q = put_dec(q, r->opaque);
+        q = put_lit(q, ",\"remark\":\"FOUND\",\"serializeTypeCurrentRPC\":\"JSON\",\"version\":");
+        q = put_dec(q, r->version);
+        *q++ = '}';
+    }
+    assert((size_t)(q - h) + 8 <= MQ_FAST_PULL_HEADER_ROOM);
+    return (uint32_t)(q - h);
+}
+
+/* Answers pull r when it finds records (fastsend.h's list): 1 with *out filled and the answer
+ * frame in the pull buffer, 0 when it is Python's (nothing done). */
+static int take_pull(mq_fast *f, const req *r, mq_fast_pulled *out) {
+    const fval *F = r->fs.lng;
+    if (!F[F_GROUP].present || F[F_GROUP].escaped || !F[F_TOPIC].present || F[F_TOPIC].escaped) return 0;
+    int64_t gid = group_find(f, F[F_GROUP].p, F[F_GROUP].len, NULL);
+    int64_t tid = F[F_TOPIC].len ? topic_find(f, (const char *)F[F_TOPIC].p, F[F_TOPIC].len, NULL) : -1;
+    if (gid < 0 || tid < 0) return 0;
+    int64_t qid, offset, max_nums, sys_flag, commit, unused;
+    if (!F[F_QID].present || !F[F_QID].len || !field_int(&F[F_QID], INT32_MIN, INT32_MAX, &qid)) return 0;
+    if (!F[F_QOFFSET].present || !F[F_QOFFSET].len || !field_int(&F[F_QOFFSET], INT64_MIN, INT64_MAX, &offset))
+        return 0;
+    if (!field_int_or(&F[F_MAXNUMS], INT32_MIN, INT32_MAX, 32, &max_nums)
+        || !field_int_or(&F[F_SYSFLAG], INT64_MIN, INT64_MAX, 0, &sys_flag)
+        || !field_int_or(&F[F_COMMIT], INT64_MIN, INT64_MAX, 0, &commit)
+        || !field_int_or(&F[F_SUSPEND], INT64_MIN, INT64_MAX, 0, &unused)
+        || !field_int_or(&F[F_SUBVER], INT64_MIN, INT64_MAX, 0, &unused))
+        return 0;
+    if (max_nums < 1) max_nums = 1;
+    const fast_topic *t = &f->topics[tid];
+    if (!(t->perm & PERM_READ) || qid < 0 || qid >= t->read_queues || !(sys_flag & PULL_SUBSCRIPTION)) return 0;
+    const fval *ev = &F[F_EXPR];
+    if (ev->present && ev->len && !(ev->len == 3 && !ev->escaped && memcmp(ev->p, "TAG", 3) == 0)) return 0;
+    int64_t codes[MQ_FAST_CODES_MAX];
+    uint32_t n_codes;
+    if (!sub_codes(&F[F_SUB], codes, &n_codes)) return 0;
+    uint32_t slot;
+    void *mem = f->cl->ctl;
+    if (mq_queue_lookup(mem, t->name, t->len, (int32_t)qid, 0, &slot) != MQ_OK) return 0;
+    int64_t lo = mq_queue_get(mem, slot, MQ_Q_CQ_MIN), hi = mq_queue_get(mem, slot, MQ_Q_CQ_MAX);
+    if (hi <= 0 || offset < lo || offset >= hi) return 0;
+    uint64_t byte = (uint64_t)offset * CQ_ENTRY_SIZE, fs = f->cq_file_size;
+    uint64_t start = byte - byte % fs, at = byte - start;
+    const uint8_t *cq = cq_file(f, (uint32_t)tid, (int32_t)qid, start);
+    if (!cq) return 0;
+    uint64_t n_entries = (uint64_t)(max_nums * CQ_ENTRY_SIZE > CQ_SCAN_BYTES_MIN ? max_nums * CQ_ENTRY_SIZE
+                                                                                 : CQ_SCAN_BYTES_MIN) / CQ_ENTRY_SIZE;
+    if (n_entries > (uint64_t)(hi - offset)) n_entries = (uint64_t)(hi - offset);
+    if (n_entries > (fs - at) / CQ_ENTRY_SIZE) n_entries = (fs - at) / CQ_ENTRY_SIZE;
+    uint32_t count_max = max_nums < f->pull_count_max ? (uint32_t)max_nums : f->pull_count_max;
+    uint8_t *body = f->pull_buf + MQ_FAST_PULL_HEADER_ROOM;
+    mq_gather_out res;
+    int rc = mq_commitlog_gather(f->cl, cq + at, (uint32_t)n_entries, ctl_load(f->cl->ctl, MQ_POS_MIN),
+                                 n_codes ? codes : NULL, n_codes, (int32_t)qid, offset, t->name, t->len, 0,
+                                 count_max, f->pull_bytes_max, body, f->pull_bytes_max, &res);
+    if (rc != MQ_OK || res.n == 0 || !(res.stop_rc == MQ_OK || res.stop_rc == MQ_E_FULL)) return 0;
+    uint8_t head[MQ_FAST_PULL_HEADER_ROOM];
+    uint32_t hlen = pull_header(r, offset + (int64_t)res.scanned, lo, hi, head);
+    uint32_t frame_at = MQ_FAST_PULL_HEADER_ROOM - 8 - hlen;
+    uint8_t *p = f->pull_buf + frame_at;
+    be32w(p, (uint32_t)(4 + hlen + res.size));
+    be32w(p + 4, ((uint32_t)r->serialize_type << 24) | hlen);
+    memcpy(p + 8, head, hlen);
+    *out = (mq_fast_pulled){.sends_staged = out->sends_staged, .group_id = (uint32_t)gid, .topic_id = (uint32_t)tid,
+                            .queue_id = (int32_t)qid, .commit = (sys_flag & PULL_COMMIT_OFFSET) != 0,
+                            .commit_offset = commit, .msgs = res.n, .body_len = (uint32_t)res.size,
+                            .frame_offset = frame_at, .frame_len = 8 + hlen + (uint32_t)res.size};
+    return 1;
+}
+
 int mq_fast_read(mq_fast *f, uint32_t conn, const uint8_t *born_host, uint32_t born_host_len,
-                 int32_t born_port, const uint8_t *buf, size_t len, size_t *consumed, int *stop_out,
-                 int32_t *code_out) {
-    assert(f && (buf || !len) && consumed && stop_out && code_out);
+                 int32_t born_port, int pulls, const uint8_t *buf, size_t len, size_t *consumed, int *stop_out,
+                 int32_t *code_out, mq_fast_pulled *pulled) {
+    assert(f && (buf || !len) && consumed && stop_out && code_out && pulled);
     *code_out = -1;
+    pulled->sends_staged = 0;
+    uint32_t staged_before = f->n;
+    pulls = pulls && f->pull_buf && !f->trace;
     if (born_host_len != 4 && born_host_len != 16) return MQ_E_INVAL;
     assert(born_host);
     mq_ctl *ctl = f->cl->ctl;
@@ -699,6 +1013,13 @@ int mq_fast_read(mq_fast *f, uint32_t conn, const uint8_t *born_host, uint32_t b
             r.ts_us = wall0_us + (t_ns - mono0_ns) / 1000;
         }
         if (ok) *code_out = r.code;
+        if (ok && r.code == CODE_PULL && pulls && !(r.flag & (RPC_RESPONSE | RPC_ONEWAY))) {
+            pulled->sends_staged = f->n - staged_before;
+            if (!take_pull(f, &r, pulled)) { stop = MQ_FAST_HANDBACK; break; }
+            pos += 4 + (size_t)total;
+            stop = MQ_FAST_PULLED;
+            break;
+        }
         if (!ok || (r.code != CODE_SEND && r.code != CODE_SEND_V2) || (r.flag & RPC_RESPONSE)) {
             stop = MQ_FAST_HANDBACK;
             break;
@@ -713,6 +1034,7 @@ int mq_fast_read(mq_fast *f, uint32_t conn, const uint8_t *born_host, uint32_t b
 out:
     *consumed = pos;
     *stop_out = stop;
+    pulled->sends_staged = f->n - staged_before;
     return MQ_OK;
 }
 

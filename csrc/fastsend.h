@@ -61,7 +61,9 @@
  *     MQ_FAST_END (no complete frame left), MQ_FAST_HANDBACK (the frame at *consumed is
  *     Python's; *code_out is its request code when its header was read, else -1: a caller
  *     that keeps a connection's sends in order runs the stage before Python appends that
- *     frame's message), MQ_FAST_FULL (the stage is full: run it, then call again).  The bytes of buf
+ *     frame's message), MQ_FAST_FULL (the stage is full: run it, then call again), MQ_FAST_PULLED
+ *     (a pull was answered: the frame before *consumed; see below).  pulled->sends_staged: the
+ *     sends this call staged (whatever the stop).  pulls: this connection may pull.  The bytes of buf
  *     must stay unchanged and alive until the next mq_fast_run (bodies are staged by pointer).
  *     MQ_E_INVAL: born_host_len not 4 or 16.
  * mq_fast_set_hold  MQ_FAST_ANSWER_NOW: every stored send is answered by the run (ASYNC_FLUSH,
@@ -98,6 +100,50 @@
  *     term, into fails (rc MQ_FAST_RC_STORED), at most cap: their wait timed out, or their
  *     leader's term ended; Python answers them.
  * mq_fast_staged the number of sends staged (a getter).
+ *
+ * Pulls (PULL_MESSAGE, 11) that find data are answered by mq_fast_read too, one at a time: the
+ * walk stops after each one it answers (MQ_FAST_PULLED) with the answer frame in the pull buffer
+ * and what Python still does for it in *pulled (the offset commit, the stats).  A pull is taken
+ * when all of these hold, else its frame is handed back untouched (Python's
+ * mq.broker.pull.PullProcessor.handle then gives the answer it always gave):
+ *   - the caller allows pulls on this connection (`pulls`: not the fast port, which serves none)
+ *     and mq_fast_set_pulls turned them on (Python's policy: a master or DLedger leader whose
+ *     brokerPermission allows reads, no slaveReadEnable, no old log beside a DLedger one, no perf
+ *     tracing; the same switches as the send path's otherwise);
+ *   - the frame: a request, not oneway, read as a send's is (the same parsers); extFields with
+ *     consumerGroup a published group (mq_fast_group_put: Python publishes a group it has read
+ *     with consumeEnable) and topic a published topic with perm & 4 (read) and queueId a decimal
+ *     in [0, readQueueNums); queueOffset an int64 decimal, maxMsgNums an int32 decimal (absent or
+ *     empty: 32), sysFlag, commitOffset, suspendTimeoutMillis and subVersion int64 decimals (or
+ *     absent or empty), sysFlag with PULL_SUBSCRIPTION (4: the expression comes with the pull);
+ *     expressionType absent, empty or "TAG"; subscription absent, or printable ASCII (spaces
+ *     included, at most MQ_FAST_SUB_TEXT_MAX bytes) that is "*" or empty once trimmed, or tags
+ *     joined by "||" (at most MQ_FAST_CODES_MAX, at least one; each tag's Java hashCode is what the
+ *     ConsumeQueue holds);
+ *   - the queue: its slot in the control block exists and CQ_MIN <= queueOffset < CQ_MAX; its
+ *     ConsumeQueue file (<cq_root>/<topic>/<queueId>/<20-digit start>) exists with its full size;
+ *   - the records: one mq_commitlog_gather over the entries from queueOffset (max(16000,
+ *     maxMsgNums * 20) bytes of them, within CQ_MAX and the file: RocketMQ's
+ *     maxFilterMessageCount) with min(maxMsgNums, count_max) and bytes_max as its limits copies
+ *     at least one record and stops at its limits (MQ_OK, or MQ_E_FULL after a record): a pull
+ *     that finds nothing, or meets a record that fails its check or a deleted file, is Python's,
+ *     which reports what it must.
+ * The answer is byte-identical to Python's make_response(request, SUCCESS, "FOUND", ext, records)
+ * encoded in the request's serialize type: extFields suggestWhichBrokerId "0", nextBeginOffset
+ * (queueOffset + entries examined), minOffset CQ_MIN, maxOffset CQ_MAX read before the gather.
+ * ConsumeQueue files are mapped read-only here as they are first needed and stay mapped (their
+ * files are never truncated, unlinked and made again while the store runs: mq.ha.truncate,
+ * ConsumeQueue.rebase); at MQ_FAST_CQ_MAPS_MAX they are all unmapped, as when the topics are
+ * cleared (topic ids are reused) or the pull settings change.
+ * mq_fast_set_pulls  pulls on, with the store's ConsumeQueue root and file size, the broker's
+ *     maxTransferCountOnMessageInMemory (count_max) and maxTransferBytesOnMessageInMemory
+ *     (bytes_max), answers built in buf[0, buf_cap) (the caller's, alive while pulls are on;
+ *     at least MQ_FAST_PULL_HEADER_ROOM + bytes_max); bytes_max 0: off.  MQ_E_INVAL for a file
+ *     size not a positive multiple of 20, a root over PATH_MAX / 2, count_max 0, bytes_max past
+ *     what a frame holds, or a short buffer (pulls are off then).
+ * mq_fast_group_put  publishes consumer group `group` under id `id` (< MQ_FAST_GROUPS_MAX): as
+ *     mq_fast_topic_put (MQ_E_INVAL for an id out of range or a name over MQ_FAST_GROUP_LEN_MAX).
+ * mq_fast_groups_clear  forgets every group.
  */
 #ifndef MQ_FASTSEND_H
 #define MQ_FASTSEND_H
@@ -113,6 +159,12 @@
 #define MQ_FAST_RC_STORED    1             /* a fail record of a send that was stored (held, refused) */
 #define MQ_FAST_TRACE_FIELDS 11            /* a req row: mq.broker.tracing.REQ_ROW */
 #define MQ_FAST_TRACE_ROWS_MAX 4096        /* rows kept between two takes */
+#define MQ_FAST_GROUPS_MAX   4096          /* consumer groups published at once */
+#define MQ_FAST_GROUP_LEN_MAX 255          /* bytes of a published group's name */
+#define MQ_FAST_CQ_MAPS_MAX  1024          /* ConsumeQueue files mapped for pulls at once */
+#define MQ_FAST_PULL_HEADER_ROOM 512       /* bytes before a pull answer's records: its frame's head */
+#define MQ_FAST_CODES_MAX    64            /* tags of a subscription a pull taken here may name */
+#define MQ_FAST_SUB_TEXT_MAX 1024          /* bytes of a subscription a pull taken here may carry */
 
 typedef struct mq_fast mq_fast;
 
@@ -125,7 +177,8 @@ enum mq_fast_hold {
 enum mq_fast_stop {
     MQ_FAST_END = 0,        /* every complete frame was taken */
     MQ_FAST_HANDBACK,       /* the frame at *consumed is Python's */
-    MQ_FAST_FULL            /* the stage is full */
+    MQ_FAST_FULL,           /* the stage is full */
+    MQ_FAST_PULLED          /* the frame before *consumed was a pull, answered (*pulled) */
 };
 
 typedef struct mq_fast_opts {
@@ -165,15 +218,31 @@ typedef struct mq_fast_fail {       /* a send Python answers (refused, or stored
     int64_t dl_term;                /* stored, DLedger mode: the term of its entry */
 } mq_fast_fail;
 
+typedef struct mq_fast_pulled {     /* what a read did besides its frames: sends staged, the pull answered */
+    uint32_t sends_staged;          /* sends this call staged (before the stop) */
+    uint32_t group_id, topic_id;    /* MQ_FAST_PULLED: the pull's group and topic (published ids) */
+    int32_t queue_id;
+    int32_t commit;                 /* sysFlag had PULL_COMMIT_OFFSET (1): commit_offset is the group's */
+    int64_t commit_offset;
+    uint32_t msgs;                  /* records in the answer */
+    uint32_t body_len;              /* their bytes */
+    uint32_t frame_offset;          /* the answer frame: buf[frame_offset, frame_offset + frame_len) */
+    uint32_t frame_len;
+} mq_fast_pulled;
+
 int      mq_fast_open(mq_commitlog *cl, const mq_fast_opts *opts, mq_fast **out);
 void     mq_fast_close(mq_fast *f);
 int      mq_fast_topic_put(mq_fast *f, uint32_t id, const char *topic, uint32_t topic_len,
                            int32_t write_queues, int32_t read_queues, int32_t perm);
 int      mq_fast_topics_clear(mq_fast *f);
 int      mq_fast_take_counts(mq_fast *f, uint64_t *msgs, uint64_t *bytes, uint32_t cap, uint32_t *n_out);
+int      mq_fast_set_pulls(mq_fast *f, const char *cq_root, uint32_t cq_root_len, uint64_t cq_file_size,
+                           uint32_t count_max, uint32_t bytes_max, uint8_t *buf, size_t buf_cap);
+int      mq_fast_group_put(mq_fast *f, uint32_t id, const char *group, uint32_t group_len);
+int      mq_fast_groups_clear(mq_fast *f);
 int      mq_fast_read(mq_fast *f, uint32_t conn, const uint8_t *born_host, uint32_t born_host_len,
-                      int32_t born_port, const uint8_t *buf, size_t len, size_t *consumed, int *stop_out,
-                      int32_t *code_out);
+                      int32_t born_port, int pulls, const uint8_t *buf, size_t len, size_t *consumed,
+                      int *stop_out, int32_t *code_out, mq_fast_pulled *pulled);
 int      mq_fast_set_hold(mq_fast *f, int hold);
 int      mq_fast_run(mq_fast *f, int refuse_held, uint8_t *out, size_t out_cap, mq_fast_span *spans,
                      uint32_t *n_spans, mq_fast_fail *fails, uint32_t *n_fails, uint32_t *n_ok, uint32_t *n_held);

@@ -140,6 +140,10 @@ BROKER_OPTIONS: list[Option] = [
            "single sends that need no decision of Python's are parsed, appended and answered in C, one call "
            "per read (ours; mq.broker.fastsend; used only where sends need no wait: ASYNC_MASTER with "
            "ASYNC_FLUSH, no ACL, no perf tracing)"),
+    Option("fastPullEnable", bool, True,
+           "pulls that find data are answered in C in the read that brings them (ours; mq.broker.fastsend; "
+           "where the C send path is on, without slaveReadEnable or perf tracing, for a group and topic "
+           "the worker has read and a TAG expression sent with the pull)"),
     # perf tracing (ours; mq.broker.tracing, schema in mq.trace).  Not RocketMQ's traceTopicEnable,
     # which is message trace (who sent and consumed what, stored in a topic): a different feature.
     Option("perfTraceEnable", bool, False,

@@ -14,12 +14,22 @@ read by C per read), and every refusal and timeout: a send the store refuses, or
 ends badly, comes back from C and is answered here with the code the group path gives.  With
 perf tracing, C stamps the sends it takes and keeps their req rows (set_tracer).
 
+Pulls that find data are answered in the same call (fastPullEnable): a pull of a group and a
+topic Python published (PullProcessor.handle, once it found both in the worker's caches), with its
+TAG expression sent along, is read, gathered and answered by C, one pull per call; Python writes
+the answer and does the offset commit and the stats the pull path does.  Every other pull (no
+data, a damaged record, a group's subscription from its heartbeat, SQL92, a first record over the
+byte limit, ...) is handed back untouched and answered by Python's path as before.
+
 Limits, named: MQ_FAST_MSGS_MAX sends and MQ_FAST_ARENA_BYTES of properties per run (a read
 that fills the stage runs it at once and goes on); MQ_FAST_TOPICS_MAX topics published (past
 that, the others keep Python's path until the topic cache is cleared); MQ_FAST_PENDING_MAX
 answers held at once, over all connections (past that, sends take Python's path).  Held sends
 count against no connection's in-flight bound: one connection can fill the ring, and the others
-then take Python's path until it drains."""
+then take Python's path until it drains.  Pulls: MQ_FAST_GROUPS_MAX groups published (past that,
+the others' pulls keep Python's path until the group cache is cleared), MQ_FAST_CQ_MAPS_MAX
+ConsumeQueue files mapped (then all are unmapped and mapped again as needed), MQ_FAST_CODES_MAX
+tags and MQ_FAST_SUB_TEXT_MAX bytes of an expression."""
 from __future__ import annotations
 
 import asyncio
@@ -28,6 +38,7 @@ import time
 from time import perf_counter_ns
 
 from mq.remoting import RequestCode as R, ResponseCode as RC, make_response
+from mq.remoting.server import UNSENT_BYTES_FLUSH_MAX
 from mq.store import PutResult, PutStatus
 from mq.store import control as C
 from mq.store.native import check, ffi, lib
@@ -43,7 +54,10 @@ log = logging.getLogger("mq.broker.fastsend")
 MSGS_MAX = lib.MQ_FAST_MSGS_MAX
 TRACE_FLUSH_ROWS = lib.MQ_FAST_TRACE_ROWS_MAX - MSGS_MAX      # C's rows are taken past this many
 TOPICS_MAX = lib.MQ_FAST_TOPICS_MAX
-STOP_END, STOP_HANDBACK, STOP_FULL = lib.MQ_FAST_END, lib.MQ_FAST_HANDBACK, lib.MQ_FAST_FULL
+STOP_END, STOP_HANDBACK, STOP_FULL, STOP_PULLED = (lib.MQ_FAST_END, lib.MQ_FAST_HANDBACK, lib.MQ_FAST_FULL,
+                                                   lib.MQ_FAST_PULLED)
+GROUPS_MAX = lib.MQ_FAST_GROUPS_MAX
+PULL_HEADER_ROOM = lib.MQ_FAST_PULL_HEADER_ROOM
 # requests whose handlers append: a connection's sends are appended in the order they came, as
 # RocketMQ's one send thread appends them (the full path's awaits aside)
 APPENDING_CODES = frozenset((R.SEND_MESSAGE, R.SEND_MESSAGE_V2, R.SEND_BATCH_MESSAGE, R.CONSUMER_SEND_MSG_BACK,
@@ -91,6 +105,13 @@ class FastSends:
         self._consumed = ffi.new("size_t *")
         self._stop = ffi.new("int *")
         self._code = ffi.new("int32_t *")
+        self._pulled = ffi.new("mq_fast_pulled *")
+        self._group_ids: dict[str, int] = {}
+        self._group_names: list[str] = []
+        self.pulls_on = False                    # C answers pulls that find data (set_pulls)
+        self._pull_buf = None                    # their answers are built here (C's, while pulls are on)
+        self._pull_settings = None
+        self.pulls = 0                           # pulls C answered, for tests and the runtime info
         self._topic_ids: dict[str, int] = {}
         self._topic_names: list[bytes] = []
         self._by_slot: dict[int, object] = {}    # slot -> Connection, of every open connection seen
@@ -124,6 +145,54 @@ class FastSends:
             self._topic_ids[topic] = tid
             self._topic_names.append(name)
 
+    def publish_group(self, group: str) -> None:
+        """Lets C answer pulls of consumer group `group` from now on (the pull path found it in
+        the worker's group cache with consumeEnable)."""
+        if group in self._group_ids or len(self._group_names) >= GROUPS_MAX:
+            return
+        name = group.encode()
+        if not 0 < len(name) <= lib.MQ_FAST_GROUP_LEN_MAX:
+            return
+        gid = len(self._group_names)
+        check(lib.mq_fast_group_put(self._h, gid, name, len(name)), "fast pull group")
+        self._group_ids[group] = gid
+        self._group_names.append(group)
+
+    def clear_groups(self) -> None:
+        """The worker's group cache was dropped (a group changed): C forgets every group."""
+        if self._h is not None:
+            check(lib.mq_fast_groups_clear(self._h), "fast pull groups clear")
+        self._group_ids.clear()
+        self._group_names.clear()
+
+    def set_pulls(self, on: bool, cq_root: str = "", cq_file_size: int = 0, count_max: int = 0,
+                  bytes_max: int = 0) -> None:
+        """C answers pulls that find data (on) or none; the ConsumeQueue files' root and size,
+        maxTransferCountOnMessageInMemory and maxTransferBytesOnMessageInMemory (csrc/fastsend.h,
+        mq_fast_set_pulls).  Settings C refuses (a byte limit past what one frame holds) leave
+        every pull to Python."""
+        settings = (cq_root, cq_file_size, count_max, bytes_max) if on and self._h is not None else None
+        if settings == self._pull_settings:
+            return
+        self._pull_settings = settings
+        self.pulls_on = False
+        if self._h is None:
+            return
+        if settings is None:
+            check(lib.mq_fast_set_pulls(self._h, ffi.NULL, 0, 0, 0, 0, ffi.NULL, 0), "fast pulls off")
+            self._pull_buf = None
+            return
+        buf = ffi.new("uint8_t[]", PULL_HEADER_ROOM + bytes_max)
+        root = cq_root.encode()
+        rc = lib.mq_fast_set_pulls(self._h, root, len(root), cq_file_size, count_max, bytes_max, buf, len(buf))
+        if rc == lib.MQ_E_INVAL:
+            log.warning("pulls are not answered in C: maxTransferBytesOnMessageInMemory %d or the ConsumeQueue "
+                        "settings are past what it takes", bytes_max)
+            return
+        check(rc, "fast pulls on")
+        self._pull_buf = buf
+        self.pulls_on = True
+
     def clear_topics(self) -> None:
         """The worker's topic cache was dropped (a topic changed): C forgets every topic, after
         appending what it staged and counting what it stored."""
@@ -148,38 +217,69 @@ class FastSends:
 
     # ---- reads -----------------------------------------------------------------------------
     def take(self, conn, data: bytes, pos: int, size: int) -> int:
-        """Stages the sends of data[pos:size] C takes; returns where the first frame it did not
-        take starts (size: every complete frame was taken, or pos when the first is Python's)."""
+        """Stages the sends of data[pos:size] C takes and writes the answers of the pulls it
+        answers; returns where the first frame it did not take starts (size: every complete frame
+        was taken, or pos when the first is Python's).  It also stops early when the pulls'
+        answers paused the connection (its unsent caps): the caller then holds the rest."""
         me = conn.attrs.get("fast")
         if me is None:
             born = born_packed(conn)
-            me = conn.attrs["fast"] = (self._next_slot, born, len(born), conn.peer[1])
+            # the fast (VIP) port serves no pulls: C leaves them to that server's answer
+            pulls = 1 if R.PULL_MESSAGE in conn.server.handlers else 0
+            me = conn.attrs["fast"] = (self._next_slot, born, len(born), conn.peer[1], pulls)
             self._by_slot[self._next_slot] = conn
             self._next_slot = (self._next_slot + 1) & 0x7FFFFFFF
-        slot, born, born_len, port = me
+        slot, born, born_len, port, pulls = me
         buf = ffi.from_buffer(data)
-        h, consumed, stop, code = self._h, self._consumed, self._stop, self._code
-        while True:
-            rc = lib.mq_fast_read(h, slot, born, born_len, port, buf + pos, size - pos, consumed, stop, code)
-            if rc:
-                check(rc, "fast send read")
-            took = consumed[0]
-            if took:
-                if not self._staged:
-                    self.loop.call_soon(self.run)
-                    if self.stats is not None:
-                        self._t_first_ns = perf_counter_ns()
-                self._staged.add(slot)
-                self._keep.append(data)
-                pos += took
-            if stop[0] == STOP_FULL:
-                self.run()
-                continue
-            if stop[0] == STOP_HANDBACK and self._staged and (code[0] < 0 or code[0] in APPENDING_CODES):
-                # what came before it is appended (and answered) before it: it may be a send C
-                # could not read, or a broken frame that closes the connection
-                self.run()
-            return pos
+        h, consumed, stop, code, pulled = self._h, self._consumed, self._stop, self._code, self._pulled
+        pulls = pulls if self.pulls_on else 0
+        answered = False
+        try:
+            while True:
+                rc = lib.mq_fast_read(h, slot, born, born_len, port, pulls, buf + pos, size - pos, consumed, stop,
+                                      code, pulled)
+                if rc:
+                    check(rc, "fast send read")
+                if pulled.sends_staged:
+                    if not self._staged:
+                        self.loop.call_soon(self.run)
+                        if self.stats is not None:
+                            self._t_first_ns = perf_counter_ns()
+                    self._staged.add(slot)
+                    self._keep.append(data)
+                pos += consumed[0]
+                if stop[0] == STOP_PULLED:
+                    answered = True
+                    self._pulled_answer(conn, pulled)
+                    if conn._out_bytes > UNSENT_BYTES_FLUSH_MAX:
+                        conn.flush()
+                        if conn.closed or conn._protocol is None or conn._protocol._paused_by:
+                            return pos
+                    continue
+                if stop[0] == STOP_FULL:
+                    self.run()
+                    continue
+                if stop[0] == STOP_HANDBACK and self._staged and (code[0] < 0 or code[0] in APPENDING_CODES):
+                    # what came before it is appended (and answered) before it: it may be a send C
+                    # could not read, or a broken frame that closes the connection
+                    self.run()
+                return pos
+        finally:
+            if answered:
+                conn.flush()
+
+    def _pulled_answer(self, conn, p) -> None:
+        """Queues the answer of the pull C answered (p: its mq_fast_pulled) and does what Python's
+        path does besides: the offset commit it carried, the stats."""
+        at = p.frame_offset
+        conn.queue_frame(ffi.buffer(self._pull_buf + at, p.frame_len)[:])
+        self.pulls += 1
+        group = self._group_names[p.group_id]
+        topic = self._topic_names[p.topic_id].decode()
+        if p.commit:
+            self.broker.meta.commit_offset_nowait(group, topic, p.queue_id, p.commit_offset)
+        if self.stats is not None:
+            self.stats.got(group, topic, p.msgs, p.body_len)
 
     def forget(self, conn) -> None:
         """conn closed: answers still held for it are dropped when released."""

@@ -71,6 +71,7 @@ class RemoteMeta:
         # the fast paths of send and pull look here without a call; read-only outside this class
         self.cached_topics: dict[str, dict] = {}
         self.on_topics_cleared = None      # called after cached_topics is emptied (the C send path's table)
+        self.on_groups_cleared = None      # called after the group cache is emptied (the C pull path's table)
         self._groups: dict[str, dict] = {}
         self._subs: dict[tuple[str, str], tuple[float, dict | None]] = {}
         self._tasks: set = set()
@@ -96,6 +97,8 @@ class RemoteMeta:
                 self.on_topics_cleared()
         elif kind == "groups":
             self._groups.clear()
+            if self.on_groups_cleared is not None:
+                self.on_groups_cleared()
         elif kind == "role" and self.on_role is not None:
             self.on_role(msg["brokerRole"], int(msg["brokerId"]))
         elif self.on_other is not None:

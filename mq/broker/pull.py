@@ -231,6 +231,7 @@ class PullProcessor:
         self._gather_buf: bytearray | None = None       # the C gather's output (maxTransferBytesOnMessageInMemory)
         self._codes_c: dict = {}                        # tag-hash frozenset -> its sorted int64[] (the gather's filter)
         self._sql_c: dict = {}                          # Sql92Filter -> its _SqlPlan
+        self.fast = getattr(broker, "fast", None)       # the C path (mq.broker.fastsend), or None
 
     def start(self, loop, bell=None) -> None:
         self.hold_service = PullHoldService(self.store, loop, bell)
@@ -281,6 +282,10 @@ class PullProcessor:
             kind, text = hit[1].get("expressionType", "TAG"), hit[1]["subString"]
         if kind != "TAG" and (kind.upper() != "SQL92" or not cfg.enablePropertyFilter):
             return self.process(conn, cmd)              # its refusal comes from the full path
+        fast = self.fast
+        if fast is not None and fast.pulls_on:
+            fast.publish_group(group)                   # C answers this group's pulls of this topic
+            fast.publish(topic, tc)                     # that find data from the next one on
         try:
             codes = self._codes(kind, text)
         except ValueError:                              # Sql92Error too: named by the full path

@@ -26,7 +26,7 @@ from mq.store.bells import Bell, io_bell
 from mq.store.notify import CommitWaiter, PositionWaiter
 from mq.store.retention import service_not_available_remark
 from mq.store.stats import PUBLISH_INTERVAL_S, StatsBlock, region_of
-from mq.wire.topics import PERM_WRITE
+from mq.wire.topics import PERM_READ, PERM_WRITE
 
 from .admin import AdminProcessor
 from .ops import OpsProcessor
@@ -95,6 +95,7 @@ class IoWorker:
         self.send.fast = self.fast = FastSends(self, self.send.stored_template)
         self.fast.group = self.send_group
         self.meta.on_topics_cleared = self.fast.clear_topics
+        self.meta.on_groups_cleared = self.fast.clear_groups
         self.pull = PullProcessor(self)
         self.admin = AdminProcessor(self)
         self.query = QueryProcessor(self)
@@ -283,7 +284,8 @@ class IoWorker:
     def extra_runtime_info(self) -> dict:
         info = {"ioWorker": str(self.worker_id), "ioWorkerPid": str(os.getpid()),
                 # sends of this worker taken by the C path (mq.broker.fastsend), whether it is on now
-                "fastSendMsgs": str(self.fast.msgs), "fastSendOn": str(self.fast.usable).lower()}
+                "fastSendMsgs": str(self.fast.msgs), "fastSendOn": str(self.fast.usable).lower(),
+                "fastPulls": str(self.fast.pulls), "fastPullOn": str(self.fast.pulls_on).lower()}
         if self.commit_waiter is not None:
             info.update(dledger_runtime_info(self.config.storePathRootDir, self.store.ctl))
             info.update(self.forward.runtime_info())
@@ -324,6 +326,12 @@ class IoWorker:
                   and bool(cfg.brokerPermission & PERM_WRITE))
         self.fast.set_tracer(self.tracer)
         self.fast.set_policy(usable, "commit" if dledger else "flush" if sync_flush else "ack" if sync_master else None)
+        # pulls that find data are answered in C where Python's fast pull path would answer them
+        # from its caches alone: read permission, no read/write split, no old log beside DLedger's
+        pulls = (usable and cfg.fastPullEnable and bool(cfg.brokerPermission & PERM_READ) and not cfg.slaveReadEnable
+                 and self.store.legacy is None and self.tracer is None)
+        self.fast.set_pulls(pulls, self.store.cq_root, self.store.config.cq_file_size,
+                            cfg.maxTransferCountOnMessageInMemory, cfg.maxTransferBytesOnMessageInMemory)
         for server in self.servers:
             server.taker = self.fast.take if usable else None
 

@@ -428,6 +428,8 @@ class _ServerProtocol(asyncio.Protocol):
             room = conn._budget.room_bytes
         try:
             while size - pos >= 4:
+                if self._paused_by:                 # the taker's answers paused it: the rest waits
+                    break
                 if taker is not None and pos != handed_back:
                     pos = taker(conn, data, pos, size)     # the frames it takes from here on
                     if size - pos < 4:
