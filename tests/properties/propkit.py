@@ -11,6 +11,7 @@ fresh random examples (the seed is printed on failure), for a longer search by h
 from __future__ import annotations
 
 import os
+import struct
 
 from hypothesis import HealthCheck, settings
 
@@ -23,3 +24,11 @@ def bounded(max_examples: int, **kw) -> settings:
     return settings(max_examples=max_examples * SCALE, deadline=None, derandomize=not RANDOM, database=None,
                     print_blob=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
                     **kw)
+
+
+def rocketmq_header(code: int, language: int, version: int, opaque: int, flag: int,
+                    items: list[tuple[bytes, bytes]]) -> bytes:
+    """A ROCKETMQ (binary) request header written by hand, not by the encoder under test: code,
+    language, version, opaque, flag, no remark, then the extFields entries as given."""
+    ext = b"".join(struct.pack(">h", len(k)) + k + struct.pack(">i", len(v)) + v for k, v in items)
+    return struct.pack(">hBhiii", code, language & 0xFF, version, opaque, flag, 0) + struct.pack(">i", len(ext)) + ext

@@ -3,8 +3,9 @@ differential property: two real brokers serve byte-identical copies of one store
 fastPullEnable (the default) and one without, get the same random PULL_MESSAGE frames, and must
 give byte-identical answers.
 
-The store is filled once by a third broker and copied while it is stopped: topic PullA (4
-queues) with messages tagged TagA, TagB, TagC or untagged, mostly 1 KiB and a few of 10 KiB
+The store is filled once by a third broker and copied while it is stopped: every group the pulls
+name is made then (the brokers make none: a group made while they run would empty their group
+caches, C's too, at a moment of its own), topic PullA (4 queues) with messages tagged TagA, TagB, TagC or untagged, mostly 1 KiB and a few of 10 KiB
 (over the brokers' maxTransferBytesOnMessageInMemory of 8 KiB, so a pull stops at its byte limit
 and now and then meets a first record bigger than the limit), a write-only topic, and a group
 whose consumeEnable is false.  Once both brokers run, the same record is damaged in both copies
@@ -35,7 +36,7 @@ from mq.wire.commitlog import parse_record
 from mq.wire.headers import send_v2
 from mq.wire.remoting import LANGUAGE_NAMES, decode_frame_payload, frame_payload_size
 from tests.faults.rawpeer import Peer
-from tests.properties.propkit import bounded
+from tests.properties.propkit import bounded, rocketmq_header
 
 TOPIC, WRITE_ONLY = "PullA", "PullWO"
 QUEUES = 4
@@ -43,7 +44,7 @@ PER_QUEUE = 48                         # messages per queue
 BIG_EVERY = 11                         # every 11th message has a 10 KiB body
 BYTES_MAX = 8192                       # maxTransferBytesOnMessageInMemory of both brokers
 DAMAGED = (1, 9)                       # (queue, queue offset) of the record damaged on disk
-GROUPS = ["DiffCG", "DiffCG", "DiffCG", "OtherCG", "DisabledCG", ""]
+GROUPS = ["DiffCG", "DiffCG", "DiffCG", "OtherCG", "DisabledCG", "NoSuchCG", ""]   # none made on the way
 TAGS = ["TagA", "TagB", "TagC", None]
 CLOSED = "closed"
 
@@ -63,11 +64,12 @@ def _fill(port: int) -> int:
             resp = p.call(17, {"topic": topic, "readQueueNums": str(QUEUES), "writeQueueNums": str(QUEUES),
                                "perm": perm})
             assert resp.code == 0, (resp.code, resp.remark)
-        group = {"groupName": "DisabledCG", "consumeEnable": False, "consumeFromMinEnable": True,
-                 "consumeBroadcastEnable": True, "retryQueueNums": 1, "retryMaxTimes": 16, "brokerId": 0,
-                 "whichBrokerWhenConsumeSlowly": 1, "notifyConsumerIdsChangedEnable": True}
-        resp = p.call(200, None, json.dumps(group).encode())
-        assert resp.code == 0, (resp.code, resp.remark)
+        for name in ("DiffCG", "OtherCG", "DisabledCG"):  # made here: a group made later would clear
+            group = {"groupName": name, "consumeEnable": name != "DisabledCG", "consumeFromMinEnable": True,
+                     "consumeBroadcastEnable": True, "retryQueueNums": 1, "retryMaxTimes": 16, "brokerId": 0,
+                     "whichBrokerWhenConsumeSlowly": 1, "notifyConsumerIdsChangedEnable": True}
+            resp = p.call(200, None, json.dumps(group).encode())   # the workers' group caches (and C's) as
+            assert resp.code == 0, (resp.code, resp.remark)       # it went, whenever its news came
         for i in range(PER_QUEUE):
             for qid in range(QUEUES):
                 size = 10 * 1024 if i % BIG_EVERY == BIG_EVERY - 1 else 1024
@@ -106,7 +108,8 @@ def brokers(tmp_path_factory):
     ns = NameServer(work)
     running: list[Broker] = []
     try:
-        opts = dict(autoCreateTopicEnable="false", maxTransferBytesOnMessageInMemory=str(BYTES_MAX),
+        opts = dict(autoCreateTopicEnable="false", autoCreateSubscriptionGroup="false",
+                    maxTransferBytesOnMessageInMemory=str(BYTES_MAX),
                     sendMessageThreadPoolNums="1")          # one io worker: its counters are the runtime info's
         fill = Broker(work, ns.addr, name="fill", **opts)
         running.append(fill)
@@ -130,10 +133,10 @@ def brokers(tmp_path_factory):
                 os.pwrite(fd, bytes([os.pread(fd, 1, at)[0] ^ 0xFF]), at)
             finally:
                 os.close(fd)
-        for b in (c, py):                             # the io worker reads the groups and topic once
-            p = Peer(b.port)
+        for b in (c, py):                             # the io worker reads the groups and topic (the first
+            p = Peer(b.port)                          # pull of each), then publishes them to C (the second)
             try:
-                for group in ("DiffCG", "OtherCG"):
+                for group in ("DiffCG", "DiffCG", "OtherCG", "OtherCG"):
                     assert p.call(11, _clean_ext(0, 0, group=group)).code == 0
             finally:
                 p.close()
@@ -205,13 +208,7 @@ def frame_bytes(f: dict, opaque: int) -> bytes:
     flag = 2 if f["oneway"] else 0
     if f["serialize_type"] == 1:
         lang = f["language"] if isinstance(f["language"], int) else 0
-        parts = []
-        for k, v in ext.items():
-            kb, vb = k.encode(), v.encode()
-            parts.append(struct.pack(">h", len(kb)) + kb + struct.pack(">i", len(vb)) + vb)
-        extb = b"".join(parts)
-        header = struct.pack(">hBhiii", 11, lang & 0xFF, f["version"], opaque, flag, 0) + \
-            struct.pack(">i", len(extb)) + extb
+        header = rocketmq_header(11, lang, f["version"], opaque, flag, [(k.encode(), v.encode()) for k, v in ext.items()])
     else:
         style = f["json_style"]
         if style["ints"]:                                # numbers as JSON integers, where they are integers

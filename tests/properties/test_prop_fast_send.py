@@ -35,7 +35,7 @@ from hypothesis import given, note, strategies as st
 from mq.wire.headers import SEND_V2_LETTER_OF, send_v2
 from mq.wire.remoting import LANGUAGE_NAMES, RemotingCommand, decode_frame_payload, encode_frame, frame_payload_size
 from tests.faults.rawpeer import Peer, raw_broker
-from tests.properties.propkit import bounded
+from tests.properties.propkit import bounded, rocketmq_header
 
 TOPICS = ["DiffA", "DiffB"]           # writable, 4 queues
 READ_ONLY = "DiffRO"                  # perm 4: sends refused with NO_PERMISSION
@@ -175,15 +175,9 @@ def frame_bytes(f: dict, opaque: int) -> bytes:
     flag = 2 if f["oneway"] else 0
     if f["serialize_type"] == 1:
         lang = f["language"] if isinstance(f["language"], int) else 0
-        parts = []
-        for k, v in ext.items():
-            kb, vb = k.encode(), v.encode()
-            if f["broken"] and k in ("topic", "b"):
-                vb += b"\xff"
-            parts.append(struct.pack(">h", len(kb)) + kb + struct.pack(">i", len(vb)) + vb)
-        extb = b"".join(parts)
-        header = struct.pack(">hBhiii", f["code"], lang & 0xFF, f["version"], opaque, flag, 0) + \
-            struct.pack(">i", len(extb)) + extb
+        header = rocketmq_header(f["code"], lang, f["version"], opaque, flag,
+                                 [(k.encode(), v.encode() + (b"\xff" if f["broken"] and k in ("topic", "b") else b""))
+                                  for k, v in ext.items()])
     else:
         style = f["json_style"]
         if style["ints"]:                                # numbers as JSON integers, where they are integers
