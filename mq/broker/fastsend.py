@@ -43,7 +43,7 @@ from mq.store import PutResult, PutStatus
 from mq.store import control as C
 from mq.store.native import check, ffi, lib
 from mq.store.store import put_error
-from mq.wire.remoting import RemotingCommand
+from mq.wire.remoting import FRAME_SIZE_MAX, RemotingCommand
 from mq.wire.topics import RETRY_PREFIX, SEND_PROTECTED_TOPICS, TOPIC_LEN_MAX, TOPIC_RE
 
 from .hastatus import slave_ok
@@ -58,6 +58,7 @@ STOP_END, STOP_HANDBACK, STOP_FULL, STOP_PULLED = (lib.MQ_FAST_END, lib.MQ_FAST_
                                                    lib.MQ_FAST_PULLED)
 GROUPS_MAX = lib.MQ_FAST_GROUPS_MAX
 PULL_HEADER_ROOM = lib.MQ_FAST_PULL_HEADER_ROOM
+PULL_LIMIT_MAX = 0xFFFFFFFF        # C's count limit is a uint32
 # requests whose handlers append: a connection's sends are appended in the order they came, as
 # RocketMQ's one send thread appends them (the full path's awaits aside)
 APPENDING_CODES = frozenset((R.SEND_MESSAGE, R.SEND_MESSAGE_V2, R.SEND_BATCH_MESSAGE, R.CONSUMER_SEND_MSG_BACK,
@@ -150,7 +151,10 @@ class FastSends:
         the worker's group cache with consumeEnable)."""
         if group in self._group_ids or len(self._group_names) >= GROUPS_MAX:
             return
-        name = group.encode()
+        try:
+            name = group.encode()
+        except UnicodeEncodeError:         # a lone surrogate (read by the lenient JSON parser): Python's
+            return
         if not 0 < len(name) <= lib.MQ_FAST_GROUP_LEN_MAX:
             return
         gid = len(self._group_names)
@@ -178,9 +182,12 @@ class FastSends:
         self.pulls_on = False
         if self._h is None:
             return
-        if settings is None:
+        if settings is None or count_max > PULL_LIMIT_MAX or bytes_max > FRAME_SIZE_MAX - PULL_HEADER_ROOM:
             check(lib.mq_fast_set_pulls(self._h, ffi.NULL, 0, 0, 0, 0, ffi.NULL, 0), "fast pulls off")
             self._pull_buf = None
+            if settings is not None:
+                log.warning("pulls are not answered in C: maxTransferCountOnMessageInMemory %d or "
+                            "maxTransferBytesOnMessageInMemory %d is past what one frame holds", count_max, bytes_max)
             return
         buf = ffi.new("uint8_t[]", PULL_HEADER_ROOM + bytes_max)
         root = cq_root.encode()

@@ -432,8 +432,10 @@ class _ServerProtocol(asyncio.Protocol):
                     break
                 if taker is not None and pos != handed_back:
                     pos = taker(conn, data, pos, size)     # the frames it takes from here on
-                    if size - pos < 4:
-                        break
+                    if conn.closed:
+                        return
+                    if size - pos < 4 or self._paused_by:  # paused by its pulls' answers: the frame at
+                        break                               # pos is not known to be Python's; it waits
                 end = frame_end(data, pos, size)
                 if not end:
                     break
