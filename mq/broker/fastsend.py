@@ -192,9 +192,10 @@ class FastSends:
         buf = ffi.new("uint8_t[]", PULL_HEADER_ROOM + bytes_max)
         root = cq_root.encode()
         rc = lib.mq_fast_set_pulls(self._h, root, len(root), cq_file_size, count_max, bytes_max, buf, len(buf))
-        if rc == lib.MQ_E_INVAL:
-            log.warning("pulls are not answered in C: maxTransferBytesOnMessageInMemory %d or the ConsumeQueue "
-                        "settings are past what it takes", bytes_max)
+        if rc == lib.MQ_E_INVAL:           # C has let go of its old buffer: so does this side
+            self._pull_buf = None
+            log.warning("pulls are not answered in C: the ConsumeQueue settings (root %r, file size %d) are past "
+                        "what it takes", cq_root, cq_file_size)
             return
         check(rc, "fast pulls on")
         self._pull_buf = buf
