@@ -29,6 +29,9 @@
 #define HASH_SLOTS       (2 * MQ_FAST_TOPICS_MAX)     /* power of two, half full at most */
 #define GROUP_SLOTS      (2 * MQ_FAST_GROUPS_MAX)
 #define CQ_SLOTS         (2 * MQ_FAST_CQ_MAPS_MAX)
+#define SQL_SLOTS        (2 * MQ_FAST_SQL_VERDICTS_MAX)   /* a filter's verdict table */
+#define SQL_FILTER_SLOTS (2 * MQ_FAST_SQL_FILTERS_MAX)
+#define SQL_SPANS        (MQ_FAST_SQL_CHUNK * 2 * (MQ_FAST_SQL_NAMES_MAX + 1))
 
 _Static_assert(MQ_FAST_MSGS_MAX <= MQ_BATCH_MSGS_MAX, "a run is one group append");
 /* an answer's variable part: at most 250 bytes (the JSON form, 11-digit int32s, 20-digit offset) */
@@ -64,6 +67,23 @@ typedef struct fast_group {
     uint32_t len;
     int used;
 } fast_group;
+
+typedef struct sql_verdict {           /* a filter's verdict for one key; verdict 0: a free slot */
+    uint32_t hash, key_at, key_len;
+    uint8_t verdict;                   /* 1 false, 2 true */
+} sql_verdict;
+
+typedef struct fast_sql {              /* a published SQL92 filter */
+    uint8_t *text;                     /* NULL: a free id */
+    uint32_t text_len;
+    uint8_t names[MQ_FAST_SQL_NAMES_MAX * (MQ_FAST_SQL_NAME_LEN_MAX + 1)];
+    uint32_t name_lens[MQ_FAST_SQL_NAMES_MAX];
+    uint32_t n_names;
+    sql_verdict *slots;                /* SQL_SLOTS of them, allocated with the first verdict */
+    uint8_t *keys;                     /* MQ_FAST_SQL_KEYS_BYTES */
+    uint32_t keys_used, n_verdicts;
+    uint64_t hits, misses;             /* pulls answered here / handed back for a verdict */
+} fast_sql;
 
 typedef struct cq_map {                /* a ConsumeQueue file mapped for pulls; base NULL: a free slot */
     const uint8_t *base;
@@ -111,6 +131,9 @@ struct mq_fast {
     uint8_t *pull_buf;
     cq_map cq_maps[CQ_SLOTS];
     uint32_t n_cq_maps;
+    fast_sql sqls[MQ_FAST_SQL_FILTERS_MAX];
+    uint32_t sql_hash[SQL_FILTER_SLOTS];     /* filter id + 1, 0: free */
+    int32_t sql_spans[SQL_SPANS];            /* mq_records_props' output for one gather */
 };
 
 static void cq_unmap_all(mq_fast *f);
@@ -208,6 +231,105 @@ int mq_fast_groups_clear(mq_fast *f) {
     assert(f);
     memset(f->groups, 0, sizeof f->groups);
     memset(f->group_hash, 0, sizeof f->group_hash);
+    return MQ_OK;
+}
+
+/* ---- SQL92 filters (pulls) -------------------------------------------------------------- */
+
+static int64_t sql_find(const mq_fast *f, const uint8_t *s, uint32_t len, uint32_t *slot_out) {
+    uint32_t i = name_hash((const char *)s, len) & (SQL_FILTER_SLOTS - 1);
+    for (;;) {
+        uint32_t v = f->sql_hash[i];
+        if (!v) {
+            if (slot_out) *slot_out = i;
+            return -1;
+        }
+        const fast_sql *q = &f->sqls[v - 1];
+        if (q->text_len == len && memcmp(q->text, s, len) == 0) return v - 1;
+        i = (i + 1) & (SQL_FILTER_SLOTS - 1);
+    }
+}
+
+int mq_fast_sql_put(mq_fast *f, uint32_t id, const uint8_t *text, uint32_t text_len, const uint8_t *names,
+                    const uint32_t *name_lens, uint32_t n_names) {
+    assert(f && (text || !text_len) && (names || !n_names) && (name_lens || !n_names));
+    if (id >= MQ_FAST_SQL_FILTERS_MAX || text_len == 0 || text_len > MQ_FAST_SUB_TEXT_MAX
+        || n_names > MQ_FAST_SQL_NAMES_MAX)
+        return MQ_E_INVAL;
+    size_t names_len = 0;
+    for (uint32_t j = 0; j < n_names; j++) {
+        if (name_lens[j] < 2 || name_lens[j] > MQ_FAST_SQL_NAME_LEN_MAX + 1) return MQ_E_INVAL;
+        names_len += name_lens[j];
+    }
+    uint32_t slot = 0;
+    int64_t at = sql_find(f, text, text_len, &slot);
+    if (at >= 0) return (uint32_t)at == id ? MQ_OK : MQ_E_TABLE_FULL;
+    fast_sql *q = &f->sqls[id];
+    if (q->text) return MQ_E_TABLE_FULL;
+    if (!(q->text = dup_bytes(text, text_len))) return MQ_E_IO;
+    q->text_len = text_len;
+    if (names_len) memcpy(q->names, names, names_len);
+    if (n_names) memcpy(q->name_lens, name_lens, n_names * sizeof *name_lens);
+    q->n_names = n_names;
+    f->sql_hash[slot] = id + 1;
+    return MQ_OK;
+}
+
+static void sql_drop_verdicts(fast_sql *q) {
+    if (q->slots) memset(q->slots, 0, SQL_SLOTS * sizeof *q->slots);
+    q->keys_used = q->n_verdicts = 0;
+}
+
+/* The verdict of filter q for key: 1 true, 0 false, -1 none kept. */
+static int sql_lookup(const fast_sql *q, const uint8_t *key, uint32_t key_len) {
+    if (!q->slots) return -1;
+    uint32_t h = name_hash((const char *)key, key_len);
+    for (uint32_t i = h & (SQL_SLOTS - 1);; i = (i + 1) & (SQL_SLOTS - 1)) {
+        const sql_verdict *v = &q->slots[i];
+        if (!v->verdict) return -1;
+        if (v->hash == h && v->key_len == key_len && memcmp(q->keys + v->key_at, key, key_len) == 0)
+            return v->verdict == 2;
+    }
+}
+
+int mq_fast_sql_verdict(mq_fast *f, uint32_t id, const uint8_t *key, uint32_t key_len, int verdict) {
+    assert(f && (key || !key_len));
+    if (id >= MQ_FAST_SQL_FILTERS_MAX || !f->sqls[id].text || key_len > MQ_FAST_SQL_KEY_MAX) return MQ_E_INVAL;
+    fast_sql *q = &f->sqls[id];
+    if (!q->slots) {
+        q->slots = calloc(SQL_SLOTS, sizeof *q->slots);
+        q->keys = malloc(MQ_FAST_SQL_KEYS_BYTES);
+        if (!q->slots || !q->keys) {
+            free(q->slots);
+            free(q->keys);
+            q->slots = NULL;
+            q->keys = NULL;
+            return MQ_E_IO;
+        }
+    }
+    if (sql_lookup(q, key, key_len) >= 0) return MQ_OK;         /* a verdict never changes */
+    if (q->n_verdicts >= MQ_FAST_SQL_VERDICTS_MAX || key_len > MQ_FAST_SQL_KEYS_BYTES - q->keys_used)
+        sql_drop_verdicts(q);
+    uint32_t h = name_hash((const char *)key, key_len), i = h & (SQL_SLOTS - 1);
+    while (q->slots[i].verdict) i = (i + 1) & (SQL_SLOTS - 1);  /* half full at most: a free slot */
+    if (key_len) memcpy(q->keys + q->keys_used, key, key_len);
+    q->slots[i] = (sql_verdict){.hash = h, .key_at = q->keys_used, .key_len = key_len,
+                                .verdict = (uint8_t)(verdict ? 2 : 1)};
+    q->keys_used += key_len;
+    q->n_verdicts++;
+    return MQ_OK;
+}
+
+int mq_fast_sql_clear(mq_fast *f) {
+    assert(f);
+    for (uint32_t i = 0; i < MQ_FAST_SQL_FILTERS_MAX; i++) {
+        fast_sql *q = &f->sqls[i];
+        free(q->text);
+        free(q->slots);
+        free(q->keys);
+        memset(q, 0, sizeof *q);
+    }
+    memset(f->sql_hash, 0, sizeof f->sql_hash);
     return MQ_OK;
 }
 
@@ -326,6 +448,7 @@ int mq_fast_open(mq_commitlog *cl, const mq_fast_opts *o, mq_fast **out) {
 void mq_fast_close(mq_fast *f) {
     if (!f) return;
     cq_unmap_all(f);
+    mq_fast_sql_clear(f);
     free(f->cq_root);
     free(f->cluster);
     free(f->json_fixed);
@@ -908,6 +1031,85 @@ static uint32_t pull_header(const req *r, int64_t next, int64_t lo, int64_t hi, 
     return (uint32_t)(q - h);
 }
 
+/* The key of a record's verdict (mq_fast_sql_verdict's layout) from its spans (mq_records_props:
+ * sp[2 + 2j], sp[3 + 2j] per property) over buf: its length, or 0 past MQ_FAST_SQL_KEY_MAX
+ * (no verdict is kept for it then; an empty key is 1 byte or more per property, or none at all
+ * for a filter that reads none, whose key is the empty one: returned as 0 too, and looked up). */
+static uint32_t sql_key(const fast_sql *q, const uint8_t *buf, const int32_t *sp, uint8_t *key) {
+    uint32_t n = 0;
+    for (uint32_t j = 0; j < q->n_names; j++) {
+        int32_t at = sp[2 + 2 * j], len = sp[3 + 2 * j];
+        if (at < 0) {
+            if (n + 1 > MQ_FAST_SQL_KEY_MAX) return 0;
+            key[n++] = 0;
+            continue;
+        }
+        if ((uint64_t)n + 5 + (uint32_t)len > MQ_FAST_SQL_KEY_MAX) return 0;
+        key[n] = 1;
+        be32w(key + n + 1, (uint32_t)len);
+        memcpy(key + n + 5, buf + at, (size_t)len);
+        n += 5 + (uint32_t)len;
+    }
+    return n;
+}
+
+/* An SQL92 pull's records (mq.broker.pull.PullProcessor._gather's loop; fastsend.h): 1 with the
+ * records kept in body[0, res->size), res->n of them, res->scanned entries examined; 0 when the
+ * pull is Python's (nothing kept, a first record over the buffer, a record that fails its check or
+ * a deleted file); -1 for a record whose verdict is not kept (Python's too). */
+static int sql_gather(mq_fast *f, fast_sql *q, const fast_topic *t, int32_t qid, int64_t offset,
+                      const uint8_t *cq, uint32_t total, uint32_t count_max, uint8_t *body, mq_gather_out *res) {
+    uint64_t min_phy = ctl_load(f->cl->ctl, MQ_POS_MIN), bytes_max = f->pull_bytes_max, size = 0;
+    uint32_t n = 0, scanned = 0, stride = 2 * (q->n_names + 1);
+    int64_t deadline_ns = mono_ns() + MQ_FAST_SQL_SCAN_BUDGET_NS;
+    uint8_t key[MQ_FAST_SQL_KEY_MAX];
+    while (scanned < total) {
+        uint32_t want = count_max - n < MQ_FAST_SQL_CHUNK ? count_max - n : MQ_FAST_SQL_CHUNK;
+        uint8_t *at = body + size;
+        mq_gather_out g;
+        /* what is left of the bytes is also the room: with records kept, the byte limit stops a
+         * gather before the room would; with none, both are the whole buffer, as Python's */
+        if (mq_commitlog_gather(f->cl, cq + (uint64_t)scanned * CQ_ENTRY_SIZE, total - scanned, min_phy, NULL, 0,
+                                qid, offset + scanned, t->name, t->len, n, want, bytes_max - size, at,
+                                bytes_max - size, &g) != MQ_OK)
+            return 0;
+        if (g.n) {
+            assert(g.n <= MQ_FAST_SQL_CHUNK);
+            if (mq_records_props(at, g.size, g.n, q->names, q->name_lens, q->n_names, f->sql_spans) != MQ_OK)
+                return 0;
+            uint64_t kept_size = 0;
+            for (uint32_t i = 0; i < g.n; i++) {
+                const int32_t *sp = f->sql_spans + (size_t)i * stride;
+                uint32_t klen = sql_key(q, at, sp, key);
+                int v = (klen || !q->n_names) ? sql_lookup(q, key, klen) : -1;
+                if (v < 0) {
+                    q->misses++;
+                    return -1;
+                }
+                if (!v) continue;
+                /* kept records move down over dropped ones: never over a record not yet read */
+                memmove(at + kept_size, at + sp[0], (size_t)sp[1]);
+                kept_size += (uint32_t)sp[1];
+                n++;
+            }
+            size += kept_size;
+        }
+        scanned += g.scanned;
+        if (g.stop_rc == MQ_OK) {
+            if (n >= count_max || !g.scanned || mono_ns() > deadline_ns) break;
+            continue;
+        }
+        if (g.stop_rc == MQ_E_FULL && n) break;
+        return 0;
+    }
+    if (!n) return 0;
+    q->hits++;
+    res->n = n;
+    res->size = size;
+    res->scanned = scanned;
+    return 1;
+}
+
 /* Answers pull r when it finds records (fastsend.h's list): 1 with *out filled and the answer
  * frame in the pull buffer, 0 when it is Python's (nothing done). */
 static int take_pull(mq_fast *f, const req *r, mq_fast_pulled *out) {
@@ -930,10 +1132,21 @@ static int take_pull(mq_fast *f, const req *r, mq_fast_pulled *out) {
     const fast_topic *t = &f->topics[tid];
     if (!(t->perm & PERM_READ) || qid < 0 || qid >= t->read_queues || !(sys_flag & PULL_SUBSCRIPTION)) return 0;
     const fval *ev = &F[F_EXPR];
-    if (ev->present && ev->len && !(ev->len == 3 && !ev->escaped && memcmp(ev->p, "TAG", 3) == 0)) return 0;
+    fast_sql *sql = NULL;
     int64_t codes[MQ_FAST_CODES_MAX];
-    uint32_t n_codes;
-    if (!sub_codes(&F[F_SUB], codes, &n_codes)) return 0;
+    uint32_t n_codes = 0;
+    if (ev->present && ev->len == 5 && !ev->escaped && memcmp(ev->p, "SQL92", 5) == 0) {
+        const fval *sv = &F[F_SUB];    /* Python's text: an escaped one is Python's to read */
+        if (!sv->present || sv->escaped || !sv->len || sv->len > MQ_FAST_SUB_TEXT_MAX || !utf8_ok(sv->p, sv->len))
+            return 0;
+        int64_t id = sql_find(f, sv->p, sv->len, NULL);
+        if (id < 0) return 0;
+        sql = &f->sqls[id];
+        if (sql->misses > MQ_FAST_SQL_MISSES_MAX && sql->misses > sql->hits) return 0;
+    } else {
+        if (ev->present && ev->len && !(ev->len == 3 && !ev->escaped && memcmp(ev->p, "TAG", 3) == 0)) return 0;
+        if (!sub_codes(&F[F_SUB], codes, &n_codes)) return 0;
+    }
     uint32_t slot;
     void *mem = f->cl->ctl;
     if (mq_queue_lookup(mem, t->name, t->len, (int32_t)qid, 0, &slot) != MQ_OK) return 0;
@@ -950,10 +1163,16 @@ static int take_pull(mq_fast *f, const req *r, mq_fast_pulled *out) {
     uint32_t count_max = max_nums < f->pull_count_max ? (uint32_t)max_nums : f->pull_count_max;
     uint8_t *body = f->pull_buf + MQ_FAST_PULL_HEADER_ROOM;
     mq_gather_out res;
-    int rc = mq_commitlog_gather(f->cl, cq + at, (uint32_t)n_entries, ctl_load(f->cl->ctl, MQ_POS_MIN),
-                                 n_codes ? codes : NULL, n_codes, (int32_t)qid, offset, t->name, t->len, 0,
-                                 count_max, f->pull_bytes_max, body, f->pull_bytes_max, &res);
-    if (rc != MQ_OK || res.n == 0 || !(res.stop_rc == MQ_OK || res.stop_rc == MQ_E_FULL)) return 0;
+    if (sql) {
+        int got = sql_gather(f, sql, t, (int32_t)qid, offset, cq + at, (uint32_t)n_entries, count_max, body, &res);
+        if (got < 0) out->sql_missed = 1;
+        if (got <= 0) return 0;
+    } else {
+        int rc = mq_commitlog_gather(f->cl, cq + at, (uint32_t)n_entries, ctl_load(f->cl->ctl, MQ_POS_MIN),
+                                     n_codes ? codes : NULL, n_codes, (int32_t)qid, offset, t->name, t->len, 0,
+                                     count_max, f->pull_bytes_max, body, f->pull_bytes_max, &res);
+        if (rc != MQ_OK || res.n == 0 || !(res.stop_rc == MQ_OK || res.stop_rc == MQ_E_FULL)) return 0;
+    }
     uint8_t head[MQ_FAST_PULL_HEADER_ROOM];
     uint32_t hlen = pull_header(r, offset + (int64_t)res.scanned, lo, hi, head);
     uint32_t frame_at = MQ_FAST_PULL_HEADER_ROOM - 8 - hlen;
@@ -961,7 +1180,7 @@ static int take_pull(mq_fast *f, const req *r, mq_fast_pulled *out) {
     be32w(p, (uint32_t)(4 + hlen + res.size));
     be32w(p + 4, ((uint32_t)r->serialize_type << 24) | hlen);
     memcpy(p + 8, head, hlen);
-    *out = (mq_fast_pulled){.sends_staged = out->sends_staged, .group_id = (uint32_t)gid, .topic_id = (uint32_t)tid,
+    *out = (mq_fast_pulled){.sends_staged = out->sends_staged, .sql_missed = out->sql_missed, .group_id = (uint32_t)gid, .topic_id = (uint32_t)tid,
                             .queue_id = (int32_t)qid, .commit = (sys_flag & PULL_COMMIT_OFFSET) != 0,
                             .commit_offset = commit, .msgs = res.n, .body_len = (uint32_t)res.size,
                             .frame_offset = frame_at, .frame_len = 8 + hlen + (uint32_t)res.size};

@@ -119,7 +119,8 @@
  *     expressionType absent, empty or "TAG"; subscription absent, or printable ASCII (spaces
  *     included, at most MQ_FAST_SUB_TEXT_MAX bytes) that is "*" or empty once trimmed, or tags
  *     joined by "||" (at most MQ_FAST_CODES_MAX, at least one; each tag's Java hashCode is what the
- *     ConsumeQueue holds);
+ *     ConsumeQueue holds); or expressionType "SQL92" and subscription, unescaped UTF-8, the text
+ *     of a published SQL92 filter (below) that has not been left to Python;
  *   - the queue: its slot in the control block exists and CQ_MIN <= queueOffset < CQ_MAX; its
  *     ConsumeQueue file (<cq_root>/<topic>/<queueId>/<20-digit start>) exists with its full size;
  *   - the records: one mq_commitlog_gather over the entries from queueOffset (max(16000,
@@ -128,6 +129,14 @@
  *     at least one record and stops at its limits (MQ_OK, or MQ_E_FULL after a record): a pull
  *     that finds nothing, or meets a record that fails its check or a deleted file, is Python's,
  *     which reports what it must.
+ *   - SQL92: the records are gathered as mq.broker.pull.PullProcessor._gather does, up to
+ *     MQ_FAST_SQL_CHUNK unfiltered per gather (limits: what is left of the count and bytes of the
+ *     records kept), each one's properties read (mq_records_props) and kept when the filter's
+ *     verdict for their values is true, until the count is reached, the entries end, a gather
+ *     examines none, or MQ_FAST_SQL_SCAN_BUDGET_NS has passed since the first.  A record whose
+ *     values have no published verdict hands the pull back (a miss: pulled->sql_missed is set,
+ *     and Python publishes the verdicts of the records it reads for it); a filter with more than MQ_FAST_SQL_MISSES_MAX misses, and more
+ *     misses than pulls answered, is left to Python from then on (values that rarely repeat).
  * The answer is byte-identical to Python's make_response(request, SUCCESS, "FOUND", ext, records)
  * encoded in the request's serialize type: extFields suggestWhichBrokerId "0", nextBeginOffset
  * (queueOffset + entries examined), minOffset CQ_MIN, maxOffset CQ_MAX read before the gather.
@@ -144,6 +153,17 @@
  * mq_fast_group_put  publishes consumer group `group` under id `id` (< MQ_FAST_GROUPS_MAX): as
  *     mq_fast_topic_put (MQ_E_INVAL for an id out of range or a name over MQ_FAST_GROUP_LEN_MAX).
  * mq_fast_groups_clear  forgets every group.
+ * mq_fast_sql_put  publishes an SQL92 filter under id `id` (< MQ_FAST_SQL_FILTERS_MAX): `text`
+ *     its subscription text as UTF-8 (1 to MQ_FAST_SUB_TEXT_MAX bytes), the properties it reads
+ *     as mq_records_props takes them (names, name_lens, n_names <= MQ_FAST_SQL_NAMES_MAX, each
+ *     name at most MQ_FAST_SQL_NAME_LEN_MAX bytes before its 0x01).  As
+ *     mq_fast_group_put otherwise (MQ_E_INVAL for what is out of range, MQ_E_IO without memory).
+ * mq_fast_sql_verdict  keeps filter `id`'s verdict (0 false, 1 true) for one combination of the
+ *     values of its properties, `key`: per property in order, 0x00 when the record has none, else
+ *     0x01, the value's length (uint32 big-endian) and its bytes.  At MQ_FAST_SQL_VERDICTS_MAX
+ *     verdicts or MQ_FAST_SQL_KEYS_BYTES of keys the filter's verdicts are all dropped first.
+ *     MQ_E_INVAL for an id not published or a key over MQ_FAST_SQL_KEY_MAX; MQ_E_IO without memory.
+ * mq_fast_sql_clear  forgets every SQL92 filter and its verdicts.
  */
 #ifndef MQ_FASTSEND_H
 #define MQ_FASTSEND_H
@@ -165,6 +185,15 @@
 #define MQ_FAST_PULL_HEADER_ROOM 512       /* bytes before a pull answer's records: its frame's head */
 #define MQ_FAST_CODES_MAX    64            /* tags of a subscription a pull taken here may name */
 #define MQ_FAST_SUB_TEXT_MAX 1024          /* bytes of a subscription a pull taken here may carry */
+#define MQ_FAST_SQL_FILTERS_MAX 64         /* SQL92 filters published at once */
+#define MQ_FAST_SQL_NAMES_MAX 16           /* properties a published SQL92 filter may read */
+#define MQ_FAST_SQL_NAME_LEN_MAX 128       /* bytes of each one's name */
+#define MQ_FAST_SQL_VERDICTS_MAX 4096      /* verdicts kept per filter (then all dropped) */
+#define MQ_FAST_SQL_KEYS_BYTES 262144      /* bytes of those verdicts' keys, per filter (then all dropped) */
+#define MQ_FAST_SQL_KEY_MAX  1024          /* bytes of one verdict's key */
+#define MQ_FAST_SQL_MISSES_MAX 256         /* pulls a filter hands back for a missing verdict before it is Python's */
+#define MQ_FAST_SQL_CHUNK    32            /* records an SQL92 pull gathers per call (mq.broker.pull.SQL_CHECK_EVERY) */
+#define MQ_FAST_SQL_SCAN_BUDGET_NS 5000000 /* an SQL92 pull stops scanning after this (mq.broker.pull) */
 
 typedef struct mq_fast mq_fast;
 
@@ -228,6 +257,7 @@ typedef struct mq_fast_pulled {     /* what a read did besides its frames: sends
     uint32_t body_len;              /* their bytes */
     uint32_t frame_offset;          /* the answer frame: buf[frame_offset, frame_offset + frame_len) */
     uint32_t frame_len;
+    uint32_t sql_missed;            /* set (never cleared here) when an SQL92 pull was handed back for a verdict */
 } mq_fast_pulled;
 
 int      mq_fast_open(mq_commitlog *cl, const mq_fast_opts *opts, mq_fast **out);
@@ -240,6 +270,10 @@ int      mq_fast_set_pulls(mq_fast *f, const char *cq_root, uint32_t cq_root_len
                            uint32_t count_max, uint32_t bytes_max, uint8_t *buf, size_t buf_cap);
 int      mq_fast_group_put(mq_fast *f, uint32_t id, const char *group, uint32_t group_len);
 int      mq_fast_groups_clear(mq_fast *f);
+int      mq_fast_sql_put(mq_fast *f, uint32_t id, const uint8_t *text, uint32_t text_len, const uint8_t *names,
+                         const uint32_t *name_lens, uint32_t n_names);
+int      mq_fast_sql_verdict(mq_fast *f, uint32_t id, const uint8_t *key, uint32_t key_len, int verdict);
+int      mq_fast_sql_clear(mq_fast *f);
 int      mq_fast_read(mq_fast *f, uint32_t conn, const uint8_t *born_host, uint32_t born_host_len,
                       int32_t born_port, int pulls, const uint8_t *buf, size_t len, size_t *consumed,
                       int *stop_out, int32_t *code_out, mq_fast_pulled *pulled);

@@ -59,6 +59,7 @@ STOP_END, STOP_HANDBACK, STOP_FULL, STOP_PULLED = (lib.MQ_FAST_END, lib.MQ_FAST_
 GROUPS_MAX = lib.MQ_FAST_GROUPS_MAX
 PULL_HEADER_ROOM = lib.MQ_FAST_PULL_HEADER_ROOM
 PULL_LIMIT_MAX = 0xFFFFFFFF        # C's count limit is a uint32
+SQL_FILTERS_MAX = lib.MQ_FAST_SQL_FILTERS_MAX
 # requests whose handlers append: a connection's sends are appended in the order they came, as
 # RocketMQ's one send thread appends them (the full path's awaits aside)
 APPENDING_CODES = frozenset((R.SEND_MESSAGE, R.SEND_MESSAGE_V2, R.SEND_BATCH_MESSAGE, R.CONSUMER_SEND_MSG_BACK,
@@ -109,6 +110,8 @@ class FastSends:
         self._pulled = ffi.new("mq_fast_pulled *")
         self._group_ids: dict[str, int] = {}
         self._group_names: list[str] = []
+        self._sql_ids: dict[str, int | None] = {}     # SQL92 text -> its id in C (None: not published)
+        self.sql_resync = False                  # C handed back an SQL92 pull for a verdict it lacks
         self.pulls_on = False                    # C answers pulls that find data (set_pulls)
         self._pull_buf = None                    # their answers are built here (C's, while pulls are on)
         self._pull_settings = None
@@ -161,6 +164,44 @@ class FastSends:
         check(lib.mq_fast_group_put(self._h, gid, name, len(name)), "fast pull group")
         self._group_ids[group] = gid
         self._group_names.append(group)
+
+    def publish_sql(self, sql) -> None:
+        """Lets C answer SQL92 pulls whose subscription is sql.text (an Sql92Filter) once it holds
+        the verdicts their records need: the records of a pull it hands back for one are judged
+        here and their verdicts published (sql_verdict, while sql_resync is set)."""
+        ids = self._sql_ids
+        if sql.text in ids:
+            return
+        if len(ids) >= SQL_FILTERS_MAX:
+            check(lib.mq_fast_sql_clear(self._h), "fast pull SQL92 clear")
+            ids.clear()
+        try:
+            text = sql.text.encode()
+            names = [name.encode() + b"\x01" for name in sql.property_names]
+        except UnicodeEncodeError:         # a lone surrogate (read by the lenient JSON parser): Python's
+            ids[sql.text] = None
+            return
+        if (not 0 < len(text) <= lib.MQ_FAST_SUB_TEXT_MAX or len(names) > lib.MQ_FAST_SQL_NAMES_MAX
+                or any(len(k) > lib.MQ_FAST_SQL_NAME_LEN_MAX + 1 for k in names)):
+            ids[sql.text] = None
+            return
+        fid = sum(1 for v in ids.values() if v is not None)
+        blob = b"".join(names)
+        check(lib.mq_fast_sql_put(self._h, fid, ffi.from_buffer("uint8_t[]", text), len(text),
+                                  ffi.from_buffer("uint8_t[]", blob) if blob else ffi.NULL,
+                                  [len(k) for k in names] if names else ffi.NULL, len(names)), "fast pull SQL92 filter")
+        ids[sql.text] = fid
+
+    def sql_verdict(self, text: str, values: tuple, verdict: bool) -> None:
+        """Publishes SQL92 filter `text`'s verdict for one combination of its properties' values
+        (bytes, or None for a property the record lacks, in property_names order)."""
+        fid = self._sql_ids.get(text)
+        if fid is None:
+            return
+        key = b"".join(b"\0" if v is None else b"\1" + len(v).to_bytes(4, "big") + v for v in values)
+        if len(key) <= lib.MQ_FAST_SQL_KEY_MAX:
+            check(lib.mq_fast_sql_verdict(self._h, fid, ffi.from_buffer("uint8_t[]", key) if key else ffi.NULL, len(key),
+                                          1 if verdict else 0), "fast pull SQL92 verdict")
 
     def clear_groups(self) -> None:
         """The worker's group cache was dropped (a group changed): C forgets every group."""
@@ -267,6 +308,9 @@ class FastSends:
                 if stop[0] == STOP_FULL:
                     self.run()
                     continue
+                if pulled.sql_missed:      # the pull handed back now: Python publishes its verdicts
+                    pulled.sql_missed = 0
+                    self.sql_resync = True
                 if stop[0] == STOP_HANDBACK and self._staged and (code[0] < 0 or code[0] in APPENDING_CODES):
                     # what came before it is appended (and answered) before it: it may be a send C
                     # could not read, or a broken frame that closes the connection

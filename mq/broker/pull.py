@@ -55,8 +55,8 @@ CQ_SCAN_BYTES_MIN = 16000
 # an SQL92-filtered pull stops scanning after this much evaluation (checked every SQL_CHECK_EVERY
 # records) and answers with what it found, nextBeginOffset where it stopped: a costly filter over
 # records that do not match cannot hold the io worker (and its other connections) for long
-SQL_SCAN_BUDGET_NS = 5_000_000
-SQL_CHECK_EVERY = 32
+SQL_SCAN_BUDGET_NS = lib.MQ_FAST_SQL_SCAN_BUDGET_NS     # 5 ms (declared once: C's path stops alike)
+SQL_CHECK_EVERY = lib.MQ_FAST_SQL_CHUNK                 # 32
 PULLS_HELD_MAX = 100_000
 STOP_WAKES_MAX = 40                # stop() wakes the watch thread every 50 ms, 2 s at most
 DAMAGED_REPORTED_MAX = 10_000      # damaged records remembered as reported (one log line each)
@@ -290,6 +290,9 @@ class PullProcessor:
             codes = self._codes(kind, text)
         except ValueError:                              # Sql92Error too: named by the full path
             return self.process(conn, cmd)
+        if (codes.__class__ is Sql92Filter and kind == "SQL92" and sys_flag & PULL_SUBSCRIPTION and fast is not None
+                and fast.pulls_on):
+            fast.publish_sql(codes)                     # and its pulls, once C holds their verdicts
         if sys_flag & PULL_COMMIT_OFFSET and cfg.brokerRole != "SLAVE":
             meta.commit_offset_nowait(group, topic, qid, commit)
         code, status, next_off, lo, hi, body, last_phy = self.get_messages(topic, qid, offset, max_nums, codes, group)
@@ -546,6 +549,12 @@ class PullProcessor:
                     self._sql_c.clear()
                 sql = self._sql_c[codes] = _SqlPlan(codes)
             sql_deadline_ns = perf_counter_ns() + SQL_SCAN_BUDGET_NS
+            fast = self.fast
+            if fast is not None and fast.sql_resync:     # C lacked a verdict of this pull (most likely)
+                fast.sql_resync = False
+                publish = fast.sql_verdict
+            else:
+                publish = None
         else:
             arr = self._codes_c.get(codes)
             if arr is None:
@@ -568,7 +577,7 @@ class PullProcessor:
                     n += got
                     size += nbytes
                 else:
-                    kept, kept_bytes = sql.keep_matching(buf, nbytes, got, chunks)
+                    kept, kept_bytes = sql.keep_matching(buf, nbytes, got, chunks, publish)
                     n += kept
                     size += kept_bytes
             scanned += done
@@ -600,7 +609,8 @@ class _SqlPlan:
     """An SQL92 filter as the gather applies it: the properties it reads are found in C
     (mq_records_props, for a whole gathered run at once) and its verdict is kept by their values,
     so the expression runs once per distinct combination (region = 'eu' over a million records:
-    twice), not once per record."""
+    twice), not once per record.  The C pull path keeps the same verdicts (by the same values) for
+    the pulls it answers: keep_matching publishes them for a pull C handed back for one it lacked."""
     __slots__ = ("sql", "names", "n_names", "stride", "keys", "key_lens", "spans", "verdicts")
 
     def __init__(self, sql: Sql92Filter):
@@ -624,9 +634,10 @@ class _SqlPlan:
         self.verdicts[values if self.n_names != 1 else values[0]] = verdict
         return verdict
 
-    def keep_matching(self, buf: bytearray, nbytes: int, got: int, chunks: list) -> tuple[int, int]:
+    def keep_matching(self, buf: bytearray, nbytes: int, got: int, chunks: list, publish=None) -> tuple[int, int]:
         """Of the `got` whole records in buf[:nbytes] (a gather's output, at most SQL_CHECK_EVERY,
-        each checked), append those the filter selects to chunks: (records kept, their bytes)."""
+        each checked), append those the filter selects to chunks: (records kept, their bytes).
+        publish: called with (text, values tuple, verdict) for every record (the C path's verdicts)."""
         assert got <= SQL_CHECK_EVERY
         check(lib.mq_records_props(ffi.from_buffer("uint8_t[]", buf), nbytes, got, self.keys, self.key_lens,
                                    self.n_names, self.spans), "gathered records' properties")
@@ -644,6 +655,8 @@ class _SqlPlan:
             verdict = verdicts.get(values)
             if verdict is None:
                 verdict = judge(values)
+            if publish is not None:
+                publish(self.sql.text, (values,) if n_names == 1 else values, verdict)
             if verdict:
                 start, size = spans[base], spans[base + 1]
                 chunks.append(data[start:start + size])

@@ -46,11 +46,12 @@ BYTES_MAX = 8192                       # maxTransferBytesOnMessageInMemory of bo
 DAMAGED = (1, 9)                       # (queue, queue offset) of the record damaged on disk
 GROUPS = ["DiffCG", "DiffCG", "DiffCG", "OtherCG", "DisabledCG", "NoSuchCG", ""]   # none made on the way
 TAGS = ["TagA", "TagB", "TagC", None]
+REGIONS = ["eu", "us", None, "eu", "\u00e9u"]    # the user property SQL92 pulls filter on, with n = i % 7
 CLOSED = "closed"
 
 
-def _send(p: Peer, topic: str, qid: int, tags: str | None, body: bytes) -> None:
-    props = "\x02".join(x for x in (f"TAGS\x01{tags}" if tags else "", "WAIT\x01true") if x)
+def _send(p: Peer, topic: str, qid: int, tags: str | None, body: bytes, user: str = "") -> None:
+    props = "\x02".join(x for x in (f"TAGS\x01{tags}" if tags else "", user, "WAIT\x01true") if x)
     resp = p.call(310, send_v2(producerGroup="DiffPG", topic=topic, queueId=str(qid), sysFlag="0",
                                bornTimestamp="1700000000000", flag="0", properties=props, reconsumeTimes="0"), body)
     assert resp.code == 0, (resp.code, resp.remark)
@@ -73,7 +74,9 @@ def _fill(port: int) -> int:
         for i in range(PER_QUEUE):
             for qid in range(QUEUES):
                 size = 10 * 1024 if i % BIG_EVERY == BIG_EVERY - 1 else 1024
-                _send(p, TOPIC, qid, TAGS[(i + qid) % len(TAGS)], bytes([65 + (i + qid) % 26]) * size)
+                region = REGIONS[(i * 7 + qid) % len(REGIONS)]
+                user = "\x02".join(x for x in (f"region\x01{region}" if region else "", f"n\x01{i % 7}") if x)
+                _send(p, TOPIC, qid, TAGS[(i + qid) % len(TAGS)], bytes([65 + (i + qid) % 26]) * size, user)
         deadline = time.monotonic() + 30
         while True:
             resp = p.call(11, _clean_ext(DAMAGED[0], DAMAGED[1], "1"))
@@ -108,7 +111,7 @@ def brokers(tmp_path_factory):
     ns = NameServer(work)
     running: list[Broker] = []
     try:
-        opts = dict(autoCreateTopicEnable="false", autoCreateSubscriptionGroup="false",
+        opts = dict(autoCreateTopicEnable="false", autoCreateSubscriptionGroup="false", enablePropertyFilter="true",
                     maxTransferBytesOnMessageInMemory=str(BYTES_MAX),
                     sendMessageThreadPoolNums="1")          # one io worker: its counters are the runtime info's
         fill = Broker(work, ns.addr, name="fill", **opts)
@@ -166,6 +169,10 @@ def _number(lo: int, hi: int, clean: bool):
 SUBS_CLEAN = ["*", "*", "", "TagA", "TagA || TagB", "TagB||TagC", " TagC ", None]
 SUBS_ODD = ["TagA||", "||", " * ", "*||TagA", "T\u00e1g", "TagA\t", "NoSuchTag", "TagA || TagA", "a|||b",
             "|| TagB ||", " ", "TagA" * 300]
+SQL_CLEAN = ["region = 'eu'", "n > 3", "region = 'us' AND n < 5", "region IS NULL OR n = 2", "n BETWEEN 1 AND 4",
+             "region <> 'eu'", "region = '\u00e9u'"]
+SQL_ODD = ["region =", "zz = 1", "n > 3 AND", "REGION = 'eu'", "region = \"eu\"", "n > 'x'", "TRUE",
+           "region = 'eu' OR " * 40 + "n = 1"]
 
 
 @st.composite
@@ -185,8 +192,10 @@ def pulls(draw) -> dict:
          "suspendTimeoutMillis": draw(st.sampled_from(["0", "1"])),
          "subscription": draw(st.sampled_from(SUBS_CLEAN if clean else SUBS_CLEAN + SUBS_ODD)),
          "subVersion": draw(_number(0, 1 << 40, clean)),
-         "expressionType": draw(st.sampled_from([None, None, "TAG"] if clean else
-                                                [None, "TAG", "", "tag", "SQL92", "XYZ"]))}
+         "expressionType": draw(st.sampled_from([None, None, "TAG", "SQL92", "SQL92"] if clean else
+                                                [None, "TAG", "", "tag", "SQL92", "SQL92", "sql92", "XYZ"]))}
+    if h["expressionType"] in ("SQL92", "sql92"):
+        h["subscription"] = draw(st.sampled_from(SQL_CLEAN if clean else SQL_CLEAN + SQL_ODD + SUBS_CLEAN))
     if not sys_flag & 2 and not clean and draw(st.integers(0, 3)) == 0:
         h["suspendTimeoutMillis"] = draw(st.sampled_from(["", "x", " 1", None]))   # no hold: read, not used
     for name in draw(st.lists(st.sampled_from(["maxMsgNums", "commitOffset", "subVersion", "subscription"]),
@@ -313,6 +322,24 @@ def test_clean_pulls_are_answered_in_c_and_read_every_record(brokers):
         p.close()
     answered = int(_runtime(c.port)["fastPulls"]) - before
     assert answered == c_expected, (answered, c_expected, pulls_made)
+
+
+def test_sql92_pulls_are_answered_in_c_once_their_verdicts_are_published(brokers):
+    """An SQL92 pull is C's once Python published its filter (the pull's first time on the fast
+    path) and the verdicts its records need (a pull C hands back for a missing one): of three
+    identical pulls the third at least is C's, and each answer equals the Python broker's."""
+    c, py = brokers
+    fs = [dict(header={**_clean_ext(qid, 0), "expressionType": "SQL92", "subscription": text}, serialize_type=0,
+               language="JAVA", version=409, oneway=False, json_style=dict(ints=False, ascii=False, spaces=False))
+          for text in SQL_CLEAN for qid in (0, 2)]
+    before = int(_runtime(c.port)["fastPulls"])
+    for f in fs:
+        got_c = exchange(c.port, [f] * 3, [1, 2, 3])
+        got_py = exchange(py.port, [f] * 3, [1, 2, 3])
+        assert got_c == got_py, f["header"]
+        assert all(decode_frame_payload(a[4:]).code == 0 for a in got_c), f["header"]
+    answered = int(_runtime(c.port)["fastPulls"]) - before
+    assert len(fs) <= answered <= 3 * len(fs), (answered, len(fs))
 
 
 def test_many_pulls_in_one_read_are_all_answered(brokers):
