@@ -29,6 +29,7 @@
 #define HASH_SLOTS       (2 * MQ_FAST_TOPICS_MAX)     /* power of two, half full at most */
 #define GROUP_SLOTS      (2 * MQ_FAST_GROUPS_MAX)
 #define CQ_SLOTS         (2 * MQ_FAST_CQ_MAPS_MAX)
+#define SUB_SLOTS        (2 * MQ_FAST_SUBS_MAX)
 #define SQL_SLOTS        (2 * MQ_FAST_SQL_VERDICTS_MAX)   /* a filter's verdict table */
 #define SQL_FILTER_SLOTS (2 * MQ_FAST_SQL_FILTERS_MAX)
 #define SQL_SPANS        (MQ_FAST_SQL_CHUNK * 2 * (MQ_FAST_SQL_NAMES_MAX + 1))
@@ -67,6 +68,15 @@ typedef struct fast_group {
     uint32_t len;
     int used;
 } fast_group;
+
+typedef struct fast_sub {              /* a heartbeat subscription of (group, topic) */
+    uint32_t group_id, topic_id;
+    int64_t fresh_until_ns;            /* CLOCK_MONOTONIC: taken before it */
+    int64_t sub_version;
+    int32_t sql_id;                    /* an SQL92 filter, or -1: the codes */
+    uint32_t n_codes;
+    int64_t codes[MQ_FAST_CODES_MAX];
+} fast_sub;
 
 typedef struct sql_verdict {           /* a filter's verdict for one key; verdict 0: a free slot */
     uint32_t hash, key_at, key_len;
@@ -134,6 +144,9 @@ struct mq_fast {
     fast_sql sqls[MQ_FAST_SQL_FILTERS_MAX];
     uint32_t sql_hash[SQL_FILTER_SLOTS];     /* filter id + 1, 0: free */
     int32_t sql_spans[SQL_SPANS];            /* mq_records_props' output for one gather */
+    fast_sub subs[MQ_FAST_SUBS_MAX];
+    uint32_t sub_hash[SUB_SLOTS];            /* index into subs + 1, 0: free */
+    uint32_t n_subs;
 };
 
 static void cq_unmap_all(mq_fast *f);
@@ -191,6 +204,7 @@ int mq_fast_topics_clear(mq_fast *f) {
     memset(f->hash, 0, sizeof f->hash);
     f->ids_end = 0;
     cq_unmap_all(f);                   /* keyed by topic id: ids are given again */
+    mq_fast_subs_clear(f);             /* so are subscriptions */
     return MQ_OK;
 }
 
@@ -231,6 +245,62 @@ int mq_fast_groups_clear(mq_fast *f) {
     assert(f);
     memset(f->groups, 0, sizeof f->groups);
     memset(f->group_hash, 0, sizeof f->group_hash);
+    mq_fast_subs_clear(f);             /* keyed by group id: ids are given again */
+    return MQ_OK;
+}
+
+/* ---- heartbeat subscriptions (pulls without PULL_SUBSCRIPTION) -------------------------------- */
+
+static uint32_t sub_slot_of(uint32_t group_id, uint32_t topic_id) {
+    uint64_t h = ((uint64_t)group_id * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)topic_id * 0xC2B2AE3D27D4EB4Full);
+    return (uint32_t)(h >> 32) & (SUB_SLOTS - 1);
+}
+
+static fast_sub *sub_find(mq_fast *f, uint32_t group_id, uint32_t topic_id, uint32_t *slot_out) {
+    for (uint32_t i = sub_slot_of(group_id, topic_id);; i = (i + 1) & (SUB_SLOTS - 1)) {
+        uint32_t v = f->sub_hash[i];
+        if (!v) {
+            if (slot_out) *slot_out = i;
+            return NULL;
+        }
+        fast_sub *s = &f->subs[v - 1];
+        if (s->group_id == group_id && s->topic_id == topic_id) return s;
+    }
+}
+
+int mq_fast_subs_clear(mq_fast *f) {
+    assert(f);
+    memset(f->sub_hash, 0, sizeof f->sub_hash);
+    f->n_subs = 0;
+    return MQ_OK;
+}
+
+int mq_fast_sub_put(mq_fast *f, uint32_t group_id, uint32_t topic_id, int64_t fresh_until_ns, int64_t sub_version,
+                    const int64_t *codes, uint32_t n_codes, int32_t sql_id) {
+    assert(f && (codes || !n_codes));
+    if (group_id >= MQ_FAST_GROUPS_MAX || !f->groups[group_id].used || topic_id >= MQ_FAST_TOPICS_MAX
+        || !f->topics[topic_id].used || n_codes > MQ_FAST_CODES_MAX
+        || (sql_id >= 0 && (n_codes || sql_id >= MQ_FAST_SQL_FILTERS_MAX || !f->sqls[sql_id].text)) || sql_id < -1)
+        return MQ_E_INVAL;
+    for (uint32_t i = 1; i < n_codes; i++)
+        if (codes[i] <= codes[i - 1]) return MQ_E_INVAL;       /* the gather's filter: sorted, distinct */
+    uint32_t slot = 0;
+    fast_sub *s = sub_find(f, group_id, topic_id, &slot);
+    if (!s) {
+        if (f->n_subs >= MQ_FAST_SUBS_MAX) {
+            mq_fast_subs_clear(f);
+            sub_find(f, group_id, topic_id, &slot);
+        }
+        s = &f->subs[f->n_subs++];
+        f->sub_hash[slot] = f->n_subs;
+    }
+    s->group_id = group_id;
+    s->topic_id = topic_id;
+    s->fresh_until_ns = fresh_until_ns;
+    s->sub_version = sub_version;
+    s->sql_id = sql_id;
+    s->n_codes = n_codes;
+    if (n_codes) memcpy(s->codes, codes, n_codes * sizeof *codes);
     return MQ_OK;
 }
 
@@ -330,6 +400,7 @@ int mq_fast_sql_clear(mq_fast *f) {
         memset(q, 0, sizeof *q);
     }
     memset(f->sql_hash, 0, sizeof f->sql_hash);
+    mq_fast_subs_clear(f);             /* they name filters by id */
     return MQ_OK;
 }
 
@@ -1118,7 +1189,7 @@ static int take_pull(mq_fast *f, const req *r, mq_fast_pulled *out) {
     int64_t gid = group_find(f, F[F_GROUP].p, F[F_GROUP].len, NULL);
     int64_t tid = F[F_TOPIC].len ? topic_find(f, (const char *)F[F_TOPIC].p, F[F_TOPIC].len, NULL) : -1;
     if (gid < 0 || tid < 0) return 0;
-    int64_t qid, offset, max_nums, sys_flag, commit, unused;
+    int64_t qid, offset, max_nums, sys_flag, commit, sub_version, unused;
     if (!F[F_QID].present || !F[F_QID].len || !field_int(&F[F_QID], INT32_MIN, INT32_MAX, &qid)) return 0;
     if (!F[F_QOFFSET].present || !F[F_QOFFSET].len || !field_int(&F[F_QOFFSET], INT64_MIN, INT64_MAX, &offset))
         return 0;
@@ -1126,16 +1197,26 @@ static int take_pull(mq_fast *f, const req *r, mq_fast_pulled *out) {
         || !field_int_or(&F[F_SYSFLAG], INT64_MIN, INT64_MAX, 0, &sys_flag)
         || !field_int_or(&F[F_COMMIT], INT64_MIN, INT64_MAX, 0, &commit)
         || !field_int_or(&F[F_SUSPEND], INT64_MIN, INT64_MAX, 0, &unused)
-        || !field_int_or(&F[F_SUBVER], INT64_MIN, INT64_MAX, 0, &unused))
+        || !field_int_or(&F[F_SUBVER], INT64_MIN, INT64_MAX, 0, &sub_version))
         return 0;
     if (max_nums < 1) max_nums = 1;
     const fast_topic *t = &f->topics[tid];
-    if (!(t->perm & PERM_READ) || qid < 0 || qid >= t->read_queues || !(sys_flag & PULL_SUBSCRIPTION)) return 0;
+    if (!(t->perm & PERM_READ) || qid < 0 || qid >= t->read_queues) return 0;
     const fval *ev = &F[F_EXPR];
     fast_sql *sql = NULL;
-    int64_t codes[MQ_FAST_CODES_MAX];
+    int64_t codes_buf[MQ_FAST_CODES_MAX];
+    const int64_t *codes = codes_buf;
     uint32_t n_codes = 0;
-    if (ev->present && ev->len == 5 && !ev->escaped && memcmp(ev->p, "SQL92", 5) == 0) {
+    if (!(sys_flag & PULL_SUBSCRIPTION)) {       /* the group's heartbeat subscription, if fresh */
+        const fast_sub *hb = sub_find(f, (uint32_t)gid, (uint32_t)tid, NULL);
+        if (!hb || mono_ns() >= hb->fresh_until_ns || hb->sub_version < sub_version) return 0;
+        if (hb->sql_id >= 0) {
+            sql = &f->sqls[hb->sql_id];
+            if (sql->misses > MQ_FAST_SQL_MISSES_MAX && sql->misses > sql->hits) return 0;
+        }
+        codes = hb->codes;
+        n_codes = hb->n_codes;
+    } else if (ev->present && ev->len == 5 && !ev->escaped && memcmp(ev->p, "SQL92", 5) == 0) {
         const fval *sv = &F[F_SUB];    /* Python's text: an escaped one is Python's to read */
         if (!sv->present || sv->escaped || !sv->len || sv->len > MQ_FAST_SUB_TEXT_MAX || !utf8_ok(sv->p, sv->len))
             return 0;
@@ -1145,7 +1226,7 @@ static int take_pull(mq_fast *f, const req *r, mq_fast_pulled *out) {
         if (sql->misses > MQ_FAST_SQL_MISSES_MAX && sql->misses > sql->hits) return 0;
     } else {
         if (ev->present && ev->len && !(ev->len == 3 && !ev->escaped && memcmp(ev->p, "TAG", 3) == 0)) return 0;
-        if (!sub_codes(&F[F_SUB], codes, &n_codes)) return 0;
+        if (!sub_codes(&F[F_SUB], codes_buf, &n_codes)) return 0;
     }
     uint32_t slot;
     void *mem = f->cl->ctl;

@@ -115,7 +115,10 @@
  *     with consumeEnable) and topic a published topic with perm & 4 (read) and queueId a decimal
  *     in [0, readQueueNums); queueOffset an int64 decimal, maxMsgNums an int32 decimal (absent or
  *     empty: 32), sysFlag, commitOffset, suspendTimeoutMillis and subVersion int64 decimals (or
- *     absent or empty), sysFlag with PULL_SUBSCRIPTION (4: the expression comes with the pull);
+ *     absent or empty); sysFlag with PULL_SUBSCRIPTION (4: the expression comes with the pull),
+ *     or without it a heartbeat subscription published for the group and topic
+ *     (mq_fast_sub_put) that is still fresh and whose subVersion is not below the pull's (its
+ *     filter is then the pull's: expressionType and subscription are not read); with bit 4:
  *     expressionType absent, empty or "TAG"; subscription absent, or printable ASCII (spaces
  *     included, at most MQ_FAST_SUB_TEXT_MAX bytes) that is "*" or empty once trimmed, or tags
  *     joined by "||" (at most MQ_FAST_CODES_MAX, at least one; each tag's Java hashCode is what the
@@ -163,7 +166,16 @@
  *     0x01, the value's length (uint32 big-endian) and its bytes.  At MQ_FAST_SQL_VERDICTS_MAX
  *     verdicts or MQ_FAST_SQL_KEYS_BYTES of keys the filter's verdicts are all dropped first.
  *     MQ_E_INVAL for an id not published or a key over MQ_FAST_SQL_KEY_MAX; MQ_E_IO without memory.
- * mq_fast_sql_clear  forgets every SQL92 filter and its verdicts.
+ * mq_fast_sql_clear  forgets every SQL92 filter and its verdicts (and every subscription).
+ * mq_fast_sub_put  publishes the heartbeat subscription of group id `group_id` to topic id
+ *     `topic_id` (both published) for pulls without PULL_SUBSCRIPTION: taken while
+ *     CLOCK_MONOTONIC ns < fresh_until_ns, for pulls whose subVersion <= sub_version; its filter
+ *     either tags (codes[0, n_codes), sorted, distinct, n_codes <= MQ_FAST_CODES_MAX; 0: every
+ *     message) with sql_id -1, or the published SQL92 filter sql_id (n_codes 0).  Replaces what
+ *     was published for the pair; at MQ_FAST_SUBS_MAX pairs every one is forgotten first.
+ *     MQ_E_INVAL for an id not published or a count out of range.  Subscriptions are forgotten
+ *     too when the groups, the topics or the SQL92 filters are cleared (their ids are reused).
+ * mq_fast_subs_clear  forgets every subscription.
  */
 #ifndef MQ_FASTSEND_H
 #define MQ_FASTSEND_H
@@ -185,6 +197,7 @@
 #define MQ_FAST_PULL_HEADER_ROOM 512       /* bytes before a pull answer's records: its frame's head */
 #define MQ_FAST_CODES_MAX    64            /* tags of a subscription a pull taken here may name */
 #define MQ_FAST_SUB_TEXT_MAX 1024          /* bytes of a subscription a pull taken here may carry */
+#define MQ_FAST_SUBS_MAX     1024          /* heartbeat subscriptions (group, topic) published at once */
 #define MQ_FAST_SQL_FILTERS_MAX 64         /* SQL92 filters published at once */
 #define MQ_FAST_SQL_NAMES_MAX 16           /* properties a published SQL92 filter may read */
 #define MQ_FAST_SQL_NAME_LEN_MAX 128       /* bytes of each one's name */
@@ -274,6 +287,9 @@ int      mq_fast_sql_put(mq_fast *f, uint32_t id, const uint8_t *text, uint32_t 
                          const uint32_t *name_lens, uint32_t n_names);
 int      mq_fast_sql_verdict(mq_fast *f, uint32_t id, const uint8_t *key, uint32_t key_len, int verdict);
 int      mq_fast_sql_clear(mq_fast *f);
+int      mq_fast_sub_put(mq_fast *f, uint32_t group_id, uint32_t topic_id, int64_t fresh_until_ns,
+                         int64_t sub_version, const int64_t *codes, uint32_t n_codes, int32_t sql_id);
+int      mq_fast_subs_clear(mq_fast *f);
 int      mq_fast_read(mq_fast *f, uint32_t conn, const uint8_t *born_host, uint32_t born_host_len,
                       int32_t born_port, int pulls, const uint8_t *buf, size_t len, size_t *consumed,
                       int *stop_out, int32_t *code_out, mq_fast_pulled *pulled);

@@ -143,8 +143,9 @@ BROKER_OPTIONS: list[Option] = [
     Option("fastPullEnable", bool, True,
            "pulls that find data are answered in C in the read that brings them (ours; mq.broker.fastsend; "
            "where the C send path is on, without slaveReadEnable or perf tracing, for a group and topic "
-           "the worker has read and a TAG or SQL92 expression sent with the pull; SQL92 verdicts are "
-           "Python's, looked up in C by the records' property values)"),
+           "the worker has read, and a TAG or SQL92 expression sent with the pull or the group's heartbeat "
+           "subscription while the worker's copy is fresh; SQL92 verdicts are Python's, looked up in C by "
+           "the records' property values)"),
     # perf tracing (ours; mq.broker.tracing, schema in mq.trace).  Not RocketMQ's traceTopicEnable,
     # which is message trace (who sent and consumed what, stored in a topic): a different feature.
     Option("perfTraceEnable", bool, False,

@@ -47,6 +47,7 @@ from mq.wire.remoting import FRAME_SIZE_MAX, RemotingCommand
 from mq.wire.topics import RETRY_PREFIX, SEND_PROTECTED_TOPICS, TOPIC_LEN_MAX, TOPIC_RE
 
 from .hastatus import slave_ok
+from .link import SUBSCRIPTION_CACHE_S
 from .send import born_packed, send_status
 
 log = logging.getLogger("mq.broker.fastsend")
@@ -60,6 +61,11 @@ GROUPS_MAX = lib.MQ_FAST_GROUPS_MAX
 PULL_HEADER_ROOM = lib.MQ_FAST_PULL_HEADER_ROOM
 PULL_LIMIT_MAX = 0xFFFFFFFF        # C's count limit is a uint32
 SQL_FILTERS_MAX = lib.MQ_FAST_SQL_FILTERS_MAX
+SUBS_MAX = lib.MQ_FAST_SUBS_MAX
+# C stops taking a heartbeat subscription this long before the worker's cache would refresh it
+# (its time is a float of seconds here, nanoseconds there): C never answers a pull Python would not
+SUB_FRESH_MARGIN_NS = 1_000_000
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 # requests whose handlers append: a connection's sends are appended in the order they came, as
 # RocketMQ's one send thread appends them (the full path's awaits aside)
 APPENDING_CODES = frozenset((R.SEND_MESSAGE, R.SEND_MESSAGE_V2, R.SEND_BATCH_MESSAGE, R.CONSUMER_SEND_MSG_BACK,
@@ -112,6 +118,7 @@ class FastSends:
         self._group_names: list[str] = []
         self._sql_ids: dict[str, int | None] = {}     # SQL92 text -> its id in C (None: not published)
         self.sql_resync = False                  # C handed back an SQL92 pull for a verdict it lacks
+        self._subs_published: dict[tuple[str, str], tuple] = {}   # (group, topic) -> the cache entry published
         self.pulls_on = False                    # C answers pulls that find data (set_pulls)
         self._pull_buf = None                    # their answers are built here (C's, while pulls are on)
         self._pull_settings = None
@@ -173,8 +180,9 @@ class FastSends:
         if sql.text in ids:
             return
         if len(ids) >= SQL_FILTERS_MAX:
-            check(lib.mq_fast_sql_clear(self._h), "fast pull SQL92 clear")
+            check(lib.mq_fast_sql_clear(self._h), "fast pull SQL92 clear")     # subscriptions too
             ids.clear()
+            self._subs_published.clear()
         try:
             text = sql.text.encode()
             names = [name.encode() + b"\x01" for name in sql.property_names]
@@ -203,12 +211,44 @@ class FastSends:
             check(lib.mq_fast_sql_verdict(self._h, fid, ffi.from_buffer("uint8_t[]", key) if key else ffi.NULL, len(key),
                                           1 if verdict else 0), "fast pull SQL92 verdict")
 
+    def publish_sub(self, group: str, topic: str, hit: tuple, codes) -> None:
+        """Lets C answer pulls of `group` from `topic` that rely on the group's heartbeat
+        subscription (no PULL_SUBSCRIPTION), until the worker's cache entry `hit` (its
+        (time.monotonic(), subscription) in RemoteMeta._subs) would be refreshed; codes: the
+        subscription's filter as compile_filter made it.  A pair is published again when its
+        entry was refreshed."""
+        key = (group, topic)
+        if self._subs_published.get(key) is hit:
+            return
+        gid, tid = self._group_ids.get(group), self._topic_ids.get(topic)
+        version = hit[1].get("subVersion")
+        if gid is None or tid is None or version.__class__ is not int or not INT64_MIN <= version <= INT64_MAX:
+            return
+        sql_id, arr = -1, []
+        if codes.__class__ is frozenset:
+            if len(codes) > lib.MQ_FAST_CODES_MAX:
+                return
+            arr = sorted(codes)
+        elif codes is not None:            # an Sql92Filter
+            self.publish_sql(codes)
+            sql_id = self._sql_ids.get(codes.text)
+            if sql_id is None:
+                return
+        if len(self._subs_published) >= SUBS_MAX:
+            self._subs_published.clear()   # as C forgets them all at its limit
+        fresh_until_ns = int((hit[0] + SUBSCRIPTION_CACHE_S) * 1e9) - SUB_FRESH_MARGIN_NS
+        check(lib.mq_fast_sub_put(self._h, gid, tid, fresh_until_ns, version, arr if arr else ffi.NULL, len(arr),
+                                  sql_id), "fast pull subscription")
+        self._subs_published[key] = hit
+
     def clear_groups(self) -> None:
-        """The worker's group cache was dropped (a group changed): C forgets every group."""
+        """The worker's group cache was dropped (a group changed): C forgets every group (and
+        every subscription)."""
         if self._h is not None:
             check(lib.mq_fast_groups_clear(self._h), "fast pull groups clear")
         self._group_ids.clear()
         self._group_names.clear()
+        self._subs_published.clear()
 
     def set_pulls(self, on: bool, cq_root: str = "", cq_file_size: int = 0, count_max: int = 0,
                   bytes_max: int = 0) -> None:
@@ -248,9 +288,10 @@ class FastSends:
         self.run()
         self.take_counts()
         if self._h is not None:
-            check(lib.mq_fast_topics_clear(self._h), "fast send clear")
+            check(lib.mq_fast_topics_clear(self._h), "fast send clear")    # subscriptions too
         self._topic_ids.clear()
         self._topic_names.clear()
+        self._subs_published.clear()
 
     def take_counts(self) -> None:
         """Adds what C stored per topic since the last take to the stats rows."""

@@ -274,6 +274,7 @@ class PullProcessor:
             return self.process(conn, cmd)
         if sys_flag & PULL_SUBSCRIPTION:
             kind, text = h.get("expressionType") or "TAG", h.get("subscription")
+            hit = None
         else:
             hit = meta._subs.get((group, topic))
             if hit is None or hit[1] is None or time.monotonic() - hit[0] >= SUBSCRIPTION_CACHE_S \
@@ -290,9 +291,11 @@ class PullProcessor:
             codes = self._codes(kind, text)
         except ValueError:                              # Sql92Error too: named by the full path
             return self.process(conn, cmd)
-        if (codes.__class__ is Sql92Filter and kind == "SQL92" and sys_flag & PULL_SUBSCRIPTION and fast is not None
-                and fast.pulls_on):
-            fast.publish_sql(codes)                     # and its pulls, once C holds their verdicts
+        if fast is not None and fast.pulls_on:
+            if hit is not None:                         # pulls relying on this subscription, while fresh
+                fast.publish_sub(group, topic, hit, codes)
+            elif codes.__class__ is Sql92Filter and kind == "SQL92":
+                fast.publish_sql(codes)                 # its pulls, once C holds their verdicts
         if sys_flag & PULL_COMMIT_OFFSET and cfg.brokerRole != "SLAVE":
             meta.commit_offset_nowait(group, topic, qid, commit)
         code, status, next_off, lo, hi, body, last_phy = self.get_messages(topic, qid, offset, max_nums, codes, group)

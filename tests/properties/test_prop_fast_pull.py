@@ -15,8 +15,10 @@ Hypothesis draws pulls the way clients write them and the ways they might: JSON 
 strings or JSON integers, escaped or raw, with or without spaces) or ROCKETMQ ones, any group
 (published, unknown, disabled, empty), any topic (readable, write-only, absent, %RETRY%), queue
 ids and offsets in and out of range and oddly spelled, maxMsgNums absent, empty, negative, small or
-large, sysFlag with and without its subscription, commit and suspend bits, TAG expressions ("*",
-tags joined by "||", white space, non-ASCII, empty tags) and other expression types.  Whatever
+large, sysFlag with and without its subscription (without it, the groups' heartbeat subscriptions:
+tags for DiffCG, SQL92 for OtherCG), commit and suspend bits, TAG expressions ("*", tags joined by
+"||", white space, non-ASCII, empty tags), SQL92 expressions over the messages' user properties
+(region, n), and other expression types.  Whatever
 path a pull takes on the C broker, the answers must be the same bytes; a pull Python holds
 (suspend, nothing found) is held for at most 1 ms."""
 from __future__ import annotations
@@ -65,7 +67,7 @@ def _fill(port: int) -> int:
             resp = p.call(17, {"topic": topic, "readQueueNums": str(QUEUES), "writeQueueNums": str(QUEUES),
                                "perm": perm})
             assert resp.code == 0, (resp.code, resp.remark)
-        for name in ("DiffCG", "OtherCG", "DisabledCG"):  # made here: a group made later would clear
+        for name in ("DiffCG", "OtherCG", "DisabledCG", "SubCG"):   # made here: a group made later would clear
             group = {"groupName": name, "consumeEnable": name != "DisabledCG", "consumeFromMinEnable": True,
                      "consumeBroadcastEnable": True, "retryQueueNums": 1, "retryMaxTimes": 16, "brokerId": 0,
                      "whichBrokerWhenConsumeSlowly": 1, "notifyConsumerIdsChangedEnable": True}
@@ -92,6 +94,34 @@ def _clean_ext(qid: int, offset: int, max_nums: str = "32", group: str = "DiffCG
     return {"consumerGroup": group, "topic": TOPIC, "queueId": str(qid), "queueOffset": str(offset),
             "maxMsgNums": max_nums, "sysFlag": "4", "commitOffset": "0", "suspendTimeoutMillis": "0",
             "subscription": sub, "subVersion": "0"}
+
+
+HEARTBEAT_SUBS = {"DiffCG": ("TAG", "TagA || TagB"), "OtherCG": ("SQL92", "region = 'eu'")}
+
+
+def _register(p: Peer, subs: dict, version: int, client: str) -> None:
+    """A consumer client's HEART_BEAT on connection p: groups -> (expression type, text) on TOPIC."""
+    consumers = [{"groupName": group, "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+                  "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET", "unitMode": False,
+                  "subscriptionDataSet": [{"topic": TOPIC, "subString": text, "expressionType": kind,
+                                           "tagsSet": [t.strip() for t in text.split("||")] if kind == "TAG" else [],
+                                           "subVersion": version, "classFilterMode": False}]}
+                 for group, (kind, text) in subs.items()]
+    opaque = p.send(34, None, json.dumps({"clientID": client, "producerDataSet": [],
+                                          "consumerDataSet": consumers}).encode())
+    while True:                        # NOTIFY_CONSUMER_IDS_CHANGED (40) pushes may come first
+        resp = p.read()
+        if resp.is_response and resp.opaque == opaque:
+            break
+    assert resp.code == 0, (resp.code, resp.remark)
+
+
+def _heartbeat(port: int) -> Peer:
+    """Registers DiffCG's and OtherCG's subscriptions to TOPIC (HEARTBEAT_SUBS); the returned
+    connection keeps them registered while it is open."""
+    p = Peer(port)
+    _register(p, HEARTBEAT_SUBS, 1700000000000, "diff-client@1")
+    return p
 
 
 def _runtime(port: int) -> dict:
@@ -128,6 +158,7 @@ def brokers(tmp_path_factory):
         running.append(c)
         py = Broker(work, ns.addr, name="fastpy", storePathRootDir=py_dir, fastPullEnable="false", **opts)
         running.append(py)
+        heartbeats = [_heartbeat(b.port) for b in (c, py)]    # pulls without sysFlag bit 4 use these
         size = 16 * 1024 * 1024                       # mq.cluster.Broker's CommitLog files
         for d in (c_dir, py_dir):                     # a body byte of the record, through the page cache
             fd = os.open(os.path.join(d, "commitlog", f"{phy - phy % size:020d}"), os.O_RDWR)
@@ -145,6 +176,8 @@ def brokers(tmp_path_factory):
                 p.close()
         assert _runtime(c.port)["fastPullOn"] == "true" and _runtime(py.port)["fastPullOn"] == "false"
         yield c, py
+        for hb in heartbeats:
+            hb.close()
         for b in (c, py):
             log = b.proc.output()
             assert b.stop() == 0, log[-3000:]
@@ -180,7 +213,7 @@ def pulls(draw) -> dict:
     clean = draw(st.integers(0, 9)) < 6
     qid = st.integers(0, QUEUES - 1).map(str) if clean else _number(-1, QUEUES + 1, False)
     offsets = st.integers(0, PER_QUEUE - 1) if clean else st.integers(-2, PER_QUEUE + 2)
-    sys_flag = draw(st.sampled_from([4, 5]) if clean else st.integers(0, 15))
+    sys_flag = draw(st.sampled_from([4, 5, 0, 1]) if clean else st.integers(0, 15))   # 0, 1: the heartbeat's
     h = {"consumerGroup": draw(st.sampled_from(GROUPS[:3] if clean else GROUPS)),
          "topic": draw(st.sampled_from([TOPIC] if clean else [TOPIC, TOPIC, WRITE_ONLY, "PullNone", "%RETRY%DiffCG"])),
          "queueId": draw(qid),
@@ -340,6 +373,64 @@ def test_sql92_pulls_are_answered_in_c_once_their_verdicts_are_published(brokers
         assert all(decode_frame_payload(a[4:]).code == 0 for a in got_c), f["header"]
     answered = int(_runtime(c.port)["fastPulls"]) - before
     assert len(fs) <= answered <= 3 * len(fs), (answered, len(fs))
+
+
+def test_pulls_relying_on_the_heartbeat_subscription_are_answered_in_c(brokers):
+    """A pull without sysFlag bit 4 (Java's push consumer by default) filters by its group's
+    heartbeat subscription: C takes it once Python published that subscription (the worker's
+    cached copy, while fresh), tags and SQL92 alike, and answers as Python does."""
+    c, py = brokers
+    fs = [dict(header={**_clean_ext(qid, 0, group=group), "sysFlag": "0", "subscription": "TagC",
+                       "expressionType": "TAG"},     # not read: the heartbeat's filter is the pull's
+               serialize_type=1, language="JAVA", version=409, oneway=False,
+               json_style=dict(ints=False, ascii=True, spaces=False))
+          for group in HEARTBEAT_SUBS for qid in (1, 3)]
+    before = int(_runtime(c.port)["fastPulls"])
+    for f in fs:
+        got_c = exchange(c.port, [f] * 4, [1, 2, 3, 4])
+        got_py = exchange(py.port, [f] * 4, [1, 2, 3, 4])
+        assert got_c == got_py, f["header"]
+        assert all(decode_frame_payload(a[4:]).code == 0 for a in got_c), f["header"]
+    answered = int(_runtime(c.port)["fastPulls"]) - before
+    assert len(fs) <= answered <= 4 * len(fs), (answered, len(fs))
+
+
+def _tags_pulled(port: int, f: dict) -> set:
+    frame = exchange(port, [f], [1])[0]
+    resp = decode_frame_payload(frame[4:])
+    assert resp.code == 0, (resp.code, resp.remark)
+    tags, at = set(), 0
+    while at < len(resp.body):
+        rec = parse_record(resp.body, at)
+        tags.add(dict(kv.split(b"\x01", 1) for kv in rec.properties.split(b"\x02") if kv).get(b"TAGS"))
+        at += rec.total_size
+    return tags
+
+
+def test_a_changed_heartbeat_subscription_reaches_c_within_the_cache_time(brokers):
+    """C takes a heartbeat subscription only while the worker's copy of it is fresh
+    (SUBSCRIPTION_CACHE_S, 1 s): a consumer that changes its filter from TagA to TagB gets TagB's
+    records within that time on the C path as on Python's, and C takes the new filter's pulls."""
+    c, _ = brokers
+    f = dict(header={**_clean_ext(0, 0, group="SubCG"), "sysFlag": "0"}, serialize_type=0, language="JAVA",
+             version=409, oneway=False, json_style=dict(ints=False, ascii=True, spaces=False))
+    hb = Peer(c.port)
+    try:
+        _register(hb, {"SubCG": ("TAG", "TagA")}, 1, "sub-client@1")
+        before = int(_runtime(c.port)["fastPulls"])
+        assert all(_tags_pulled(c.port, f) == {b"TagA"} for _ in range(4))
+        middle = int(_runtime(c.port)["fastPulls"])
+        assert middle > before, "C took none of the pulls with the TagA subscription"
+        _register(hb, {"SubCG": ("TAG", "TagB")}, 2, "sub-client@1")
+        changed = time.monotonic()
+        while (tags := _tags_pulled(c.port, f)) != {b"TagB"}:
+            assert tags == {b"TagA"}, tags
+            assert time.monotonic() - changed < 3.0, "the changed subscription did not reach the pulls"
+            time.sleep(0.02)
+        assert all(_tags_pulled(c.port, f) == {b"TagB"} for _ in range(4))
+        assert int(_runtime(c.port)["fastPulls"]) > middle, "C took none of the pulls with the TagB subscription"
+    finally:
+        hb.close()
 
 
 def test_many_pulls_in_one_read_are_all_answered(brokers):
