@@ -357,7 +357,7 @@ static int sql_lookup(const fast_sql *q, const uint8_t *key, uint32_t key_len) {
     for (uint32_t i = h & (SQL_SLOTS - 1);; i = (i + 1) & (SQL_SLOTS - 1)) {
         const sql_verdict *v = &q->slots[i];
         if (!v->verdict) return -1;
-        if (v->hash == h && v->key_len == key_len && memcmp(q->keys + v->key_at, key, key_len) == 0)
+        if (v->hash == h && v->key_len == key_len && (!key_len || memcmp(q->keys + v->key_at, key, key_len) == 0))
             return v->verdict == 2;
     }
 }
@@ -1246,7 +1246,7 @@ static int take_pull(mq_fast *f, const req *r, mq_fast_pulled *out) {
     mq_gather_out res;
     if (sql) {
         int got = sql_gather(f, sql, t, (int32_t)qid, offset, cq + at, (uint32_t)n_entries, count_max, body, &res);
-        if (got < 0) out->sql_missed = 1;
+        if (got < 0) out->sql_missed = (uint32_t)(sql - f->sqls) + 1;
         if (got <= 0) return 0;
     } else {
         int rc = mq_commitlog_gather(f->cl, cq + at, (uint32_t)n_entries, ctl_load(f->cl->ctl, MQ_POS_MIN),

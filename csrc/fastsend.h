@@ -137,8 +137,8 @@
  *     records kept), each one's properties read (mq_records_props) and kept when the filter's
  *     verdict for their values is true, until the count is reached, the entries end, a gather
  *     examines none, or MQ_FAST_SQL_SCAN_BUDGET_NS has passed since the first.  A record whose
- *     values have no published verdict hands the pull back (a miss: pulled->sql_missed is set,
- *     and Python publishes the verdicts of the records it reads for it); a filter with more than MQ_FAST_SQL_MISSES_MAX misses, and more
+ *     values have no published verdict hands the pull back (a miss: pulled->sql_missed is the
+ *     filter's id + 1, and Python publishes the verdicts of the records it reads for it); a filter with more than MQ_FAST_SQL_MISSES_MAX misses, and more
  *     misses than pulls answered, is left to Python from then on (values that rarely repeat).
  * The answer is byte-identical to Python's make_response(request, SUCCESS, "FOUND", ext, records)
  * encoded in the request's serialize type: extFields suggestWhichBrokerId "0", nextBeginOffset
@@ -270,7 +270,7 @@ typedef struct mq_fast_pulled {     /* what a read did besides its frames: sends
     uint32_t body_len;              /* their bytes */
     uint32_t frame_offset;          /* the answer frame: buf[frame_offset, frame_offset + frame_len) */
     uint32_t frame_len;
-    uint32_t sql_missed;            /* set (never cleared here) when an SQL92 pull was handed back for a verdict */
+    uint32_t sql_missed;            /* an SQL92 pull was handed back for a verdict: its filter's id + 1 (never cleared here) */
 } mq_fast_pulled;
 
 int      mq_fast_open(mq_commitlog *cl, const mq_fast_opts *opts, mq_fast **out);

@@ -61,6 +61,7 @@ GROUPS_MAX = lib.MQ_FAST_GROUPS_MAX
 PULL_HEADER_ROOM = lib.MQ_FAST_PULL_HEADER_ROOM
 PULL_LIMIT_MAX = 0xFFFFFFFF        # C's count limit is a uint32
 SQL_FILTERS_MAX = lib.MQ_FAST_SQL_FILTERS_MAX
+SQL_SKIPPED_MAX = 1024             # SQL92 texts remembered as not C's (then forgotten and checked again)
 SUBS_MAX = lib.MQ_FAST_SUBS_MAX
 # C stops taking a heartbeat subscription this long before the worker's cache would refresh it
 # (its time is a float of seconds here, nanoseconds there): C never answers a pull Python would not
@@ -116,8 +117,10 @@ class FastSends:
         self._pulled = ffi.new("mq_fast_pulled *")
         self._group_ids: dict[str, int] = {}
         self._group_names: list[str] = []
-        self._sql_ids: dict[str, int | None] = {}     # SQL92 text -> its id in C (None: not published)
-        self.sql_resync = False                  # C handed back an SQL92 pull for a verdict it lacks
+        self._sql_ids: dict[str, int] = {}       # SQL92 text -> its id in C
+        self._sql_texts: list[str] = []          # id -> text
+        self._sql_skipped: set[str] = set()      # texts C cannot take (the limits in publish_sql)
+        self.sql_resync: set[str] = set()        # texts C handed a pull back for, for a verdict it lacks
         self._subs_published: dict[tuple[str, str], tuple] = {}   # (group, topic) -> the cache entry published
         self.pulls_on = False                    # C answers pulls that find data (set_pulls)
         self._pull_buf = None                    # their answers are built here (C's, while pulls are on)
@@ -177,28 +180,31 @@ class FastSends:
         the verdicts their records need: the records of a pull it hands back for one are judged
         here and their verdicts published (sql_verdict, while sql_resync is set)."""
         ids = self._sql_ids
-        if sql.text in ids:
+        if sql.text in ids or sql.text in self._sql_skipped:
             return
-        if len(ids) >= SQL_FILTERS_MAX:
-            check(lib.mq_fast_sql_clear(self._h), "fast pull SQL92 clear")     # subscriptions too
-            ids.clear()
-            self._subs_published.clear()
         try:
             text = sql.text.encode()
             names = [name.encode() + b"\x01" for name in sql.property_names]
         except UnicodeEncodeError:         # a lone surrogate (read by the lenient JSON parser): Python's
-            ids[sql.text] = None
-            return
-        if (not 0 < len(text) <= lib.MQ_FAST_SUB_TEXT_MAX or len(names) > lib.MQ_FAST_SQL_NAMES_MAX
+            text = None
+        if (text is None or not 0 < len(text) <= lib.MQ_FAST_SUB_TEXT_MAX or len(names) > lib.MQ_FAST_SQL_NAMES_MAX
                 or any(len(k) > lib.MQ_FAST_SQL_NAME_LEN_MAX + 1 for k in names)):
-            ids[sql.text] = None
+            if len(self._sql_skipped) >= SQL_SKIPPED_MAX:
+                self._sql_skipped.clear()
+            self._sql_skipped.add(sql.text)
             return
-        fid = sum(1 for v in ids.values() if v is not None)
+        if len(ids) >= SQL_FILTERS_MAX:
+            check(lib.mq_fast_sql_clear(self._h), "fast pull SQL92 clear")     # subscriptions too
+            ids.clear()
+            self._sql_texts.clear()
+            self._subs_published.clear()
+        fid = len(ids)
         blob = b"".join(names)
         check(lib.mq_fast_sql_put(self._h, fid, ffi.from_buffer("uint8_t[]", text), len(text),
                                   ffi.from_buffer("uint8_t[]", blob) if blob else ffi.NULL,
                                   [len(k) for k in names] if names else ffi.NULL, len(names)), "fast pull SQL92 filter")
         ids[sql.text] = fid
+        self._sql_texts.append(sql.text)
 
     def sql_verdict(self, text: str, values: tuple, verdict: bool) -> None:
         """Publishes SQL92 filter `text`'s verdict for one combination of its properties' values
@@ -234,8 +240,8 @@ class FastSends:
             sql_id = self._sql_ids.get(codes.text)
             if sql_id is None:
                 return
-        if len(self._subs_published) >= SUBS_MAX:
-            self._subs_published.clear()   # as C forgets them all at its limit
+        if key not in self._subs_published and len(self._subs_published) >= SUBS_MAX:
+            self._subs_published.clear()   # as C forgets them all at its limit: a new pair past it
         fresh_until_ns = int((hit[0] + SUBSCRIPTION_CACHE_S) * 1e9) - SUB_FRESH_MARGIN_NS
         check(lib.mq_fast_sub_put(self._h, gid, tid, fresh_until_ns, version, arr if arr else ffi.NULL, len(arr),
                                   sql_id), "fast pull subscription")
@@ -350,8 +356,9 @@ class FastSends:
                     self.run()
                     continue
                 if pulled.sql_missed:      # the pull handed back now: Python publishes its verdicts
-                    pulled.sql_missed = 0
-                    self.sql_resync = True
+                    fid, pulled.sql_missed = pulled.sql_missed - 1, 0
+                    if fid < len(self._sql_texts):
+                        self.sql_resync.add(self._sql_texts[fid])
                 if stop[0] == STOP_HANDBACK and self._staged and (code[0] < 0 or code[0] in APPENDING_CODES):
                     # what came before it is appended (and answered) before it: it may be a send C
                     # could not read, or a broken frame that closes the connection

@@ -130,7 +130,9 @@ class RemoteMeta:
         if hit is not None and now - hit[0] < SUBSCRIPTION_CACHE_S:
             return hit[1]
         sub = await self._call("subscription", group, topic)
-        self._subs[(group, topic)] = (now, sub)
+        hit = self._subs.get((group, topic))
+        if hit is None or hit[0] <= now:   # fetches that overlap may end out of order: the newest stays
+            self._subs[(group, topic)] = (now, sub)
         return sub
 
     def commit_offset_nowait(self, group: str, topic: str, queue_id: int, offset: int) -> None:

@@ -553,8 +553,8 @@ class PullProcessor:
                 sql = self._sql_c[codes] = _SqlPlan(codes)
             sql_deadline_ns = perf_counter_ns() + SQL_SCAN_BUDGET_NS
             fast = self.fast
-            if fast is not None and fast.sql_resync:     # C lacked a verdict of this pull (most likely)
-                fast.sql_resync = False
+            if fast is not None and codes.text in fast.sql_resync:   # C lacked a verdict of this filter's
+                fast.sql_resync.discard(codes.text)
                 publish = fast.sql_verdict
             else:
                 publish = None

@@ -97,6 +97,7 @@ def _clean_ext(qid: int, offset: int, max_nums: str = "32", group: str = "DiffCG
 
 
 HEARTBEAT_SUBS = {"DiffCG": ("TAG", "TagA || TagB"), "OtherCG": ("SQL92", "region = 'eu'")}
+HEARTBEAT_VERSION = 1700000000000      # their subVersion: a pull with a higher one is not C's
 
 
 def _register(p: Peer, subs: dict, version: int, client: str) -> None:
@@ -120,7 +121,7 @@ def _heartbeat(port: int) -> Peer:
     """Registers DiffCG's and OtherCG's subscriptions to TOPIC (HEARTBEAT_SUBS); the returned
     connection keeps them registered while it is open."""
     p = Peer(port)
-    _register(p, HEARTBEAT_SUBS, 1700000000000, "diff-client@1")
+    _register(p, HEARTBEAT_SUBS, HEARTBEAT_VERSION, "diff-client@1")
     return p
 
 
@@ -214,7 +215,7 @@ def pulls(draw) -> dict:
     qid = st.integers(0, QUEUES - 1).map(str) if clean else _number(-1, QUEUES + 1, False)
     offsets = st.integers(0, PER_QUEUE - 1) if clean else st.integers(-2, PER_QUEUE + 2)
     sys_flag = draw(st.sampled_from([4, 5, 0, 1]) if clean else st.integers(0, 15))   # 0, 1: the heartbeat's
-    h = {"consumerGroup": draw(st.sampled_from(GROUPS[:3] if clean else GROUPS)),
+    h = {"consumerGroup": draw(st.sampled_from(GROUPS[:4] if clean else GROUPS)),
          "topic": draw(st.sampled_from([TOPIC] if clean else [TOPIC, TOPIC, WRITE_ONLY, "PullNone", "%RETRY%DiffCG"])),
          "queueId": draw(qid),
          "queueOffset": draw(offsets.map(str) if clean else st.one_of(offsets.map(str), _number(0, 9, False))),
@@ -224,7 +225,8 @@ def pulls(draw) -> dict:
          "commitOffset": draw(_number(0, 40, clean)),
          "suspendTimeoutMillis": draw(st.sampled_from(["0", "1"])),
          "subscription": draw(st.sampled_from(SUBS_CLEAN if clean else SUBS_CLEAN + SUBS_ODD)),
-         "subVersion": draw(_number(0, 1 << 40, clean)),
+         "subVersion": draw(st.one_of(_number(0, 1 << 40, clean),       # and around the heartbeats' version:
+                                      st.sampled_from([str(HEARTBEAT_VERSION + d) for d in (-1, 0, 1, 1 << 40)]))),
          "expressionType": draw(st.sampled_from([None, None, "TAG", "SQL92", "SQL92"] if clean else
                                                 [None, "TAG", "", "tag", "SQL92", "SQL92", "sql92", "XYZ"]))}
     if h["expressionType"] in ("SQL92", "sql92"):
