@@ -16,6 +16,8 @@
 
 #define FRAME_SIZE_MAX   16777216u     /* mq.wire.remoting.FRAME_SIZE_MAX: prefix included */
 #define CODE_PULL        11
+#define CODE_GET_MAX_OFFSET 30
+#define CODE_GET_MIN_OFFSET 31
 #define CODE_SEND        10
 #define CODE_SEND_V2     310
 #define RPC_RESPONSE     1
@@ -1181,6 +1183,51 @@ static int sql_gather(mq_fast *f, fast_sql *q, const fast_topic *t, int32_t qid,
     return 1;
 }
 
+/* Answers GET_MAX_OFFSET / GET_MIN_OFFSET r of a queue the control block has (fastsend.h): 1 with
+ * *out filled and the answer frame at the pull buffer's start, 0 when it is Python's. */
+static int take_offset(mq_fast *f, const req *r, mq_fast_pulled *out) {
+    const fval *F = r->fs.lng;
+    int64_t qid;
+    if (!F[F_TOPIC].present || F[F_TOPIC].escaped || !F[F_TOPIC].len || F[F_TOPIC].len > MQ_TOPIC_LEN_MAX
+        || !F[F_QID].present || !F[F_QID].len || !field_int(&F[F_QID], INT32_MIN, INT32_MAX, &qid))
+        return 0;
+    void *mem = f->cl->ctl;
+    uint32_t slot;
+    if (mq_queue_lookup(mem, (const char *)F[F_TOPIC].p, F[F_TOPIC].len, (int32_t)qid, 0, &slot) != MQ_OK) return 0;
+    int64_t v = mq_queue_get(mem, slot, r->code == CODE_GET_MAX_OFFSET ? MQ_Q_CQ_MAX : MQ_Q_CQ_MIN);
+    uint8_t *h = f->pull_buf + 8, *q = h, num[24];
+    uint32_t num_len = (uint32_t)(put_dec(num, v) - num);
+    if (r->serialize_type == 1) {              /* make_response(r, SUCCESS, None, {"offset": v}) */
+        be16w(q, 0);
+        q[2] = (uint8_t)r->language;
+        be16w(q + 3, (uint16_t)r->version);
+        be32w(q + 5, (uint32_t)r->opaque);
+        be32w(q + 9, RPC_RESPONSE);
+        be32w(q + 13, 0);                      /* no remark */
+        uint8_t *ext_len = q + 17, *e0 = q + 21;
+        q = put_bin_entry(e0, "offset", num, num_len);
+        be32w(ext_len, (uint32_t)(q - e0));
+    } else {
+        q = put_lit(q, "{\"code\":0,\"extFields\":{\"offset\":\"");
+        memcpy(q, num, num_len);
+        q += num_len;
+        q = put_lit(q, "\"},\"flag\":1,\"language\":\"");
+        q = put_lit(q, LANGUAGES[r->language]);
+        q = put_lit(q, "\",\"opaque\":");
+        q = put_dec(q, r->opaque);
+        q = put_lit(q, ",\"serializeTypeCurrentRPC\":\"JSON\",\"version\":");
+        q = put_dec(q, r->version);
+        *q++ = '}';
+    }
+    uint32_t hlen = (uint32_t)(q - h);
+    assert(hlen + 8 <= MQ_FAST_PULL_HEADER_ROOM);
+    be32w(f->pull_buf, 4 + hlen);
+    be32w(f->pull_buf + 4, ((uint32_t)r->serialize_type << 24) | hlen);
+    *out = (mq_fast_pulled){.sends_staged = out->sends_staged, .sql_missed = out->sql_missed,
+                            .kind = MQ_FAST_PULLED_OFFSET, .frame_offset = 0, .frame_len = 8 + hlen};
+    return 1;
+}
+
 /* Answers pull r when it finds records (fastsend.h's list): 1 with *out filled and the answer
  * frame in the pull buffer, 0 when it is Python's (nothing done). */
 static int take_pull(mq_fast *f, const req *r, mq_fast_pulled *out) {
@@ -1261,7 +1308,8 @@ static int take_pull(mq_fast *f, const req *r, mq_fast_pulled *out) {
     be32w(p, (uint32_t)(4 + hlen + res.size));
     be32w(p + 4, ((uint32_t)r->serialize_type << 24) | hlen);
     memcpy(p + 8, head, hlen);
-    *out = (mq_fast_pulled){.sends_staged = out->sends_staged, .sql_missed = out->sql_missed, .group_id = (uint32_t)gid, .topic_id = (uint32_t)tid,
+    *out = (mq_fast_pulled){.sends_staged = out->sends_staged, .sql_missed = out->sql_missed,
+                            .kind = MQ_FAST_PULLED_PULL, .group_id = (uint32_t)gid, .topic_id = (uint32_t)tid,
                             .queue_id = (int32_t)qid, .commit = (sys_flag & PULL_COMMIT_OFFSET) != 0,
                             .commit_offset = commit, .msgs = res.n, .body_len = (uint32_t)res.size,
                             .frame_offset = frame_at, .frame_len = 8 + hlen + (uint32_t)res.size};
@@ -1313,9 +1361,13 @@ int mq_fast_read(mq_fast *f, uint32_t conn, const uint8_t *born_host, uint32_t b
             r.ts_us = wall0_us + (t_ns - mono0_ns) / 1000;
         }
         if (ok) *code_out = r.code;
-        if (ok && r.code == CODE_PULL && pulls && !(r.flag & (RPC_RESPONSE | RPC_ONEWAY))) {
+        if (ok && (r.code == CODE_PULL || r.code == CODE_GET_MAX_OFFSET || r.code == CODE_GET_MIN_OFFSET) && pulls
+            && !(r.flag & (RPC_RESPONSE | RPC_ONEWAY))) {
             pulled->sends_staged = f->n - staged_before;
-            if (!take_pull(f, &r, pulled)) { stop = MQ_FAST_HANDBACK; break; }
+            if (!(r.code == CODE_PULL ? take_pull(f, &r, pulled) : take_offset(f, &r, pulled))) {
+                stop = MQ_FAST_HANDBACK;
+                break;
+            }
             pos += 4 + (size_t)total;
             stop = MQ_FAST_PULLED;
             break;

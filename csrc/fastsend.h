@@ -140,6 +140,13 @@
  *     values have no published verdict hands the pull back (a miss: pulled->sql_missed is the
  *     filter's id + 1, and Python publishes the verdicts of the records it reads for it); a filter with more than MQ_FAST_SQL_MISSES_MAX misses, and more
  *     misses than pulls answered, is left to Python from then on (values that rarely repeat).
+ * GET_MAX_OFFSET (30) and GET_MIN_OFFSET (31) are answered the same way (stop MQ_FAST_PULLED, kind
+ * MQ_FAST_PULLED_OFFSET) where pulls are: a request, not oneway, whose extFields topic (unescaped,
+ * 1 to MQ_TOPIC_LEN_MAX bytes) and queueId (an int32 decimal) name a queue the control block has:
+ * make_response(request, SUCCESS, None, {"offset": CQ_MAX or CQ_MIN}), as mq.broker.admin's
+ * max_offset / min_offset give it; any other is Python's (which answers 0 / -1 for a queue that
+ * does not exist, INVALID_PARAMETER for a bad field).  QUERY_CONSUMER_OFFSET stays Python's: the
+ * offsets are the supervisor's.
  * The answer is byte-identical to Python's make_response(request, SUCCESS, "FOUND", ext, records)
  * encoded in the request's serialize type: extFields suggestWhichBrokerId "0", nextBeginOffset
  * (queueOffset + entries examined), minOffset CQ_MIN, maxOffset CQ_MAX read before the gather.
@@ -260,8 +267,14 @@ typedef struct mq_fast_fail {       /* a send Python answers (refused, or stored
     int64_t dl_term;                /* stored, DLedger mode: the term of its entry */
 } mq_fast_fail;
 
+enum mq_fast_pulled_kind {
+    MQ_FAST_PULLED_PULL = 0,        /* a PULL_MESSAGE answered */
+    MQ_FAST_PULLED_OFFSET           /* a GET_MAX_OFFSET / GET_MIN_OFFSET answered (only the frame is set) */
+};
+
 typedef struct mq_fast_pulled {     /* what a read did besides its frames: sends staged, the pull answered */
     uint32_t sends_staged;          /* sends this call staged (before the stop) */
+    uint32_t kind;                  /* MQ_FAST_PULLED: enum mq_fast_pulled_kind */
     uint32_t group_id, topic_id;    /* MQ_FAST_PULLED: the pull's group and topic (published ids) */
     int32_t queue_id;
     int32_t commit;                 /* sysFlag had PULL_COMMIT_OFFSET (1): commit_offset is the group's */

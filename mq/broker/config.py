@@ -141,7 +141,8 @@ BROKER_OPTIONS: list[Option] = [
            "per read (ours; mq.broker.fastsend; used only where sends need no wait: ASYNC_MASTER with "
            "ASYNC_FLUSH, no ACL, no perf tracing)"),
     Option("fastPullEnable", bool, True,
-           "pulls that find data are answered in C in the read that brings them (ours; mq.broker.fastsend; "
+           "pulls that find data (and GET_MAX_OFFSET / GET_MIN_OFFSET) are answered in C in the read that "
+           "brings them (ours; mq.broker.fastsend; "
            "where the C send path is on, without slaveReadEnable or perf tracing, for a group and topic "
            "the worker has read, and a TAG or SQL92 expression sent with the pull or the group's heartbeat "
            "subscription while the worker's copy is fresh; SQL92 verdicts are Python's, looked up in C by "

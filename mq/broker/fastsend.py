@@ -126,6 +126,7 @@ class FastSends:
         self._pull_buf = None                    # their answers are built here (C's, while pulls are on)
         self._pull_settings = None
         self.pulls = 0                           # pulls C answered, for tests and the runtime info
+        self.offset_queries = 0                  # GET_MAX_OFFSET / GET_MIN_OFFSET C answered, likewise
         self._topic_ids: dict[str, int] = {}
         self._topic_names: list[bytes] = []
         self._by_slot: dict[int, object] = {}    # slot -> Connection, of every open connection seen
@@ -214,8 +215,8 @@ class FastSends:
             return
         key = b"".join(b"\0" if v is None else b"\1" + len(v).to_bytes(4, "big") + v for v in values)
         if len(key) <= lib.MQ_FAST_SQL_KEY_MAX:
-            check(lib.mq_fast_sql_verdict(self._h, fid, ffi.from_buffer("uint8_t[]", key) if key else ffi.NULL, len(key),
-                                          1 if verdict else 0), "fast pull SQL92 verdict")
+            raw = ffi.from_buffer("uint8_t[]", key) if key else ffi.NULL
+            check(lib.mq_fast_sql_verdict(self._h, fid, raw, len(key), 1 if verdict else 0), "fast pull SQL92 verdict")
 
     def publish_sub(self, group: str, topic: str, hit: tuple, codes) -> None:
         """Lets C answer pulls of `group` from `topic` that rely on the group's heartbeat
@@ -373,6 +374,9 @@ class FastSends:
         path does besides: the offset commit it carried, the stats."""
         at = p.frame_offset
         conn.queue_frame(ffi.buffer(self._pull_buf + at, p.frame_len)[:])
+        if p.kind == lib.MQ_FAST_PULLED_OFFSET:
+            self.offset_queries += 1
+            return
         self.pulls += 1
         group = self._group_names[p.group_id]
         topic = self._topic_names[p.topic_id].decode()

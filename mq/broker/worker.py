@@ -285,7 +285,8 @@ class IoWorker:
         info = {"ioWorker": str(self.worker_id), "ioWorkerPid": str(os.getpid()),
                 # sends of this worker taken by the C path (mq.broker.fastsend), whether it is on now
                 "fastSendMsgs": str(self.fast.msgs), "fastSendOn": str(self.fast.usable).lower(),
-                "fastPulls": str(self.fast.pulls), "fastPullOn": str(self.fast.pulls_on).lower()}
+                "fastPulls": str(self.fast.pulls), "fastPullOn": str(self.fast.pulls_on).lower(),
+                "fastOffsetQueries": str(self.fast.offset_queries)}
         if self.commit_waiter is not None:
             info.update(dledger_runtime_info(self.config.storePathRootDir, self.store.ctl))
             info.update(self.forward.runtime_info())

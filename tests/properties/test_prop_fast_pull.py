@@ -236,8 +236,11 @@ def pulls(draw) -> dict:
     for name in draw(st.lists(st.sampled_from(["maxMsgNums", "commitOffset", "subVersion", "subscription"]),
                               max_size=1 if clean else 2)):
         h[name] = None
+    return dict(header=h, code=11, **_framing(draw, clean))
+
+
+def _framing(draw, clean: bool) -> dict:
     return dict(
-        header=h,
         serialize_type=draw(st.sampled_from([0, 0, 1])),
         language=draw(st.sampled_from(["JAVA", "CPP", "PYTHON"]) if clean else
                       st.one_of(st.integers(0, 14), st.sampled_from(["JAVA", "GO"]), st.none())),
@@ -247,17 +250,33 @@ def pulls(draw) -> dict:
     )
 
 
+@st.composite
+def offset_queries(draw) -> dict:
+    """GET_MAX_OFFSET (30) and GET_MIN_OFFSET (31), of queues that exist and of others."""
+    clean = draw(st.integers(0, 9)) < 6
+    h = {"topic": draw(st.sampled_from([TOPIC] if clean else
+                                       [TOPIC, WRITE_ONLY, "PullNone", "%RETRY%DiffCG", "", "Pull A", "T" * 200,
+                                        "Pull\u00c1"])),
+         "queueId": draw(st.integers(0, QUEUES - 1).map(str) if clean else _number(-1, QUEUES + 1, False))}
+    if draw(st.booleans()):
+        h["consumerGroup"] = draw(st.sampled_from(GROUPS))
+    if not clean and draw(st.integers(0, 4)) == 0:
+        h[draw(st.sampled_from(["topic", "queueId"]))] = None
+    return dict(header=h, code=draw(st.sampled_from([30, 31])), **_framing(draw, clean))
+
+
 def frame_bytes(f: dict, opaque: int) -> bytes:
     ext = {k: v for k, v in f["header"].items() if v is not None}
     flag = 2 if f["oneway"] else 0
     if f["serialize_type"] == 1:
         lang = f["language"] if isinstance(f["language"], int) else 0
-        header = rocketmq_header(11, lang, f["version"], opaque, flag, [(k.encode(), v.encode()) for k, v in ext.items()])
+        header = rocketmq_header(f["code"], lang, f["version"], opaque, flag,
+                                 [(k.encode(), v.encode()) for k, v in ext.items()])
     else:
         style = f["json_style"]
         if style["ints"]:                                # numbers as JSON integers, where they are integers
             ext = {k: (int(v) if v.lstrip("-").isdigit() and v == str(int(v)) else v) for k, v in ext.items()}
-        obj = {"code": 11, "extFields": ext, "flag": flag}
+        obj = {"code": f["code"], "extFields": ext, "flag": flag}
         if f["language"] is not None:
             obj["language"] = LANGUAGE_NAMES.get(f["language"], f["language"]) if isinstance(f["language"], int) \
                 else f["language"]
@@ -306,7 +325,7 @@ def exchange(port: int, fs: list, opaques: list) -> list:
 
 
 @bounded(120)
-@given(st.lists(pulls(), min_size=1, max_size=4))
+@given(st.lists(st.one_of(pulls(), pulls(), offset_queries()), min_size=1, max_size=4))
 def test_c_and_python_pulls_answer_the_same_bytes(brokers, fs):
     c, py = brokers
     opaques = list(range(1, len(fs) + 1))
@@ -364,8 +383,9 @@ def test_sql92_pulls_are_answered_in_c_once_their_verdicts_are_published(brokers
     path) and the verdicts its records need (a pull C hands back for a missing one): of three
     identical pulls the third at least is C's, and each answer equals the Python broker's."""
     c, py = brokers
-    fs = [dict(header={**_clean_ext(qid, 0), "expressionType": "SQL92", "subscription": text}, serialize_type=0,
-               language="JAVA", version=409, oneway=False, json_style=dict(ints=False, ascii=False, spaces=False))
+    fs = [dict(header={**_clean_ext(qid, 0), "expressionType": "SQL92", "subscription": text}, code=11,
+               serialize_type=0, language="JAVA", version=409, oneway=False,
+               json_style=dict(ints=False, ascii=False, spaces=False))
           for text in SQL_CLEAN for qid in (0, 2)]
     before = int(_runtime(c.port)["fastPulls"])
     for f in fs:
@@ -384,7 +404,7 @@ def test_pulls_relying_on_the_heartbeat_subscription_are_answered_in_c(brokers):
     c, py = brokers
     fs = [dict(header={**_clean_ext(qid, 0, group=group), "sysFlag": "0", "subscription": "TagC",
                        "expressionType": "TAG"},     # not read: the heartbeat's filter is the pull's
-               serialize_type=1, language="JAVA", version=409, oneway=False,
+               serialize_type=1, code=11, language="JAVA", version=409, oneway=False,
                json_style=dict(ints=False, ascii=True, spaces=False))
           for group in HEARTBEAT_SUBS for qid in (1, 3)]
     before = int(_runtime(c.port)["fastPulls"])
@@ -414,7 +434,7 @@ def test_a_changed_heartbeat_subscription_reaches_c_within_the_cache_time(broker
     (SUBSCRIPTION_CACHE_S, 1 s): a consumer that changes its filter from TagA to TagB gets TagB's
     records within that time on the C path as on Python's, and C takes the new filter's pulls."""
     c, _ = brokers
-    f = dict(header={**_clean_ext(0, 0, group="SubCG"), "sysFlag": "0"}, serialize_type=0, language="JAVA",
+    f = dict(header={**_clean_ext(0, 0, group="SubCG"), "sysFlag": "0"}, serialize_type=0, code=11, language="JAVA",
              version=409, oneway=False, json_style=dict(ints=False, ascii=True, spaces=False))
     hb = Peer(c.port)
     try:
@@ -435,11 +455,30 @@ def test_a_changed_heartbeat_subscription_reaches_c_within_the_cache_time(broker
         hb.close()
 
 
+def test_offset_queries_of_existing_queues_are_answered_in_c(brokers):
+    """GET_MAX_OFFSET and GET_MIN_OFFSET of every queue of the topic, in both serialize types:
+    C answers each (fastOffsetQueries), with the bytes Python gives, and the values are the
+    queue's bounds."""
+    c, py = brokers
+    fs = [dict(header={"topic": TOPIC, "queueId": str(qid)}, code=code, serialize_type=ser, language="CPP",
+               version=409, oneway=False, json_style=dict(ints=False, ascii=True, spaces=False))
+          for qid in range(QUEUES) for code in (30, 31) for ser in (0, 1)]
+    before = int(_runtime(c.port)["fastOffsetQueries"])
+    opaques = list(range(1, len(fs) + 1))
+    got_c, got_py = exchange(c.port, fs, opaques), exchange(py.port, fs, opaques)
+    assert got_c == got_py
+    assert int(_runtime(c.port)["fastOffsetQueries"]) - before == len(fs)
+    for f, frame in zip(fs, got_c):
+        resp = decode_frame_payload(frame[4:])
+        assert resp.code == 0 and resp.remark is None
+        assert int(resp.ext_fields["offset"]) == (PER_QUEUE if f["code"] == 30 else 0), (f, resp.ext_fields)
+
+
 def test_many_pulls_in_one_read_are_all_answered(brokers):
     """A read of 64 pipelined pulls: C answers them one after another within the read, and each
     answer equals the Python broker's to the same pull."""
     c, py = brokers
-    fs = [dict(header=_clean_ext(i % QUEUES, (i * 3) % PER_QUEUE, str(1 + i % 7)), serialize_type=i % 2,
+    fs = [dict(header=_clean_ext(i % QUEUES, (i * 3) % PER_QUEUE, str(1 + i % 7)), serialize_type=i % 2, code=11,
                language="JAVA", version=409, oneway=False, json_style=dict(ints=False, ascii=True, spaces=False))
           for i in range(64)]
     answers = {}
