@@ -161,19 +161,33 @@ static uint32_t name_hash(const char *s, uint32_t len) {
     return h;
 }
 
-/* The id of topic s, or -1 with *slot_out the free hash slot it would take. */
-static int64_t topic_find(const mq_fast *f, const char *s, uint32_t len, uint32_t *slot_out) {
-    uint32_t i = name_hash(s, len) & (HASH_SLOTS - 1);
-    for (;;) {
-        uint32_t v = f->hash[i];
+/* The lookup every name table here shares (open addressing, linear probing): `hash` has `slots`
+ * entries (a power of two, at most half full, so a free one ends every probe) holding id + 1, 0
+ * free; name_of gives the name published under an id.  The id of name s, or -1 with *slot_out the
+ * free slot it would take. */
+typedef const uint8_t *(*name_of_fn)(const mq_fast *f, uint32_t id, uint32_t *len);
+
+static inline int64_t name_find(const mq_fast *f, const uint32_t *hash, uint32_t slots, name_of_fn name_of,
+                                const uint8_t *s, uint32_t len, uint32_t *slot_out) {
+    for (uint32_t i = name_hash((const char *)s, len) & (slots - 1);; i = (i + 1) & (slots - 1)) {
+        uint32_t v = hash[i];
         if (!v) {
             if (slot_out) *slot_out = i;
             return -1;
         }
-        const fast_topic *t = &f->topics[v - 1];
-        if (t->len == len && memcmp(t->name, s, len) == 0) return v - 1;
-        i = (i + 1) & (HASH_SLOTS - 1);
+        uint32_t n;
+        const uint8_t *name = name_of(f, v - 1, &n);
+        if (n == len && memcmp(name, s, len) == 0) return v - 1;
     }
+}
+
+static const uint8_t *topic_name(const mq_fast *f, uint32_t id, uint32_t *len) {
+    *len = f->topics[id].len;
+    return (const uint8_t *)f->topics[id].name;
+}
+
+static int64_t topic_find(const mq_fast *f, const char *s, uint32_t len, uint32_t *slot_out) {
+    return name_find(f, f->hash, HASH_SLOTS, topic_name, (const uint8_t *)s, len, slot_out);
 }
 
 int mq_fast_topic_put(mq_fast *f, uint32_t id, const char *topic, uint32_t topic_len,
@@ -214,18 +228,13 @@ static uint8_t *dup_bytes(const uint8_t *p, uint32_t len);
 
 /* ---- the group table (pulls) ------------------------------------------------------------ */
 
+static const uint8_t *group_name(const mq_fast *f, uint32_t id, uint32_t *len) {
+    *len = f->groups[id].len;
+    return (const uint8_t *)f->groups[id].name;
+}
+
 static int64_t group_find(const mq_fast *f, const uint8_t *s, uint32_t len, uint32_t *slot_out) {
-    uint32_t i = name_hash((const char *)s, len) & (GROUP_SLOTS - 1);
-    for (;;) {
-        uint32_t v = f->group_hash[i];
-        if (!v) {
-            if (slot_out) *slot_out = i;
-            return -1;
-        }
-        const fast_group *g = &f->groups[v - 1];
-        if (g->len == len && memcmp(g->name, s, len) == 0) return v - 1;
-        i = (i + 1) & (GROUP_SLOTS - 1);
-    }
+    return name_find(f, f->group_hash, GROUP_SLOTS, group_name, s, len, slot_out);
 }
 
 int mq_fast_group_put(mq_fast *f, uint32_t id, const char *group, uint32_t group_len) {
@@ -308,18 +317,13 @@ int mq_fast_sub_put(mq_fast *f, uint32_t group_id, uint32_t topic_id, int64_t fr
 
 /* ---- SQL92 filters (pulls) -------------------------------------------------------------- */
 
+static const uint8_t *sql_text(const mq_fast *f, uint32_t id, uint32_t *len) {
+    *len = f->sqls[id].text_len;
+    return f->sqls[id].text;
+}
+
 static int64_t sql_find(const mq_fast *f, const uint8_t *s, uint32_t len, uint32_t *slot_out) {
-    uint32_t i = name_hash((const char *)s, len) & (SQL_FILTER_SLOTS - 1);
-    for (;;) {
-        uint32_t v = f->sql_hash[i];
-        if (!v) {
-            if (slot_out) *slot_out = i;
-            return -1;
-        }
-        const fast_sql *q = &f->sqls[v - 1];
-        if (q->text_len == len && memcmp(q->text, s, len) == 0) return v - 1;
-        i = (i + 1) & (SQL_FILTER_SLOTS - 1);
-    }
+    return name_find(f, f->sql_hash, SQL_FILTER_SLOTS, sql_text, s, len, slot_out);
 }
 
 int mq_fast_sql_put(mq_fast *f, uint32_t id, const uint8_t *text, uint32_t text_len, const uint8_t *names,
@@ -1012,6 +1016,8 @@ static int take_send(mq_fast *f, const req *r, const uint8_t *body, uint32_t bod
 static uint8_t *put_lit(uint8_t *p, const char *s);
 static uint8_t *put_dec(uint8_t *p, int64_t v);
 static uint8_t *put_bin_entry(uint8_t *p, const char *k, const uint8_t *v, uint32_t vlen);
+static uint8_t *put_bin_head(uint8_t *q, int32_t language, int32_t version, int32_t opaque, const char *remark);
+static uint8_t *put_json_tail(uint8_t *q, int32_t language, int32_t opaque, const char *remark, int32_t version);
 
 /* An optional integer field as the pull path reads it (`int(v) if v else dflt`): absent or empty
  * is dflt; otherwise a plain decimal in [lo, hi].  0: not taken. */
@@ -1069,15 +1075,8 @@ static int sub_codes(const fval *v, int64_t *codes, uint32_t *n_out) {
 static uint32_t pull_header(const req *r, int64_t next, int64_t lo, int64_t hi, uint8_t *h) {
     uint8_t *q = h;
     if (r->serialize_type == 1) {
-        be16w(q, 0);                    /* SUCCESS */
-        q[2] = (uint8_t)r->language;
-        be16w(q + 3, (uint16_t)r->version);
-        be32w(q + 5, (uint32_t)r->opaque);
-        be32w(q + 9, RPC_RESPONSE);
-        be32w(q + 13, 5);
-        memcpy(q + 17, "FOUND", 5);
-        uint8_t *ext_len = q + 22;
-        uint8_t *e = q + 26, *e0 = e;
+        uint8_t *ext_len = put_bin_head(q, r->language, r->version, r->opaque, "FOUND");
+        uint8_t *e = ext_len + 4, *e0 = e;
         uint8_t num[24];
         e = put_bin_entry(e, "suggestWhichBrokerId", (const uint8_t *)"0", 1);
         e = put_bin_entry(e, "nextBeginOffset", num, (uint32_t)(put_dec(num, next) - num));
@@ -1092,13 +1091,8 @@ static uint32_t pull_header(const req *r, int64_t next, int64_t lo, int64_t hi, 
         q = put_dec(q, lo);
         q = put_lit(q, "\",\"maxOffset\":\"");
         q = put_dec(q, hi);
-        q = put_lit(q, "\"},\"flag\":1,\"language\":\"");
-        q = put_lit(q, LANGUAGES[r->language]);
-        q = put_lit(q, "\",\"opaque\":");
-        q = put_dec(q, r->opaque);
-        q = put_lit(q, ",\"remark\":\"FOUND\",\"serializeTypeCurrentRPC\":\"JSON\",\"version\":");
-        q = put_dec(q, r->version);
-        *q++ = '}';
+        *q++ = '"';
+        q = put_json_tail(q, r->language, r->opaque, "FOUND", r->version);
     }
     assert((size_t)(q - h) + 8 <= MQ_FAST_PULL_HEADER_ROOM);
     return (uint32_t)(q - h);
@@ -1198,26 +1192,15 @@ static int take_offset(mq_fast *f, const req *r, mq_fast_pulled *out) {
     uint8_t *h = f->pull_buf + 8, *q = h, num[24];
     uint32_t num_len = (uint32_t)(put_dec(num, v) - num);
     if (r->serialize_type == 1) {              /* make_response(r, SUCCESS, None, {"offset": v}) */
-        be16w(q, 0);
-        q[2] = (uint8_t)r->language;
-        be16w(q + 3, (uint16_t)r->version);
-        be32w(q + 5, (uint32_t)r->opaque);
-        be32w(q + 9, RPC_RESPONSE);
-        be32w(q + 13, 0);                      /* no remark */
-        uint8_t *ext_len = q + 17, *e0 = q + 21;
+        uint8_t *ext_len = put_bin_head(q, r->language, r->version, r->opaque, NULL), *e0 = ext_len + 4;
         q = put_bin_entry(e0, "offset", num, num_len);
         be32w(ext_len, (uint32_t)(q - e0));
     } else {
         q = put_lit(q, "{\"code\":0,\"extFields\":{\"offset\":\"");
         memcpy(q, num, num_len);
         q += num_len;
-        q = put_lit(q, "\"},\"flag\":1,\"language\":\"");
-        q = put_lit(q, LANGUAGES[r->language]);
-        q = put_lit(q, "\",\"opaque\":");
-        q = put_dec(q, r->opaque);
-        q = put_lit(q, ",\"serializeTypeCurrentRPC\":\"JSON\",\"version\":");
-        q = put_dec(q, r->version);
-        *q++ = '}';
+        *q++ = '"';
+        q = put_json_tail(q, r->language, r->opaque, NULL, r->version);
     }
     uint32_t hlen = (uint32_t)(q - h);
     assert(hlen + 8 <= MQ_FAST_PULL_HEADER_ROOM);
@@ -1461,20 +1444,48 @@ static uint8_t *put_bin_entry(uint8_t *p, const char *k, const uint8_t *v, uint3
     return p + 4 + vlen;
 }
 
+/* A SUCCESS response's ROCKETMQ header up to its extFields (code, language, version, opaque,
+ * flag, remark: NULL is none) at q; returns where the extFields length (4 bytes) goes, their
+ * entries after it (mq.wire.remoting.encode_rocketmq_header). */
+static uint8_t *put_bin_head(uint8_t *q, int32_t language, int32_t version, int32_t opaque, const char *remark) {
+    uint32_t remark_len = remark ? (uint32_t)strlen(remark) : 0;
+    be16w(q, 0);                        /* SUCCESS */
+    q[2] = (uint8_t)language;
+    be16w(q + 3, (uint16_t)version);
+    be32w(q + 5, (uint32_t)opaque);
+    be32w(q + 9, RPC_RESPONSE);
+    be32w(q + 13, remark_len);
+    if (remark_len) memcpy(q + 17, remark, remark_len);
+    return q + 17 + remark_len;
+}
+
+/* A SUCCESS response's JSON header after its last extFields entry: closes them, then flag,
+ * language, opaque, remark (NULL: none), serializeTypeCurrentRPC and version, in the order and
+ * spelling of mq.wire.remoting.encode_json_header. */
+static uint8_t *put_json_tail(uint8_t *q, int32_t language, int32_t opaque, const char *remark, int32_t version) {
+    q = put_lit(q, "},\"flag\":1,\"language\":\"");
+    q = put_lit(q, LANGUAGES[language]);
+    q = put_lit(q, "\",\"opaque\":");
+    q = put_dec(q, opaque);
+    if (remark) {
+        q = put_lit(q, ",\"remark\":\"");
+        q = put_lit(q, remark);
+        *q++ = '"';
+    }
+    q = put_lit(q, ",\"serializeTypeCurrentRPC\":\"JSON\",\"version\":");
+    q = put_dec(q, version);
+    *q++ = '}';
+    return q;
+}
+
 /* Writes the SUCCESS answer of stored send a at p; returns its length (<= MQ_FAST_ANSWER_MAX). */
 static uint32_t answer(const mq_fast *f, const mq_fast_fail *a, uint8_t *p) {
     uint32_t id_len = (uint32_t)strlen(a->msg_id);
     uint8_t *h = p + 8;                 /* the header, after the length and type words */
     uint8_t *q = h;
     if (a->serialize_type == 1) {
-        be16w(q, 0);                    /* SUCCESS */
-        q[2] = (uint8_t)a->language;
-        be16w(q + 3, (uint16_t)a->version);
-        be32w(q + 5, (uint32_t)a->opaque);
-        be32w(q + 9, RPC_RESPONSE);
-        be32w(q + 13, 0);               /* no remark */
-        uint8_t *ext_len = q + 17;
-        uint8_t *e = q + 21, *e0 = e;
+        uint8_t *ext_len = put_bin_head(q, a->language, a->version, a->opaque, NULL);
+        uint8_t *e = ext_len + 4, *e0 = e;
         uint8_t num[24];
         e = put_bin_entry(e, "msgId", (const uint8_t *)a->msg_id, id_len);
         e = put_bin_entry(e, "queueId", num, (uint32_t)(put_dec(num, a->queue_id) - num));
@@ -1494,13 +1505,7 @@ static uint32_t answer(const mq_fast *f, const mq_fast_fail *a, uint8_t *p) {
         *q++ = '"';
         memcpy(q, f->json_fixed, f->json_fixed_len);
         q += f->json_fixed_len;
-        q = put_lit(q, "},\"flag\":1,\"language\":\"");
-        q = put_lit(q, LANGUAGES[a->language]);
-        q = put_lit(q, "\",\"opaque\":");
-        q = put_dec(q, a->opaque);
-        q = put_lit(q, ",\"serializeTypeCurrentRPC\":\"JSON\",\"version\":");
-        q = put_dec(q, a->version);
-        *q++ = '}';
+        q = put_json_tail(q, a->language, a->opaque, NULL, a->version);
     }
     uint32_t hlen = (uint32_t)(q - h);
     be32w(p, 4 + hlen);
