@@ -28,7 +28,7 @@ import sys
 import time
 
 from mq.proxy import FaultProxy
-from mq.remoting import RemotingClient
+from mq.remoting import RemotingClient, RemotingTimeout
 from mq.dledger.role import read_status
 from mq.store.commitlog import list_files
 from mq.store.control import sweep_dead_segments
@@ -42,14 +42,23 @@ BIN = os.path.dirname(sys.executable)
 
 def wait_for(cond, timeout_s: float = 30.0, interval_s: float = 0.05, what: str = "condition"):
     """Calls cond() every `interval_s` until it returns something true, and returns that;
-    raises TimeoutError naming `what` once `timeout_s` have passed."""
+    raises TimeoutError naming `what` once `timeout_s` have passed.  A cond that times out itself
+    (RemotingTimeout, TimeoutError: one poll's request went unanswered for its own timeout) is
+    one more "not yet", and the last such error is the final TimeoutError's cause: the deadline
+    is the verdict.  (A fresh-clone CI run saw every process of a test, the name server's too,
+    stop for 2-7 s at the same instants; one poll's 5 s timeout then failed a module whose
+    condition held well within its 30 s.)  Any other error propagates at once."""
     deadline = time.monotonic() + timeout_s
+    last: Exception | None = None
     while True:
-        v = cond()
+        try:
+            v = cond()
+        except (RemotingTimeout, TimeoutError) as e:
+            v, last = None, e
         if v:
             return v
         if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}")
+            raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}") from last
         time.sleep(interval_s)
 
 
