@@ -179,7 +179,7 @@ class FastSends:
     def publish_sql(self, sql) -> None:
         """Lets C answer SQL92 pulls whose subscription is sql.text (an Sql92Filter) once it holds
         the verdicts their records need: the records of a pull it hands back for one are judged
-        here and their verdicts published (sql_verdict, while sql_resync is set)."""
+        here and their verdicts published (sql_verdict, for the texts in sql_resync)."""
         ids = self._sql_ids
         if sql.text in ids or sql.text in self._sql_skipped:
             return
@@ -198,6 +198,7 @@ class FastSends:
             check(lib.mq_fast_sql_clear(self._h), "fast pull SQL92 clear")     # subscriptions too
             ids.clear()
             self._sql_texts.clear()
+            self.sql_resync.clear()
             self._subs_published.clear()
         fid = len(ids)
         blob = b"".join(names)
