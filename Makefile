@@ -10,6 +10,8 @@
 #   make test-serial    the same tests one after the other (one pytest process: ~16 min here)
 #   make peers    our broker side by side with Redis Streams and NATS JetStream (installs them if missing)
 #   make report   a load run with tracing on, mined with Spark into perf/reports/latest/
+#   make asan     the tests against the C core built with ASan and UBSan (tests/sanitized.py;
+#                 ~17 min): a sanitizer report from the core fails it
 #   make chaos    the fault matrix (every mode x every nemesis, ~15 min; needs root for the tmpfs of
 #                 the disk-full cells) into perf/reports/chaos.md; a broken promise fails it
 PYTHON ?= python3
@@ -28,7 +30,7 @@ CLIENT5_VERSION := 5.1.2
 # every file the build reads, the whole C core included (one .c and .h per subsystem)
 SOURCES := pyproject.toml setup.py MANIFEST.in $(wildcard csrc/*.c csrc/*.h csrc/*.py)
 
-.PHONY: test-serial run test perf peers report chaos java clean
+.PHONY: test-serial run test perf peers report chaos asan java clean
 
 $(BIN)/python:
 	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { \
@@ -78,6 +80,9 @@ peers: $(EXTRAS)
 
 chaos: $(BASE)
 	$(BIN)/mqchaos matrix --seconds 10 --out perf/reports/chaos.md
+
+asan: $(EXTRAS) $(CLIENT5)
+	$(BIN)/python tests/sanitized.py
 
 report: $(EXTRAS) java
 	$(BIN)/python -m perf.report perf/reports/latest
