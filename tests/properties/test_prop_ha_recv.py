@@ -28,6 +28,7 @@ from propkit import bounded
 
 FS = 64 * 1024
 RECV_TIMEOUT_MS = 30_000           # the slave's socket bound; long enough to outlast a machine-wide stall
+SENDS_MAX = 2000                   # a draw of tiny chunks still sends in at most about this many pieces
 
 
 def fill(store, n: int, size_max: int) -> int:
@@ -80,8 +81,6 @@ def frames_of(data: bytes, cuts: list[int], heartbeats: list[bool]) -> bytes:
     return bytes(out)
 
 
-SENDS_MAX = 2000                 # a draw of tiny chunks still sends in at most about this many pieces
-
 
 def send_paced(sock: socket.socket, stream: bytes, chunks: list[int], pauses: list[bool]) -> None:
     pos, i = 0, 0
@@ -121,7 +120,7 @@ def receive(slave, sock: socket.socket, end: int, budget: int, want_other: bool)
        other=st.sampled_from([None, "ahead", "behind", "too_big"]))
 def test_any_arrival_of_the_frames_yields_the_masters_log(master, tmp_path_factory, cuts, heartbeats, chunks,
                                                            pauses, budget, other):
-    store, data = master
+    _, data = master
     end = len(data)
     stream = frames_of(data, cuts, heartbeats)
     trailer = b""
