@@ -373,6 +373,18 @@ class Broker:
         return processes_of_group(self.proc.p.pid)
 
 
+def _threads_stopped(pid: int) -> bool:
+    """Every thread of process `pid` stopped (or the process gone)."""
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] not in "TtZX":
+                    return False
+    except (OSError, ValueError, IndexError):
+        pass                              # gone meanwhile
+    return True
+
+
 def stop_group(pgid: int, timeout_s: float = 10.0) -> None:
     """SIGSTOP to process group `pgid`, returning once every thread of its processes is stopped.
     kill() only queues the signal: a thread running on another CPU stops when that CPU takes the
@@ -389,14 +401,19 @@ def stop_group(pgid: int, timeout_s: float = 10.0) -> None:
                     fields = f.read().rsplit(")", 1)[1].split()
                 if int(fields[2]) != pgid or fields[0] in "ZX":
                     continue
-                for tid in os.listdir(f"/proc/{entry}/task"):
-                    with open(f"/proc/{entry}/task/{tid}/stat") as f:
-                        if f.read().rsplit(")", 1)[1].split()[0] not in "TtZX":
-                            return False
             except (OSError, ValueError, IndexError):
                 continue                  # gone meanwhile
+            if not _threads_stopped(int(entry)):
+                return False
         return True
     wait_for(all_stopped, timeout_s, 0.002, f"every thread of process group {pgid} stopped")
+
+
+def stop_process(pid: int, timeout_s: float = 10.0) -> None:
+    """SIGSTOP to the one process `pid`, returning once every thread of it is stopped (as
+    stop_group)."""
+    os.kill(pid, signal.SIGSTOP)
+    wait_for(lambda: _threads_stopped(pid), timeout_s, 0.002, f"every thread of process {pid} stopped")
 
 
 def processes_of_group(pgid: int) -> dict[str, list[int]]:

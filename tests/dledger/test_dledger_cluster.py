@@ -13,10 +13,11 @@ import os
 import signal
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from mq.cluster import NameServer, wait_for
+from mq.cluster import NameServer, stop_process, wait_for
 
 from mq.broker.forward import FORWARD_REMARK_PREFIX
 from mq.wire.msgid import decode_offset_msg_id
@@ -199,10 +200,19 @@ def test_leader_kill_under_load_loses_no_acknowledged_message(group):
     assert not missing, f"{len(missing)} of {len(acked)} acknowledged messages missing after the failover"
 
 
+def _stored_by(r) -> int | None:
+    """The port of the broker that stored the message a SEND_OK answer names (its msgId)."""
+    return decode_offset_msg_id(r.ext_fields["msgId"])[1] if r.code == 0 else None
+
+
 def test_a_frozen_leader_never_acknowledges_and_steps_down_when_thawed(group):
-    """SIGSTOP of the leader for longer than the election timeout: sends it accepted before or
-    during the freeze never answer SEND_OK; the others elect a leader that serves; when the old
-    leader is resumed it steps down and follows."""
+    """SIGSTOP of the whole leader for longer than the election timeout, with sends waiting in its
+    sockets: none is ever acknowledged on its own account.  When it resumes, which comes first is
+    a race: its io worker appends a send in the old term (the wait ends in an error, never
+    SEND_OK), or its Raft role steps down first and the io worker forwards the send to the new
+    leader, which stores and answers it.  So a SEND_OK must name the new leader as the broker
+    that stored it, and the message must be in the group's log.  The others elect a leader that
+    serves; the old one steps down and follows."""
     g = group()
     old = g.wait_leader()
     assert send(g.addr(old), b"before").code == 0
@@ -210,9 +220,10 @@ def test_a_frozen_leader_never_acknowledges_and_steps_down_when_thawed(group):
 
     def pending(k: int):
         try:
-            results.append(send(g.addr(old), b"frozen-%d" % k, timeout_s=30).code)
+            r = send(g.addr(old), b"frozen-%d" % k, timeout_s=30)
+            results.append((b"frozen-%d" % k, r.code, _stored_by(r)))
         except Exception as e:  # noqa: BLE001
-            results.append(repr(e))
+            results.append((b"frozen-%d" % k, repr(e), None))
 
     g.freeze(old)
     threads = [threading.Thread(target=pending, args=(k,)) for k in range(3)]
@@ -225,11 +236,52 @@ def test_a_frozen_leader_never_acknowledges_and_steps_down_when_thawed(group):
         g.thaw(old)
     for t in threads:
         t.join(40)
-    assert len(results) == 3 and 0 not in results, results
+    assert len(results) == 3, results
+    new_port = int(g.addr(new).rsplit(":", 1)[1])
+    acked = [body for body, code, port in results if code == 0]
+    assert all(port == new_port for _, code, port in results if code == 0), (results, new_port)
+    assert int(runtime(g.addr(old))["dLegerForwarded"]) >= len(acked), results
     wait_for(lambda: g.status(old).get("role") == "FOLLOWER" and g.status(old).get("leader") == new, 15, 0.05,
              "the old leader following the new one")
     got = pull_all(g.addr(new))
     assert b"before" in got and b"after" in got
+    assert all(got.count(body) == 1 for body in acked), (results, got)
+
+
+def test_a_leader_whose_raft_role_froze_never_acknowledges_what_it_appended(group):
+    """Only the leader's DLedger role stopped (SIGSTOP); its io worker goes on taking sends and
+    appends them in the old term, where nothing can commit them any more.  When the role resumes
+    it learns of the new term and fences; every such send is then answered SYSTEM_ERROR
+    'UNKNOWN_ERROR' (the term changed), never SEND_OK.  (maxWaitAckTimeMs is 60 s here, so the
+    answers cannot come from that timeout instead.)  The others elect a leader that serves; the
+    old one follows, the entries it never replicated are cut, and none of those sends is in the
+    group's log, on the new leader or on the old one.  The deterministic half of the race above."""
+    g = group(maxWaitAckTimeMs=60_000)
+    old = g.wait_leader()
+    assert send(g.addr(old), b"before").code == 0
+    last = int(runtime(g.addr(old))["dLegerLastIndex"])
+    (role,) = g.brokers[old].processes()["dledger"]
+    stop_process(role)
+    with ThreadPoolExecutor(3) as pool:
+        try:
+            answers = [pool.submit(send, g.addr(old), b"stale-%d" % k, timeout_s=30) for k in range(3)]
+            wait_for(lambda: int(runtime(g.addr(old))["dLegerLastIndex"]) >= last + 3, 10, 0.02,
+                     "the stale sends appended")
+            new = g.wait_leader(15, among=[i for i in g.ids if i != old])
+            assert send(g.addr(new), b"after").code == 0
+            assert not any(f.done() for f in answers), [f.result().code for f in answers if f.done()]
+        finally:
+            os.kill(role, signal.SIGCONT)
+        answers = [f.result() for f in answers]
+    assert all(r.code == 1 and r.remark.startswith("UNKNOWN_ERROR") for r in answers), [(r.code, r.remark)
+                                                                                          for r in answers]
+    wait_for(lambda: g.status(old).get("role") == "FOLLOWER" and g.status(old).get("leader") == new, 15, 0.05,
+             "the old leader following the new one")
+    wait_for(lambda: g.committed_pos(old) >= g.committed_pos(new) > 0, 15, 0.05, "the old leader caught up")
+    for i in (new, old):
+        got = pull_all(g.addr(i))
+        assert b"before" in got and b"after" in got, i
+        assert not any(body.startswith(b"stale-") for body in got), (i, got)
 
 
 STALL_S = 2.5       # > the election timeout (200 ms x 3 + 300..800 ms) and > the replay there was (2 s)
