@@ -1,10 +1,11 @@
 """DLedger mode with real processes on loopback: three mqbroker processes of one group and a
 name server.  What is proved: election and registration, the official C++ client producing
 and consuming, no acknowledged message lost across a leader kill under load, a frozen leader
-and a partitioned leader never acknowledging, a whole group stalled together resuming with its
-leader, a restarted member ending byte-identical, a whole-group restart keeping committed data,
-the preferred leader and leadership transfer, and a leader resumed after a pause (its stale
-heartbeats refused) not costing the next failover."""
+(or only its Raft role) and a partitioned leader never acknowledging what they appended (a
+frozen leader's sends read after it stepped down are forwarded), a whole group stalled together
+resuming with its leader, a restarted member ending byte-identical, a whole-group restart keeping
+committed data, the preferred leader and leadership transfer, and a leader resumed after a pause
+(its stale heartbeats refused) not costing the next failover."""
 from __future__ import annotations
 
 import asyncio
