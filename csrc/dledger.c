@@ -179,8 +179,18 @@ static int dl_copy_entries(mq_commitlog *cl, const uint8_t *buf, size_t len, uin
     return MQ_OK;
 }
 
+/* append_raw, refusing (MQ_E_CORRUPT, nothing written) entries that are not exactly expect_n
+ * when expect_n > 0 */
+static int dl_append_raw(mq_commitlog *cl, const uint8_t *buf, size_t len, uint64_t first_index,
+                         uint64_t first_pos, int64_t max_term, uint32_t expect_n, uint32_t *n_out);
+
 int mq_dledger_append_raw(mq_commitlog *cl, const uint8_t *buf, size_t len, uint64_t first_index,
                           uint64_t first_pos, int64_t max_term, uint32_t *n_out) {
+    return dl_append_raw(cl, buf, len, first_index, first_pos, max_term, 0, n_out);
+}
+
+static int dl_append_raw(mq_commitlog *cl, const uint8_t *buf, size_t len, uint64_t first_index,
+                         uint64_t first_pos, int64_t max_term, uint32_t expect_n, uint32_t *n_out) {
     mq_ctl *c = cl->ctl;
     const uint64_t fs = cl->file_size;
     assert(cl->dledger && (buf || len == 0) && n_out);
@@ -212,6 +222,7 @@ int mq_dledger_append_raw(mq_commitlog *cl, const uint8_t *buf, size_t len, uint
     dl_checked ck;
     rc = dl_check_entries(cl, buf, len, first_index, first_pos, prev_term, max_term, &ck);
     if (rc) return rc;
+    if (expect_n && ck.n != expect_n) return MQ_E_CORRUPT;
 
     /* 2. copy the bytes (beyond WRITE: invisible until published) and write the index units */
     if (rollover) {
@@ -535,5 +546,121 @@ int mq_dledger_send(mq_commitlog *cl, int sock_fd, const uint8_t *head, uint32_t
         }
         *done_io += (uint64_t)w;
     }
+    return MQ_OK;
+}
+
+/* ---- the follower's steady state: PUSH frames taken in C ----------------------------------- */
+_Static_assert(sizeof(((mq_dl_follow *)0)->req) / sizeof(const uint8_t *) == MQ_DL_PUSH_VALUES + 1,
+               "a literal before each value and one after the last");
+
+/* A canonical decimal at *p, as Python's str(int) writes it (-?(0|[1-9][0-9]*), at most 19
+ * digits), within [lo, hi]; the cursor moves past it.  0: not one (not taken here). */
+static int dl_dec(const uint8_t **p, const uint8_t *end, int64_t lo, int64_t hi, int64_t *v) {
+    const uint8_t *q = *p;
+    int neg = q < end && *q == '-';
+    q += neg;
+    const uint8_t *d = q;
+    while (q < end && *q >= '0' && *q <= '9' && q - d < 20) q++;
+    const size_t n = (size_t)(q - d);
+    if (n == 0 || n > 19 || (d[0] == '0' && (n > 1 || neg))) return 0;
+    uint64_t u = 0;
+    for (size_t i = 0; i < n; i++) u = u * 10 + (uint64_t)(d[i] - '0');     /* 19 digits fit */
+    if (u > (uint64_t)INT64_MAX) return 0;                                   /* (INT64_MIN: not taken) */
+    const int64_t x = neg ? -(int64_t)u : (int64_t)u;
+    if (x < lo || x > hi) return 0;
+    *v = x;
+    *p = q;
+    return 1;
+}
+
+/* The values of a PUSH header that is exactly the template's: literal, value, literal, ... */
+static int dl_push_match(const mq_dl_follow *t, const uint8_t *h, const uint8_t *end, int64_t v[MQ_DL_PUSH_VALUES]) {
+    static const int64_t lo[MQ_DL_PUSH_VALUES] = {-1, 0, -1, 0, 1, 0, 1, INT32_MIN};
+    static const int64_t hi[MQ_DL_PUSH_VALUES] = {INT64_MAX - 1, INT64_MAX, INT64_MAX, INT64_MAX, INT32_MAX,
+                                                  INT64_MAX, INT64_MAX, INT32_MAX};
+    for (int i = 0; i <= MQ_DL_PUSH_VALUES; i++) {
+        const uint32_t n = t->req_len[i];
+        if ((size_t)(end - h) < n || memcmp(h, t->req[i], n) != 0) return 0;
+        h += n;
+        if (i < MQ_DL_PUSH_VALUES && !dl_dec(&h, end, lo[i], hi[i], &v[i])) return 0;
+    }
+    return h == end;
+}
+
+static uint8_t *dl_put(uint8_t *q, const uint8_t *s, uint32_t n) {
+    memcpy(q, s, n);
+    return q + n;
+}
+
+int mq_dledger_follow_take(mq_commitlog *cl, const mq_dl_follow *t, const uint8_t *buf, size_t len, uint8_t *out,
+                           size_t out_cap, mq_dl_taken *r) {
+    assert(cl->dledger && t && (buf || len == 0) && (out || out_cap == 0) && r);
+    memset(r, 0, sizeof *r);
+    r->commit = -1;
+    mq_ctl *c = cl->ctl;
+    const size_t answer_max = 8 + (size_t)t->resp_len[0] + t->resp_len[1] + t->resp_len[2] + 20 + 11;
+    size_t at = 0, used = 0;
+    while (len - at >= 8) {
+        const uint8_t *f = buf + at;
+        const uint32_t total = be32r(f), word = be32r(f + 4), hlen = word & 0xFFFFFFu;
+        if (total < 4 || total > t->frame_max || (word >> 24) != 0 || hlen > total - 4) {
+            r->stop = MQ_DL_STOP_OTHER;
+            break;
+        }
+        if (len - at - 4 < total) break;                    /* the rest of it is still to come */
+        const uint8_t *h = f + 8, *body = h + hlen;
+        const uint64_t body_len = total - 4 - (uint64_t)hlen;
+        int64_t v[MQ_DL_PUSH_VALUES];
+        if (!dl_push_match(t, h, body, v)) {
+            r->stop = MQ_DL_STOP_OTHER;
+            break;
+        }
+        const int64_t prev_index = v[0], prev_term = v[1], commit = v[2], first_index = v[3], count = v[4],
+                      first_pos = v[5], body_size = v[6];
+        const int32_t opaque = (int32_t)v[7];
+        /* the Raft core's accept of a push whose previous entry is our last one (mq.dledger.core,
+         * _on_append then _accept): nothing to compare or cut, the entries go at our end */
+        uint64_t pos;
+        uint32_t size;
+        int64_t last_term;
+        if ((uint64_t)body_size != body_len || first_index != prev_index + 1 || prev_index < 0 ||
+            (uint64_t)prev_index + 1 != ctl_load(c, MQ_POS_DL_NEXT_INDEX) ||
+            (uint64_t)prev_index < ctl_load(c, MQ_POS_DL_BEGIN_INDEX) ||
+            mq_dledger_entry(cl, (uint64_t)prev_index, &pos, &size, &last_term) != MQ_OK || last_term != prev_term) {
+            r->stop = MQ_DL_STOP_OTHER;
+            break;
+        }
+        if (out_cap - used < answer_max) {
+            r->stop = MQ_DL_STOP_OUT_FULL;
+            break;
+        }
+        uint32_t n;
+        int rc = dl_append_raw(cl, body, body_len, (uint64_t)first_index, (uint64_t)first_pos, t->term,
+                               (uint32_t)count, &n);
+        if (rc) {                                           /* the frame is left to Python, which meets it again */
+            r->stop = rc;
+            break;
+        }
+        const int64_t last_new = first_index + count - 1;
+        const int64_t commit_new = commit < last_new ? commit : last_new;
+        if (commit_new > r->commit) r->commit = commit_new;
+        /* the answer: AppendResp(term, success, last_new) as the role frames it */
+        uint8_t *a = out + used, *q = a + 8;
+        char num[20];
+        q = dl_put(q, t->resp[0], t->resp_len[0]);
+        q = dl_put(q, (const uint8_t *)num, (uint32_t)mq_fmt_i64(num, last_new));
+        q = dl_put(q, t->resp[1], t->resp_len[1]);
+        q = dl_put(q, (const uint8_t *)num, (uint32_t)mq_fmt_i64(num, opaque));
+        q = dl_put(q, t->resp[2], t->resp_len[2]);
+        const uint32_t ahlen = (uint32_t)(q - a - 8);
+        be32w(a, 4 + ahlen);
+        be32w(a + 4, ahlen);                                /* JSON: serialize type 0 in the top byte */
+        used += (size_t)(q - a);
+        r->frames++;
+        r->entries += n;
+        at += 4 + (size_t)total;
+    }
+    r->consumed = at;
+    r->out_len = used;
     return MQ_OK;
 }

@@ -87,6 +87,26 @@
  *     non-blocking: *done_io is the progress over head + body (in: where to resume).  MQ_OK when
  *     all is sent; MQ_E_AGAIN when the socket would block; MQ_E_RANGE when the body is not inside
  *     one file and [MIN, WRITE); MQ_E_IO on a socket error (errno in the handle); file errors.
+ *
+ * mq_dledger_follow_take  a follower's steady state in one call per read (the Raft role's, on a
+ *     connection from the leader it follows): walks the whole remoting frames at the start of
+ *     buf and takes each PUSH the Raft core would accept by appending at our end -- its header
+ *     exactly the template t (the JSON the leader's role writes: this group, from the leader t
+ *     names, to us, in term t->term, no install; t->req holds the literal text between the
+ *     values prevIndex, prevTerm, commitIndex, firstIndex, count, firstPos, bodySize and the
+ *     opaque, each value a canonical decimal), count >= 1 entries in bodySize = the body's
+ *     bytes, firstIndex = prevIndex + 1, prevIndex our last entry (DL_NEXT_INDEX - 1, not below
+ *     DL_BEGIN_INDEX) and prevTerm its term.  Each taken frame's entries are appended as
+ *     mq_dledger_append_raw appends them (with t->term as max_term, and exactly count of them)
+ *     and its SUCCESS answer, index = its last entry, is written to out: the header
+ *     t->resp[0] index t->resp[1] opaque t->resp[2] after the frame prefix.  It stops at the
+ *     first frame it does not take, leaving that frame and the rest to the caller: an
+ *     incomplete frame (stop 0), any other frame (MQ_DL_STOP_OTHER: also a frame over
+ *     t->frame_max or not JSON), out without room for one more answer (MQ_DL_STOP_OUT_FULL), or
+ *     an append that failed (stop = its MQ_E_*, nothing of that frame published: the caller's
+ *     own path meets the same error).  r: bytes consumed (whole frames), answer bytes written,
+ *     frames and entries taken, and the highest min(commitIndex, last entry) among the taken
+ *     frames (-1 if none) -- the commit the core moves to.  Always MQ_OK.
  */
 #ifndef MQ_DLEDGER_H
 #define MQ_DLEDGER_H
@@ -114,5 +134,30 @@ int      mq_dledger_recover_index(mq_commitlog *cl, uint64_t from_pos, uint64_t 
                                   uint64_t *next_index_out, int64_t *end_term_out);
 int      mq_dledger_send(mq_commitlog *cl, int sock_fd, const uint8_t *head, uint32_t head_len,
                          uint64_t from_pos, uint32_t body_len, uint64_t *done_io);
+
+#define MQ_DL_PUSH_VALUES     8          /* prevIndex prevTerm commitIndex firstIndex count firstPos bodySize opaque */
+#define MQ_DL_STOP_OTHER      1          /* mq_dl_taken.stop: a frame the caller's path takes */
+#define MQ_DL_STOP_OUT_FULL   2          /* mq_dl_taken.stop: no room in out for another answer */
+
+typedef struct mq_dl_follow {
+    const uint8_t *req[9];                       /* a PUSH header: req[0] v0 req[1] v1 ... v7 req[8] */
+    uint32_t req_len[9];                         /* (9 = MQ_DL_PUSH_VALUES + 1: asserted in dledger.c) */
+    const uint8_t *resp[3];                      /* an answer's header: resp[0] index resp[1] opaque resp[2] */
+    uint32_t resp_len[3];
+    int64_t term;                                /* ours: the leader's, the bound of the entries' terms */
+    uint32_t frame_max;                          /* a longer frame is the caller's (it closes the connection) */
+} mq_dl_follow;
+
+typedef struct mq_dl_taken {
+    uint64_t consumed;                           /* bytes of whole frames taken from buf */
+    uint64_t out_len;                            /* answer bytes written to out */
+    uint64_t entries;                            /* entries appended */
+    int64_t commit;                              /* max over the taken frames of min(commitIndex, last), or -1 */
+    uint32_t frames;                             /* PUSH frames taken */
+    int32_t stop;                                /* why it stopped (above) */
+} mq_dl_taken;
+
+int      mq_dledger_follow_take(mq_commitlog *cl, const mq_dl_follow *t, const uint8_t *buf, size_t len,
+                                uint8_t *out, size_t out_cap, mq_dl_taken *r);
 
 #endif

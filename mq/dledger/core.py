@@ -518,6 +518,17 @@ class RaftNode:
             self.commit = new_commit
         self._send(AppendResp(self.term, self.id, m.src, True, last_new))
 
+    def took_appends(self, leader: str, commit: int) -> None:
+        """The driver appended and answered, outside step(), pushes of the leader we follow in our
+        term that went at the end of our log (what _on_append then _accept do for them: the
+        driver checked the same conditions, mq_dledger_follow_take): the leader was heard, and
+        the commit moves to `commit` (the highest min(leader's commit, last new entry)) if that
+        is further."""
+        assert self.role is Role.FOLLOWER and self.leader_id == leader, (self.role, self.leader_id, leader)
+        self.election_elapsed = 0
+        if commit > self.commit:
+            self.commit = commit
+
     def _on_heartbeat(self, m: Heartbeat) -> None:
         self._follow(m.src)
         if m.commit > self.commit:

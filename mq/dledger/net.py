@@ -63,6 +63,34 @@ def frame_head(code: int, opaque: int, flag: int, ext: dict[str, str], body_len:
     return _PREFIX.pack(4 + len(header) + body_len, (SERIALIZE_JSON << 24) | len(header)) + header
 
 
+_MARK_OPAQUE = 1_987_654_321      # stands for the opaque while a template is cut out of a real header
+
+
+def follow_template(group: str, leader: str, me: str, term: int) -> tuple[list[bytes], list[bytes]] | None:
+    """The literal text of the PUSH headers the leader's role sends us in `term` (frame_head of
+    push_ext), cut around the eight values mq_dledger_follow_take parses (csrc/dledger.h), and
+    of our SUCCESS answers (response_frame of push_resp_ext) around the index and the opaque:
+    (req, resp).  Cut out of headers made by the same code that makes the real ones, so the two
+    cannot drift.  None when a name holds text a marker could be taken for."""
+    marks = [f"@@{k}@@" for k in range(7)]
+    req = frame_head(RPC.PUSH, _MARK_OPAQUE, 0, RPC.push_ext(group, leader, me, term, *marks), 0)[_PREFIX.size:]
+    resp = frame_head(0, _MARK_OPAQUE, RPC_RESPONSE, RPC.push_resp_ext(term, True, "@@i@@", -1, -1), 0)[_PREFIX.size:]
+    req_lits = _cut(req, [m.encode() for m in marks] + [b"%d" % _MARK_OPAQUE])
+    resp_lits = _cut(resp, [b"@@i@@", b"%d" % _MARK_OPAQUE])
+    return None if req_lits is None or resp_lits is None else (req_lits, resp_lits)
+
+
+def _cut(text: bytes, marks: list[bytes]):
+    out = []
+    for m in marks:
+        if text.count(m) != 1:
+            return None
+        before, _, text = text.partition(m)
+        out.append(before)
+    out.append(text)
+    return out
+
+
 def decode_header(header: bytes) -> RemotingCommand:
     """The fields a peer frame's JSON header carries (orjson); anything else than our own frames'
     shape goes through mq.wire.remoting's lenient decoder, which raises its WireErrors."""
@@ -81,13 +109,16 @@ class Conn:
     """A framed connection.  on_frame(conn, cmd, body) is called for each whole frame (body: a
     memoryview valid only during the call); on_close(conn, why) once."""
 
-    def __init__(self, loop, sock: socket.socket, on_frame, on_close, name: str, sender=None, on_batch_end=None):
+    def __init__(self, loop, sock: socket.socket, on_frame, on_close, name: str, sender=None, on_batch_end=None,
+                 take=None):
         self.loop = loop
         self.sock = sock
         self.fd = sock.fileno()
         self.on_frame = on_frame
         self.on_close = on_close
         self.on_batch_end = on_batch_end     # after the frames of one read were handled
+        self.take = take                     # take(conn) -> frames taken from the start of rbuf (their
+                                             # answers queued in replies), before on_frame sees the rest
         self.replies: list[bytes] = []       # what the owner queues to send after the batch
         self.name = name
         self.peer: str | None = None    # the member id, once a frame named it (for log lines)
@@ -169,15 +200,16 @@ class Conn:
             self.close("closed by the peer")
             return
         self.rbuf += data
-        self._frames()
+        self._frames(self.take(self) if self.take is not None else 0)
 
-    def _frames(self) -> None:
-        """Hands every whole frame in rbuf to on_frame, then calls on_batch_end once.  `at` is the
-        read position: it moves past a frame before the frame is handed over, and the bytes
-        before it leave rbuf in `finally`, so a frame is handled at most once whatever happens."""
+    def _frames(self, taken: int = 0) -> None:
+        """Hands every whole frame in rbuf to on_frame, then calls on_batch_end once (also when
+        `taken` frames were taken before: their answers wait in replies).  `at` is the read
+        position: it moves past a frame before the frame is handed over, and the bytes before it
+        leave rbuf in `finally`, so a frame is handled at most once whatever happens."""
         buf = self.rbuf
         at = 0
-        handled = 0
+        handled = taken
         try:
             while not self.closed and len(buf) - at >= FRAME_PREFIX_SIZE + 4:
                 total, word = _PREFIX.unpack_from(buf, at)

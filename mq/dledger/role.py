@@ -54,6 +54,7 @@ from mq import loop as mq_loop
 from mq.logs import Episode
 from mq.store import control as C
 from mq.store.bells import DLEDGER_BELL, Bell
+from mq.store.commitlog import FollowTemplate
 from mq.store.config import StoreConfig
 from mq.store.dledgerfiles import load_hard_state, save_checkpoint, save_hard_state
 from mq.store.native import CorruptRecord, StoreError
@@ -63,7 +64,7 @@ from mq.wire.errors import WireError
 from .core import (RESPONSE_TO, RESPONSES, Append, AppendResp, Config, Heartbeat, HeartbeatResp, RaftNode, Role,
                    TimeoutNow, VoteReq, VoteResp)
 from .log import DLedgerLog, InBatch
-from .net import Conn, Link, Listener, request_frame, response_frame
+from .net import FRAME_IN_MAX, Conn, Link, Listener, follow_template, request_frame, response_frame
 
 log = logging.getLogger("mq.dledger")
 
@@ -77,6 +78,8 @@ BROKER_ADDR_RE = re.compile(r"[0-9A-Za-z.:\[\]-]{1,253}:[0-9]{1,5}")   # a heart
 # under load a push carries many entries (per-push work dominates: two syscalls and a few Python
 # steps on each side) while one push of a lone entry still leaves at once
 PUSHES_IN_FLIGHT_MAX = 2
+FOLLOW_OUT_BYTES = 256 * 1024     # a follower's answers written in C per read (~200 bytes each); more: next call
+FOLLOW_MIN_BYTES = 8 + 200        # a read shorter than a PUSH's prefix and header is not worth a C call
 # a peer port that cannot be bound (another process holds it) is retried, the wait doubling
 # between these bounds; the failure is logged once (mq.logs.Episode), each retry at DEBUG
 LISTEN_RETRY_MIN_S = 0.5
@@ -153,7 +156,14 @@ class DLedgerRole:
         self._last_checkpoint = 0.0
         self.stats = {"pushes_in": 0, "pushes_out": 0, "installs_in": 0, "installs_out": 0, "elections": 0,
                       "responses_dropped": 0, "tick_errors": 0,
-                      "stale_requests_in": 0}        # requests of an older term (refused with our term)
+                      "stale_requests_in": 0,        # requests of an older term (refused with our term)
+                      "pushes_in_fast": 0}           # ... of pushes_in, taken in C (_take_pushes)
+        # the follower's steady state in C: the template of (term, leader) _follow_of, None when
+        # their names cannot make one; answers are written to _follow_out
+        self.fast_follow = cfg.dLegerFastFollowEnable
+        self._follow: FollowTemplate | None = None
+        self._follow_of: tuple | None = None
+        self._follow_out = bytearray(FOLLOW_OUT_BYTES)
 
     # ---- lifecycle --------------------------------------------------------------------------------
     async def run(self, stop) -> None:
@@ -508,8 +518,39 @@ class DLedgerRole:
     # ---- incoming requests (on accepted connections) ------------------------------------------------
     def _accepted(self, sock, addr) -> None:
         conn = Conn(self.loop, sock, self._on_request, self._conn_closed, f"from {addr[0]}:{addr[1]}",
-                    on_batch_end=self._end_of_batch)
+                    on_batch_end=self._end_of_batch, take=self._take_pushes if self.fast_follow else None)
         self.conns.add(conn)
+
+    def _take_pushes(self, conn: Conn) -> int:
+        """A follower's steady state in one C call per read (mq_dledger_follow_take): the PUSH
+        frames at the start of the read that the core would append at the end of our log, from
+        the leader it follows, in its term, are appended and answered there; the core then learns
+        that its leader was heard and where the commit is (RaftNode.took_appends).  Whatever C
+        does not take -- the first frame of any other kind or state, and all after it -- goes to
+        _on_request in order.  The answers wait in conn.replies for _end_of_batch (which flushes
+        first under SYNC_FLUSH)."""
+        node = self.node
+        if node.role is not Role.FOLLOWER or node.leader_id is None or len(conn.rbuf) < FOLLOW_MIN_BYTES:
+            return 0
+        if self._follow_of != (node.term, node.leader_id):
+            cut = follow_template(self.group, node.leader_id, self.self_id, node.term)
+            self._follow = None if cut is None else FollowTemplate(*cut, node.term, FRAME_IN_MAX)
+            self._follow_of = (node.term, node.leader_id)
+        t = self._follow
+        if t is None:
+            return 0
+        r = self.cl.dledger_follow_take(t, conn.rbuf, self._follow_out)
+        if not r.frames:
+            return 0
+        del conn.rbuf[:r.consumed]
+        conn.replies.append(bytes(memoryview(self._follow_out)[:r.out_len]))
+        if conn.peer is None:
+            conn.peer = node.leader_id
+        node.took_appends(node.leader_id, r.commit)
+        self.log.appended += r.entries
+        self.stats["pushes_in"] += r.frames
+        self.stats["pushes_in_fast"] += r.frames
+        return r.frames
 
     def _conn_closed(self, conn: Conn, why: str) -> None:
         self.conns.discard(conn)

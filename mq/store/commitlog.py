@@ -422,17 +422,29 @@ class CommitLog:
     def dledger_append_raw(self, buf, first_index: int, first_pos: int, max_term: int) -> int:
         """A follower's append of the leader's bytes (validated first); entries appended."""
         n = ffi.new("uint32_t *")
-        src = ffi.from_buffer(buf)
-        rc = lib.mq_dledger_append_raw(self._h, src, len(buf), first_index, first_pos, max_term, n)
+        # the buffer is released before an error leaves: a traceback kept somewhere (a log record)
+        # must not hold an export of the caller's bytearray, which could then never shrink
+        with ffi.from_buffer(buf) as src:
+            rc = lib.mq_dledger_append_raw(self._h, src, len(buf), first_index, first_pos, max_term, n)
         check(rc, f"DLedger append of {len(buf)} bytes at index {first_index}, pos {first_pos}")
         return n[0]
+
+    def dledger_follow_take(self, follow: "FollowTemplate", buf: bytearray, out: bytearray):
+        """A follower's steady state: the PUSH frames at the start of buf that `follow` describes
+        and that go at our end, appended and answered into out (csrc/dledger.h,
+        mq_dledger_follow_take); follow.taken (the mq_dl_taken cdata) says what was taken.
+        buf's buffer is released before this returns (the caller cuts what was taken from it)."""
+        r = follow.taken
+        with ffi.from_buffer(buf) as src, ffi.from_buffer(out) as dst:
+            check(lib.mq_dledger_follow_take(self._h, follow.t, src, len(buf), dst, len(out), r), "DLedger follow take")
+        return r
 
     def dledger_install(self, buf, begin_index: int, begin_pos: int, max_term: int) -> int:
         """A follower behind the leader's first entry takes the leader's log from (begin_index,
         begin_pos) on, in one step (dledger.h); entries installed."""
         n = ffi.new("uint32_t *")
-        src = ffi.from_buffer(buf)
-        rc = lib.mq_dledger_install(self._h, src, len(buf), begin_index, begin_pos, max_term, n)
+        with ffi.from_buffer(buf) as src:   # (as in dledger_append_raw)
+            rc = lib.mq_dledger_install(self._h, src, len(buf), begin_index, begin_pos, max_term, n)
         check(rc, f"DLedger install of {len(buf)} bytes at index {begin_index}, pos {begin_pos}")
         return n[0]
 
@@ -506,6 +518,23 @@ class CommitLog:
         if self._h is not None:
             lib.mq_commitlog_close(self._h)
             self._h = None
+
+
+class FollowTemplate:
+    """mq_dledger_follow_take's template: the literal text of a PUSH header around its eight
+    values (req: nine byte strings) and of its SUCCESS answer around the index and the opaque
+    (resp: three), for one term; kept alive with the C struct that points at them."""
+
+    def __init__(self, req: list[bytes], resp: list[bytes], term: int, frame_max: int):
+        assert len(req) == lib.MQ_DL_PUSH_VALUES + 1 and len(resp) == 3, (len(req), len(resp))
+        self._keep = [ffi.from_buffer(b) for b in req + resp]
+        t = self.t = ffi.new("mq_dl_follow *")
+        for i, b in enumerate(req):
+            t.req[i], t.req_len[i] = self._keep[i], len(b)
+        for i, b in enumerate(resp):
+            t.resp[i], t.resp_len[i] = self._keep[len(req) + i], len(b)
+        t.term, t.frame_max = term, frame_max
+        self.taken = ffi.new("mq_dl_taken *")
 
 
 class Scanner:

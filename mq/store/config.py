@@ -71,6 +71,9 @@ STORE_OPTIONS: list[Option] = [
     Option("dLegerSelfId", str, "", "this member's id in dLegerPeers"),
     Option("preferredLeaderId", str, "", "a member that takes the lead whenever it is caught up (empty: none)"),
     Option("enableBatchPush", bool, False, "accepted: pushes always carry batches here"),
+    Option("dLegerFastFollowEnable", bool, True, "a follower appends and answers the leader's pushes that go at "
+           "the end of its log in C, one call per read (ours; mq.dledger.role; every other frame is the Raft "
+           "core's, in order)"),
     Option("storePathDLedgerCommitLog", str, "", "DLedger data files; empty means <storePathRootDir>/dledger-<selfId>/data"),
     # DLedgerConfig's timer keys (RocketMQ passes none of them; here they are broker.conf keys).  The
     # defaults are ours, chosen for failover in well under 3 s; DLedger's own are given in each doc.
