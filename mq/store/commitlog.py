@@ -249,7 +249,9 @@ class CommitLog:
         if not (0 <= offset <= INT64_MAX and 0 <= size <= INT32_MAX):
             raise OutOfRange(f"no bytes at {offset}+{size}")
         p = ffi.new("const uint8_t **")
-        check(lib.mq_commitlog_view(self._h, offset, size, p), f"view {offset}+{size}")
+        rc = lib.mq_commitlog_view(self._h, offset, size, p)
+        if rc < 0:                          # (the error text only on an error: read_record)
+            check(rc, f"view {offset}+{size}")
         return memoryview(ffi.buffer(p[0], size))
 
     def view_raw(self, offset: int, size: int) -> memoryview:
@@ -257,7 +259,9 @@ class CommitLog:
         if not (0 <= offset <= INT64_MAX and 0 <= size <= INT32_MAX):
             raise OutOfRange(f"no bytes at {offset}+{size}")
         p = ffi.new("const uint8_t **")
-        check(lib.mq_commitlog_view_raw(self._h, offset, size, p), f"view_raw {offset}+{size}")
+        rc = lib.mq_commitlog_view_raw(self._h, offset, size, p)
+        if rc < 0:
+            check(rc, f"view_raw {offset}+{size}")
         return memoryview(ffi.buffer(p[0], size))
 
     def read_record(self, offset: int, size: int | None = None, queue_id: int = -1,
@@ -275,9 +279,14 @@ class CommitLog:
         elif not (0 <= offset <= INT64_MAX and 0 <= size <= INT32_MAX):
             raise OutOfRange(f"no bytes at {offset}+{size}")
         p = ffi.new("const uint8_t **")
-        check(lib.mq_commitlog_read_record(self._h, offset, size, queue_id, queue_offset,
-                                           ffi.NULL if topic is None else topic, len(topic or b""), p),
-              f"record at {offset} ({size} bytes)")
+        # (every record the read path serves comes through here: the error text is made only on
+        # an error, and the common call without a topic passes constants)
+        if topic is None:
+            rc = lib.mq_commitlog_read_record(self._h, offset, size, queue_id, queue_offset, ffi.NULL, 0, p)
+        else:
+            rc = lib.mq_commitlog_read_record(self._h, offset, size, queue_id, queue_offset, topic, len(topic), p)
+        if rc < 0:
+            check(rc, f"record at {offset} ({size} bytes)")
         return memoryview(ffi.buffer(p[0], size))
 
     def gather(self, entries: bytes, min_phy: int, codes, queue_id: int, first_queue_offset: int, topic: bytes,
@@ -394,7 +403,9 @@ class CommitLog:
     def dledger_entry(self, index: int) -> tuple[int, int, int]:
         """(pos, entry size, term) of entry `index` from its index unit."""
         pos, size, term = ffi.new("uint64_t *"), ffi.new("uint32_t *"), ffi.new("int64_t *")
-        check(lib.mq_dledger_entry(self._h, index, pos, size, term), f"DLedger entry {index}")
+        rc = lib.mq_dledger_entry(self._h, index, pos, size, term)
+        if rc < 0:                          # (a leader looks up several entries a push)
+            check(rc, f"DLedger entry {index}")
         return pos[0], size[0], term[0]
 
     def dledger_entry_at(self, pos: int) -> tuple[int, int, int]:
@@ -426,7 +437,8 @@ class CommitLog:
         # must not hold an export of the caller's bytearray, which could then never shrink
         with ffi.from_buffer(buf) as src:
             rc = lib.mq_dledger_append_raw(self._h, src, len(buf), first_index, first_pos, max_term, n)
-        check(rc, f"DLedger append of {len(buf)} bytes at index {first_index}, pos {first_pos}")
+        if rc < 0:
+            check(rc, f"DLedger append of {len(buf)} bytes at index {first_index}, pos {first_pos}")
         return n[0]
 
     def dledger_follow_take(self, follow: "FollowTemplate", buf: bytearray, out: bytearray):
@@ -452,7 +464,9 @@ class CommitLog:
         check(lib.mq_dledger_truncate(self._h, next_index), f"DLedger truncate to index {next_index}")
 
     def dledger_set_commit(self, commit_next_index: int) -> None:
-        check(lib.mq_dledger_set_commit(self._h, commit_next_index), f"DLedger commit to {commit_next_index}")
+        rc = lib.mq_dledger_set_commit(self._h, commit_next_index)
+        if rc < 0:
+            check(rc, f"DLedger commit to {commit_next_index}")
 
     def dledger_set_append_term(self, term: int) -> None:
         check(lib.mq_dledger_set_append_term(self._h, term), f"DLedger append term {term}")
@@ -473,7 +487,8 @@ class CommitLog:
             return False, prog[0]
         if rc == lib.MQ_E_IO:
             raise OSError(self.errno(), f"DLedger send: {os.strerror(self.errno())}")
-        check(rc, f"DLedger send of [{pos}, +{nbytes})")
+        if rc < 0:
+            check(rc, f"DLedger send of [{pos}, +{nbytes})")
         return True, prog[0]
 
     # ---- the next file, prepared ahead -----------------------------------------

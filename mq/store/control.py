@@ -301,7 +301,8 @@ class ControlBlock:
         rc = lib.mq_queue_lookup(self.ptr, t, len(t), queue_id, 1 if create else 0, out)
         if rc == lib.MQ_E_RANGE and not create:
             return None
-        check(rc, f"queue slot {topic}:{queue_id}")
+        if rc < 0:
+            check(rc, f"queue slot {topic}:{queue_id}")
         return out[0]
 
     def queue_get(self, slot: int, field: int) -> int:
