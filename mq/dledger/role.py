@@ -3,7 +3,10 @@
 against the CommitLog in DLedger mode (mq.dledger.log), with real time, real sockets and files:
 
     timer (TICK_S)            core.tick(): elections, heartbeats, check-quorum, transfers
-    peer sockets (net)        requests in -> core.step(), replies back; core messages out
+    peer sockets (net)        requests in -> core.step(), replies back; core messages out.  A
+                              follower's pushes that go at the end of its log are taken
+                              first, in C, one call per read (_take_pushes; the core hears
+                              of them through took_appends)
     SEQ_WRITE (bell)          the leader's io workers appended: replicate (core.log_progress)
     SEQ_FLUSH (bell)          SYNC_FLUSH: the leader's own entries became durable (they count
                               toward the quorum only then)
