@@ -545,7 +545,10 @@ class DLedgerRole:
         r = self.cl.dledger_follow_take(t, conn.rbuf, self._follow_out)
         if not r.frames:
             return 0
-        del conn.rbuf[:r.consumed]
+        try:
+            del conn.rbuf[:r.consumed]
+        except BufferError:                 # a view of it outlived its handler (as Conn._frames)
+            conn.rbuf = conn.rbuf[r.consumed:]
         conn.replies.append(bytes(memoryview(self._follow_out)[:r.out_len]))
         if conn.peer is None:
             conn.peer = node.leader_id
