@@ -80,7 +80,7 @@ def follow_template(group: str, leader: str, me: str, term: int) -> tuple[list[b
     return None if req_lits is None or resp_lits is None else (req_lits, resp_lits)
 
 
-def _cut(text: bytes, marks: list[bytes]):
+def _cut(text: bytes, marks: list[bytes]) -> list[bytes] | None:
     out = []
     for m in marks:
         if text.count(m) != 1:
