@@ -664,3 +664,225 @@ int mq_dledger_follow_take(mq_commitlog *cl, const mq_dl_follow *t, const uint8_
     r->out_len = used;
     return MQ_OK;
 }
+
+/* ---- the leader's steady state: answers taken and pushes sent in C ---------------------------- */
+_Static_assert(sizeof(((mq_dl_peer *)0)->req) / sizeof(const uint8_t *) == MQ_DL_PUSH_VALUES + 1,
+               "the push template is the follower's (mq_dl_follow.req)");
+_Static_assert(sizeof(((mq_dl_peer *)0)->inflight) / sizeof(int64_t) == MQ_DL_INFLIGHT_MAX, "(cffi: literal sizes)");
+_Static_assert(sizeof(((mq_dl_peer *)0)->blk_head) == MQ_DL_LEAD_HEAD_MAX, "(cffi: literal sizes)");
+_Static_assert(sizeof(((mq_dl_lead *)0)->peer) / sizeof(mq_dl_peer) == MQ_DL_LEAD_PEERS_MAX, "(cffi: literal sizes)");
+
+/* RaftNode._maybe_commit: the quorum-th highest of our durable index and the followers' matches,
+ * if it is past the commit and an entry of our term, becomes the commit (published). */
+static int dl_lead_commit(mq_commitlog *cl, mq_dl_lead *ld) {
+    mq_ctl *c = cl->ctl;
+    int64_t m[MQ_DL_LEAD_PEERS_MAX + 1];
+    int n = 0;
+    m[n++] = (int64_t)ctl_load(c, ld->sync_durable ? MQ_POS_DL_FLUSHED_INDEX : MQ_POS_DL_NEXT_INDEX) - 1;
+    for (int i = 0; i < ld->n_peers; i++) {
+        const int64_t v = ld->peer[i].match;
+        int k = n++;
+        for (; k > 0 && m[k - 1] < v; k--) m[k] = m[k - 1];       /* kept in descending order */
+        m[k] = v;
+    }
+    const int64_t cand = m[ld->quorum - 1];
+    if (cand <= ld->commit) return MQ_OK;
+    /* the core's term_at: None (no commit) outside our entries */
+    if (cand < (int64_t)ctl_load(c, MQ_POS_DL_BEGIN_INDEX) || cand >= (int64_t)ctl_load(c, MQ_POS_DL_NEXT_INDEX))
+        return MQ_OK;
+    uint64_t pos;
+    uint32_t size;
+    int64_t term;
+    int rc = mq_dledger_entry(cl, (uint64_t)cand, &pos, &size, &term);
+    if (rc) return rc;
+    if (term != ld->term) return MQ_OK;
+    ld->commit = cand;
+    return mq_dledger_set_commit(cl, (uint64_t)cand + 1);
+}
+
+/* The end of entry i as a push from a data file starting at `pos` sees it: past file_end when
+ * the entry is in another file. */
+static int dl_end_of(mq_commitlog *cl, uint64_t i, uint64_t file_of, uint64_t file_end, uint64_t *end) {
+    uint64_t p;
+    uint32_t s;
+    int64_t t;
+    int rc = mq_dledger_entry(cl, i, &p, &s, &t);
+    if (rc) return rc;
+    *end = p / cl->file_size == file_of ? p + s : file_end + 1;
+    return MQ_OK;
+}
+
+/* DLedgerLog.entries(first, last): entries first..*hi_out as the byte range [*pos_out, +*len_out). */
+static int dl_lead_batch(mq_commitlog *cl, uint64_t first, uint64_t last, uint64_t bytes_max, uint64_t *hi_out,
+                         uint64_t *pos_out, uint64_t *len_out) {
+    const uint64_t fs = cl->file_size;
+    uint64_t pos, end;
+    uint32_t size;
+    int64_t term;
+    int rc = mq_dledger_entry(cl, first, &pos, &size, &term);
+    if (rc) return rc;
+    const uint64_t file_of = pos / fs, file_end = pos - pos % fs + fs;
+    const uint64_t limit = pos + bytes_max < file_end ? pos + bytes_max : file_end;
+    uint64_t hi = last;
+    if ((rc = dl_end_of(cl, hi, file_of, file_end, &end))) return rc;
+    if (end > limit) {
+        uint64_t lo = first;                                /* its end fits: one entry always goes */
+        while (lo < hi) {
+            const uint64_t mid = (lo + hi + 1) / 2;
+            if ((rc = dl_end_of(cl, mid, file_of, file_end, &end))) return rc;
+            if (end <= limit) lo = mid;
+            else hi = mid - 1;
+        }
+        if ((rc = dl_end_of(cl, hi, file_of, file_end, &end))) return rc;
+    }
+    if (hi + 1 < ctl_load(cl->ctl, MQ_POS_DL_NEXT_INDEX)) {     /* (read again, as the core reads it) */
+        uint64_t nxt;
+        if ((rc = mq_dledger_entry(cl, hi + 1, &nxt, &size, &term))) return rc;
+        if (nxt >= file_end) end = file_end;                /* the next entry opens the next file: the filler too */
+    }
+    *hi_out = hi;
+    *pos_out = pos;
+    *len_out = end - pos;
+    return MQ_OK;
+}
+
+/* RaftNode._send_append in a loop, for a follower in REPLICATE (see dledger.h, "Fill"). */
+static int dl_lead_fill_(mq_commitlog *cl, mq_dl_lead *ld, mq_dl_peer *p, int pushes_max);
+static int dl_lead_fill(mq_commitlog *cl, mq_dl_lead *ld, mq_dl_peer *p, int pushes_max) {
+    int rc = dl_lead_fill_(cl, ld, p, pushes_max);
+    if (rc) p->err = rc;
+    return rc;
+}
+
+static int dl_lead_fill_(mq_commitlog *cl, mq_dl_lead *ld, mq_dl_peer *p, int pushes_max) {
+    mq_ctl *c = cl->ctl;
+    for (int sent = 0; sent < pushes_max && p->n_inflight < ld->max_inflight; sent++) {
+        const int64_t last = (int64_t)ctl_load(c, MQ_POS_DL_NEXT_INDEX) - 1;
+        if (p->next > last) return MQ_OK;
+        const int64_t prev = p->next - 1;
+        if (p->fd < 0 || prev < (int64_t)ctl_load(c, MQ_POS_DL_BEGIN_INDEX)) {
+            p->want = 1;                                    /* the core's path: a queue, a dead link, an install */
+            return MQ_OK;
+        }
+        uint64_t ppos, hi, pos, nbytes;
+        uint32_t psize;
+        int64_t prev_term;
+        int rc = mq_dledger_entry(cl, (uint64_t)prev, &ppos, &psize, &prev_term);
+        if (rc) return rc;
+        if ((rc = dl_lead_batch(cl, (uint64_t)p->next, (uint64_t)last, ld->push_bytes_max, &hi, &pos, &nbytes)))
+            return rc;
+        const int32_t opaque = (int32_t)(MQ_DL_LEAD_OPAQUE_BASE + (ld->opaque_next++ & 0x3FFFFFFFu));
+        const int64_t v[MQ_DL_PUSH_VALUES] = {prev, prev_term, ld->commit, p->next, (int64_t)(hi - (uint64_t)p->next + 1),
+                                              (int64_t)pos, (int64_t)nbytes, opaque};
+        uint8_t head[MQ_DL_LEAD_HEAD_MAX], *q = head + 8;
+        char num[20];
+        for (int k = 0; k < MQ_DL_PUSH_VALUES; k++) {
+            q = dl_put(q, p->req[k], p->req_len[k]);
+            q = dl_put(q, (const uint8_t *)num, (uint32_t)mq_fmt_i64(num, v[k]));
+        }
+        q = dl_put(q, p->req[MQ_DL_PUSH_VALUES], p->req_len[MQ_DL_PUSH_VALUES]);
+        assert(q <= head + sizeof head);                    /* the role checks the template's length */
+        const uint32_t head_len = (uint32_t)(q - head), hlen = head_len - 8;
+        be32w(head, 4 + hlen + (uint32_t)nbytes);
+        be32w(head + 4, hlen);                              /* JSON: serialize type 0 in the top byte */
+        /* the core's bookkeeping first: the push is sent as far as it is concerned, as a push its
+         * driver queued is (a failed send closes the connection, and the core probes again) */
+        p->sent_commit = ld->commit;
+        if (p->n_inflight == 0) p->inflight_since = ld->ticks;
+        p->inflight[p->n_inflight++] = (int64_t)hi;
+        p->next = (int64_t)hi + 1;
+        p->pushes++;
+        uint64_t done = 0;
+        rc = mq_dledger_send(cl, p->fd, head, head_len, pos, (uint32_t)nbytes, &done);
+        if (rc == MQ_E_AGAIN) {
+            memcpy(p->blk_head, head, head_len);
+            p->blk_head_len = head_len;
+            p->blk_pos = pos;
+            p->blk_nbytes = (uint32_t)nbytes;
+            p->blk_done = done;
+            p->blocked = 1;
+            p->fd = -1;
+            continue;                                       /* (the next turn hands the rest to the core) */
+        }
+        if (rc) return rc;
+    }
+    return MQ_OK;
+}
+
+int mq_dledger_lead_progress(mq_commitlog *cl, mq_dl_lead *ld) {
+    assert(cl->dledger && ld && ld->n_peers <= MQ_DL_LEAD_PEERS_MAX && ld->max_inflight <= MQ_DL_INFLIGHT_MAX);
+    if (!ld->on) return MQ_OK;
+    int rc = dl_lead_commit(cl, ld);
+    if (rc) return rc;
+    for (int i = 0; i < ld->n_peers; i++) {
+        mq_dl_peer *p = &ld->peer[i];
+        if (!p->replicate) {
+            p->want = !p->probe_sent;                       /* a probe: the core's */
+            continue;
+        }
+        const int rc_p = dl_lead_fill(cl, ld, p, 1);          /* one push each, as log_progress */
+        if (rc_p && !rc) rc = rc_p;
+    }
+    return rc;
+}
+
+/* A SUCCESS answer to one of our pushes, exactly the template's: its index. */
+static int dl_answer_match(const mq_dl_lead *ld, const uint8_t *h, const uint8_t *end, int64_t *index) {
+    int64_t opaque;
+    for (int i = 0; i < 3; i++) {
+        const uint32_t n = ld->resp_len[i];
+        if ((size_t)(end - h) < n || memcmp(h, ld->resp[i], n) != 0) return 0;
+        h += n;
+        if (i == 0 && !dl_dec(&h, end, -1, INT64_MAX - 1, index)) return 0;
+        if (i == 1 && !dl_dec(&h, end, MQ_DL_LEAD_OPAQUE_BASE, INT32_MAX, &opaque)) return 0;
+    }
+    return h == end;
+}
+
+int mq_dledger_lead_take(mq_commitlog *cl, mq_dl_lead *ld, int32_t i, const uint8_t *buf, size_t len,
+                         mq_dl_taken *r) {
+    assert(cl->dledger && ld && i >= 0 && i < ld->n_peers && (buf || len == 0) && r);
+    assert(ld->max_inflight <= MQ_DL_INFLIGHT_MAX);
+    memset(r, 0, sizeof *r);
+    mq_dl_peer *p = &ld->peer[i];
+    size_t at = 0;
+    while (len - at >= 8) {
+        if (!ld->on || !p->replicate) {
+            r->stop = MQ_DL_STOP_OTHER;
+            break;
+        }
+        const uint8_t *f = buf + at;
+        const uint32_t total = be32r(f), word = be32r(f + 4), hlen = word & 0xFFFFFFu;
+        if (total < 4 || total > MQ_DL_LEAD_HEAD_MAX || (word >> 24) != 0 || hlen != total - 4) {
+            r->stop = MQ_DL_STOP_OTHER;                     /* (an answer to a push has no body) */
+            break;
+        }
+        if (len - at - 4 < total) break;
+        int64_t index;
+        if (!dl_answer_match(ld, f + 8, f + 4 + total, &index)) {
+            r->stop = MQ_DL_STOP_OTHER;
+            break;
+        }
+        at += 4 + (size_t)total;
+        r->frames++;
+        /* RaftNode._on_append_resp, success, in REPLICATE, no transfer in progress */
+        p->recent_active = 1;
+        if (index > p->match) p->match = index;
+        if (p->next <= p->match) p->next = p->match + 1;
+        if (p->n_inflight && p->inflight[0] <= index) {
+            int32_t k = 0;
+            for (int32_t j = 0; j < p->n_inflight; j++)
+                if (p->inflight[j] > index) p->inflight[k++] = p->inflight[j];
+            p->n_inflight = k;
+            p->inflight_since = ld->ticks;
+        }
+        int rc = dl_lead_commit(cl, ld);
+        if (!rc) rc = dl_lead_fill(cl, ld, p, INT32_MAX);
+        if (rc) {
+            r->stop = rc;
+            break;
+        }
+    }
+    r->consumed = at;
+    return MQ_OK;
+}

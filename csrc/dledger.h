@@ -160,4 +160,84 @@ typedef struct mq_dl_taken {
 int      mq_dledger_follow_take(mq_commitlog *cl, const mq_dl_follow *t, const uint8_t *buf, size_t len,
                                 uint8_t *out, size_t out_cap, mq_dl_taken *r);
 
+/* ---- the leader's steady state in C ---------------------------------------------------------
+ * mq_dl_lead is the Raft core's replication state of a leader (mq.dledger.core's Progress of each
+ * follower, backed by this memory through mq.dledger.role's CProgress, and the commit), shared by
+ * the core's Python and the two calls below; both run on the Raft role's one thread.  They do
+ * what the core does in its steady state and nothing else: while `on` (the role sets it: a ready
+ * leader of `term`, no transfer in progress), for a follower in REPLICATE (replicate = 1):
+ *
+ * mq_dledger_lead_progress  the log grew or became more durable (RaftNode.log_progress): the
+ *     commit moves (below), then each follower gets one push, if its window takes one (fill,
+ *     below, stopped after one); a follower in PROBE whose probe is not out gets want = 1.
+ * mq_dledger_lead_take  the answers at the start of buf (a read on the link to follower i): each
+ *     whole frame that is a SUCCESS answer to a PUSH of ours -- its header exactly
+ *     resp[0] index resp[1] opaque resp[2] (the text mq_dledger_follow_take writes, which the
+ *     role's Python writes too), opaque in [MQ_DL_LEAD_OPAQUE_BASE, 2^31) -- is applied as
+ *     RaftNode._on_append_resp applies it: recent_active; match = max(match, index); next past
+ *     match; the in-flight pushes up to index leave the window (inflight_since = ticks); the
+ *     commit moves; the window is filled.  It stops at the first frame it does not take (stop
+ *     MQ_DL_STOP_OTHER; also when `on` is 0 or the follower is not in REPLICATE), or at an
+ *     incomplete one (stop 0), leaving it and the rest to the caller; or it stops after a
+ *     frame whose commit or fill met an error (stop = that MQ_E_*, below).  r: consumed (whole
+ *     frames), frames, stop; the other fields 0.  Always MQ_OK.
+ *
+ * The commit (RaftNode._maybe_commit): n = the quorum-th highest of our own durable index
+ * (DL_FLUSHED_INDEX - 1 with sync_durable, else DL_NEXT_INDEX - 1) and the followers' matches;
+ * if n > commit, n is an entry we hold and its term is `term`: commit = n, published with
+ * mq_dledger_set_commit.
+ * Fill (RaftNode._send_append, in a loop): while fewer than max_inflight pushes are in flight and
+ * next <= our last entry, and next - 1 is an entry we hold (else an install or the term of an
+ * entry before our first: the caller's), the entries from next -- at most push_bytes_max bytes
+ * (at least one entry), within next's data file, the filler after them when the entry after
+ * them opens the next file (DLedgerLog.entries) -- go out as one PUSH: prefix, the header
+ * req[0] prevIndex req[1] prevTerm ... bodySize req[7] opaque req[8] (mq_dl_follow's req), then
+ * the bytes, written to fd as mq_dledger_send writes.  Its opaque is the next of opaque_next's
+ * (MQ_DL_LEAD_OPAQUE_BASE + a count modulo 2^30: the role's own opaques stay below).  Then, as
+ * the core does: sent_commit = commit, inflight_since = ticks if the window was empty, the push's
+ * last index joins the window, next moves past it; pushes++.  When the socket would block the
+ * push stays sent (the core's view: it is queued) and its head, range and progress are left in
+ * blk_* with blocked = 1: the caller queues the rest on the connection and sets fd = -1 until
+ * it is written; no more is sent to that follower.  want = 1 when the window could take more
+ * but C did not send (fd is -1, or the entry before next is not one we hold): the caller's core
+ * fills it (its path for those cases).
+ * Errors (lead_progress's return, lead_take's stop): an index unit's (MQ_E_CORRUPT, file errors)
+ * or the socket's (MQ_E_IO, errno in the handle).  What the call did before is kept.  An error
+ * met filling a follower's window is also left in its err (lead_progress goes on with the other
+ * followers and returns the first error): the caller closes that follower's connection, as a
+ * failed send of its own does, and the core probes it again.
+ */
+#define MQ_DL_LEAD_PEERS_MAX     8
+#define MQ_DL_INFLIGHT_MAX       16
+#define MQ_DL_LEAD_OPAQUE_BASE   0x40000000
+#define MQ_DL_LEAD_HEAD_MAX      1024         /* a push's prefix and header, at most (the role checks its templates) */
+
+typedef struct mq_dl_peer {
+    int64_t match, next, sent_commit, inflight_since;       /* Progress's fields (mq.dledger.core) */
+    int64_t inflight[16];                        /* (MQ_DL_INFLIGHT_MAX) the window: last index of each push, oldest first */
+    int32_t n_inflight, replicate, probe_sent, recent_active;
+    int32_t fd;                                  /* role: the link's socket while C may write to it, else -1 */
+    const uint8_t *req[9];                       /* role: the push header template to this follower */
+    uint32_t req_len[9];
+    int32_t want, blocked, err;                  /* out (above; err: the MQ_E_* filling met); the caller clears them */
+    uint64_t blk_pos, blk_done;                  /* out: the blocked push's range and progress over head + body */
+    uint32_t blk_nbytes, blk_head_len;
+    uint8_t blk_head[1024];                      /* (MQ_DL_LEAD_HEAD_MAX; cffi wants literal sizes) */
+    uint64_t pushes;                             /* out: pushes C sent, counted up */
+} mq_dl_peer;
+
+typedef struct mq_dl_lead {
+    int64_t term, commit, ticks;                 /* role: the core's (commit also written here) */
+    int32_t on, n_peers, quorum, max_inflight, sync_durable;
+    uint32_t opaque_next;
+    uint64_t push_bytes_max;
+    const uint8_t *resp[3];                      /* role: a SUCCESS answer's header template in `term` */
+    uint32_t resp_len[3];
+    mq_dl_peer peer[8];                          /* (MQ_DL_LEAD_PEERS_MAX) */
+} mq_dl_lead;
+
+int      mq_dledger_lead_progress(mq_commitlog *cl, mq_dl_lead *ld);
+int      mq_dledger_lead_take(mq_commitlog *cl, mq_dl_lead *ld, int32_t i, const uint8_t *buf, size_t len,
+                              mq_dl_taken *r);
+
 #endif

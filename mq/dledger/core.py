@@ -179,7 +179,9 @@ class Config:
 
 
 class Progress:
-    """The leader's view of one follower (etcd's Progress, simplified)."""
+    """The leader's view of one follower (etcd's Progress, simplified).  inflight is replaced,
+    never changed in place: a driver may keep these fields in its own memory (mq.dledger.role's
+    CProgress, shared with C), where a list handed out is a copy."""
     PROBE, REPLICATE = "probe", "replicate"
 
     def __init__(self, next_index: int):
@@ -198,9 +200,12 @@ class Progress:
 
 # ---- the node -------------------------------------------------------------------------------------
 class RaftNode:
-    def __init__(self, config: Config, log, rng, term: int = 0, vote: str | None = None, commit: int = -1):
+    def __init__(self, config: Config, log, rng, term: int = 0, vote: str | None = None, commit: int = -1,
+                 new_progress=None):
         """term/vote: the persisted hard state; commit: an index known committed (e.g. from a
-        checkpoint), -1 if unknown.  rng: a random.Random (the only source of randomness)."""
+        checkpoint), -1 if unknown.  rng: a random.Random (the only source of randomness).
+        new_progress(peer, next_index): a leader's Progress of a follower (default Progress)."""
+        self._new_progress = new_progress or (lambda _peer, next_index: Progress(next_index))
         self.cfg = config
         self.id = config.node_id
         self.others = [p for p in config.peers if p != self.id]
@@ -406,7 +411,7 @@ class RaftNode:
         self.noop_index = self.log.append_noop(self.term)
         assert self.noop_index == self.log.last_index() and self.log.last_term() == self.term
         # the first probe carries the no-op after our last earlier entry, which most followers hold
-        self.progress = {p: Progress(self.noop_index) for p in self.others}
+        self.progress = {p: self._new_progress(p, self.noop_index) for p in self.others}
         self._maybe_commit()
         for p in self.others:
             self._send_append(p)
@@ -610,8 +615,23 @@ class RaftNode:
         elif batch is not None:
             if not pr.inflight:
                 pr.inflight_since = self.ticks
-            pr.inflight.append(batch.last_index)
+            pr.inflight = pr.inflight + [batch.last_index]
             pr.next = batch.last_index + 1
+
+    def send_append(self, p: str) -> None:
+        """Leader: the next Append to follower p, if its window takes one (what log_progress
+        sends each follower; a driver that did the rest of log_progress itself calls this)."""
+        self._send_append(p)
+
+    def fill(self, p: str) -> None:
+        """Leader: Appends to follower p while its window takes them (a driver that sent some
+        of them itself calls this for the rest)."""
+        pr = self.progress[p]
+        while True:
+            before = pr.next
+            self._send_append(p)
+            if pr.next == before:
+                break
 
     def _send_install(self, p: str, pr: Progress, first: int, last: int) -> None:
         """Our log from its first entry on, to a follower behind it; probed like a first Append
@@ -645,11 +665,7 @@ class RaftNode:
             self._maybe_commit()
             if self.transferee == m.src and pr.match == self.log.last_index():
                 self._send(TimeoutNow(self.term, self.id, m.src))
-            while True:                      # fill the window
-                before = pr.next
-                self._send_append(m.src)
-                if pr.next == before:
-                    break
+            self.fill(m.src)
             return
         if m.reject_index < 0:
             return                                   # a stale-term answer (handled by the term check)

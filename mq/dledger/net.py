@@ -118,7 +118,8 @@ class Conn:
         self.on_close = on_close
         self.on_batch_end = on_batch_end     # after the frames of one read were handled
         self.take = take                     # take(conn) -> frames taken from the start of rbuf (their
-                                             # answers queued in replies), before on_frame sees the rest
+                                             # answers queued in replies), before on_frame sees the rest;
+                                             # called at each read and after each frame on_frame handled
         self.replies: list[bytes] = []       # what the owner queues to send after the batch
         self.name = name
         self.peer: str | None = None    # the member id, once a frame named it (for log lines)
@@ -130,7 +131,8 @@ class Conn:
         self.closed = False
         self.writing = False
         sock.setblocking(False)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if sock.family != socket.AF_UNIX:   # (tests drive a Conn over a socket pair)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         loop.add_reader(self.fd, self._on_readable)
 
     @property
@@ -145,6 +147,18 @@ class Conn:
         """head, then nbytes of the data files at pos (sendfile)."""
         assert self.sender is not None
         self._queue((head, pos, nbytes))
+
+    def queue_partial(self, head: bytes, pos: int, nbytes: int, done: int) -> None:
+        """A frame (head, then nbytes at pos) of which `done` bytes were written by another
+        writer (C, mq_dledger_lead_progress) while nothing was queued: the rest goes first."""
+        assert not self.out and self.sender is not None
+        if self.closed:
+            return
+        self.out.append((head, pos, nbytes))
+        self.out_done = done
+        if not self.writing:
+            self.writing = True
+            self.loop.add_writer(self.fd, self._pump)
 
     def _queue(self, item) -> None:
         if self.closed:
@@ -239,6 +253,16 @@ class Conn:
                         return
                     except Exception as e:      # noqa: BLE001 - a handler's failure costs its frame only
                         self._frame_failed(cmd, e)
+                if self.take is not None and not self.closed and len(buf) - at >= FRAME_PREFIX_SIZE + 4:
+                    # what follows a frame of the handler's may be C's again (a follower's pushes
+                    # after a heartbeat, a leader's answers after one to the core's own request)
+                    try:
+                        del buf[:at]
+                    except BufferError:
+                        self.rbuf = buf[at:]
+                    at = 0
+                    handled += self.take(self)
+                    buf = self.rbuf
         finally:
             if at:
                 try:
@@ -289,8 +313,10 @@ class Conn:
 class Link:
     """The outgoing connection to one peer (requests out, responses in)."""
 
-    def __init__(self, loop, peer_id: str, addr: tuple[str, int], on_frame, sender, on_state=None):
+    def __init__(self, loop, peer_id: str, addr: tuple[str, int], on_frame, sender, on_state=None, take=None):
         self.loop = loop
+        # take(peer_id, conn) -> frames taken from the start of a read before on_frame sees the rest
+        self.take = (lambda conn: take(peer_id, conn)) if take is not None else None
         self.peer_id = peer_id
         self.addr = addr
         self.on_frame = on_frame
@@ -362,7 +388,8 @@ class Link:
         if self.failures:
             log.info("connected to peer %s at %s:%d", self.peer_id, *self.addr)
         self.failures = 0
-        self.conn = Conn(self.loop, s, self.on_frame, self._closed, f"to {self.peer_id}", sender=self.sender)
+        self.conn = Conn(self.loop, s, self.on_frame, self._closed, f"to {self.peer_id}", sender=self.sender,
+                         take=self.take)
         if self.on_state:
             self.on_state(self.peer_id, True)
 

@@ -6,8 +6,12 @@ against the CommitLog in DLedger mode (mq.dledger.log), with real time, real soc
     peer sockets (net)        requests in -> core.step(), replies back; core messages out.  A
                               follower's pushes that go at the end of its log are taken
                               first, in C, one call per read (_take_pushes; the core hears
-                              of them through took_appends)
-    SEQ_WRITE (bell)          the leader's io workers appended: replicate (core.log_progress)
+                              of them through took_appends).  A ready leader's SUCCESS
+                              answers are taken in C too, and its next pushes sent from
+                              there (_take_answers; the core's Progress lives in C memory:
+                              mq.dledger.lead)
+    SEQ_WRITE (bell)          the leader's io workers appended: replicate (core.log_progress;
+                              a ready leader's in C, _lead_progress)
     SEQ_FLUSH (bell)          SYNC_FLUSH: the leader's own entries became durable (they count
                               toward the quorum only then)
 The bell (mq.store.bells) is wanted only while this member leads.  Where the broker made no
@@ -57,15 +61,16 @@ from mq import loop as mq_loop
 from mq.logs import Episode
 from mq.store import control as C
 from mq.store.bells import DLEDGER_BELL, Bell
-from mq.store.commitlog import FollowTemplate
+from mq.store.commitlog import FollowTemplate, LeadState
 from mq.store.config import StoreConfig
 from mq.store.dledgerfiles import load_hard_state, save_checkpoint, save_hard_state
-from mq.store.native import CorruptRecord, StoreError
+from mq.store.native import CorruptRecord, StoreError, StoreIOError, check
 from mq.wire import dledger_rpc as RPC
 from mq.wire.errors import WireError
 
 from .core import (RESPONSE_TO, RESPONSES, Append, AppendResp, Config, Heartbeat, HeartbeatResp, RaftNode, Role,
                    TimeoutNow, VoteReq, VoteResp)
+from .lead import CProgress, lead_templates
 from .log import DLedgerLog, InBatch
 from .net import FRAME_IN_MAX, Conn, Link, Listener, follow_template, request_frame, response_frame
 
@@ -139,9 +144,24 @@ class DLedgerRole:
         self._install_wait_logged = False
         term, vote = load_hard_state(self.dir)
         commit = self.ctl.get(C.POS_DL_COMMIT_INDEX) - 1
+        # a leader's steady state in C (mq.dledger.lead): the core's Progress of each follower
+        # lives in _lead's memory; None with dLegerFastLeadEnable=false (or a group of more than
+        # LeadState.PEERS_MAX + 1 members: the core's Progress then)
+        self._lead_peers = [p for p in self.peers if p != self.self_id]
+        fast_lead = cfg.dLegerFastLeadEnable and len(self._lead_peers) <= LeadState.PEERS_MAX
+        self._lead_slot = {p: i for i, p in enumerate(self._lead_peers)}
+        self._lead: LeadState | None = None
+        self._lead_term: int | None = None      # the term _lead's templates are of
+        self._lead_ok = False                   # ... and they could be made
         self.node = RaftNode(raft_config(cfg), self.log, rng or random.Random(), term=term, vote=vote,
-                             commit=min(commit, self.log.last_index()))
-        self.opaques = itertools.count(1)
+                             commit=min(commit, self.log.last_index()),
+                             new_progress=self._new_progress if fast_lead else None)
+        if fast_lead:
+            self._lead = LeadState(len(self._lead_peers), self.node.quorum, self.node.cfg.max_inflight,
+                                   self.sync_durable, self.log.push_bytes_max)
+        # our requests' opaques; C's pushes take theirs from LeadState.OPAQUE_BASE up, so that an
+        # answer tells whose request it answers
+        self.opaques = itertools.cycle(range(1, LeadState.OPAQUE_BASE))
         self.links: dict[str, Link] = {}
         self.waiting: dict[str, dict[int, int]] = {p: {} for p in self.peers}   # peer -> opaque -> request code
         self.conns: set[Conn] = set()
@@ -161,6 +181,7 @@ class DLedgerRole:
                       "responses_dropped": 0, "tick_errors": 0,
                       "stale_requests_in": 0,        # requests of an older term (refused with our term)
                       "pushes_in_fast": 0}           # ... of pushes_in, taken in C (_take_pushes)
+        # (status() adds pushes_out_fast: of pushes_out, those C sent)
         # the follower's steady state in C: the template of (term, leader) _follow_of, None when
         # their names cannot make one; answers are written to _follow_out
         self.fast_follow = cfg.dLegerFastFollowEnable
@@ -191,7 +212,8 @@ class DLedgerRole:
             return
         for p, addr in self.peers.items():
             if p != self.self_id:
-                self.links[p] = Link(self.loop, p, addr, self._on_response, self._send_file, self._link_state)
+                self.links[p] = Link(self.loop, p, addr, self._on_response, self._send_file, self._link_state,
+                                     take=self._take_answers if self._lead is not None else None)
                 self.links[p].dial()
         log.info("DLedger member %s of group %s on %s:%d; peers %s; term %d, log ends at %d (commit %d)",
                  self.self_id, self.group, host, port, ", ".join(p for p in self.peers if p != self.self_id),
@@ -317,6 +339,9 @@ class DLedgerRole:
     def _log_grew(self) -> None:
         self._grew_pending = False
         if not self._stopping and self.node.role is Role.LEADER:
+            if self._lead is not None and self._lead.ld.on:
+                self._lead_progress()
+                return
             self.node.log_progress()
             self._after_step()
 
@@ -355,6 +380,8 @@ class DLedgerRole:
 
     def _publish(self, force: bool = False, tick: bool = False) -> None:
         node = self.node
+        if self._lead is not None:
+            self._lead_sync()
         # a leader publishes every commit at once (senders wait for it); a follower's commit only
         # serves reads from it and its dispatch, so it goes out once a tick (fewer wakeups)
         if node.role is Role.LEADER or tick or force:
@@ -503,7 +530,9 @@ class DLedgerRole:
             return
         code = self.waiting[peer].pop(cmd.opaque, None)
         if code is None:
-            return                              # an answer we no longer wait for
+            if cmd.opaque < LeadState.OPAQUE_BASE:
+                return                          # an answer we no longer wait for
+            code = RPC.PUSH                     # to a push C sent (_take_answers: C left it to us)
         me = self.self_id
         f = RPC.decode(code, True, cmd.ext_fields) if code != RPC.PUSH else None
         if code == RPC.PUSH:
@@ -526,11 +555,11 @@ class DLedgerRole:
 
     def _take_pushes(self, conn: Conn) -> int:
         """A follower's steady state in one C call per read (mq_dledger_follow_take): the PUSH
-        frames at the start of the read that the core would append at the end of our log, from
-        the leader it follows, in its term, are appended and answered there; the core then learns
-        that its leader was heard and where the commit is (RaftNode.took_appends).  Whatever C
-        does not take -- the first frame of any other kind or state, and all after it -- goes to
-        _on_request in order.  The answers wait in conn.replies for _end_of_batch (which flushes
+        frames at the start of the read (or after a frame _on_request handled: Conn._frames)
+        that the core would append at the end of our log, from the leader it follows, in its
+        term, are appended and answered there; the core then learns that its leader was heard
+        and where the commit is (RaftNode.took_appends).  The first frame C does not take goes
+        to _on_request, in order.  The answers wait in conn.replies for _end_of_batch (which flushes
         first under SYNC_FLUSH)."""
         node = self.node
         if node.role is not Role.FOLLOWER or node.leader_id is None or len(conn.rbuf) < FOLLOW_MIN_BYTES:
@@ -557,6 +586,104 @@ class DLedgerRole:
         self.stats["pushes_in"] += r.frames
         self.stats["pushes_in_fast"] += r.frames
         return r.frames
+
+    # ---- a ready leader's steady state in C (mq.dledger.lead) -----------------------------------
+    def _new_progress(self, peer: str, next_index: int) -> CProgress:
+        return CProgress(self._lead.ld.peer[self._lead_slot[peer]], next_index)
+
+    def _lead_sync(self) -> None:
+        """After each step of the core and each tick: may C lead (a ready leader: its no-op
+        committed, no transfer in progress), and the core's commit and clock, which C reads."""
+        node, ld = self.node, self._lead.ld
+        on = node.role is Role.LEADER and node.is_ready_leader
+        if on and self._lead_term != node.term:
+            cut = lead_templates(self.group, self.self_id, self._lead_peers, node.term)
+            self._lead_ok = cut is not None and self._lead.set_templates(node.term, *cut)
+            self._lead_term = node.term
+        ld.on = int(on and self._lead_ok)
+        ld.commit = node.commit
+        ld.ticks = node.ticks
+
+    def _lead_fd(self, peer: str) -> int:
+        """The socket C may write pushes to: the link's, while nothing waits in its queue."""
+        conn = self.links[peer].conn
+        return conn.fd if conn is not None and not conn.closed and not conn.out else -1
+
+    def _take_answers(self, peer: str, conn: Conn) -> int:
+        """A ready leader's steady state in one C call per read on a link (mq_dledger_lead_take):
+        the follower's SUCCESS answers to our pushes at the start of the read are applied to its
+        Progress and the commit as the core would, and the next pushes go out from C; the rest
+        of the read goes to _on_response in order."""
+        lead = self._lead
+        ld = lead.ld
+        i = self._lead_slot[peer]
+        if not ld.on or not ld.peer[i].replicate:
+            return 0
+        ld.peer[i].fd = self._lead_fd(peer)
+        r = self.cl.dledger_lead_take(lead, i, conn.rbuf)
+        if r.consumed:
+            try:
+                del conn.rbuf[:r.consumed]
+            except BufferError:             # a view of it outlived its handler (as Conn._frames)
+                conn.rbuf = conn.rbuf[r.consumed:]
+        frames = r.frames
+        self._lead_after((i,), r.stop if r.stop < 0 else 0)
+        return frames
+
+    def _lead_progress(self) -> None:
+        """Our log grew: the commit and one push to each follower, as core.log_progress, in C."""
+        ld = self._lead.ld
+        for i, peer in enumerate(self._lead_peers):
+            ld.peer[i].fd = self._lead_fd(peer)
+        self._lead_after(range(len(self._lead_peers)), self.cl.dledger_lead_progress(self._lead), fill=False)
+
+    def _lead_after(self, slots, rc: int, fill: bool = True) -> None:
+        """What C left to us: the commit it moved (the core's), a push it could only partly
+        write (queued on the connection), a follower whose connection failed (closed: the core
+        probes it again), and followers whose window it could not fill (the core's path: a
+        queue, a dead link, an install), which the core then serves -- filled after an answer,
+        one push after the log grew (fill False), as it would have."""
+        ld = self._lead.ld
+        node = self.node
+        node.commit = ld.commit
+        wanted, errs = [], []
+        for i in slots:
+            pe = ld.peer[i]
+            peer = self._lead_peers[i]
+            conn = self.links[peer].conn
+            if pe.blocked:
+                pe.blocked = 0
+                if conn is not None:
+                    conn.queue_partial(self._lead.blocked_head(i), pe.blk_pos, pe.blk_nbytes, pe.blk_done)
+            if pe.err:
+                err, pe.err, pe.want = pe.err, 0, 0
+                errs.append(err)
+                log.error("DLedger %s: pushing entries to %s failed (%s); dropping the connection", self.self_id,
+                          peer, self._rc_text(err))
+                if conn is not None:
+                    conn.close("a push failed")
+                continue
+            if pe.want:
+                pe.want = 0
+                wanted.append(peer)
+        if rc < 0 and rc not in errs:            # the commit's: reading an index unit of ours failed
+            log.error("DLedger %s: moving the commit failed (%s)", self.self_id, self._rc_text(rc))
+        if wanted:
+            for peer in wanted:
+                if fill:
+                    node.fill(peer)
+                else:
+                    node.send_append(peer)
+            self._after_step()
+
+    def _rc_text(self, rc: int) -> str:
+        try:
+            check(rc)
+        except StoreError as e:
+            if isinstance(e, StoreIOError):
+                return f"{type(e).__name__}: {os.strerror(self.cl.errno())}"
+            return type(e).__name__
+        return str(rc)
 
     def _conn_closed(self, conn: Conn, why: str) -> None:
         self.conns.discard(conn)
@@ -696,7 +823,14 @@ class DLedgerRole:
                    "leaderBrokerAddr": self.broker_addr if leader == self.self_id else self.broker_addrs.get(leader),
                    "ready": bool(self.enabled_term), "peersAddr": {p: "%s:%d" % a for p, a in self.peers.items()},
                    "committedPos": self.ctl.get(C.POS_COMMITTED), "writePos": self.ctl.get(C.POS_WRITE),
-                   "updated": int(time.time() * 1000), "stats": dict(self.stats)})
+                   "updated": int(time.time() * 1000), "stats": self._stats()})
+        return st
+
+    def _stats(self) -> dict:
+        st = dict(self.stats)
+        if self._lead is not None:          # pushes C sent (_take_answers, _lead_progress)
+            st["pushes_out_fast"] = sum(self._lead.ld.peer[i].pushes for i in range(len(self._lead_peers)))
+            st["pushes_out"] += st["pushes_out_fast"]
         return st
 
     def _write_status(self) -> None:

@@ -451,6 +451,21 @@ class CommitLog:
             check(lib.mq_dledger_follow_take(self._h, follow.t, src, len(buf), dst, len(out), r), "DLedger follow take")
         return r
 
+    def dledger_lead_progress(self, lead: "LeadState") -> int:
+        """A leader's log grew: the commit moves and each follower's window is filled in C
+        (csrc/dledger.h, mq_dledger_lead_progress).  The MQ_E_* met first, or 0: each
+        follower's own is in lead.ld.peer[i].err (the caller closes that connection)."""
+        return lib.mq_dledger_lead_progress(self._h, lead.ld)
+
+    def dledger_lead_take(self, lead: "LeadState", i: int, buf: bytearray):
+        """The answers of follower i at the start of buf that C takes (mq_dledger_lead_take);
+        lead.taken (the mq_dl_taken cdata) says how many.  buf's buffer is released before this
+        returns (the caller cuts what was taken from it)."""
+        r = lead.taken
+        with ffi.from_buffer(buf) as src:
+            lib.mq_dledger_lead_take(self._h, lead.ld, i, src, len(buf), r)
+        return r
+
     def dledger_install(self, buf, begin_index: int, begin_pos: int, max_term: int) -> int:
         """A follower behind the leader's first entry takes the leader's log from (begin_index,
         begin_pos) on, in one step (dledger.h); entries installed."""
@@ -550,6 +565,52 @@ class FollowTemplate:
             t.resp[i], t.resp_len[i] = self._keep[len(req) + i], len(b)
         t.term, t.frame_max = term, frame_max
         self.taken = ffi.new("mq_dl_taken *")
+
+
+class LeadState:
+    """mq_dledger_lead_take's and mq_dledger_lead_progress's state (mq_dl_lead): a leader's view
+    of its followers, shared by the Raft core (mq.dledger.role.CProgress reads and writes
+    peer[i]) and C; set_templates() points it at the header texts of one term, kept alive here."""
+
+    OPAQUE_BASE = lib.MQ_DL_LEAD_OPAQUE_BASE
+    HEAD_MAX = lib.MQ_DL_LEAD_HEAD_MAX
+    PEERS_MAX = lib.MQ_DL_LEAD_PEERS_MAX
+
+    def __init__(self, n_peers: int, quorum: int, max_inflight: int, sync_durable: bool, push_bytes_max: int):
+        assert n_peers <= lib.MQ_DL_LEAD_PEERS_MAX and max_inflight <= lib.MQ_DL_INFLIGHT_MAX, (n_peers, max_inflight)
+        ld = self.ld = ffi.new("mq_dl_lead *")
+        ld.n_peers, ld.quorum, ld.max_inflight = n_peers, quorum, max_inflight
+        ld.sync_durable, ld.push_bytes_max, ld.commit = int(sync_durable), push_bytes_max, -1
+        for i in range(n_peers):
+            ld.peer[i].fd = -1
+        self.taken = ffi.new("mq_dl_taken *")
+        self._keep: list = []
+
+    def set_templates(self, term: int, reqs: list[list[bytes]], resp: list[bytes]) -> bool:
+        """The push header of each follower (reqs[i]: nine literals, mq_dl_follow's req) and the
+        answer (resp: three) in `term`; False (and nothing set) when a push's header could
+        exceed MQ_DL_LEAD_HEAD_MAX."""
+        assert len(reqs) == self.ld.n_peers and len(resp) == 3, (len(reqs), len(resp))
+        if any(8 + sum(map(len, req)) + lib.MQ_DL_PUSH_VALUES * 20 > self.HEAD_MAX for req in reqs):
+            return False
+        keep = []
+        ld = self.ld
+        for i, req in enumerate(reqs):
+            assert len(req) == lib.MQ_DL_PUSH_VALUES + 1, len(req)
+            for k, b in enumerate(req):
+                keep.append(ffi.from_buffer(b))
+                ld.peer[i].req[k], ld.peer[i].req_len[k] = keep[-1], len(b)
+        for k, b in enumerate(resp):
+            keep.append(ffi.from_buffer(b))
+            ld.resp[k], ld.resp_len[k] = keep[-1], len(b)
+        ld.term = term
+        self._keep = keep                   # the old term's texts may go now: ld points at these
+        return True
+
+    def blocked_head(self, i: int) -> bytes:
+        """The head of the push C left partly written to follower i (peer[i].blocked)."""
+        p = self.ld.peer[i]
+        return ffi.buffer(p.blk_head, p.blk_head_len)[:]
 
 
 class Scanner:

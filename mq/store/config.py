@@ -74,6 +74,9 @@ STORE_OPTIONS: list[Option] = [
     Option("dLegerFastFollowEnable", bool, True, "a follower appends and answers the leader's pushes that go at "
            "the end of its log in C, one call per read (ours; mq.dledger.role; every other frame is the Raft "
            "core's, in order)"),
+    Option("dLegerFastLeadEnable", bool, True, "a ready leader takes its followers' SUCCESS answers and sends "
+           "its next pushes in C, one call per read and per append (ours; mq.dledger.lead; every other case is "
+           "the Raft core's)"),
     Option("storePathDLedgerCommitLog", str, "", "DLedger data files; empty means <storePathRootDir>/dledger-<selfId>/data"),
     # DLedgerConfig's timer keys (RocketMQ passes none of them; here they are broker.conf keys).  The
     # defaults are ours, chosen for failover in well under 3 s; DLedger's own are given in each doc.

@@ -242,8 +242,7 @@ def test_c_and_the_raft_core_answer_and_store_alike(leader, scratch, steps, cuts
 def test_a_straight_run_of_pushes_is_taken_in_c(leader, scratch):
     """The first push (into an empty log: the core's) read alone, then a straight run of pushes
     read in one piece, in thirds or in 97-byte reads: every push of the run goes through C, and
-    answers and logs equal the core's.  (C is called once at the start of each read: frames after
-    one it leaves in the same read are the core's.)"""
+    answers and logs equal the core's."""
     head = script(leader, [("heartbeat", 1, 0, 1), ("next", 3, 0, 2)])
     stream = script(leader, [("heartbeat", 1, 0, 1), ("next", 3, 0, 2)]
                     + [("next", 1 + k % 9, k % 3, 1000 + k) for k in range(40)])
@@ -265,7 +264,7 @@ def test_a_straight_run_of_pushes_is_taken_in_c(leader, scratch):
 @pytest.mark.parametrize("kind", sorted(set(KINDS) - {"next"}))
 def test_each_other_frame_within_a_run_that_c_takes(leader, scratch, kind):
     """A frame of each other kind between pushes C takes, in the same read: C reaches it first and
-    must leave it, and what follows, to the core -- the same answers and logs as the core's."""
+    must leave it to the core (and may take what follows) -- the same answers and logs as the core's."""
     first = [("heartbeat", 1, 0, 1), ("next", 3, 0, 2)]
     head = script(leader, first)
     stream = script(leader, first + [("next", 2, 0, 10), ("next", 2, 1, 11), (kind, 2, 1, 12), ("next", 2, 0, 13),
