@@ -12,6 +12,7 @@
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 /* ---- index units, entry check (used by commitlog.c too) ------------------------------------ */
 int dl_write_unit(mq_commitlog *cl, uint64_t index, uint64_t pos, uint32_t size, int64_t term) {
@@ -156,7 +157,19 @@ static int dl_copy_entries(mq_commitlog *cl, const uint8_t *buf, size_t len, uin
         if (rc) return rc;
         size_t chunk = fs - pos % fs;
         if (chunk > len - at) chunk = len - at;
-        memcpy(base + pos % fs, buf + at, chunk);
+        /* pwrite, not a copy into the mapping: the page cache takes whole pages without a
+         * write fault each (a follower's files are not pre-touched: nothing else writes them) */
+        const int fd = seg_fd(cl, pos / fs);
+        size_t done = 0;
+        while (done < chunk) {
+            const ssize_t w = pwrite(fd, buf + at + done, chunk - done, (off_t)(pos % fs + done));
+            if (w < 0) {
+                if (errno == EINTR) continue;
+                return io_fail(cl, errno);
+            }
+            done += (size_t)w;
+        }
+        (void)base;
         at += chunk;
         pos += chunk;
     }

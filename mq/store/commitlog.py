@@ -525,6 +525,11 @@ class CommitLog:
         # futex wake and this thread a GIL hand-off.  Preparing one file ahead leaves a
         # whole file of appends (1 GiB by default) to cover PREPARE_CHECK_S.
         while not self._stop.is_set():
+            if self.dledger and not self.ctl.get(C.POS_DL_APPEND_TERM):
+                # a DLedger member that does not serve writes: its role appends with pwrite
+                # (mq_dledger_append_raw), which needs no pre-touched pages
+                self._stop.wait(PREPARE_CHECK_S)
+                continue
             fi = self.write_pos // self.file_size
             for idx in (fi, fi + 1):
                 if idx not in self._prepared:

@@ -167,7 +167,8 @@ def test_retention_deletes_the_old_files_first(tmp_path):
         r = Retention(store, usage_fn=lambda p: 0.1)
         deleted = r.run_once(force=True)
         assert deleted == ["%020d" % s for s in old]             # every old file, no DLedger file
-        assert list_files(store.config.commitlog_dir) == dl_files
+        # no DLedger file deleted (the io worker's preparer may have made the next one meanwhile)
+        assert set(dl_files) <= set(list_files(store.config.commitlog_dir))
         assert store.min_phy == store.cl.min_pos == store.legacy.end
         got = _read_all(store)
         want = _expected(OLD + NEW)
