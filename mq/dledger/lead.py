@@ -14,6 +14,14 @@ from .core import Progress
 from .net import follow_template
 
 
+def _number(name: str) -> property:
+    return property(lambda self: getattr(self._p, name), lambda self, v: setattr(self._p, name, v))
+
+
+def _flag(name: str) -> property:
+    return property(lambda self: bool(getattr(self._p, name)), lambda self, v: setattr(self._p, name, int(v)))
+
+
 class CProgress:
     """mq.dledger.core.Progress over an mq_dl_peer (cdata).  inflight reads as a new list and is
     written whole (the core replaces it, never changes it in place)."""
@@ -26,21 +34,12 @@ class CProgress:
         p.n_inflight = p.replicate = p.probe_sent = p.recent_active = 0
         p.want = p.blocked = p.err = 0
 
-    @property
-    def match(self) -> int:
-        return self._p.match
-
-    @match.setter
-    def match(self, v: int) -> None:
-        self._p.match = v
-
-    @property
-    def next(self) -> int:
-        return self._p.next
-
-    @next.setter
-    def next(self, v: int) -> None:
-        self._p.next = v
+    match = _number("match")
+    next = _number("next")
+    inflight_since = _number("inflight_since")
+    sent_commit = _number("sent_commit")
+    probe_sent = _flag("probe_sent")
+    recent_active = _flag("recent_active")
 
     @property
     def state(self) -> str:
@@ -52,14 +51,6 @@ class CProgress:
         self._p.replicate = int(v == Progress.REPLICATE)
 
     @property
-    def probe_sent(self) -> bool:
-        return bool(self._p.probe_sent)
-
-    @probe_sent.setter
-    def probe_sent(self, v: bool) -> None:
-        self._p.probe_sent = int(v)
-
-    @property
     def inflight(self) -> list[int]:
         return list(self._p.inflight[0:self._p.n_inflight])
 
@@ -69,30 +60,6 @@ class CProgress:
         assert n <= len(self._p.inflight), n          # the core's window is at most max_inflight
         self._p.inflight[0:n] = v
         self._p.n_inflight = n
-
-    @property
-    def inflight_since(self) -> int:
-        return self._p.inflight_since
-
-    @inflight_since.setter
-    def inflight_since(self, v: int) -> None:
-        self._p.inflight_since = v
-
-    @property
-    def recent_active(self) -> bool:
-        return bool(self._p.recent_active)
-
-    @recent_active.setter
-    def recent_active(self, v: bool) -> None:
-        self._p.recent_active = int(v)
-
-    @property
-    def sent_commit(self) -> int:
-        return self._p.sent_commit
-
-    @sent_commit.setter
-    def sent_commit(self, v: int) -> None:
-        self._p.sent_commit = v
 
     def __repr__(self) -> str:
         return f"CProgress(match={self.match}, next={self.next}, {self.state}, inflight={len(self.inflight)})"
