@@ -10,8 +10,10 @@ way (the same values), a damaged entry, drawn commit indexes and opaques.  The p
 roles write byte for byte the same answers, close their connection at the same frame or not at
 all, and end with the same CommitLog bytes, index units, positions and Raft state (term, role,
 leader, commit).  Checked apart: a straight run of pushes is taken in C, and each other kind of
-frame placed inside a run C is taking is left to the core.  The leader's log is built once: 120
-entries over 64 KiB files (fillers, a roll-over), in terms 1, 2 and 3.
+frame placed inside a run C is taking is left to the core; and under SYNC_FLUSH, answers leave
+only after the entries they acknowledge are flushed, on both paths (a mutation that answers
+before the flush fails it).  The leader's log is built once: 120 entries over 64 KiB files
+(fillers, a roll-over), in terms 1, 2 and 3.
 
 Mutations that fail this file: C answering with the entry count instead of the last index and C
 not counting the leader's commit (the property); C taking a push whose previous term does not
@@ -50,10 +52,10 @@ CHUNK_MAX = 60_000                # the rest of the stream after the drawn cuts 
 KINDS = ["next"] * 8 + ["dup", "gap", "badterm", "stale", "newer", "heartbeat", "other", "respelled", "corrupt"]
 
 
-def _cfg(root: str, me: str, fast: bool = True) -> StoreConfig:
+def _cfg(root: str, me: str, fast: bool = True, sync: bool = False) -> StoreConfig:
     return StoreConfig(storePathRootDir=root, mappedFileSizeCommitLog=FS, enableDLegerCommitLog=True,
                        dLegerPeers=PEERS, dLegerSelfId=me, dLegerGroup=GROUP, mappedFileSizeForEntryIndex=IFS,
-                       dLegerFastFollowEnable=fast)
+                       dLegerFastFollowEnable=fast, flushDiskType="SYNC_FLUSH" if sync else "ASYNC_FLUSH")
 
 
 @pytest.fixture(scope="module")
@@ -151,9 +153,9 @@ def _readable(sock: socket.socket, wait_ms: int) -> bool:
 class Member:
     """A follower role over its own empty store, reading from a socket pair."""
 
-    def __init__(self, root: str, fast: bool, loop):
+    def __init__(self, root: str, fast: bool, loop, sync: bool = False):
         self.root = root
-        self.cfg = _cfg(root, "n1", fast)
+        self.cfg = _cfg(root, "n1", fast, sync)
         self.store = MessageStore.open(self.cfg, start_roles=False)
         self.role = DLedgerRole(self.store, self.cfg)
         self.role.loop = loop
@@ -277,3 +279,25 @@ def test_each_other_frame_within_a_run_that_c_takes(leader, scratch, kind):
     finally:
         c.close()
         py.close()
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["c", "core"])
+def test_a_sync_flush_follower_answers_only_what_it_flushed(leader, scratch, fast):
+    """flushDiskType=SYNC_FLUSH: whenever answers have left, every entry written is flushed
+    (FLUSHED = WRITE): the answers of a read leave after one flush of its entries, on both
+    paths.  The flush is the store's msync of the range the entries were written to."""
+    stream = script(leader, [("heartbeat", 1, 0, 1)] + [("next", 1 + k % 9, k % 3, 1000 + k) for k in range(30)])
+    loop = asyncio.new_event_loop()
+    m = Member(str(scratch / f"sync-{os.urandom(4).hex()}"), fast, loop, sync=True)
+    try:
+        answered = 0
+        for at in range(0, len(stream), 7000):
+            m.read(stream[at:at + 7000])
+            if len(m.answers) > answered:
+                answered = len(m.answers)
+                assert m.store.ctl.get(C.POS_FLUSHED) == m.store.ctl.get(C.POS_WRITE) > 0
+        assert m.state()["next"] == ENTRIES
+        assert (m.role.stats["pushes_in_fast"] > 20) == fast, m.role.stats
+    finally:
+        m.close()
+        loop.close()
