@@ -65,7 +65,8 @@ class CProgress:
         return f"CProgress(match={self.match}, next={self.next}, {self.state}, inflight={len(self.inflight)})"
 
 
-def lead_templates(group: str, me: str, followers: list[str], term: int) -> tuple[list[list[bytes]], list[bytes]] | None:
+def lead_templates(group: str, me: str, followers: list[str],
+                   term: int) -> tuple[list[list[bytes]], list[bytes]] | None:
     """The header texts C writes and reads as leader of `term`: each follower's PUSH header
     (around its eight values) and a SUCCESS answer (around the index and the opaque) -- cut by
     follow_template out of the role's own headers, as the follower cuts the same ones.  None
