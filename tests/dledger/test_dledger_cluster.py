@@ -504,9 +504,10 @@ def test_after_a_paused_leader_resumes_the_next_failover_does_not_wait_for_the_d
     """A leader paused (SIGSTOP) until another member leads, then resumed, sends heartbeats of
     its old term on its way down; the others answer them with their newer term.  (Which comes
     first on resume, its heartbeat timer or its read of the new leader's frames waiting in its
-    sockets, is the event loop's race; so while it is paused and until its stale requests have
-    been refused, the links into it carry nothing: it hears of the new term only in those
-    answers.)  When the new leader is then killed while the old one
+    sockets, is the event loop's race, and so is whether a push it sends on resume reaches the
+    new leader first; so while it is paused and until its stale requests have been refused,
+    the links into it and its link to the new leader carry nothing: it hears of the new term
+    only in the third member's answers.)  When the new leader is then killed while the old one
     holds the longest log (the third member was cut off from the new leader's pushes, so only
     the old leader can win), the two survivors elect it within a few seconds, without the
     killed member.  Before, the stale heartbeat's answer hit an assertion that left the frame
@@ -516,11 +517,15 @@ def test_after_a_paused_leader_resumes_the_next_failover_does_not_wait_for_the_d
     old = g.wait_leader()
     assert send(g.addr(old), b"before").code == 0
     g.freeze(old)
-    inbound = [g.proxies[(i, old)] for i in g.ids if i != old]
+    cut = [g.proxies[(i, old)] for i in g.ids if i != old]
     try:
-        for p in inbound:
+        for p in cut:
             p.blackhole()
         new = g.wait_leader(15, among=[i for i in g.ids if i != old])
+        # and the old leader's own requests to the new one: an answer there (to a push it sends on
+        # resume, before any heartbeat) would tell it the new term before the third member could
+        cut.append(g.proxies[(old, new)])
+        cut[-1].blackhole()
     finally:
         g.thaw(old)
     other = next(i for i in g.ids if i not in (old, new))
@@ -529,7 +534,7 @@ def test_after_a_paused_leader_resumes_the_next_failover_does_not_wait_for_the_d
         wait_for(lambda: g.status(other).get("stats", {}).get("stale_requests_in", 0) > 0, 10, 0.02,
                  "the third member refusing the resumed leader's stale requests")
     finally:
-        for p in inbound:
+        for p in cut:
             p.heal()
     wait_for(lambda: g.status(old).get("role") == "FOLLOWER" and g.status(old).get("leader") == new, 15, 0.02,
              "the resumed leader following the new one")

@@ -199,8 +199,9 @@ def test_metrics_of_a_real_broker(metered):
 
     def settled():
         m = scrape(port)
-        # every count is published within PUBLISH_INTERVAL_S of the request; the pulls came last
-        return m if (value(m, "rocketmq_topic_put_messages_total", topic="MetricsA") == sent["MetricsA"]
+        # every count is published within PUBLISH_INTERVAL_S of the request, each io worker its
+        # own (every topic's count is waited for, not one's); the pulls came last
+        return m if (all(value(m, "rocketmq_topic_put_messages_total", topic=t) == n for t, n in sent.items())
                      and value(m, "rocketmq_group_get_messages_total", group="CG_metrics",
                                topic="MetricsA") == consumed["MetricsA"]
                      and total(m, "mq_flush_group_messages_sum") == n_sent
