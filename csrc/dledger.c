@@ -152,7 +152,8 @@ static int dl_copy_entries(mq_commitlog *cl, const uint8_t *buf, size_t len, uin
     uint64_t pos = first_pos;
     int rc;
     while (at < len) {
-        uint8_t *base;
+        uint8_t *base;      /* unused: seg_get is called so the file exists at its full
+                             * size and is mapped (readers use the mapping) before seg_fd */
         rc = seg_get(cl, pos / fs, 1, &base);
         if (rc) return rc;
         size_t chunk = fs - pos % fs;
@@ -675,6 +676,53 @@ int mq_dledger_follow_take(mq_commitlog *cl, const mq_dl_follow *t, const uint8_
     }
     r->consumed = at;
     r->out_len = used;
+    return MQ_OK;
+}
+
+int mq_dledger_follow_read(mq_commitlog *cl, const mq_dl_follow *t, int fd, uint8_t *buf, size_t cap, uint8_t *out,
+                           size_t out_cap, int may_send, int sync_flush, mq_dl_read *r) {
+    assert(cl->dledger && t && buf && r->have <= cap);
+    size_t have = (size_t)r->have;
+    r->got = r->sent = 0;
+    r->eof = r->err = 0;
+    memset(&r->taken, 0, sizeof r->taken);
+    r->taken.commit = -1;
+    if (have < cap) {
+        ssize_t n;
+        do n = recv(fd, buf + have, cap - have, MSG_DONTWAIT);
+        while (n < 0 && errno == EINTR);
+        if (n == 0) {                     /* buf holds no whole frame: every earlier one was taken or handed over */
+            r->eof = 1;
+            return MQ_OK;
+        }
+        if (n < 0) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK) r->err = errno;
+            return MQ_OK;
+        }
+        r->got = (uint64_t)n;
+        have += (size_t)n;
+    }
+    mq_dledger_follow_take(cl, t, buf, have, out, out_cap, &r->taken);
+    const size_t used = (size_t)r->taken.consumed;
+    if (used) memmove(buf, buf + used, have - used);
+    r->have = have - used;
+    const size_t len = (size_t)r->taken.out_len;
+    if (len == 0 || r->taken.stop != 0) return MQ_OK;   /* (the caller's path sends them with its own) */
+    mq_ctl *c = cl->ctl;
+    if (sync_flush && ctl_load(c, MQ_POS_FLUSHED) < ctl_load(c, MQ_POS_WRITE)) {
+        uint64_t flushed;
+        const int rc = mq_commitlog_flush(cl, 0, &flushed);
+        if (rc) return rc;
+    }
+    while (may_send && r->sent < len) {
+        const ssize_t w = send(fd, out + r->sent, len - (size_t)r->sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (w >= 0) {
+            r->sent += (uint64_t)w;
+        } else if (errno != EINTR) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK) r->err = errno;
+            break;
+        }
+    }
     return MQ_OK;
 }
 

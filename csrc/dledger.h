@@ -160,6 +160,36 @@ typedef struct mq_dl_taken {
 int      mq_dledger_follow_take(mq_commitlog *cl, const mq_dl_follow *t, const uint8_t *buf, size_t len,
                                 uint8_t *out, size_t out_cap, mq_dl_taken *r);
 
+/* mq_dledger_follow_read  mq_dledger_follow_take on the socket itself, one call per readable
+ *     event of a connection from the leader (no bytes through the interpreter): one recv(2)
+ *     (non-blocking) into buf[r->have, cap) -- r->have in: the bytes an earlier call left at buf's
+ *     start, an incomplete frame; none when r->have = cap -- then follow_take over buf[0, have),
+ *     the taken frames cut from buf's start (r->have out: what is left; r->taken: as follow_take).
+ *     Unless taken.stop != 0, the answers written to out are then sent (non-blocking) when
+ *     may_send (the caller has nothing queued before them), after one flush of the CommitLog
+ *     when sync_flush and FLUSHED < WRITE (an answer acknowledges only durable entries); r->sent:
+ *     the bytes the socket took, and out[sent, taken.out_len) is the caller's to queue.  With
+ *     taken.stop != 0 nothing is flushed or sent: the caller's path answers the frames that
+ *     follow and sends these answers with its own (or drops them all if a frame closes the
+ *     connection, as it would had it read every frame itself).  r->got: bytes received; r->eof: the
+ *     peer closed (nothing taken then: buf held no whole frame); r->err: the errno of a failed
+ *     receive or send (the caller closes the connection).  The caller's own path takes over
+ *     from buf's start when taken.stop != 0 or have = cap (a frame C does not take, or longer
+ *     than buf).  MQ_OK, or the flush's error (nothing sent: the caller drops the answers and
+ *     closes the connection, as its own path does).
+ */
+typedef struct mq_dl_read {
+    mq_dl_taken taken;                           /* what follow_take took of buf */
+    uint64_t have;                               /* in and out: bytes at buf's start (an incomplete frame) */
+    uint64_t got;                                /* bytes this call received */
+    uint64_t sent;                               /* answer bytes the socket took */
+    int32_t eof;                                 /* the peer closed its side */
+    int32_t err;                                 /* errno of a failed recv or send, else 0 */
+} mq_dl_read;
+
+int      mq_dledger_follow_read(mq_commitlog *cl, const mq_dl_follow *t, int fd, uint8_t *buf, size_t cap,
+                                uint8_t *out, size_t out_cap, int may_send, int sync_flush, mq_dl_read *r);
+
 /* ---- the leader's steady state in C ---------------------------------------------------------
  * mq_dl_lead is the Raft core's replication state of a leader (mq.dledger.core's Progress of each
  * follower, backed by this memory through mq.dledger.role's CProgress, and the commit), shared by

@@ -110,7 +110,7 @@ class Conn:
     memoryview valid only during the call); on_close(conn, why) once."""
 
     def __init__(self, loop, sock: socket.socket, on_frame, on_close, name: str, sender=None, on_batch_end=None,
-                 take=None):
+                 take=None, read=None):
         self.loop = loop
         self.sock = sock
         self.fd = sock.fileno()
@@ -120,6 +120,9 @@ class Conn:
         self.take = take                     # take(conn) -> frames taken from the start of rbuf (their
                                              # answers queued in replies), before on_frame sees the rest;
                                              # called at each read and after each frame on_frame handled
+        self.read = read                     # read(conn) -> True when it did the read itself (a follower's
+                                             # pushes in C), False to leave it to the path below
+        self.reader = None                   # read's own state (its buffers), made at its first read
         self.replies: list[bytes] = []       # what the owner queues to send after the batch
         self.name = name
         self.peer: str | None = None    # the member id, once a frame named it (for log lines)
@@ -203,6 +206,8 @@ class Conn:
 
     # ---- input --------------------------------------------------------------------------------------
     def _on_readable(self) -> None:
+        if self.read is not None and self.read(self):
+            return
         try:
             data = self.sock.recv(RECV_SIZE)
         except (BlockingIOError, InterruptedError):

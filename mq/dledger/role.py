@@ -5,8 +5,9 @@ against the CommitLog in DLedger mode (mq.dledger.log), with real time, real soc
     timer (TICK_S)            core.tick(): elections, heartbeats, check-quorum, transfers
     peer sockets (net)        requests in -> core.step(), replies back; core messages out.  A
                               follower's pushes that go at the end of its log are taken
-                              first, in C, one call per read (_take_pushes; the core hears
-                              of them through took_appends).  A ready leader's SUCCESS
+                              first, in C: the whole read, receive to answers, is one call
+                              (_read_pushes; _take_pushes where Conn's own path reads); the
+                              core hears of them through took_appends.  A ready leader's SUCCESS
                               answers are taken in C too, and its next pushes sent from
                               there (_take_answers; the core's Progress lives in C memory:
                               mq.dledger.lead)
@@ -61,7 +62,7 @@ from mq import loop as mq_loop
 from mq.logs import Episode
 from mq.store import control as C
 from mq.store.bells import DLEDGER_BELL, Bell
-from mq.store.commitlog import FollowTemplate, LeadState
+from mq.store.commitlog import FollowReader, FollowTemplate, LeadState
 from mq.store.config import StoreConfig
 from mq.store.dledgerfiles import load_hard_state, save_checkpoint, save_hard_state
 from mq.store.native import CorruptRecord, StoreError, StoreIOError, check
@@ -88,6 +89,10 @@ BROKER_ADDR_RE = re.compile(r"[0-9A-Za-z.:\[\]-]{1,253}:[0-9]{1,5}")   # a heart
 PUSHES_IN_FLIGHT_MAX = 2
 FOLLOW_OUT_BYTES = 256 * 1024     # a follower's answers written in C per read (~200 bytes each); more: next call
 FOLLOW_MIN_BYTES = 8 + 200        # a read shorter than a PUSH's prefix and header is not worth a C call
+# a follower's receive buffer per connection read in C (_read_pushes), with FOLLOW_OUT_BYTES for
+# its answers, made at the connection's first read as a follower; a longer frame (a big push or
+# an install) is received by Conn's own path
+FOLLOW_READ_BYTES = 1024 * 1024
 # a peer port that cannot be bound (another process holds it) is retried, the wait doubling
 # between these bounds; the failure is logged once (mq.logs.Episode), each retry at DEBUG
 LISTEN_RETRY_MIN_S = 0.5
@@ -188,6 +193,7 @@ class DLedgerRole:
         self._follow: FollowTemplate | None = None
         self._follow_of: tuple | None = None
         self._follow_out = bytearray(FOLLOW_OUT_BYTES)
+        self.follow_read_bytes = FOLLOW_READ_BYTES   # (tests make it small: frames longer than it)
 
     # ---- lifecycle --------------------------------------------------------------------------------
     async def run(self, stop) -> None:
@@ -550,8 +556,75 @@ class DLedgerRole:
     # ---- incoming requests (on accepted connections) ------------------------------------------------
     def _accepted(self, sock, addr) -> None:
         conn = Conn(self.loop, sock, self._on_request, self._conn_closed, f"from {addr[0]}:{addr[1]}",
-                    on_batch_end=self._end_of_batch, take=self._take_pushes if self.fast_follow else None)
+                    on_batch_end=self._end_of_batch, take=self._take_pushes if self.fast_follow else None,
+                    read=self._read_pushes if self.fast_follow else None)
         self.conns.add(conn)
+
+    def _follow_template(self) -> FollowTemplate | None:
+        """The template of the pushes C may take: from the leader we follow, in its term."""
+        node = self.node
+        if node.role is not Role.FOLLOWER or node.leader_id is None:
+            return None
+        if self._follow_of != (node.term, node.leader_id):
+            cut = follow_template(self.group, node.leader_id, self.self_id, node.term)
+            self._follow = None if cut is None else FollowTemplate(*cut, node.term, FRAME_IN_MAX)
+            self._follow_of = (node.term, node.leader_id)
+        return self._follow
+
+    def _read_pushes(self, conn: Conn) -> bool:
+        """A follower's read in one C call (mq_dledger_follow_read): the receive, the pushes
+        _take_pushes would take, and their answers sent (after the flush under SYNC_FLUSH), no
+        byte of them through Python.  False: not a follower, Conn reads its own way.  What C
+        does not take -- a frame of another kind, or one longer than FOLLOW_READ_BYTES -- moves
+        to conn.rbuf and Conn's own path goes on from there, in order; an incomplete frame Conn
+        left in rbuf moves the other way first (rbuf never holds a whole frame between reads)."""
+        t = self._follow_template()
+        if t is None:
+            return False
+        rd = conn.reader
+        if rd is None:
+            rd = conn.reader = FollowReader(self.follow_read_bytes, FOLLOW_OUT_BYTES)
+        r = rd.r
+        if conn.rbuf:
+            n = len(conn.rbuf)
+            if n + r.have >= len(rd.buf):
+                return False
+            rd.buf[r.have:r.have + n] = conn.rbuf
+            r.have += n
+            conn.rbuf = bytearray()
+        try:
+            r = self.cl.dledger_follow_read(t, conn.fd, rd, not conn.out, self.sync_durable)
+        except StoreError as e:
+            log.error("DLedger %s: flushing received entries failed (%s): not acknowledging them", self.self_id, e)
+            conn.close("flush failed")
+            return True
+        tk = r.taken
+        if tk.frames:
+            if tk.stop:                     # unsent: they leave with the answers of what follows
+                conn.replies.append(bytes(memoryview(rd.out)[:tk.out_len]))
+            elif r.sent < tk.out_len:
+                conn.send(bytes(memoryview(rd.out)[r.sent:tk.out_len]))
+            self._took(conn, tk)
+        if r.err:
+            conn.close(f"receive or send failed: {os.strerror(r.err)}")
+        elif r.eof:
+            conn.close("closed by the peer")
+        elif tk.stop or r.have == len(rd.buf):
+            conn.rbuf += memoryview(rd.buf)[:r.have]
+            r.have = 0
+            conn._frames(tk.frames if tk.stop else 0)
+        return True
+
+    def _took(self, conn: Conn, r) -> None:
+        """C took r.frames pushes on conn (an mq_dl_taken): the core hears that its leader was heard
+        and where the commit is (RaftNode.took_appends)."""
+        node = self.node
+        if conn.peer is None:
+            conn.peer = node.leader_id
+        node.took_appends(node.leader_id, r.commit)
+        self.log.appended += r.entries
+        self.stats["pushes_in"] += r.frames
+        self.stats["pushes_in_fast"] += r.frames
 
     def _take_pushes(self, conn: Conn) -> int:
         """A follower's steady state in one C call per read (mq_dledger_follow_take): the PUSH
@@ -561,14 +634,7 @@ class DLedgerRole:
         and where the commit is (RaftNode.took_appends).  The first frame C does not take goes
         to _on_request, in order.  The answers wait in conn.replies for _end_of_batch (which flushes
         first under SYNC_FLUSH)."""
-        node = self.node
-        if node.role is not Role.FOLLOWER or node.leader_id is None or len(conn.rbuf) < FOLLOW_MIN_BYTES:
-            return 0
-        if self._follow_of != (node.term, node.leader_id):
-            cut = follow_template(self.group, node.leader_id, self.self_id, node.term)
-            self._follow = None if cut is None else FollowTemplate(*cut, node.term, FRAME_IN_MAX)
-            self._follow_of = (node.term, node.leader_id)
-        t = self._follow
+        t = self._follow_template() if len(conn.rbuf) >= FOLLOW_MIN_BYTES else None
         if t is None:
             return 0
         r = self.cl.dledger_follow_take(t, conn.rbuf, self._follow_out)
@@ -579,12 +645,7 @@ class DLedgerRole:
         except BufferError:                 # a view of it outlived its handler (as Conn._frames)
             conn.rbuf = conn.rbuf[r.consumed:]
         conn.replies.append(bytes(memoryview(self._follow_out)[:r.out_len]))
-        if conn.peer is None:
-            conn.peer = node.leader_id
-        node.took_appends(node.leader_id, r.commit)
-        self.log.appended += r.entries
-        self.stats["pushes_in"] += r.frames
-        self.stats["pushes_in_fast"] += r.frames
+        self._took(conn, r)
         return r.frames
 
     # ---- a ready leader's steady state in C (mq.dledger.lead) -----------------------------------

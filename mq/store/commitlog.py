@@ -451,6 +451,20 @@ class CommitLog:
             check(lib.mq_dledger_follow_take(self._h, follow.t, src, len(buf), dst, len(out), r), "DLedger follow take")
         return r
 
+    def dledger_follow_read(self, follow: "FollowTemplate", fd: int, rd: "FollowReader", may_send: bool,
+                            sync_flush: bool):
+        """mq_dledger_follow_take on socket fd (csrc/dledger.h, mq_dledger_follow_read): one
+        receive into rd.buf, the pushes taken, their answers sent (after a flush with
+        sync_flush) unless may_send is false; rd.r (mq_dl_read) says what happened.  A failed
+        flush raises StoreError (nothing was sent)."""
+        rc = lib.mq_dledger_follow_read(self._h, follow.t, fd, rd.c_buf, len(rd.buf), rd.c_out, len(rd.out),
+                                        int(may_send), int(sync_flush), rd.r)
+        if rc:
+            if rc == lib.MQ_E_IO:
+                log.error("flush failed, the store now refuses writes: %s", self.ctl.fatal())
+            check(rc, "DLedger follow read: flush: " + (self.ctl.fatal() or ""))
+        return rd.r
+
     def dledger_lead_progress(self, lead: "LeadState") -> int:
         """A leader's log grew: the commit moves and each follower's window is filled in C
         (csrc/dledger.h, mq_dledger_lead_progress).  The MQ_E_* met first, or 0: each
@@ -570,6 +584,19 @@ class FollowTemplate:
             t.resp[i], t.resp_len[i] = self._keep[len(req) + i], len(b)
         t.term, t.frame_max = term, frame_max
         self.taken = ffi.new("mq_dl_taken *")
+
+
+class FollowReader:
+    """mq_dledger_follow_read's state for one connection: its receive buffer (an incomplete
+    frame kept at its start between reads: r.have), its answers' buffer, and the result
+    (mq_dl_read).  The buffers keep their size: C holds them for the reader's life."""
+
+    def __init__(self, buf_bytes: int, out_bytes: int):
+        self.buf = bytearray(buf_bytes)
+        self.out = bytearray(out_bytes)
+        self.c_buf = ffi.from_buffer(self.buf)
+        self.c_out = ffi.from_buffer(self.out)
+        self.r = ffi.new("mq_dl_read *")
 
 
 class LeadState:
