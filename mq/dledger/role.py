@@ -574,12 +574,13 @@ class DLedgerRole:
     def _read_pushes(self, conn: Conn) -> bool:
         """A follower's read in one C call (mq_dledger_follow_read): the receive, the pushes
         _take_pushes would take, and their answers sent (after the flush under SYNC_FLUSH), no
-        byte of them through Python.  False: not a follower, Conn reads its own way.  What C
+        byte of them through Python.  False: not a follower, or a connection not (yet) known to
+        be our leader's (a frame of it handled names it): Conn reads its own way.  What C
         does not take -- a frame of another kind, or one longer than FOLLOW_READ_BYTES -- moves
         to conn.rbuf and Conn's own path goes on from there, in order; an incomplete frame Conn
         left in rbuf moves the other way first (rbuf never holds a whole frame between reads)."""
         t = self._follow_template()
-        if t is None:
+        if t is None or conn.peer != self.node.leader_id:   # (the buffers only for our leader's connection)
             return False
         rd = conn.reader
         if rd is None:
