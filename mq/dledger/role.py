@@ -89,9 +89,9 @@ BROKER_ADDR_RE = re.compile(r"[0-9A-Za-z.:\[\]-]{1,253}:[0-9]{1,5}")   # a heart
 PUSHES_IN_FLIGHT_MAX = 2
 FOLLOW_OUT_BYTES = 256 * 1024     # a follower's answers written in C per read (~200 bytes each); more: next call
 FOLLOW_MIN_BYTES = 8 + 200        # a read shorter than a PUSH's prefix and header is not worth a C call
-# a follower's receive buffer per connection read in C (_read_pushes), with FOLLOW_OUT_BYTES for
-# its answers, made at the connection's first read as a follower; a longer frame (a big push or
-# an install) is received by Conn's own path
+# a follower's receive buffer for its leader's connection, read in C (_read_pushes), with
+# FOLLOW_OUT_BYTES for its answers, made once a frame on it named the leader; a longer frame (a
+# big push or an install) is received by Conn's own path
 FOLLOW_READ_BYTES = 1024 * 1024
 # a peer port that cannot be bound (another process holds it) is retried, the wait doubling
 # between these bounds; the failure is logged once (mq.logs.Episode), each retry at DEBUG
@@ -579,17 +579,21 @@ class DLedgerRole:
         does not take -- a frame of another kind, or one longer than FOLLOW_READ_BYTES -- moves
         to conn.rbuf and Conn's own path goes on from there, in order; an incomplete frame Conn
         left in rbuf moves the other way first (rbuf never holds a whole frame between reads)."""
-        t = self._follow_template()
-        if t is None or conn.peer != self.node.leader_id:   # (the buffers only for our leader's connection)
-            return False
         rd = conn.reader
+        t = self._follow_template()
+        if t is None or conn.peer != self.node.leader_id or len(conn.rbuf) >= self.follow_read_bytes:
+            # (the buffers only for our leader's connection); the start of a frame the reader
+            # kept goes first: we stopped following while the rest of it was on its way
+            if rd is not None and rd.r.have:
+                conn.rbuf = bytearray(memoryview(rd.buf)[:rd.r.have]) + conn.rbuf
+                rd.r.have = 0
+            return False
         if rd is None:
             rd = conn.reader = FollowReader(self.follow_read_bytes, FOLLOW_OUT_BYTES)
         r = rd.r
         if conn.rbuf:
+            assert not r.have, "the reader and rbuf both hold bytes"    # (one of the two does)
             n = len(conn.rbuf)
-            if n + r.have >= len(rd.buf):
-                return False
             rd.buf[r.have:r.have + n] = conn.rbuf
             r.have += n
             conn.rbuf = bytearray()

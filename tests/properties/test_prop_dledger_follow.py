@@ -22,7 +22,8 @@ match (only the per-kind test: the drawn scripts did not place one where C reads
 sending the answers of the pushes before a frame it leaves to the core (the per-kind test: a
 damaged entry closes the connection, and the core's path never sent them), not flushing before
 it answers under SYNC_FLUSH (the SYNC_FLUSH test), not cutting what it took from its buffer
-(11 of the 13 tests)."""
+(11 of the then 13 tests); the start of a frame the C reader held not put first when the member
+stopped following (the stop-following test: Conn's path then read from inside the frame)."""
 from __future__ import annotations
 
 import asyncio
@@ -36,6 +37,7 @@ import socket
 import pytest
 from hypothesis import given, strategies as st
 
+from mq.dledger.core import Heartbeat
 from mq.dledger.log import DLedgerLog
 from mq.dledger.net import request_frame
 from mq.dledger.role import DLedgerRole
@@ -296,6 +298,40 @@ def test_each_other_frame_within_a_run_that_c_takes(leader, scratch, kind):
     finally:
         c.close()
         py.close()
+
+
+@pytest.mark.parametrize("change", ["candidate", "other-leader"])
+def test_a_frame_cut_when_the_follower_stops_following_is_read_whole(leader, scratch, change):
+    """The C reader holds the start of a push when the member stops following that leader (its
+    election timer made it a candidate, or a frame on another connection named another
+    leader): the rest arrives, Conn's own path reads it, and the frame must be read whole --
+    the reader's bytes go first -- with the same answers and state as the core's member."""
+    first = script(leader, [("heartbeat", 1, 0, 1), ("next", 3, 0, 2)])      # names the leader
+    head = script(leader, [("heartbeat", 1, 0, 1), ("next", 3, 0, 2), ("next", 2, 0, 3)])
+    stream = script(leader, [("heartbeat", 1, 0, 1), ("next", 3, 0, 2), ("next", 2, 0, 3), ("next", 4, 0, 4),
+                             ("next", 2, 0, 5)])
+    cut = len(head) + 300                              # inside the third push
+    loop = asyncio.new_event_loop()
+    members = [Member(str(scratch / f"{n}-{os.urandom(4).hex()}"), fast, loop) for n, fast in (("c", True), ("py", False))]
+    try:
+        for m in members:
+            m.read(stream[:len(first)])
+            m.read(stream[len(first):cut])
+        c, py = members
+        assert c.conn.reader is not None and c.conn.reader.r.have == 300, "C holds the push's start"
+        for m in members:
+            if change == "candidate":
+                m.role.node._become_candidate()
+            else:                                      # n2 leads a newer term (as its heartbeat says)
+                m.role.node.step(Heartbeat(src="n2", dst="n1", term=4, commit=-1))
+            m.role._after_step()
+            m.read(stream[cut:])
+        assert bytes(c.answers) == bytes(py.answers)
+        assert c.state() == py.state()
+    finally:
+        for m in members:
+            m.close()
+        loop.close()
 
 
 @pytest.mark.parametrize("fast", [True, False], ids=["c", "core"])
