@@ -593,9 +593,8 @@ class DLedgerRole:
         r = rd.r
         if conn.rbuf:
             assert not r.have, "the reader and rbuf both hold bytes"    # (one of the two does)
-            n = len(conn.rbuf)
-            rd.buf[r.have:r.have + n] = conn.rbuf
-            r.have += n
+            r.have = n = len(conn.rbuf)
+            rd.buf[:n] = conn.rbuf
             conn.rbuf = bytearray()
         try:
             r = self.cl.dledger_follow_read(t, conn.fd, rd, not conn.out, self.sync_durable)
