@@ -122,7 +122,7 @@ class Conn:
                                              # called at each read and after each frame on_frame handled
         self.read = read                     # read(conn) -> True when it did the read itself (a follower's
                                              # pushes in C), False to leave it to the path below
-        self.reader = None                   # read's own state (its buffers), made at its first read
+        self.reader = None                   # read's own state (its buffers), made by read when it takes one
         self.replies: list[bytes] = []       # what the owner queues to send after the batch
         self.name = name
         self.peer: str | None = None    # the member id, once a frame named it (for log lines)
