@@ -5,6 +5,7 @@
 #include "internal.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
@@ -321,4 +322,143 @@ int mq_ha_recv_run(mq_commitlog *cl, int sock_fd, uint64_t *expected, uint64_t b
     *published_out = published;
     if (prc == MQ_E_CORRUPT) return prc;
     return rc ? rc : prc;
+}
+
+/* ---- the steady-state loops: no Python between wakes ----------------------------------------
+ * Each runs for up to wait_ms and then returns, so that its Python thread looks at its flags
+ * (stop, close, the idle limit) as often as before; in between, a wake costs what the kernel's
+ * does and no more: no GIL taken back, no interpreter round per ack, frame or report. */
+
+int mq_ha_stream_for(mq_commitlog *cl, int sock_fd, mq_ha_stream *s, uint32_t wait_ms, uint64_t *in_flight_end,
+                     uint64_t *sent_end) {
+    assert(s && in_flight_end && sent_end);
+    if (s->run_max == 0 || s->frame_max == 0 || s->heartbeat_ms == 0) return MQ_E_INVAL;
+    mq_ctl *c = cl->ctl;
+    const int64_t deadline = mono_ms() + wait_ms;
+    for (;;) {
+        uint32_t seen = mq_ctl_seq(c, MQ_SEQ_WRITE);            /* before the look: a move after it wakes */
+        uint64_t wp = ctl_load(c, MQ_POS_WRITE);
+        int64_t now;
+        if (s->next < wp) {
+            uint64_t end = wp - s->next > s->run_max ? s->next + s->run_max : wp;
+            int rc = mq_ha_send_run(cl, sock_fd, s->next, end, s->frame_max, in_flight_end, sent_end);
+            if (rc) return rc;
+            s->next = end;
+            now = mono_ms();
+            s->last_send_ms = now;
+            if (now >= deadline) return MQ_OK;
+            continue;
+        }
+        now = mono_ms();
+        if (now - s->last_send_ms >= (int64_t)s->heartbeat_ms) {
+            if (__atomic_load_n(in_flight_end, __ATOMIC_ACQUIRE) < s->next)
+                __atomic_store_n(in_flight_end, s->next, __ATOMIC_RELEASE);
+            uint32_t body;
+            int rc = mq_ha_send_frame(cl, sock_fd, s->next, 0, &body);
+            if (rc) return rc;
+            *sent_end = s->next;
+            s->last_send_ms = now;
+        }
+        if (now >= deadline) return MQ_OK;
+        int64_t until = s->last_send_ms + (int64_t)s->heartbeat_ms;
+        if (until > deadline) until = deadline;
+        (void)mq_ctl_wait(c, MQ_SEQ_WRITE, seen, until - now > 1 ? (int)(until - now) : 1);
+    }
+}
+
+_Static_assert(sizeof(((mq_ha_acks *)0)->carry) == MQ_HA_REPORT, "a report's first bytes fit the carry");
+
+int mq_ha_read_acks(mq_commitlog *cl, int sock_fd, mq_ha_acks *a, uint32_t wait_ms, const uint64_t *in_flight_end) {
+    assert(a && in_flight_end && a->carry_n < MQ_HA_REPORT);
+    mq_ctl *c = cl->ctl;
+    const int64_t deadline = mono_ms() + wait_ms;
+    uint8_t buf[MQ_HA_REPORT + MQ_HA_ACKS_READ];
+    a->why = MQ_HA_ACKS_WAITED;
+    a->err = 0;
+    for (;;) {
+        int64_t now = mono_ms();
+        if (now >= deadline) return MQ_OK;
+        struct pollfd pfd = {.fd = sock_fd, .events = POLLIN};
+        int pr = poll(&pfd, 1, (int)(deadline - now));
+        if (pr < 0 && errno == EINTR) continue;
+        if (pr < 0) { a->err = errno; return MQ_E_IO; }
+        if (pr == 0) return MQ_OK;
+        memcpy(buf, a->carry, a->carry_n);
+        ssize_t r = recv(sock_fd, buf + a->carry_n, MQ_HA_ACKS_READ, MSG_DONTWAIT);
+        if (r < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+        if (r < 0) { a->err = errno; return MQ_E_IO; }
+        if (r == 0) { a->why = MQ_HA_ACKS_CLOSED; return MQ_OK; }
+        a->last_read_ms = mono_ms();
+        size_t n = a->carry_n + (size_t)r, at = 0;
+        uint64_t acked = 0;                              /* the highest report that raised ACKED */
+        for (; at + MQ_HA_REPORT <= n; at += MQ_HA_REPORT) {
+            uint64_t v = be64r(buf + at);
+            /* the cell is read per report: the writer raises it before each frame it sends */
+            if (v >> 63 == 0 && v <= __atomic_load_n(in_flight_end, __ATOMIC_ACQUIRE)) {
+                if ((int64_t)v > a->ack) a->ack = (int64_t)v;
+                if (v > acked && v > ctl_load(c, MQ_POS_ACKED)) acked = v;
+                continue;
+            }
+            if (v == a->start && a->ack < 0) continue;  /* a repeat of the first report, before our first frame */
+            a->bad = v;
+            a->why = MQ_HA_ACKS_BAD;
+            break;
+        }
+        if (acked) {                                     /* one wake a read, however many reports it held */
+            mq_ctl_advance(c, MQ_POS_ACKED, acked);
+            mq_ctl_wake(c, MQ_SEQ_ACK);
+        }
+        if (a->why == MQ_HA_ACKS_BAD) return MQ_OK;
+        a->carry_n = (uint32_t)(n - at);
+        memcpy(a->carry, buf + at, a->carry_n);
+    }
+}
+
+static int send_report(mq_commitlog *cl, int sock_fd, uint64_t value) {
+    uint8_t rep[MQ_HA_REPORT];
+    be64w(rep, value);
+    return send_all(sock_fd, rep, sizeof rep, 0) ? io_fail(cl, errno) : MQ_OK;
+}
+
+int mq_ha_slave_for(mq_commitlog *cl, int sock_fd, mq_ha_rx *x, uint32_t wait_ms) {
+    assert(x);
+    if (x->report_interval_ms == 0 || x->budget == 0) return MQ_E_INVAL;
+    mq_ctl *c = cl->ctl;
+    const int64_t deadline = mono_ms() + wait_ms;
+    x->why = MQ_HA_RX_IDLE;
+    for (;;) {
+        int64_t now = mono_ms();
+        if (now - x->last_report_ms >= (int64_t)x->report_interval_ms) {
+            int rc = send_report(cl, sock_fd, x->expected);
+            if (rc) return rc;
+            x->last_report_ms = now;
+        }
+        if (now >= deadline) return MQ_OK;
+        int64_t until = x->last_report_ms + (int64_t)x->report_interval_ms;
+        if (until > deadline) until = deadline;
+        struct pollfd pfd = {.fd = sock_fd, .events = POLLIN};
+        int pr = poll(&pfd, 1, until - now > 0 ? (int)(until - now) : 0);
+        if (pr < 0 && errno == EINTR) continue;
+        if (pr < 0) return io_fail(cl, errno);
+        if (pr == 0) continue;
+        uint64_t before = x->expected, other_offset = 0;
+        uint32_t other_size = 0;
+        int why;
+        int rc = mq_ha_recv_run(cl, sock_fd, &x->expected, x->budget, x->body_max, &why, &other_offset, &other_size,
+                                &x->published);
+        x->last_read_ms = mono_ms();
+        if (rc) return rc;
+        if (x->expected != before) {                      /* received and published: confirm, report */
+            mq_ctl_advance(c, MQ_POS_CONFIRM, x->expected);
+            rc = send_report(cl, sock_fd, x->expected);
+            if (rc) return rc;
+            x->last_report_ms = x->last_read_ms;
+        }
+        if (why == MQ_HA_RX_OTHER) {
+            x->other_offset = other_offset;
+            x->other_size = other_size;
+            x->why = MQ_HA_RX_OTHER;
+            return MQ_OK;
+        }
+    }
 }

@@ -17,6 +17,9 @@ Writer (per connection):
      available; otherwise waits on SEQ_WRITE up to WRITE_WAIT_MS; a heartbeat
      when nothing was sent for heartbeat_interval_ms.
 
+Once the writer streams, both loops run in C between looks at their flags (mq_ha_stream_for,
+mq_ha_read_acks): a wake of the chain costs no interpreter round and no GIL hand-off.
+
 Reader (per connection): reports are read in 8-byte units (a partial tail
 waits for its rest).  An ack is valid only if it is <= `in_flight_end`, the
 end of the frame being or already sent (set before the send, so a fast slave
@@ -60,7 +63,7 @@ from mq.logs import Episode
 from mq.store import control as C
 from mq.store.commitlog import CommitLog
 from mq.files import write_atomic
-from mq.store.native import StoreError, ffi
+from mq.store.native import StoreError, ffi, lib
 from mq.wire import ha as W
 from mq.wire.errors import WireError
 
@@ -88,7 +91,9 @@ class SlaveConnection:
         self.since_ms = _now_ms()
         self.start_offset: int | None = None      # the first report
         self.start_event = threading.Event()
-        self.ack_offset = -1                      # highest valid ack
+        # the ack reader's state, C's once the writer streams (mq_ha_read_acks): the highest
+        # valid ack (-1 before the first), a report's first bytes, the last receive's time
+        self._acks = ffi.new("mq_ha_acks *", {"ack": -1})
         # end of the frame being sent (>= sent_offset), -1 before the first: a C cell, because
         # the C send loop raises it before each frame while the reader thread checks acks against it
         self._in_flight = ffi.new("uint64_t *")
@@ -127,6 +132,14 @@ class SlaveConnection:
         self._in_flight_valid = True
 
     @property
+    def ack_offset(self) -> int:
+        return self._acks.ack
+
+    @ack_offset.setter
+    def ack_offset(self, value: int) -> None:
+        self._acks.ack = value
+
+    @property
     def sent_offset(self) -> int:
         return self._sent[0] if self._sent_valid else -1
 
@@ -146,6 +159,9 @@ class SlaveConnection:
         last_read = time.monotonic()
         try:
             while not self.closed and not m._stopping:
+                if self._in_flight_valid:      # the start is handled and the writer streams: C reads
+                    self._read_acks(buf, last_read)
+                    break
                 if not readable(self.sock, STOP_CHECK_MS):
                     idle_ms = (time.monotonic() - last_read) * 1000
                     if idle_ms >= m.housekeeping_interval_ms:
@@ -182,6 +198,41 @@ class SlaveConnection:
             except OSError:
                 pass
             m._connection_ended(self)
+
+    def _read_acks(self, buf: bytearray, last_read: float) -> None:
+        """The steady state: acks read and applied in C (mq_ha_read_acks), STOP_CHECK_MS a call;
+        here only the flags, the idle limit and what ends the connection.  `buf` holds less
+        than one report (the start of the next)."""
+        m, a = self.master, self._acks
+        assert len(buf) < W.HA_SLAVE_REPORT_SIZE and self.start_offset is not None
+        a.start = self.start_offset
+        a.carry_n = len(buf)
+        ffi.memmove(a.carry, bytes(buf), len(buf))
+        a.last_read_ms = int(last_read * 1000)
+        fd = self.sock.fileno()
+        while not self.closed and not m._stopping:
+            try:
+                m.cl.ha_read_acks(fd, a, STOP_CHECK_MS, self._in_flight)
+            except OSError as e:
+                self.close(f"receive failed: {e}")
+                return
+            if a.why == lib.MQ_HA_ACKS_CLOSED:
+                self.close("closed by the slave")
+                return
+            if a.why == lib.MQ_HA_ACKS_BAD:
+                m.violations += 1
+                if a.bad >= 1 << 63:
+                    log.error("HA connection %s: bad report (negative offset %d); closing", self.addr,
+                              a.bad - (1 << 64))
+                    self.close("bad report")
+                else:
+                    log.error("HA connection %s: ack %d is beyond the %d bytes sent (protocol violation); closing",
+                              self.addr, a.bad, self.in_flight_end)
+                    self.close("ack beyond the sent offset")
+                return
+            idle_ms = time.monotonic() * 1000 - a.last_read_ms
+            if idle_ms >= m.housekeeping_interval_ms:
+                self.close(f"nothing received for {idle_ms:.0f} ms")
 
     def _on_report(self, buf, at: int) -> bool:
         """Handles one 8-byte report; False when it closed the connection."""
@@ -269,30 +320,20 @@ class SlaveConnection:
         return start
 
     def _stream(self, nxt: int) -> None:
-        m, ctl, cl = self.master, self.master.ctl, self.master.cl
+        """Streams from nxt until the connection closes: C sends, heartbeats and sleeps on the
+        log's growth (mq_ha_stream_for), WRITE_WAIT_MS a call between looks at the flags."""
+        m, cl = self.master, self.master.cl
         fd = self.sock.fileno()
-        last_send = 0.0
+        stream = ffi.new("mq_ha_stream *", {"next": nxt, "last_send_ms": 0, "run_max": RUN_BYTES_MAX,
+                                            "frame_max": m.transfer_batch_size,
+                                            "heartbeat_ms": m.heartbeat_interval_ms})
+        if not self._in_flight_valid:
+            # the cell is 0 until C raises it to the first frame's end: no ack (not even a
+            # repeat of the slave's start report) counts before a frame is in flight
+            self._in_flight_valid = True
+            self.sent_offset = nxt
         while not self.closed and not m._stopping:
-            seen = ctl.seq(C.SEQ_WRITE)
-            wp = ctl.get(C.POS_WRITE)
-            if nxt < wp:
-                # many frames per C call (GIL released); RUN_BYTES_MAX bounds the time between
-                # looks at the stop flag.  C raises in_flight_end before each frame.
-                end = min(wp, nxt + RUN_BYTES_MAX)
-                if not self._in_flight_valid:
-                    # the cell is 0 until C raises it to the first frame's end: no ack (not even a
-                    # repeat of the slave's start report) counts before a frame is in flight
-                    self._in_flight_valid = True
-                    self.sent_offset = nxt
-                nxt = cl.ha_send_run(fd, nxt, end, m.transfer_batch_size, self._in_flight, self._sent)
-                last_send = time.monotonic()
-                continue
-            if (time.monotonic() - last_send) * 1000 >= m.heartbeat_interval_ms:
-                self.in_flight_end = max(self.in_flight_end, nxt)
-                cl.ha_send_frame(fd, nxt, 0)
-                self.sent_offset = nxt
-                last_send = time.monotonic()
-            ctl.wait(C.SEQ_WRITE, seen, WRITE_WAIT_MS)
+            cl.ha_stream_for(fd, stream, WRITE_WAIT_MS, self._in_flight, self._sent)
 
 
 class HAMaster:

@@ -6,8 +6,11 @@ Per connection:
   * report the received end (initially the published write_pos) at once.
     RocketMQ waits haSendHeartbeatInterval (5 s) after connecting before its
     first report, so its first transfer starts ~5 s late; we report at once.
-    Then after every run of data frames (one C call, mq_ha_recv_run: the frames
-    that keep arriving, at most REPORT_EVERY_BYTES), and every report_interval_ms.
+    Then after every run of data frames (mq_ha_recv_run: the frames that keep
+    arriving, at most REPORT_EVERY_BYTES), and every report_interval_ms.  The
+    steady state is one C call (mq_ha_slave_for: wait, receive, publish, confirm,
+    report) per STOP_CHECK_MS; Python sees only the headers that are not the
+    next frame (the rows below other than the first two), the flags and the idle limit.
     A report per run instead of per frame is what lets catch-up run at the
     speed of the bytes; an idle socket ends a run, so a lone frame (a SYNC
     master's send) is still acknowledged at once.
@@ -47,16 +50,21 @@ from typing import Callable
 
 from mq.store import control as C
 from mq.store.commitlog import CommitLog
-from mq.store.native import StoreError, ffi
+from mq.store.native import StoreError, ffi, lib
 from mq.wire import ha as W
 
 from .common import FRAME_BODY_SIZE_MAX, JOIN_TIMEOUT_S, REPORT_EVERY_BYTES, SLAVE_RCVBUF_BYTES, STOP_CHECK_MS, \
-    configure_socket, parse_addr, readable, shutdown_quietly
+    configure_socket, parse_addr, shutdown_quietly
 from .truncate import rebase_empty, truncate_to
 
 log = logging.getLogger("mq.ha.slave")
 
 RETRY_FIRST_MS = 200      # the first reconnect after a failure; doubling up to retry_interval_ms
+
+
+def _mono_ms() -> int:
+    """CLOCK_MONOTONIC in ms, the clock of the C loop's timestamps."""
+    return time.monotonic_ns() // 1_000_000
 
 
 class SessionEnd(Exception):
@@ -193,37 +201,31 @@ class HASlave:
         expected = cl.write_pos
         self.received_end = expected
         self._report(sock, expected)
-        next_report = time.monotonic() + self.report_interval_ms / 1000
-        last_read = time.monotonic()
+        # C receives, publishes, confirms and reports (mq_ha_slave_for), STOP_CHECK_MS a call;
+        # here the flags, the idle limit and every header that is not the next frame
+        rx = ffi.new("mq_ha_rx *", {"expected": expected, "budget": REPORT_EVERY_BYTES, "body_max": FRAME_BODY_SIZE_MAX,
+                                    "report_interval_ms": self.report_interval_ms})
+        rx.last_report_ms = rx.last_read_ms = _mono_ms()
+        fd = sock.fileno()
         while not self._stop.is_set():
-            now = time.monotonic()
-            if now >= next_report:
-                self._report(sock, expected)
-                next_report = now + self.report_interval_ms / 1000
-            wait_ms = min(STOP_CHECK_MS, (next_report - now) * 1000)
-            if not readable(sock, wait_ms):
-                idle_ms = (time.monotonic() - last_read) * 1000
+            rx.expected = expected
+            corrupt = cl.ha_slave_for(fd, rx, STOP_CHECK_MS)
+            if corrupt:
+                log.error("HA slave: the data from %s is not valid at %d (received up to %d); nothing past %d "
+                          "is published; reconnecting", self.master_addr, rx.published, rx.expected, rx.published)
+                raise SessionEnd("corrupt data")
+            if rx.expected != expected:
+                expected = self.received_end = rx.expected
+            if rx.why != lib.MQ_HA_RX_OTHER:
+                idle_ms = _mono_ms() - rx.last_read_ms
                 if idle_ms >= self.housekeeping_interval_ms:
                     log.warning("HA slave: nothing from master %s for %.0f ms; closing", self.master_addr, idle_ms)
                     raise SessionEnd("master silent")
                 continue
-            # the frames that keep coming at `expected`, in one C call; one report after them
-            why, got_to, other, published, corrupt = cl.ha_recv_run(sock.fileno(), expected, REPORT_EVERY_BYTES,
-                                                                    FRAME_BODY_SIZE_MAX)
-            last_read = time.monotonic()
-            if corrupt:
-                log.error("HA slave: the data from %s is not valid at %d (received up to %d); nothing past %d "
-                          "is published; reconnecting", self.master_addr, published, got_to, published)
-                raise SessionEnd("corrupt data")
-            if got_to != expected:
-                expected = self._received(sock, got_to)
-                next_report = time.monotonic() + self.report_interval_ms / 1000
-            if why != "other":
-                continue
-            offset, size = other
+            offset, size = rx.other_offset, rx.other_size
             if size == W.TAKE_BACK_SIZE & 0xFFFFFFFF:
                 self._give_back(sock, offset, expected)
-                next_report = time.monotonic() + self.report_interval_ms / 1000
+                rx.last_report_ms = _mono_ms()
                 continue
             if size > FRAME_BODY_SIZE_MAX:
                 log.error("HA slave: bad frame header from %s (body of %d bytes, over %d); closing",
@@ -239,7 +241,7 @@ class HASlave:
             if offset == expected:
                 if size:                           # the first frame after a re-base
                     cl.ha_recv_body(sock.fileno(), offset, size)
-                    last_read = time.monotonic()
+                    rx.last_read_ms = _mono_ms()
                     published, corrupt = cl.ha_publish(offset + size)
                     if corrupt:
                         log.error("HA slave: the data from %s is not valid at %d (frame [%d, +%d)); "
@@ -247,11 +249,11 @@ class HASlave:
                                   offset, size, published)
                         raise SessionEnd("corrupt data")
                     expected = self._received(sock, offset + size)
-                    next_report = time.monotonic() + self.report_interval_ms / 1000
+                    rx.last_report_ms = _mono_ms()
             elif offset < expected and size == 0:
                 expected = self._diverged(offset, expected)
                 self._report(sock, expected)
-                next_report = time.monotonic() + self.report_interval_ms / 1000
+                rx.last_report_ms = _mono_ms()
             else:
                 log.error("HA slave: frame at %d (+%d) from %s, expected %d; closing",
                           offset, size, self.master_addr, expected)

@@ -369,6 +369,34 @@ class CommitLog:
                   f"{os.strerror(self.errno()) if rc == lib.MQ_E_IO else ''}")
         return sent_end[0]
 
+    def ha_stream_for(self, sock_fd: int, stream, wait_ms: int, in_flight_end, sent_end) -> None:
+        """Master: mq_ha_stream_for for up to wait_ms (GIL released): sends what lies between
+        `stream.next` (an ffi "mq_ha_stream *") and WRITE, heartbeats, sleeps on SEQ_WRITE.  The
+        cells as in ha_send_run.  Raises StoreError on a socket error."""
+        rc = lib.mq_ha_stream_for(self._h, sock_fd, stream, wait_ms, in_flight_end, sent_end)
+        if rc:
+            check(rc, f"HA send at {stream.next}: {os.strerror(self.errno()) if rc == lib.MQ_E_IO else ''}")
+
+    def ha_read_acks(self, sock_fd: int, acks, wait_ms: int, in_flight_end) -> None:
+        """Master: mq_ha_read_acks for up to wait_ms (GIL released) on an ffi "mq_ha_acks *".
+        Raises OSError when the receive fails (the errno is in `acks`: the handle's own belongs
+        to the writer's thread)."""
+        rc = lib.mq_ha_read_acks(self._h, sock_fd, acks, wait_ms, in_flight_end)
+        if rc == lib.MQ_E_IO:
+            raise OSError(acks.err, os.strerror(acks.err))
+        check(rc, "HA acks")
+
+    def ha_slave_for(self, sock_fd: int, rx, wait_ms: int) -> bool:
+        """Slave: mq_ha_slave_for for up to wait_ms (GIL released) on an ffi "mq_ha_rx *";
+        True when a received record is invalid (nothing past rx.published is published).
+        Raises StoreError on a socket error."""
+        rc = lib.mq_ha_slave_for(self._h, sock_fd, rx, wait_ms)
+        if rc == lib.MQ_E_CORRUPT:
+            return True
+        if rc:
+            check(rc, f"HA receive at {rx.expected}: {os.strerror(self.errno()) if rc == lib.MQ_E_IO else ''}")
+        return False
+
     def ha_recv_run(self, sock_fd: int, expected: int, budget_bytes: int, body_max: int):
         """Slave: receives the frames that keep arriving at `expected` (see mq_ha_recv_run).
         Returns (why, expected, other, published, corrupt): why is "idle", "budget" or

@@ -199,6 +199,40 @@ def test_wire_as_a_4x_slave_sees_it(make_store, tmp_path, nodes):
         fake.close()
 
 
+def test_streaming_reader_joins_split_acks_and_closes_on_a_negative_one(make_store, tmp_path, nodes, caplog):
+    """(d) Once the master streams, its reader runs in C (mq_ha_read_acks): an ack sent in two
+    pieces with a pause between counts as one report, and a negative report closes the
+    connection as a violation with POS_ACKED where the valid ack left it."""
+    new_master, _ = nodes
+    master = make_store(root=tmp_path / "m")
+    end = fill(master, 200)
+    m = new_master(master, transfer_batch_size=3000)
+    fake = raw_connect(m.port)
+    try:
+        fake.sendall(W.pack_slave_report(0))
+        pos = end - end % FS
+        while pos < end:
+            offset, body = read_frame(fake)
+            assert offset == pos
+            pos += len(body)
+        assert read_frame(fake) == (end, b""), "heartbeat"
+        time.sleep(0.5)                                # past the reader's STOP_CHECK_MS: it reads in C now
+        report = W.pack_slave_report(end - 1)
+        fake.sendall(report[:3])
+        time.sleep(0.3)
+        assert master.ctl.get(C.POS_ACKED) == 0, "three bytes are no report"
+        fake.sendall(report[3:])
+        wait_for(lambda: master.ctl.get(C.POS_ACKED) == end - 1, 5, 0.01, "the ack sent in two pieces")
+        with caplog.at_level(logging.ERROR, logger="mq.ha.master"):
+            fake.sendall(b"\xff" * 8)
+            assert wait_closed(fake, 10)
+            wait_for(lambda: not m.slaves(), 5, 0.01, "the connection to go")
+        assert m.violations == 1 and master.ctl.get(C.POS_ACKED) == end - 1
+        assert any("negative offset" in r.getMessage() for r in caplog.records)
+    finally:
+        fake.close()
+
+
 def test_forged_ack_beyond_what_was_sent_closes_the_connection(make_store, tmp_path, nodes, caplog):
     """(d) A peer that acks an offset the master has written but not yet sent to
     it (it does not read, so the master's sends stall) is a protocol violation:
