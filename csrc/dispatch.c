@@ -33,3 +33,65 @@ int mq_dispatch_batch(void *mem, const mq_scan_rec *recs, uint32_t n, mq_cq_map 
     *done_out = n;
     return MQ_OK;
 }
+
+int mq_dispatch_for(mq_commitlog *cl, mq_dispatch_run *d, uint32_t wait_ms) {
+    assert(d && d->recs && d->maps && d->cap > 0);
+    mq_ctl *c = cl->ctl;
+    const int64_t deadline = mono_ms() + wait_ms;
+    d->why = MQ_DISPATCH_WAITED;
+    for (;;) {
+        uint32_t seen = mq_ctl_seq(c, d->end_seq);              /* before the look: a move after it wakes */
+        uint64_t start = ctl_load(c, MQ_POS_DISPATCHED), end = ctl_load(c, d->end_pos);
+        if (d->rebase && start < ctl_load(c, MQ_POS_MIN)) { d->why = MQ_DISPATCH_CALLER; return MQ_OK; }
+        if (start < end) {
+            if (d->index && d->index_from > start) d->index_from = start;
+            uint32_t n = 0, done = 0, slot = 0;
+            uint64_t next = start;
+            int64_t qoff = 0;
+            int stop = MQ_SCAN_LIMIT;
+            int rc = mq_commitlog_scan(cl, start, end, 0, 2, d->recs, d->cap, &n, &next, &stop);
+            if (rc) return rc;
+            if (stop != MQ_SCAN_LIMIT && stop != MQ_SCAN_FULL && stop != MQ_SCAN_END) {
+                d->why = MQ_DISPATCH_CALLER;
+                return MQ_OK;
+            }
+            if (n) {
+                rc = mq_dispatch_batch(c, d->recs, n, d->maps, &done, &slot, &qoff);
+                if (rc == MQ_E_RANGE) { d->why = MQ_DISPATCH_CALLER; return MQ_OK; }
+                if (rc) return rc;
+                if (d->index) {
+                    rc = mq_index_build(cl, d->index, d->recs, n, d->index_from, &done);
+                    uint32_t upto = rc == MQ_OK ? n : done;
+                    if (upto && d->index_from < d->recs[upto - 1].phy_offset + 1)
+                        d->index_from = d->recs[upto - 1].phy_offset + 1;
+                    if (rc == MQ_E_FULL) {
+                        /* recs[0..done) are in their queues and the index: DISPATCHED moves to
+                         * recs[done], so the caller's walk (which first lowers the index's resume
+                         * point to DISPATCHED) neither indexes them twice nor skips one */
+                        if (done) {
+                            const mq_scan_rec *r = &d->recs[done];
+                            d->last_store_ts_ms = d->recs[done - 1].store_ts_ms;
+                            d->records += done;
+                            mq_ctl_advance(c, MQ_POS_DISPATCHED, d->end_pos == MQ_POS_COMMITTED ? r->dl_pos : r->phy_offset);
+                            mq_ctl_wake(c, MQ_SEQ_DISPATCH);
+                        }
+                        d->why = MQ_DISPATCH_CALLER;
+                        return MQ_OK;
+                    }
+                    if (rc) return rc;
+                }
+                d->last_store_ts_ms = d->recs[n - 1].store_ts_ms;
+                d->records += n;
+            }
+            if (next != start) {
+                mq_ctl_advance(c, MQ_POS_DISPATCHED, next);
+                if (n) mq_ctl_wake(c, MQ_SEQ_DISPATCH);
+                if (mono_ms() >= deadline) return MQ_OK;
+                continue;
+            }
+        }
+        int64_t now = mono_ms();
+        if (now >= deadline) return MQ_OK;
+        (void)mq_ctl_wait(c, d->end_seq, seen, deadline - now > 1 ? (int)(deadline - now) : 1);
+    }
+}

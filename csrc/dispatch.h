@@ -18,12 +18,29 @@
  *     *need_slot_out and *need_qoff_out say which file to map; the caller maps it and calls
  *     again from there.  maps is indexed by slot (MQ_QUEUE_SLOTS entries).  One writer per
  *     store (the dispatch role).  Readers see an entry once CQ_MAX covers it.
+ * mq_dispatch_for  the dispatch role's steady state for up to wait_ms, no Python between wakes:
+ *     scan [DISPATCHED, END) (d->end_pos: WRITE, or COMMITTED in DLedger mode) a batch of
+ *     d->cap records at a time (resolve_slots 2), mq_dispatch_batch, mq_index_build into
+ *     d->index (NULL: no index; records below d->index_from are skipped, and d->index_from
+ *     first drops to DISPATCHED, then rises past each record indexed), DISPATCHED advanced
+ *     and SEQ_DISPATCH woken per batch; with nothing to dispatch it sleeps on d->end_seq.
+ *     d->last_store_ts_ms and d->records (added to) follow the records dispatched.  Whatever
+ *     it does not do whole stops it before DISPATCHED moves past that batch, with d->why =
+ *     MQ_DISPATCH_CALLER, for the caller's own walk to take over from DISPATCHED: a CQ file
+ *     not in d->maps, an index file without room, a scan stop other than LIMIT, FULL or END,
+ *     and (d->rebase set) DISPATCHED below MIN.  What it did of that batch is redone by that
+ *     walk: CQ entries at their own offsets (idempotent); except that before an index file
+ *     without room the records indexed are dispatched (DISPATCHED moves to the first one not
+ *     indexed: the caller's walk lowers the index's resume point to DISPATCHED first).
+ *     MQ_DISPATCH_WAITED when wait_ms passed.  Errors of the scan, the batch and the index
+ *     build other than those.
  */
 #ifndef MQ_DISPATCH_H
 #define MQ_DISPATCH_H
 
 #include "mqbase.h"
 #include "commitlog.h"
+#include "index.h"
 
 #define MQ_CQ_ENTRY_SIZE       20
 
@@ -34,6 +51,24 @@ typedef struct mq_cq_map {
     int64_t delay_ms;         /* >= 0: SCHEDULE_TOPIC level delay (tags = store ts + delay); -1 otherwise */
 } mq_cq_map;
 
+#define MQ_DISPATCH_WAITED     0
+#define MQ_DISPATCH_CALLER     1
+
+typedef struct mq_dispatch_run {
+    mq_scan_rec *recs;                           /* the scan batch: cap records */
+    mq_cq_map *maps;                             /* MQ_QUEUE_SLOTS, as for mq_dispatch_batch */
+    const mq_index_map *index;                   /* NULL: no message index (off or paused) */
+    uint64_t index_from;                         /* in/out: records from here on get index entries */
+    int64_t last_store_ts_ms;                    /* in/out: STORETS of the last record dispatched */
+    uint64_t records;                            /* in/out: records dispatched, added to */
+    uint32_t cap;
+    int32_t end_pos;                             /* MQ_POS_WRITE, or MQ_POS_COMMITTED (DLedger) */
+    int32_t end_seq;                             /* MQ_SEQ_WRITE, or MQ_SEQ_COMMIT */
+    int32_t rebase;                              /* DISPATCHED below MIN is the caller's (an install) */
+    int32_t why;                                 /* out: MQ_DISPATCH_* */
+} mq_dispatch_run;
+
+int      mq_dispatch_for(mq_commitlog *cl, mq_dispatch_run *d, uint32_t wait_ms);
 int      mq_dispatch_batch(void *mem, const mq_scan_rec *recs, uint32_t n, mq_cq_map *maps,
                            uint32_t *done_out, uint32_t *need_slot_out, int64_t *need_qoff_out);
 

@@ -38,6 +38,7 @@ log = logging.getLogger("mq.store.dispatch")
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 SCAN_BATCH_RECORDS = 16384
 SPACE_RETRY_S = 0.5            # how often a dispatch paused for disk space tries again
+DISPATCH_WAIT_MS = 100         # one C walk's length: how often the role looks at its stop flag
 
 
 class Dispatcher:
@@ -65,6 +66,10 @@ class Dispatcher:
         self._need_slot = ffi.new("uint32_t *")
         self._need_qoff = ffi.new("int64_t *")
         self._refused_since: float | None = None     # monotonic s: the disk refused CQ space
+        # the steady state's C walk (mq_dispatch_for): its batch is the scanner's array
+        self._run = ffi.new("mq_dispatch_run *", {"recs": self.scanner.recs, "cap": self.scanner.capacity,
+                                                  "end_pos": self.end_pos, "end_seq": self.end_seq,
+                                                  "rebase": rebase is not None})
 
     def _map_for(self, slot: int, queue_offset: int) -> None:
         """Points maps[slot] at the CQ file holding queue_offset (creating it)."""
@@ -140,6 +145,35 @@ class Dispatcher:
             self.ctl.wake(C.SEQ_DISPATCH)
         return total
 
+    def dispatch_for(self, wait_ms: int) -> bool:
+        """The steady state in C for up to wait_ms (mq_dispatch_for, GIL released): dispatch
+        and index whenever records are published, sleep otherwise.  Whatever C leaves to Python
+        (a CQ file to map, an index file without room, an install, a bad scan stop) is done by
+        dispatch_once() from DISPATCHED before this returns.  False when C cannot run at all
+        (the disk refused CQ space, or the index has no open file): call dispatch_once()."""
+        ix = self.index
+        if self._refused_since is not None or (ix is not None and (not ix.opened or ix.cur is None)):
+            return False
+        d = self._run
+        d.maps = self.maps                      # (an install replaces the array)
+        indexing = ix is not None and time.monotonic() >= ix.paused_until
+        d.index = ix.cur.map if indexing else ffi.NULL
+        if ix is not None:
+            d.index_from = ix.from_phy
+        d.last_store_ts_ms = self.last_store_ts_ms
+        d.records = 0
+        rc = lib.mq_dispatch_for(self.cl.handle, d, wait_ms)
+        if ix is not None:
+            ix.from_phy = d.index_from
+            if indexing and d.records:
+                ix.indexed_ts_ms = d.last_store_ts_ms
+        self.last_store_ts_ms = d.last_store_ts_ms
+        self.records_dispatched += d.records
+        check(rc, "dispatch")
+        if d.why == lib.MQ_DISPATCH_CALLER:
+            self.dispatch_once()
+        return True
+
     def _rebase(self) -> int:
         """DISPATCHED below MIN: only an install moves MIN past what is dispatched (retention
         deletes dispatched files only).  The store finishes it (files below go, queues restart);
@@ -199,6 +233,8 @@ class Dispatcher:
             while not stop.is_set():
                 if self._flush_failure is not None:
                     raise self._flush_failure
+                if self.dispatch_for(DISPATCH_WAIT_MS):
+                    continue
                 seen = self.ctl.seq(self.end_seq)
                 self.dispatch_once()
                 if self._refused_since is not None:
