@@ -169,28 +169,41 @@ def test_acks_advance_pos_acked_and_release_waiters(make_store, tmp_path, nodes)
     assert m.slaves()[0]["addr"].startswith("127.0.0.1:")
 
 
+def _streaming_to_a_fake(make_store, tmp_path, nodes):
+    """A master holding 200 records and streaming (frames of <= 3000 bytes) to a raw socket
+    that reported 0 (an empty slave): (store, HAMaster, socket, the log's end)."""
+    new_master, _ = nodes
+    master = make_store(root=tmp_path / "m")
+    end = fill(master, 200)
+    m = new_master(master, transfer_batch_size=3000)
+    fake = raw_connect(m.port)
+    fake.sendall(W.pack_slave_report(0))
+    return master, m, fake, end
+
+
+def _read_stream(fake, start: int, end: int) -> bytes:
+    """The frames' bodies from start to end, each contiguous, of <= 3000 bytes, in one file."""
+    pos, got = start, bytearray()
+    while pos < end:
+        offset, body = read_frame(fake)
+        assert offset == pos and 0 < len(body) <= 3000
+        assert offset // FS == (offset + len(body) - 1) // FS, "a frame stays inside one file"
+        got += body
+        pos += len(body)
+    return bytes(got)
+
+
 def test_wire_as_a_4x_slave_sees_it(make_store, tmp_path, nodes):
     """The bytes on the HA port, read by hand: after an 8-byte report of 0 the
     master streams contiguous frames from the start of its last file, each at
     most transfer_batch_size and inside one file, that equal its log; with
     nothing left it heartbeats (header only, at the next offset); an ack of
     exactly what was sent moves POS_ACKED there."""
-    new_master, _ = nodes
-    master = make_store(root=tmp_path / "m")
-    end = fill(master, 200)
-    m = new_master(master, transfer_batch_size=3000)
-    fake = raw_connect(m.port)
+    master, _, fake, end = _streaming_to_a_fake(make_store, tmp_path, nodes)
     try:
-        fake.sendall(W.pack_slave_report(0))
-        pos = start = end - end % FS
-        got = bytearray()
-        while pos < end:
-            offset, body = read_frame(fake)
-            assert offset == pos and 0 < len(body) <= 3000
-            assert offset // FS == (offset + len(body) - 1) // FS, "a frame stays inside one file"
-            got += body
-            pos += len(body)
-        assert bytes(got) == log_bytes(master, start, end)
+        start = end - end % FS
+        got = _read_stream(fake, start, end)
+        assert got == log_bytes(master, start, end)
         assert read_frame(fake) == (end, b""), "heartbeat"
         assert master.ctl.get(C.POS_ACKED) == 0
         fake.sendall(W.pack_slave_report(end))
@@ -203,18 +216,9 @@ def test_streaming_reader_joins_split_acks_and_closes_on_a_negative_one(make_sto
     """(d) Once the master streams, its reader runs in C (mq_ha_read_acks): an ack sent in two
     pieces with a pause between counts as one report, and a negative report closes the
     connection as a violation with POS_ACKED where the valid ack left it."""
-    new_master, _ = nodes
-    master = make_store(root=tmp_path / "m")
-    end = fill(master, 200)
-    m = new_master(master, transfer_batch_size=3000)
-    fake = raw_connect(m.port)
+    master, m, fake, end = _streaming_to_a_fake(make_store, tmp_path, nodes)
     try:
-        fake.sendall(W.pack_slave_report(0))
-        pos = end - end % FS
-        while pos < end:
-            offset, body = read_frame(fake)
-            assert offset == pos
-            pos += len(body)
+        _read_stream(fake, end - end % FS, end)
         assert read_frame(fake) == (end, b""), "heartbeat"
         time.sleep(0.5)                                # past the reader's STOP_CHECK_MS: it reads in C now
         report = W.pack_slave_report(end - 1)
