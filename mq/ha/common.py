@@ -78,7 +78,8 @@ TAKE_BACK_FOREVER_MS = 1 << 62         # the write gate while taken-back records
 
 
 def monotonic_ms() -> int:
-    """The clock of POS_HA_TAKE_BACK_UNTIL (CLOCK_MONOTONIC: one clock for all processes)."""
+    """The clock of POS_HA_TAKE_BACK_UNTIL and of the C loops' timestamps (CLOCK_MONOTONIC: one
+    clock for all processes, and C's mono_ms)."""
     return int(time.monotonic() * 1000)
 
 

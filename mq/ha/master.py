@@ -69,7 +69,7 @@ from mq.wire.errors import WireError
 
 from .common import (CONNECTIONS_MAX, FRAME_BODY_SIZE_MAX, JOIN_TIMEOUT_S, REPORT_READ_SIZE_MAX, RUN_BYTES_MAX,
                      STATUS_INTERVAL_S, STOP_CHECK_MS, TAKE_BACK_FOREVER_MS, WRITE_WAIT_MS, configure_socket,
-                     readable, shutdown_quietly, taking_back)
+                     monotonic_ms, readable, shutdown_quietly, taking_back)
 
 log = logging.getLogger("mq.ha.master")
 
@@ -208,7 +208,7 @@ class SlaveConnection:
         a.start = self.start_offset
         a.carry_n = len(buf)
         ffi.memmove(a.carry, bytes(buf), len(buf))
-        a.last_read_ms = int(last_read * 1000)
+        a.last_read_ms = int(last_read * 1000)           # (time.monotonic: C's CLOCK_MONOTONIC)
         fd = self.sock.fileno()
         while not self.closed and not m._stopping:
             try:
@@ -230,7 +230,7 @@ class SlaveConnection:
                               self.addr, a.bad, self.in_flight_end)
                     self.close("ack beyond the sent offset")
                 return
-            idle_ms = time.monotonic() * 1000 - a.last_read_ms
+            idle_ms = monotonic_ms() - a.last_read_ms
             if idle_ms >= m.housekeeping_interval_ms:
                 self.close(f"nothing received for {idle_ms:.0f} ms")
 

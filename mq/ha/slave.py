@@ -45,7 +45,6 @@ from __future__ import annotations
 import logging
 import socket
 import threading
-import time
 from typing import Callable
 
 from mq.store import control as C
@@ -54,17 +53,12 @@ from mq.store.native import StoreError, ffi, lib
 from mq.wire import ha as W
 
 from .common import FRAME_BODY_SIZE_MAX, JOIN_TIMEOUT_S, REPORT_EVERY_BYTES, SLAVE_RCVBUF_BYTES, STOP_CHECK_MS, \
-    configure_socket, parse_addr, shutdown_quietly
+    configure_socket, monotonic_ms, parse_addr, shutdown_quietly
 from .truncate import rebase_empty, truncate_to
 
 log = logging.getLogger("mq.ha.slave")
 
 RETRY_FIRST_MS = 200      # the first reconnect after a failure; doubling up to retry_interval_ms
-
-
-def _mono_ms() -> int:
-    """CLOCK_MONOTONIC in ms, the clock of the C loop's timestamps."""
-    return time.monotonic_ns() // 1_000_000
 
 
 class SessionEnd(Exception):
@@ -205,7 +199,7 @@ class HASlave:
         # here the flags, the idle limit and every header that is not the next frame
         rx = ffi.new("mq_ha_rx *", {"expected": expected, "budget": REPORT_EVERY_BYTES, "body_max": FRAME_BODY_SIZE_MAX,
                                     "report_interval_ms": self.report_interval_ms})
-        rx.last_report_ms = rx.last_read_ms = _mono_ms()
+        rx.last_report_ms = rx.last_read_ms = monotonic_ms()
         fd = sock.fileno()
         while not self._stop.is_set():
             rx.expected = expected
@@ -217,7 +211,7 @@ class HASlave:
             if rx.expected != expected:
                 expected = self.received_end = rx.expected
             if rx.why != lib.MQ_HA_RX_OTHER:
-                idle_ms = _mono_ms() - rx.last_read_ms
+                idle_ms = monotonic_ms() - rx.last_read_ms
                 if idle_ms >= self.housekeeping_interval_ms:
                     log.warning("HA slave: nothing from master %s for %.0f ms; closing", self.master_addr, idle_ms)
                     raise SessionEnd("master silent")
@@ -225,7 +219,7 @@ class HASlave:
             offset, size = rx.other_offset, rx.other_size
             if size == W.TAKE_BACK_SIZE & 0xFFFFFFFF:
                 self._give_back(sock, offset, expected)
-                rx.last_report_ms = _mono_ms()
+                rx.last_report_ms = monotonic_ms()
                 continue
             if size > FRAME_BODY_SIZE_MAX:
                 log.error("HA slave: bad frame header from %s (body of %d bytes, over %d); closing",
@@ -241,7 +235,7 @@ class HASlave:
             if offset == expected:
                 if size:                           # the first frame after a re-base
                     cl.ha_recv_body(sock.fileno(), offset, size)
-                    rx.last_read_ms = _mono_ms()
+                    rx.last_read_ms = monotonic_ms()
                     published, corrupt = cl.ha_publish(offset + size)
                     if corrupt:
                         log.error("HA slave: the data from %s is not valid at %d (frame [%d, +%d)); "
@@ -249,11 +243,11 @@ class HASlave:
                                   offset, size, published)
                         raise SessionEnd("corrupt data")
                     expected = self._received(sock, offset + size)
-                    rx.last_report_ms = _mono_ms()
+                    rx.last_report_ms = monotonic_ms()
             elif offset < expected and size == 0:
                 expected = self._diverged(offset, expected)
                 self._report(sock, expected)
-                rx.last_report_ms = _mono_ms()
+                rx.last_report_ms = monotonic_ms()
             else:
                 log.error("HA slave: frame at %d (+%d) from %s, expected %d; closing",
                           offset, size, self.master_addr, expected)
