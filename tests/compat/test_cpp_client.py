@@ -12,10 +12,11 @@ import time
 import pytest
 
 rocketmq = pytest.importorskip("rocketmq.client", reason="pip install rocketmq==0.4.4 (make test does)")
-from rocketmq.client import Message, Producer, PullConsumer  # noqa: E402
+from rocketmq.client import Message, PullConsumer  # noqa: E402
 
 from mq.remoting import RemotingClient  # noqa: E402
 from mq.cluster import Broker, NameServer, wait_dispatched, wait_for  # noqa: E402
+from tests.compat.cpp_producer import Producer  # noqa: E402
 from tests.compat.cpp_push import ChildPushConsumer  # noqa: E402
 
 _ids = itertools.count()

@@ -16,13 +16,14 @@ import time
 import pytest
 
 rocketmq = pytest.importorskip("rocketmq.client", reason="pip install rocketmq==0.4.4 (make test does)")
-from rocketmq.client import Message, Producer, PullConsumer  # noqa: E402
+from rocketmq.client import Message, PullConsumer  # noqa: E402
 
 from mq.acl.sign import SessionCredentials  # noqa: E402
 from mq.client.admin import AdminClient, TopicConfig  # noqa: E402
 from mq.cluster import BIN, Broker, NameServer, wait_for  # noqa: E402
 from mq.client.errors import MQBrokerError  # noqa: E402
 from mq.remoting import RemotingClient, RequestCode as R, ResponseCode as RC  # noqa: E402
+from tests.compat.cpp_producer import Producer  # noqa: E402
 from tests.compat.cpp_push import ChildPushConsumer  # noqa: E402
 
 APP = SessionCredentials("appkey01", "appsecret01")
