@@ -7,6 +7,12 @@ version, never half; a failed write leaves the old version and no tmp file.  rea
 reads it back (fastjson's unquoted integer keys accepted), falling back to .bak when the main
 file is empty or unreadable.
 
+replace_text(path, text) is for a status file other processes of this host read, not for a
+crash: the text goes to <path>.tmp and is renamed over the original (a reader sees the old or
+the new version whole), with no fsync and no .bak.  Such a file is rewritten every second and
+means nothing after a restart; an fsync a second per writer (two, with the directory's) forced
+a journal commit each time, pushing every other process's writes to the disk with it.
+
 fsync_path and fsync_dir sync by path.  Why not mmap.flush() for a mapped file: CPython 3.11's
 calls msync with the GIL held, so a thread syncing a mapped file on a busy disk (seconds, when
 the kernel has gigabytes of other writes to push first) stops every other thread of its
@@ -75,6 +81,22 @@ def write_atomic(path: str, text: str) -> None:
             pass
         raise
     fsync_dir(directory)
+
+
+def replace_text(path: str, text: str) -> None:
+    """Replaces `path` with `text` for readers on this host (see the module docstring).  OSError
+    when it could not: `path` is then its old version, and no tmp file is left."""
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def _keep_backup(path: str) -> None:

@@ -48,7 +48,6 @@ A clean stop of a ready leader first hands leadership to the most caught-up foll
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import json
 import logging
@@ -59,6 +58,7 @@ import threading
 import time
 
 from mq import loop as mq_loop
+from mq.files import replace_text
 from mq.logs import Episode
 from mq.store import control as C
 from mq.store.bells import DLEDGER_BELL, Bell
@@ -901,16 +901,7 @@ class DLedgerRole:
     def _write_status(self) -> None:
         self._last_status = time.monotonic()
         try:
-            path = os.path.join(self.cfg.storePathRootDir, STATUS_FILE)
-            tmp = path + ".tmp"
-            try:
-                with open(tmp, "w", encoding="utf-8") as f:
-                    json.dump(self.status(), f)
-                os.replace(tmp, path)
-            except OSError:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)              # a full disk leaves no half-written tmp file behind
-                raise
+            replace_text(os.path.join(self.cfg.storePathRootDir, STATUS_FILE), json.dumps(self.status()))
         except OSError as e:
             self._status_episode.failed(e)
         else:
