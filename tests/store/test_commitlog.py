@@ -258,17 +258,24 @@ def test_zero_copy_view_is_the_mapped_bytes(make_store):
         s.cl.view(s.cl.write_pos, 1)
 
 
-def test_next_file_is_prepared_in_background(make_store):
-    """The preparer creates the next CommitLog file at full size before an
-    append needs it."""
-    s = make_store(mappedFileSizeCommitLog=64 * 1024)
-    s.put("N", 0, b"x")
-    nxt = os.path.join(s.config.commitlog_dir, "%020d" % (64 * 1024))
+def test_next_file_is_prepared_in_background_from_half_way(make_store):
+    """The preparer creates the next CommitLog file at full size before an append needs it, once
+    the write position is PREPARE_NEXT_AT into the current file, not before (a pre-touched page is
+    a page of zeros the kernel writes to the disk)."""
     import time
+    from mq.store.commitlog import PREPARE_CHECK_S, PREPARE_NEXT_AT
+    size = 64 * 1024
+    s = make_store(mappedFileSizeCommitLog=size)
+    s.put("N", 0, b"x")
+    nxt = os.path.join(s.config.commitlog_dir, "%020d" % size)
+    time.sleep(PREPARE_CHECK_S * 4)                          # four of the preparer's looks
+    assert not os.path.exists(nxt)
+    while s.cl.write_pos < size * PREPARE_NEXT_AT:
+        s.put("N", 0, b"x" * 1000)
     deadline = time.monotonic() + 5
     while not os.path.exists(nxt) and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert os.path.getsize(nxt) == 64 * 1024
+    assert s.cl.write_pos < size and os.path.getsize(nxt) == size
 
 
 def test_second_owner_is_refused(make_store, tmp_path):
