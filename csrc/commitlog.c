@@ -147,11 +147,13 @@ void mq_commitlog_close(mq_commitlog *cl) {
 
 int mq_commitlog_errno(mq_commitlog *cl) { return cl->last_errno; }
 
-int mq_commitlog_prepare_file(mq_commitlog *cl, uint64_t file_index) {
+int mq_commitlog_prepare_file(mq_commitlog *cl, uint64_t file_index, uint64_t from_pos) {
     uint8_t *base;
     int rc = seg_get(cl, file_index, 1, &base);
     if (rc) return rc;
-    for (uint64_t off = 0; off < cl->file_size; off += MQ_PAGE)
+    const uint64_t start = file_index * cl->file_size;
+    uint64_t first = from_pos > start ? (from_pos - start) & ~(uint64_t)(MQ_PAGE - 1) : 0;
+    for (uint64_t off = first; off < cl->file_size; off += MQ_PAGE)
         __atomic_fetch_add((uint64_t *)(base + off), 0, __ATOMIC_RELAXED);
     return MQ_OK;
 }

@@ -113,8 +113,10 @@
  *     DLedger mode walks entries (index continuity, terms never going back) and returns the
  *     records inside them.  Lock-free (except slot creation).
  * mq_commitlog_prepare_file  creates, sizes (fallocate), maps and pre-touches file
- *     `file_index` so the first append into it takes no page faults; the touch (an atomic add
- *     of 0 per page) changes no byte a concurrent appender writes.  MQ_OK or file errors.
+ *     `file_index` from the page of log position `from_pos` on (0: the whole file; the pages
+ *     before the write position hold records, and touching one only makes the kernel write it
+ *     again), so the first append into a page takes no fault; the touch (an atomic add of 0 per
+ *     page) changes no byte a concurrent appender writes.  MQ_OK or file errors.
  * mq_commitlog_flush  makes [FLUSHED, WRITE) durable with msync(MS_SYNC), file by file.  Skips
  *     (MQ_OK, nothing done) when fewer than least_pages dirty pages are in the current file and
  *     no older file has unflushed bytes (RocketMQ's isAbleToFlush).  MQ_OK: FLUSHED and
@@ -263,7 +265,7 @@ int      mq_commitlog_scan(mq_commitlog *cl, uint64_t from, uint64_t limit, int 
                            int resolve_slots, mq_scan_rec *out, uint32_t cap, uint32_t *n_out,
                            uint64_t *next_out, int *stop_out);
 
-int      mq_commitlog_prepare_file(mq_commitlog *cl, uint64_t file_index);
+int      mq_commitlog_prepare_file(mq_commitlog *cl, uint64_t file_index, uint64_t from_pos);
 int      mq_commitlog_flush(mq_commitlog *cl, uint32_t least_pages, uint64_t *flushed_out);
 int      mq_commitlog_zero_tail(mq_commitlog *cl, uint64_t from);
 int      mq_commitlog_release(mq_commitlog *cl, uint64_t below, uint64_t from_index);

@@ -556,8 +556,9 @@ class CommitLog:
         return True, prog[0]
 
     # ---- the next file, prepared ahead -----------------------------------------
-    def prepare_file(self, file_index: int) -> None:
-        check(lib.mq_commitlog_prepare_file(self._h, file_index), f"prepare file {file_index}")
+    def prepare_file(self, file_index: int, from_pos: int = 0) -> None:
+        """Creates, maps and pre-touches the file from log position from_pos's page on."""
+        check(lib.mq_commitlog_prepare_file(self._h, file_index, from_pos), f"prepare file {file_index}")
         self._prepared.add(file_index)
 
     def start_preparer(self) -> None:
@@ -585,7 +586,7 @@ class CommitLog:
             for idx in (fi, *ahead):
                 if idx not in self._prepared:
                     try:
-                        self.prepare_file(idx)
+                        self.prepare_file(idx, pos)
                     except Exception as e:  # disk full etc.: appends will report it
                         log.warning("could not prepare commitlog file %d: %s", idx, e)
                         self._stop.wait(1.0)

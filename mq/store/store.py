@@ -229,8 +229,10 @@ class MessageStore:
             pass
         fsync_dir(self.root)
         self.checkpoint.clear_clean()
-        fi = self.cl.write_pos // cfg.mappedFileSizeCommitLog
-        self.cl.prepare_file(fi)
+        # the current file from the write position on: touching the records before it would only
+        # make the kernel write them again (a whole file at each restart)
+        pos = self.cl.write_pos
+        self.cl.prepare_file(pos // cfg.mappedFileSizeCommitLog, pos)
         if prepare_files:
             self.cl.start_preparer()
 
