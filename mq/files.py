@@ -7,7 +7,7 @@ version, never half; a failed write leaves the old version and no tmp file.  rea
 reads it back (fastjson's unquoted integer keys accepted), falling back to .bak when the main
 file is empty or unreadable.
 
-replace_text(path, text) is for a status file other processes of this host read, not for a
+replace_file(path, data) is for a status file other processes of this host read, not for a
 crash: the text goes to <path>.tmp and is renamed over the original (a reader sees the old or
 the new version whole), with no fsync and no .bak.  Such a file is rewritten every second and
 means nothing after a restart; an fsync a second per writer (two, with the directory's) forced
@@ -65,31 +65,28 @@ def write_atomic(path: str, text: str) -> None:
     `path` is then its old version, and no tmp file is left (it would hold the disk's space)."""
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, exist_ok=True)
-    tmp = path + ".tmp"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        if os.path.exists(path):
-            _keep_backup(path)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    _via_tmp(path, text.encode("utf-8"), durable=True)
     fsync_dir(directory)
 
 
-def replace_text(path: str, text: str) -> None:
-    """Replaces `path` with `text` for readers on this host (see the module docstring).  OSError
+def replace_file(path: str, data: str | bytes) -> None:
+    """Replaces `path` with `data` for readers on this host (see the module docstring).  OSError
     when it could not: `path` is then its old version, and no tmp file is left."""
+    _via_tmp(path, data.encode("utf-8") if isinstance(data, str) else data, durable=False)
+
+
+def _via_tmp(path: str, data: bytes, durable: bool) -> None:
+    """data to <path>.tmp (fsynced, and the old version kept as .bak, when durable), then renamed
+    over `path`; the tmp file is removed when anything fails."""
     tmp = path + ".tmp"
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
+        with open(tmp, "wb") as f:
+            f.write(data)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        if durable and os.path.exists(path):
+            _keep_backup(path)
         os.replace(tmp, path)
     except BaseException:
         try:

@@ -58,7 +58,7 @@ import threading
 import time
 
 from mq import loop as mq_loop
-from mq.files import replace_text
+from mq.files import replace_file
 from mq.logs import Episode
 from mq.store import control as C
 from mq.store.bells import DLEDGER_BELL, Bell
@@ -901,7 +901,7 @@ class DLedgerRole:
     def _write_status(self) -> None:
         self._last_status = time.monotonic()
         try:
-            replace_text(os.path.join(self.cfg.storePathRootDir, STATUS_FILE), json.dumps(self.status()))
+            replace_file(os.path.join(self.cfg.storePathRootDir, STATUS_FILE), json.dumps(self.status()))
         except OSError as e:
             self._status_episode.failed(e)
         else:

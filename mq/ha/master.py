@@ -46,7 +46,7 @@ below our end opens writes at once (a kill -9 loses nothing written: only the po
 beyond our end after the window is truncated as before (logged as possible loss).
 
 Status for other processes (io workers decide SLAVE_NOT_AVAILABLE from it):
-<store root>/ha-status.json, replaced whole (mq.files.replace_text: no fsync, it is
+<store root>/ha-status.json, replaced whole (mq.files.replace_file: no fsync, it is
 not for a crash) on every connect and disconnect and every STATUS_INTERVAL_S:
     {"slaves": [{"addr", "ackOffset", "sentOffset", "since", "startOffset"}],
      "updated": ms, "listen": "host:port"}
@@ -62,7 +62,7 @@ import time
 from mq.logs import Episode
 from mq.store import control as C
 from mq.store.commitlog import CommitLog
-from mq.files import replace_text
+from mq.files import replace_file
 from mq.store.native import StoreError, ffi, lib
 from mq.wire import ha as W
 from mq.wire.errors import WireError
@@ -564,7 +564,7 @@ class HAMaster:
                    "listen": f"{self.listen_host}:{self.port}"}
             self._status_at = time.monotonic()
             try:
-                replace_text(self.status_path, json.dumps(doc))
+                replace_file(self.status_path, json.dumps(doc))
             except OSError as e:
                 self._status_episode.failed(e)
             else:

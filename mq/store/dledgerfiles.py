@@ -28,7 +28,7 @@ import errno
 import logging
 import os
 
-from mq.files import fsync_dir, write_atomic
+from mq.files import fsync_dir, replace_file, write_atomic
 from mq.wire import dledger as W
 
 log = logging.getLogger("mq.store.dledgerfiles")
@@ -112,7 +112,7 @@ def _replace(path: str, text: str, durable: bool) -> None:
         if durable:
             write_atomic(path, text)
         else:
-            _write_fresh(path, data)
+            replace_file(path, data)
     else:
         try:
             os.pwrite(fd, data, 0)
@@ -138,20 +138,6 @@ def _open_spare(spare: str) -> int:
         os.unlink(spare)
         return -1
     return fd
-
-
-def _write_fresh(path: str, data: bytes) -> None:
-    tmp = path + ".tmp"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 _spareless: set[str] = set()      # spares a full disk kept us from making (logged once each)
