@@ -61,10 +61,12 @@ class Producer(_CppProducer):
                 return super().send_sync(msg)
             except ProducerSendSyncFailed:
                 now = _log_file()
-                with open(now, errors="replace") as f:
-                    if now == path:
-                        f.seek(start)
-                    written = f.read()
+                written = ""
+                if now is not None:                 # no log: nothing says it was never sent
+                    with open(now, errors="replace") as f:
+                        if now == path:
+                            f.seek(start)
+                        written = f.read()
                 if sends == MAX_SENDS or not never_sent(written):
                     raise
                 warnings.warn("librocketmq.so failed a send at its own connection lock without sending it "
