@@ -50,6 +50,8 @@ STOP_WAIT_S = 75          # a clean stop (SIGTERM) this long, then SIGKILL to it
 LOG_TAIL_LINES = 12       # lines of a log shown when its process exits
 LOG_READ_MAX = 1 << 20    # bytes of a log copied to the terminal per turn of the loop
 POLL_S = 0.1
+LEFTOVER_WAIT_S = 10.0    # a restart waits this long for a dead run's processes to free its ports,
+LEFTOVER_KILL_WAIT_S = 5.0  # then kills that run's session and waits this long more
 
 
 class SetupError(Exception):
@@ -644,6 +646,30 @@ When a process exits the others keep running: type its name and Enter to start i
 running one is stopped first), `status` for the table above.  Ctrl-C stops them all.
 """)
 
+    def _release_ports(self, m: Member) -> tuple[int, str] | None:
+        """Waits until the ports of `m` are free; the one still taken after that, or None.  Its last
+        run's processes can hold them a moment after the one the launcher started died: a broker
+        killed with SIGKILL leaves its io workers and roles, which exit once they see their parent
+        gone (seen: a restart typed right after the kill found the fast port taken).  They are
+        given LEFTOVER_WAIT_S, then SIGKILL to that run's session (its process group: only processes
+        it started), then LEFTOVER_KILL_WAIT_S."""
+        busy = m.busy_port()
+        if busy is None or m.proc is None:
+            return busy
+        self.console.say(f"*** waiting for {m.name}'s last run to release port {busy[0]} ({busy[1]})")
+        for wait_s, kill_first in ((LEFTOVER_WAIT_S, False), (LEFTOVER_KILL_WAIT_S, True)):
+            if kill_first:
+                self.console.say(f"*** killing what is left of {m.name}'s last run (session {m.proc.pid})")
+                m.signal(signal.SIGKILL, group=True)
+            deadline = time.monotonic() + wait_s
+            while busy is not None and time.monotonic() < deadline and not self.stop_requests:
+                self.console.pump()
+                time.sleep(POLL_S)
+                busy = m.busy_port()
+            if busy is None:
+                return None
+        return busy
+
     def restart(self, name: str) -> None:
         m = next((m for m in self.members if m.name == name), None)
         if m is None:
@@ -653,10 +679,10 @@ running one is stopped first), `status` for the table above.  Ctrl-C stops them 
         if m.running:
             self.console.say(f"*** stopping {m.name} (pid {m.proc.pid})")
             self._stop([m])
-        busy = m.busy_port()
+        busy = self._release_ports(m)
         if busy is not None:
-            self.console.say(f"*** cannot start {m.name} yet: port {busy[0]} ({busy[1]}) is still in use; "
-                             "try again in a moment")
+            self.console.say(f"*** cannot start {m.name}: port {busy[0]} ({busy[1]}) is still in use "
+                             f"{LEFTOVER_WAIT_S + LEFTOVER_KILL_WAIT_S:g} s after it exited (another program?)")
             return
         m.start(self.env)
         self.console.say(f"*** {m.name} started again (pid {m.proc.pid})")

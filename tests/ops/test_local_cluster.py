@@ -312,6 +312,72 @@ def test_a_taken_port_is_refused_before_anything_starts(tmp_path, launchers):
     assert not (tmp_path / "run").exists()
 
 
+# A process that listens on argv[1] and forks a child holding that socket for argv[2] seconds,
+# whatever becomes of its parent: a broker's io worker outliving its killed supervisor a moment.
+HOLDER = """
+import os, socket, sys, time
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen()
+if os.fork() == 0:
+    time.sleep(float(sys.argv[2]))
+    os._exit(0)
+print("child", "forked", flush=True)            # (the log's first line holds this text)
+time.sleep(3600)
+"""
+
+
+@pytest.mark.parametrize("hold_s", [1.5, 3600.0], ids=["exits-by-itself", "killed"])
+def test_a_restart_waits_for_the_dead_runs_processes_to_free_its_ports(tmp_path, capsys, monkeypatch, hold_s):
+    """Typing a dead process's name right after it died: the processes it left (they hold its ports
+    a moment) are waited for, or after LEFTOVER_WAIT_S killed with the rest of that run's session,
+    and it starts again, instead of "port in use" (CI saw a broker's restart refused that way,
+    typed within milliseconds of its kill -9).  A port held by a process outside the session is
+    still refused, in one line."""
+    from mq.cli import local as L
+    monkeypatch.setattr(L, "LEFTOVER_WAIT_S", 3.0)
+    monkeypatch.setattr(L, "LEFTOVER_KILL_WAIT_S", 5.0)
+    port = free_port()
+    m = L.Member("holder", [sys.executable, "-c", HOLDER, str(port), str(hold_s)], [(port, "its port")],
+                 str(tmp_path / "holder.log"))
+    launcher = L.Launcher(L.Plan(str(tmp_path), [m], {}, 0, "Test", ""))
+    runs = []
+    try:
+        m.start(launcher.env)
+        runs.append(m.proc)
+        log_path = tmp_path / "holder.log"
+        wait_for(lambda: b"child forked" in log_path.read_bytes(), 10, what="the holder's child forked")
+        m.signal(signal.SIGKILL)
+        m.proc.wait(5)
+        assert not L.port_bindable(port)               # its child still holds the port
+        launcher.restart("holder")
+        runs.append(m.proc)
+        out = capsys.readouterr().out
+        assert f"*** waiting for holder's last run to release port {port} (its port)" in out, out
+        assert ("*** killing what is left of holder's last run" in out) == (hold_s > L.LEFTOVER_WAIT_S), out
+        assert "*** holder started again" in out, out
+        wait_for(lambda: m.closed_ports() == [], 10, what="the restarted holder listening")
+    finally:
+        for p in runs:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait(5)
+    # a port taken by someone else: one line, nothing started
+    wait_for(lambda: L.port_bindable(port), 10, what="the port free")
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", port))
+        m.proc = runs[-1]
+        monkeypatch.setattr(L, "LEFTOVER_WAIT_S", 0.2)
+        monkeypatch.setattr(L, "LEFTOVER_KILL_WAIT_S", 0.2)
+        launcher.restart("holder")
+        out = capsys.readouterr().out
+    assert f"*** cannot start holder: port {port} (its port) is still in use 0.4 s after it exited" in out, out
+    assert m.proc is runs[-1] and "started again" not in out
+
+
 # ---- the broker fixes ---------------------------------------------------------------------------------
 def test_pull_hold_stop_waits_for_its_thread(make_store):
     """PullHoldService.stop() returns only once its watch thread has left the control block,
