@@ -45,7 +45,8 @@ writes; only then does the writer start streaming, from the slave's end.  A firs
 below our end opens writes at once (a kill -9 loses nothing written: only the power or the disk can).  A slave that reports
 beyond our end after the window is truncated as before (logged as possible loss).
 
-Status for other processes (io workers decide SLAVE_NOT_AVAILABLE from it):
+Status for other processes (the runtime info, metrics and mqadmin's per-slave detail; a send's
+SLAVE_NOT_AVAILABLE is decided from the control block, mq.broker.hastatus):
 <store root>/ha-status.json, replaced whole (mq.files.replace_file: no fsync, it is
 not for a crash) on every connect and disconnect and every STATUS_INTERVAL_S:
     {"slaves": [{"addr", "ackOffset", "sentOffset", "since", "startOffset"}],

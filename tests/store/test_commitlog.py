@@ -1,5 +1,6 @@
 """CommitLog and ConsumeQueue through the real C core, parametrised over flush
 mode and small file sizes so that files roll and blank fillers happen."""
+import mmap
 import os
 import random
 import zlib
@@ -276,6 +277,33 @@ def test_next_file_is_prepared_in_background_from_half_way(make_store):
     while not os.path.exists(nxt) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert s.cl.write_pos < size and os.path.getsize(nxt) == size
+
+
+def _present_pages(path: str, pages: int) -> list[bool]:
+    """Which pages of this process's mapping of `path` have a page table entry (/proc/self/pagemap
+    bit 63, readable without privileges); a shared mapping's page gets one at its first access."""
+    import struct
+    with open("/proc/self/maps") as f:
+        start = next(int(line.split("-", 1)[0], 16) for line in f if line.rstrip().endswith(path))
+    with open("/proc/self/pagemap", "rb") as pm:
+        pm.seek(start // mmap.PAGESIZE * 8)
+        return [bool(v >> 63) for v in struct.unpack(f"<{pages}Q", pm.read(8 * pages))]
+
+
+def test_a_file_is_pre_touched_from_the_given_position_only(make_store):
+    """mq_commitlog_prepare_file(cl, file, from_pos) writes (an atomic add of 0) every page from
+    from_pos's page to the file's end and none before it: the store's open passes its write
+    position, so a restart does not dirty its records' pages again (a dirtied page is written to
+    the disk again).  Seen through this process's page table: the mapping is made by the call
+    and nothing else touches it."""
+    size = 64 * 1024
+    pages = size // mmap.PAGESIZE
+    s = make_store(mappedFileSizeCommitLog=size)
+    s.put("N", 0, b"x")                                 # far below PREPARE_NEXT_AT: file 1 is not prepared
+    nxt = os.path.join(s.config.commitlog_dir, "%020d" % size)
+    assert not os.path.exists(nxt)
+    s.cl.prepare_file(1, size + 5 * mmap.PAGESIZE + 100)
+    assert _present_pages(os.path.realpath(nxt), pages) == [False] * 5 + [True] * (pages - 5)
 
 
 def test_second_owner_is_refused(make_store, tmp_path):
