@@ -57,11 +57,12 @@ java:
 
 # three pytest-xdist workers (our scheduler in tests/conftest.py: a test file is one unit, the
 # timing tiers two units, each on a worker of its own), their temporary directories in RAM when
-# /dev/shm has TEST_SHM_MIN_KIB free (the run peaks at ~5 GB there; on the disk, the writeback of
-# three workers' brokers held the machine still for seconds), then the tests that watch
+# /dev/shm has TEST_SHM_MIN_KIB free (the run peaks at ~5 GB there); otherwise two workers on the
+# disk (the writeback of three workers' brokers held the machine still for seconds), then the tests that watch
 # host-wide /dev/shm alone, then the quick perf gates alone (they measure: nothing may run beside
 # them; on the disk, as users' brokers are).  README "tests in tiers".
 TEST_SHM_MIN_KIB := 8388608
+TEST_WORKERS = $(if $(TEST_TMPDIR),3,2)
 TEST_TMPDIR := $(shell [ -w /dev/shm ] && [ "$$(df -k --output=avail /dev/shm 2>/dev/null | tail -1)" -ge $(TEST_SHM_MIN_KIB) ] 2>/dev/null && echo /dev/shm/tmp-mqtests)
 $(CLIENT5):
 	@$(PYTHON) -m venv .venv-client5
@@ -70,7 +71,7 @@ $(CLIENT5):
 
 test: $(EXTRAS) $(CLIENT5) java
 	$(if $(TEST_TMPDIR),mkdir -p $(TEST_TMPDIR) && TMPDIR=$(TEST_TMPDIR)) \
-	  $(BIN)/pytest -q -n 3 --dist loadscope --durations=20 -m "not host_exclusive" tests
+	  $(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadscope --durations=20 -m "not host_exclusive" tests
 	$(BIN)/pytest -q -m host_exclusive -p no:cacheprovider tests
 	$(BIN)/pytest -q perf -m quick -p no:cacheprovider
 

@@ -12,18 +12,22 @@ from tests.guard import (pytest_runtest_makereport, pytest_runtest_setup, pytest
 # a 20 s recovery bound), and the replication tiers (tests/dledger, tests/ha, tests/faults: their
 # election and failover timings).  Each runs on one worker, its tests one after the other as they
 # would alone; the two are handed out first, as they are the longest, and the lighter files share
-# the third worker.  (A scheduler of our own: pytest-xdist's xdist_group marks rename node ids,
-# which pytest 9.2 no longer lets them do.)
+# the third worker.  With fewer than three workers (`make test` where /dev/shm has no room for
+# the run: two) they are one unit, beside the lighter files.  (A scheduler of our own:
+# pytest-xdist's xdist_group marks rename node ids, which pytest 9.2 no longer lets them do.)
 SERIAL_TIERS = {"chaos": "serial-chaos", "dledger": "serial-replication", "ha": "serial-replication",
                 "faults": "serial-replication"}
+SERIAL_ONE_UNIT = "serial-tiers"          # all of SERIAL_TIERS, with fewer than three workers
+SERIAL_UNITS = {*SERIAL_TIERS.values(), SERIAL_ONE_UNIT}
 
 
-def unit_of_work(nodeid: str) -> str:
-    """The scope a test is scheduled with: its file, or its tier's unit of SERIAL_TIERS."""
+def unit_of_work(nodeid: str, workers: int = 3) -> str:
+    """The scope a test is scheduled with: its file, or its tier's unit of SERIAL_TIERS (with
+    fewer than three workers, SERIAL_ONE_UNIT)."""
     path = nodeid.split("::", 1)[0]
     parts = path.split("/")
     if len(parts) > 2 and parts[0] == "tests" and parts[1] in SERIAL_TIERS:
-        return SERIAL_TIERS[parts[1]]
+        return SERIAL_TIERS[parts[1]] if workers >= 3 else SERIAL_ONE_UNIT
     return path
 
 
@@ -48,12 +52,11 @@ def pytest_xdist_make_scheduler(config, log):
            to shut down as soon as none are left."""
 
         def _split_scope(self, nodeid: str) -> str:
-            return unit_of_work(nodeid)
+            return unit_of_work(nodeid, self.numnodes)
 
         def _assign_work_unit(self, node) -> None:
             """The serial units first, whatever their test counts: they are the run's longest."""
-            serial = set(SERIAL_TIERS.values())
-            for scope in [s for s in self.workqueue if s in serial]:
+            for scope in [s for s in self.workqueue if s in SERIAL_UNITS]:
                 self.workqueue.move_to_end(scope, last=False)
             super()._assign_work_unit(node)
 
