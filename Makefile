@@ -57,10 +57,10 @@ java:
 
 # three pytest-xdist workers (our scheduler in tests/conftest.py: a test file is one unit, the
 # timing tiers two units, each on a worker of its own), their temporary directories in RAM when
-# /dev/shm has TEST_SHM_MIN_KIB free (the run peaks at ~5 GB there); otherwise two workers on the
-# disk (the writeback of three workers' brokers held the machine still for seconds), then the tests that watch
-# host-wide /dev/shm alone, then the quick perf gates alone (they measure: nothing may run beside
-# them; on the disk, as users' brokers are).  README "tests in tiers".
+# /dev/shm has TEST_SHM_MIN_KIB free (the run peaks at ~5 GB there); otherwise two workers on
+# the disk (the writeback of three workers' brokers held the machine still for seconds).  Then
+# the tests that watch host-wide /dev/shm alone, then the quick perf gates alone (they measure:
+# nothing may run beside them; on the disk, as users' brokers are).  README "tests in tiers".
 TEST_SHM_MIN_KIB := 8388608
 TEST_WORKERS = $(if $(TEST_TMPDIR),3,2)
 TEST_TMPDIR := $(shell [ -w /dev/shm ] && [ "$$(df -k --output=avail /dev/shm 2>/dev/null | tail -1)" -ge $(TEST_SHM_MIN_KIB) ] 2>/dev/null && echo /dev/shm/tmp-mqtests)

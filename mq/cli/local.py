@@ -666,8 +666,8 @@ running one is stopped first), `status` for the table above.  Ctrl-C stops them 
                 self.console.pump()
                 time.sleep(POLL_S)
                 busy = m.busy_port()
-            if busy is None:
-                return None
+            if busy is None or self.stop_requests:
+                return busy
         return busy
 
     def restart(self, name: str) -> None:
@@ -681,8 +681,9 @@ running one is stopped first), `status` for the table above.  Ctrl-C stops them 
             self._stop([m])
         busy = self._release_ports(m)
         if busy is not None:
-            self.console.say(f"*** cannot start {m.name}: port {busy[0]} ({busy[1]}) is still in use "
-                             f"{LEFTOVER_WAIT_S + LEFTOVER_KILL_WAIT_S:g} s after it exited (another program?)")
+            if not self.stop_requests:             # (a Ctrl-C while waiting: stop_all follows)
+                self.console.say(f"*** cannot start {m.name}: port {busy[0]} ({busy[1]}) is still in use "
+                                 f"after {LEFTOVER_WAIT_S + LEFTOVER_KILL_WAIT_S:g} s (another program?)")
             return
         m.start(self.env)
         self.console.say(f"*** {m.name} started again (pid {m.proc.pid})")
