@@ -140,6 +140,10 @@ BROKER_OPTIONS: list[Option] = [
            "single sends that need no decision of Python's are parsed, appended and answered in C, one call "
            "per read (ours; mq.broker.fastsend; used only where sends need no wait: ASYNC_MASTER with "
            "ASYNC_FLUSH, no ACL, no perf tracing)"),
+    Option("fastConnEnable", bool, True,
+           "a TCP connection whose reads the C send path takes whole (a producer's) is read, walked and "
+           "answered by C from then on, one call per wake of the io worker for all of them, until a frame "
+           "C does not take (ours; csrc/fastconn.h; where the C send path is on, without perf tracing)"),
     Option("fastPullEnable", bool, True,
            "pulls that find data (and GET_MAX_OFFSET / GET_MIN_OFFSET) are answered in C in the read that "
            "brings them (ours; mq.broker.fastsend; "

@@ -21,6 +21,16 @@ the answer and does the offset commit and the stats the pull path does.  Every o
 data, a damaged record, a group's subscription from its heartbeat, SQL92, a first record over the
 byte limit, ...) is handed back untouched and answered by Python's path as before.
 
+Producer connections served from C (fastConnEnable; csrc/fastconn.h): a TCP connection whose
+read C just took whole, with sends and no pull in it, is adopted (`adopt`, the server's adopter
+hook): its protocol pauses reading ("adopted") and C reads it from an epoll set the loop watches
+(`_poll`, one C call per wake for every readable one: read, walk, one run, the answers sent by C).
+C gives it back at the first frame it does not take, at the end of the stream, on an error, a frame
+over MQ_FAST_CONN_BUF_MAX or an answer the socket does not take whole; Python takes it back when a
+write of its own is not taken whole (Connection.flush), when it closes it, and when the path's
+policy changes (set_conns).  The unread bytes C hands back go to the protocol's held bytes, which
+it reads first when reading resumes.  Not with perf tracing (its stamps are taken per read).
+
 Limits, named: MQ_FAST_MSGS_MAX sends and MQ_FAST_ARENA_BYTES of properties per run (a read
 that fills the stage runs it at once and goes on); MQ_FAST_TOPICS_MAX topics published (past
 that, the others keep Python's path until the topic cache is cleared); MQ_FAST_PENDING_MAX
@@ -34,11 +44,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
 from time import perf_counter_ns
 
 from mq.remoting import RequestCode as R, ResponseCode as RC, make_response
-from mq.remoting.server import UNSENT_BYTES_FLUSH_MAX
+from mq.remoting.server import ADOPTED, UNSENT_BYTES_FLUSH_MAX
 from mq.store import PutResult, PutStatus
 from mq.store import control as C
 from mq.store.native import check, ffi, lib
@@ -63,6 +74,9 @@ PULL_LIMIT_MAX = 0xFFFFFFFF        # C's count limit is a uint32
 SQL_FILTERS_MAX = lib.MQ_FAST_SQL_FILTERS_MAX
 SQL_SKIPPED_MAX = 1024             # SQL92 texts remembered as not C's (then forgotten and checked again)
 SUBS_MAX = lib.MQ_FAST_SUBS_MAX
+CONN_EVENTS_MAX = MSGS_MAX          # a poll gives back at most MQ_FAST_POLL_BATCH, a release one a span
+GIVE_BACK_WHY = {lib.MQ_FAST_CONN_HANDBACK: "handback", lib.MQ_FAST_CONN_EOF: "eof", lib.MQ_FAST_CONN_ERROR: "error",
+                 lib.MQ_FAST_CONN_WRITE: "write", lib.MQ_FAST_CONN_BIG: "big"}
 # C stops taking a heartbeat subscription this long before the worker's cache would refresh it
 # (its time is a float of seconds here, nanoseconds there): C never answers a pull Python would not
 SUB_FRESH_MARGIN_NS = 1_000_000
@@ -145,6 +159,19 @@ class FastSends:
         self.usable = False                      # set by the worker (policy)
         self.runs = 0                            # for tests and the trace
         self.msgs = 0
+        # connections served from C (set_conns); the last take's reads: sends staged, a pull answered
+        self._ch = None                          # mq_fast_conns, made on first use
+        self.conns_on = False
+        self._owned: dict[int, object] = {}      # cid -> Connection, adopted
+        self._took_sends = self._took_pull = False
+        self._events = ffi.new("mq_fast_conn_event[]", CONN_EVENTS_MAX)
+        self._poll_out = ffi.new("mq_fast_poll_out *")
+        self._cid = ffi.new("uint32_t *")
+        self._rest = ffi.new("uint8_t **")
+        self._n_rest = ffi.new("size_t *")
+        self.adoptions = 0                       # for tests and the runtime info
+        self.given_back = dict.fromkeys(GIVE_BACK_WHY.values(), 0)     # by C, by why
+        self.polls = 0
 
     # ---- the topics C may take ------------------------------------------------------------
     def publish(self, topic: str, tc: dict) -> None:
@@ -332,6 +359,7 @@ class FastSends:
         h, consumed, stop, code, pulled = self._h, self._consumed, self._stop, self._code, self._pulled
         pulls = pulls if self.pulls_on else 0
         answered = False
+        self._took_sends = False
         try:
             while True:
                 rc = lib.mq_fast_read(h, slot, born, born_len, port, pulls, buf + pos, size - pos, consumed, stop,
@@ -339,6 +367,7 @@ class FastSends:
                 if rc:
                     check(rc, "fast send read")
                 if pulled.sends_staged:
+                    self._took_sends = True
                     if not self._staged:
                         self.loop.call_soon(self.run)
                         if self.stats is not None:
@@ -367,6 +396,7 @@ class FastSends:
                     self.run()
                 return pos
         finally:
+            self._took_pull = answered
             if answered:
                 conn.flush()
 
@@ -388,6 +418,7 @@ class FastSends:
 
     def forget(self, conn) -> None:
         """conn closed: answers still held for it are dropped when released."""
+        self.give_back(conn, closing=True)
         me = conn.attrs.get("fast")
         if me is not None:
             self._by_slot.pop(me[0], None)
@@ -413,6 +444,7 @@ class FastSends:
         every run and release (csrc/fastsend.h, mq_fast_set_trace)."""
         if tracer is None or self.tracer is tracer or self._h is None:
             return
+        self.set_conns(False)              # C's reads are not stamped
         self.tracer = tracer
         self._trace_rows = ffi.new("int64_t[]", lib.MQ_FAST_TRACE_ROWS_MAX * lib.MQ_FAST_TRACE_FIELDS)
         self._trace_n = ffi.new("uint32_t *")
@@ -458,20 +490,29 @@ class FastSends:
             group.run()                    # sends Python's group took from earlier frames go first
         staged, self._staged = self._staged, set()
         n = self._n
-        refuse = 0
-        if self.hold == "ack":             # RocketMQ's isSlaveOK, on the end before this group
-            broker = self.broker
-            ctl = broker.store.ctl
-            refuse = 0 if slave_ok(ctl, ctl.get(C.POS_WRITE), broker.config.haSlaveFallbehindMax) else 1
+        refuse = self._refuse_held()
         try:
             check(lib.mq_fast_run(self._h, refuse, self._out, len(self._out), self._spans, n, self._fails, n + 1,
                                   n + 2, n + 3), "fast send run")
         finally:
             self._keep.clear()
-        n_spans, n_fails, n_ok, n_held = n[0], n[1], n[2], n[3]
+        self._finish(staged, n[0], n[1], n[2], n[3], self._t_first_ns)
+
+    def _refuse_held(self) -> int:
+        """1 when a run must refuse the answers it would hold: SYNC_MASTER without a slave in reach
+        (RocketMQ's isSlaveOK, on the end before this group)."""
+        if self.hold != "ack":
+            return 0
+        ctl = self.broker.store.ctl
+        return 0 if slave_ok(ctl, ctl.get(C.POS_WRITE), self.broker.config.haSlaveFallbehindMax) else 1
+
+    def _finish(self, staged: set, n_spans: int, n_fails: int, n_ok: int, n_held: int, t_first_ns: int) -> None:
+        """After a run (run, _poll): the answers left to Python written, the refused ones answered,
+        the counts, the settler for held answers."""
         self.runs += 1
+        touched: set = set()
         try:
-            self._write_spans(n_spans)
+            touched = self._write_spans(n_spans)
             refused_stored = self._answer_fails(n_fails, PutStatus.SLAVE_NOT_AVAILABLE,
                                                 "no slave connected, or it is too far behind") if n_fails else 0
             self.msgs += n_ok + n_fails - refused_stored      # a stored send refused an answer is in both
@@ -480,22 +521,31 @@ class FastSends:
             for slot in staged:
                 conn = by_slot.get(slot)
                 if conn is not None:
-                    conn.flush()
+                    touched.add(conn)
+            for conn in touched:
+                conn.flush()
         if self.tracer is not None:
             self._trace_room(n_ok + n_fails)
         answered_now = n_ok - n_held - refused_stored
         if self.stats is not None and answered_now:
-            self.stats.sent(RC.SUCCESS, perf_counter_ns() - self._t_first_ns, answered_now)
+            self.stats.sent(RC.SUCCESS, perf_counter_ns() - t_first_ns, answered_now)
         if n_held and (self._settler is None or self._settler.done()):
             self._settler = self.loop.create_task(self._settle())
 
-    def _write_spans(self, n_spans: int) -> None:
+    def _write_spans(self, n_spans: int) -> set:
+        """Queues the spans' answers on their connections (a span C sent whole has len 0); returns
+        those connections, which the caller flushes (_finish, _release)."""
         out, spans, by_slot = self._out_buf, self._spans, self._by_slot
+        touched = set()
         for i in range(n_spans):
             s = spans[i]
+            if not s.len:
+                continue
             conn = by_slot.get(s.conn)
-            if conn is not None:          # the caller flushes them (run, _release)
+            if conn is not None:
                 conn.queue_frame(out[s.offset:s.offset + s.len])
+                touched.add(conn)
+        return touched
 
     def _answer_fails(self, n: int, stored_status: PutStatus, stored_reason: str) -> int:
         """Answers fails[0:n] as the group path answers them: a send the store refused through
@@ -528,6 +578,109 @@ class FastSends:
                                   serialize_type=f.serialize_type)
             conn.write(make_response(req, code, remark, ext))
         return stored
+
+    # ---- connections served from C (csrc/fastconn.h) ----------------------------------------
+    def set_conns(self, on: bool) -> None:
+        """Serve producer connections from C from now on (on), or give back every one it serves."""
+        if on and self._h is not None and self.tracer is None:
+            if self._ch is None:
+                out = ffi.new("mq_fast_conns **")
+                check(lib.mq_fast_conns_open(self._h, out), "fast conns open")
+                self._ch = ffi.gc(out[0], lib.mq_fast_conns_close)
+            if not self.conns_on:
+                self.loop.add_reader(lib.mq_fast_conns_fd(self._ch), self._poll)
+                self.conns_on = True
+            return
+        for conn in list(self._owned.values()):
+            self.give_back(conn)
+        if self.conns_on:
+            self.loop.remove_reader(lib.mq_fast_conns_fd(self._ch))
+            self.conns_on = False
+
+    def adopt(self, conn) -> None:
+        """(the server's adopter hook, after the taker took a read whole) Serves conn from C if that
+        read staged sends and answered no pull, and Python holds nothing of it: no bytes, no
+        request in flight, no answer unsent, no pause; TCP only (the links of a node stay Python's)."""
+        if not self._took_sends or self._took_pull or not self.conns_on or not self.usable:
+            return
+        proto = conn._protocol
+        if (conn.closed or conn.in_flight or conn._out or proto is None or proto._paused_by or len(proto._held)
+                or conn.transport.get_write_buffer_size()):
+            return
+        sock = conn.transport.get_extra_info("socket")
+        if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+            return
+        slot, born, born_len, port, _ = conn.attrs["fast"]
+        rc = lib.mq_fast_adopt(self._ch, slot, sock.fileno(), born, born_len, port, self._cid)
+        if rc == lib.MQ_E_FULL:            # MQ_FAST_CONNS_MAX served: this one stays Python's
+            return
+        check(rc, "fast conn adopt")
+        cid = self._cid[0]
+        conn.attrs["cid"] = cid
+        self._owned[cid] = conn
+        self.adoptions += 1
+        proto._pause(ADOPTED)
+
+    def give_back(self, conn, closing: bool = False) -> None:
+        """Python serves conn again: its unread bytes from C go first (held by the protocol), then
+        reading resumes (unless paused for another reason).  closing: they are dropped."""
+        cid = conn.attrs.pop("cid", None)
+        if cid is None:
+            return
+        self._owned.pop(cid, None)
+        check(lib.mq_fast_disown(self._ch, cid, self._rest, self._n_rest), "fast conn disown")
+        n = self._n_rest[0]
+        rest = ffi.buffer(self._rest[0], n)[:] if n else b""
+        proto = conn._protocol
+        if closing or conn.closed or proto is None:
+            return
+        if rest:
+            proto._held.add(rest)
+        proto._resume(ADOPTED)
+
+    def active_s(self, conn) -> float | None:
+        """When conn last read or wrote bytes in C (time.monotonic()'s clock); None if C does not serve it."""
+        cid = conn.attrs.get("cid")
+        if cid is None:
+            return None
+        ms = lib.mq_fast_conn_active_ms(self._ch, cid)
+        return ms / 1000 if ms >= 0 else None
+
+    def _poll(self) -> None:
+        """(the loop's reader on C's epoll set) Serves every readable connection C serves in one
+        call, then does what run() does after its C call, and takes back the connections C gave back."""
+        group = self.group
+        if group is not None and group.pending:
+            group.run()                    # sends Python's group took from earlier frames go first
+        refuse = self._refuse_held()
+        t0_ns = perf_counter_ns() if self.stats is not None else 0
+        o = self._poll_out
+        try:
+            check(lib.mq_fast_poll(self._ch, refuse, self._out, len(self._out), self._spans, self._fails, self._events,
+                                   CONN_EVENTS_MAX, o), "fast conn poll")
+        finally:
+            if o.ran:                      # Python's staged sends went with it
+                staged, self._staged = self._staged, set()
+                self._keep.clear()
+        self.polls += 1
+        try:
+            if o.ran:
+                self._finish(staged, o.n_spans, o.n_fails, o.n_ok, o.n_held,
+                             self._t_first_ns if staged else t0_ns)
+        finally:
+            self._given_back(o.n_events)
+            if o.more:
+                self.loop.call_soon(self._poll)
+
+    def _given_back(self, n_events: int) -> None:
+        """Takes back the connections C gave back (self._events[0:n_events])."""
+        events, by_slot, counts = self._events, self._by_slot, self.given_back
+        for i in range(n_events):
+            ev = events[i]
+            counts[GIVE_BACK_WHY[ev.why]] += 1
+            conn = by_slot.get(ev.slot)
+            if conn is not None:
+                self.give_back(conn)
 
     # ---- held answers (SYNC_FLUSH, SYNC_MASTER) --------------------------------------------
     async def _settle(self) -> None:
@@ -607,28 +760,34 @@ class FastSends:
 
     def _release(self, position: int, term: int) -> None:
         n = self._n
+        acked = 0 if self._hold_rule == "flush" else 1
         while True:
-            check(lib.mq_fast_release(self._h, position, term, 0 if self._hold_rule == "flush" else 1, self._out,
-                                      len(self._out), self._spans, MSGS_MAX, n, n + 1), "fast send release")
-            n_spans, released = n[0], n[1]
+            if self.conns_on:              # the answers of the connections C serves sent by C
+                o = self._poll_out
+                check(lib.mq_fast_conns_release(self._ch, position, term, acked, self._out, len(self._out),
+                                                self._spans, MSGS_MAX, self._events, CONN_EVENTS_MAX, o),
+                      "fast send release")
+                n_spans, released, n_events = o.n_spans, o.n_ok, o.n_events
+            else:
+                check(lib.mq_fast_release(self._h, position, term, acked, self._out, len(self._out), self._spans,
+                                          MSGS_MAX, n, n + 1), "fast send release")
+                n_spans, released, n_events = n[0], n[1], 0
             if not released:
                 return
             if self.tracer is not None:
                 self._trace_room(released)
-            self._write_spans(n_spans)
-            self._flush_all(n_spans)
+            try:
+                for conn in self._write_spans(n_spans):
+                    conn.flush()
+            finally:
+                self._given_back(n_events)
             if self.stats is not None:
                 self.stats.sent(RC.SUCCESS, int(time.monotonic() * 1e9) - self._head.t_ms * 1_000_000, released)
 
-    def _flush_all(self, n_spans: int) -> None:
-        """Writes the answers just queued on the spans' connections, now."""
-        for slot in {self._spans[i].conn for i in range(n_spans)}:
-            conn = self._by_slot.get(slot)
-            if conn is not None:
-                conn.flush()
-
     async def drain(self, timeout_s: float = 3.0) -> None:
-        """Appends what is staged and waits for the held answers (stopping)."""
+        """Gives back the connections C serves, appends what is staged and waits for the held
+        answers (stopping)."""
+        self.set_conns(False)
         self.run()
         if self._settler is not None and not self._settler.done():
             await asyncio.wait([self._settler], timeout=timeout_s)

@@ -286,7 +286,10 @@ class IoWorker:
                 # sends of this worker taken by the C path (mq.broker.fastsend), whether it is on now
                 "fastSendMsgs": str(self.fast.msgs), "fastSendOn": str(self.fast.usable).lower(),
                 "fastPulls": str(self.fast.pulls), "fastPullOn": str(self.fast.pulls_on).lower(),
-                "fastOffsetQueries": str(self.fast.offset_queries)}
+                "fastOffsetQueries": str(self.fast.offset_queries),
+                # connections served from C (csrc/fastconn.h): adopted so far, served now, given back by C
+                "fastConnAdoptions": str(self.fast.adoptions), "fastConnsServed": str(len(self.fast._owned)),
+                "fastConnGivenBack": ",".join(f"{k}={v}" for k, v in self.fast.given_back.items())}
         if self.commit_waiter is not None:
             info.update(dledger_runtime_info(self.config.storePathRootDir, self.store.ctl))
             info.update(self.forward.runtime_info())
@@ -333,8 +336,11 @@ class IoWorker:
                  and self.store.legacy is None and self.tracer is None)
         self.fast.set_pulls(pulls, self.store.cq_root, self.store.config.cq_file_size,
                             cfg.maxTransferCountOnMessageInMemory, cfg.maxTransferBytesOnMessageInMemory)
+        # producer connections served from C (csrc/fastconn.h): not with tracing (C stamps per read)
+        self.fast.set_conns(usable and cfg.fastConnEnable and self.tracer is None)
         for server in self.servers:
             server.taker = self.fast.take if usable else None
+            server.adopter = self.fast if self.fast.conns_on else None
 
     def _link_push(self, msg: dict) -> None:
         """The supervisor's pushes beyond notify/role (mq.broker.link)."""

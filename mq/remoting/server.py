@@ -18,7 +18,12 @@ A server may also have a `taker` (the broker's C send path, mq.broker.fastsend):
 is decoded, it is offered the rest of the read and takes the frames it answers itself (later,
 in one write per connection), up to the first one it leaves to the handlers; the frames it
 takes count against no in-flight bound (the taker answers them or holds their answers: it bounds
-them itself).
+them itself).  And an `adopter` (the same owner): after the taker took a read whole, adopter.adopt
+(conn) may take the connection over -- it pauses reading for the reason "adopted" and reads and
+answers the socket itself (mq.broker.fastsend, csrc/fastconn.h) -- until adopter.give_back(conn)
+puts its unread bytes in the held ones and resumes.  The server takes it back when a write of its
+own is not taken whole (answers go out in order through one writer at a time), before it closes
+it, and asks adopter.active_s(conn) when the connection last moved bytes (idle closing).
 
 Rules (spec 1.5, RELIABILITY.md):
   * a framing error (length < 4 or over FRAME_SIZE_MAX, header past the frame, unknown
@@ -92,6 +97,7 @@ UNSENT_BYTES_FLUSH_MAX = 1024 * 1024
 UNSENT_BYTES_FLUSH_MIN = 64 * 1024
 UNSENT_SWEEP_INTERVAL_S = 0.01        # over the total, shares are measured again at most this often
 IDLE_TIMEOUT_S_DEFAULT = 120.0   # serverChannelMaxIdleTimeSeconds
+ADOPTED = "adopted"             # the pause reason of a connection its server's adopter serves
 IDLE_SWEEP_S_MAX = 5.0           # an idle connection is closed within idle_timeout_s + this
 Handler = Callable[["Connection", RemotingCommand], object]
 
@@ -237,6 +243,8 @@ class Connection:
             self.closed = True
             return
         unsent = transport.get_write_buffer_size()
+        if unsent and self._protocol is not None and ADOPTED in self._protocol._paused_by:
+            self.server.adopter.give_back(self)     # the transport holds answers: C may not write now
         if unsent or self._unsent_counted:
             budget = self._budget
             budget.note(self, unsent)
@@ -284,6 +292,8 @@ class Connection:
     def close(self) -> None:
         if self.closed:
             return
+        if self._protocol is not None and ADOPTED in self._protocol._paused_by:
+            self.server.adopter.give_back(self, closing=True)
         self.flush()
         self.closed = True
         self.transport.close()
@@ -412,6 +422,9 @@ class _ServerProtocol(asyncio.Protocol):
                 self._framing_error(e)
                 return
             if pos == len(data) or conn.closed:
+                adopter = server.adopter
+                if adopter is not None and not conn.closed:
+                    adopter.adopt(conn)
                 return
         else:
             data = self._held.take(data)
@@ -507,6 +520,8 @@ class RemotingServer:
         # taker(conn, data, pos, size) -> pos: takes the frames of a read from pos on that its owner
         # handles itself (the broker's C send path), returning where the first one it left starts
         self.taker = None
+        # adopter: the taker's owner when it may serve connections itself (module docstring)
+        self.adopter = None
         self._server: asyncio.base_events.Server | None = None
         self._conns: set[Connection] = set()
         self._ids = itertools.count(1)
@@ -628,6 +643,10 @@ class RemotingServer:
             await asyncio.sleep(interval_s)
             now = time.monotonic()
             for conn in list(self._conns):
+                if self.adopter is not None and ADOPTED in conn._protocol._paused_by:
+                    active_s = self.adopter.active_s(conn)
+                    if active_s is not None and active_s > conn.last_active_s:
+                        conn.last_active_s = active_s
                 idle_s = now - conn.last_active_s
                 if conn.idle_close and not conn.closed and idle_s >= self.idle_timeout_s \
                         and (not conn.in_flight or conn._protocol._write_paused):

@@ -13,8 +13,12 @@ Python refuses to read (invalid UTF-8), which closes the connection on both brok
 path takes what it can read exactly and hands back the rest, so whichever path a frame takes,
 the answers must match.
 
-An example is a list of frames, sent either one at a time (answer, then the next) or pipelined
-in one write; a pipelined example holds no frame whose Python handler awaits before appending
+An example is a list of frames, sent either one at a time (answer, then the next), pipelined
+in one write, or split: after one clean send answered alone (which makes the C broker serve the
+connection from C from then on: csrc/fastconn.h), the frames' bytes in a few writes cut at drawn
+points (inside a length, a header, a body), each a read of its own -- so frames C holds in part
+between its reads, and frames it hands back to Python with the bytes after them.  A pipelined
+(or split) example holds no frame whose Python handler awaits before appending
 (DELAY, TRAN_MSG, CLUSTER, batch=true, %RETRY%): those are appended in an order the await
 decides, on both brokers alike but not necessarily the same order.  Compared, for each frame:
 the answer's bytes (the msgId's port field, which is each broker's own listen port, aside),
@@ -211,10 +215,23 @@ def frame_bytes(f: dict, opaque: int) -> bytes:
 
 @st.composite
 def examples(draw):
-    """(pipelined, frames): a pipeline draws no frame that closes the connection, nor one Python
-    appends after an await (CLUSTER, batch=true; frames(special=False))."""
-    pipelined = draw(st.booleans())
-    return pipelined, draw(st.lists(frames(special=not pipelined), min_size=1, max_size=6))
+    """(mode, frames, cuts): mode "one", "pipelined" or "split"; a pipeline (split or not) draws no
+    frame that closes the connection, nor one Python appends after an await (CLUSTER, batch=true;
+    frames(special=False)).  cuts: where a split example's bytes are cut, as fractions."""
+    mode = draw(st.sampled_from(["one", "pipelined", "split"]))
+    fs = draw(st.lists(frames(special=mode == "one"), min_size=1, max_size=6))
+    cuts = sorted(draw(st.lists(st.floats(0, 1), max_size=4))) if mode == "split" else []
+    return mode, fs, cuts
+
+
+# the first frame of a split example: a clean send C takes, answered before the rest is written
+OPENER = dict(header={"producerGroup": "DiffPG", "topic": TOPICS[0], "defaultTopic": "TBW102",
+                      "defaultTopicQueueNums": "4", "queueId": "0", "sysFlag": "0", "bornTimestamp": "1",
+                      "flag": "0", "properties": "KEYS\x01k", "reconsumeTimes": "0", "unitMode": "false",
+                      "batch": "false"},
+              body=b"opener", v2="letters", serialize_type=0, code=310, oneway=False, language="JAVA",
+              version=399, json_style=dict(ints=False, ascii=True, null=False, unknown=False, spaces=False,
+                                           slash=False, remark=None), broken=False)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -251,17 +268,34 @@ class Conn:
         return buf
 
 
-def exchange(port: int, pipelined: bool, fs: list, opaques: list) -> list:
+SPLIT_PAUSE_S = 0.003                  # between a split example's writes: each is a read of its own
+
+
+def exchange(port: int, mode: str, fs: list, opaques: list, cuts: list) -> list:
     """Each frame's answer bytes (None for a oneway frame, CLOSED once the broker closed).  A
     pipelined example's answers come in the order they were ready (the C path's and the group's
     are written at different moments): they are matched by opaque.  A barrier (GET_MAX_OFFSET) on
     the same connection ends the exchange, so every frame was read before the next example's."""
     conn = Conn(port)
     try:
-        if pipelined:
-            conn.sock.sendall(b"".join(frame_bytes(f, o) for f, o in zip(fs, opaques)))
-            by_opaque = {}
-            for _ in range(sum(1 for f in fs if not f["oneway"])):
+        if mode != "one":
+            data = b"".join(frame_bytes(f, o) for f, o in zip(fs, opaques))
+            if mode == "split":        # fs[0] is the OPENER
+                first = len(frame_bytes(fs[0], opaques[0]))
+                conn.sock.sendall(data[:first])
+                opener = conn.read_frame()
+                assert opener != CLOSED
+                at = first
+                for cut in [first + int(c * (len(data) - first)) for c in cuts] + [len(data)]:
+                    if cut > at:
+                        conn.sock.sendall(data[at:cut])
+                        at = cut
+                        time.sleep(SPLIT_PAUSE_S)
+                by_opaque = {decode_frame_payload(opener[4:]).opaque: opener}
+            else:
+                conn.sock.sendall(data)
+                by_opaque = {}
+            for _ in range(sum(1 for f in fs if not f["oneway"]) - len(by_opaque)):
                 a = conn.read_frame()
                 assert a != CLOSED, "a pipelined example has no frame that closes the connection"
                 by_opaque[decode_frame_payload(a[4:]).opaque] = a
@@ -325,13 +359,16 @@ _opaque = iter(range(1, 1 << 30))
 @given(example=examples())
 def test_c_and_python_paths_answer_and_store_the_same(brokers, example):
     c, py = brokers
-    pipelined, fs = example
+    mode, fs, cuts = example
+    if mode == "split":
+        fs = [OPENER] + fs
+    pipelined = mode != "one"
     opaques = [next(_opaque) for _ in fs]
-    got_c = exchange(c.port, pipelined, fs, opaques)
-    got_py = exchange(py.port, pipelined, fs, opaques)
+    got_c = exchange(c.port, mode, fs, opaques, cuts)
+    got_py = exchange(py.port, mode, fs, opaques, cuts)
     port_c, port_py = b"%08X" % c.port, b"%08X" % py.port
     for f, a, b in zip(fs, got_c, got_py):
-        note(f"{'pipelined' if pipelined else 'one by one'} {f['v2']} ser={f['serialize_type']} code={f['code']} "
+        note(f"{mode} {f['v2']} ser={f['serialize_type']} code={f['code']} "
              f"{f['header']} body={len(f['body'])} -> C {a if a in (None, CLOSED) else a[:160]}")
         if a in (None, CLOSED) or b in (None, CLOSED):
             assert a == b, f"C path answered {a!r}, Python path {b!r}"
@@ -391,4 +428,6 @@ def test_differential_draws_reach_both_paths(brokers):
         p.close()
     assert info["fastSendOn"] == "true"
     assert int(info["fastSendMsgs"]) >= 50, info["fastSendMsgs"]
+    # and that many of its connections were served from C (one at a time, split)
+    assert int(info["fastConnAdoptions"]) >= 10, info["fastConnAdoptions"]
 

@@ -1,0 +1,396 @@
+/*
+ * fastconn.c -- connections served from C (the contract is fastconn.h's): an epoll set of
+ * producer connections read, walked by mq_fast_read, run by mq_fast_run and answered here.
+ */
+#include "internal.h"
+#include "fastconn.h"
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define SLOT_HASH (2 * MQ_FAST_CONNS_MAX)        /* power of two, half full at most */
+_Static_assert((SLOT_HASH & (SLOT_HASH - 1)) == 0, "the slot hash masks");
+_Static_assert(MQ_FAST_CONN_BUF_MAX >= MQ_FAST_CONN_BUF && MQ_FAST_CONN_BUF >= 4, "buffer sizes");
+
+enum { C_FREE = 0, C_SERVED, C_GIVEN_BACK };
+
+typedef struct fast_conn {
+    int state;                  /* C_FREE, C_SERVED (in the epoll set) or C_GIVEN_BACK (awaits disown) */
+    int fd;                     /* our dup of the socket; -1 when free */
+    uint32_t slot;
+    uint32_t born_len;
+    int32_t port;
+    uint8_t born[16];
+    uint8_t *buf;
+    size_t cap, at, have;       /* [at, have): bytes read and not taken */
+    uint64_t served_in;         /* the poll that served it last (served once per poll) */
+    int pending;                /* a full stage left frames to walk */
+    int64_t active_ms;
+} fast_conn;
+
+struct mq_fast_conns {
+    mq_fast *f;
+    mq_commitlog *cl;
+    int ep;
+    uint64_t polls;
+    uint32_t n_used;
+    uint32_t n_pending;         /* connections with pending set */
+    uint32_t free_top;
+    uint32_t free_ids[MQ_FAST_CONNS_MAX];
+    uint32_t hash[SLOT_HASH];   /* cid + 1 by slot, 0: empty (linear probing) */
+    uint8_t *dead_buf;          /* the buffer of the last disown: its bytes are the caller's until the next call */
+    fast_conn conns[MQ_FAST_CONNS_MAX];
+};
+
+mq_commitlog *fast_commitlog(mq_fast *f);     /* fastsend.c */
+
+static uint32_t slot_home(uint32_t slot) { return (slot * 2654435761u) & (SLOT_HASH - 1); }
+
+static int64_t cid_of(const mq_fast_conns *c, uint32_t slot) {
+    for (uint32_t i = slot_home(slot);; i = (i + 1) & (SLOT_HASH - 1)) {
+        uint32_t v = c->hash[i];
+        if (!v) return -1;
+        if (c->conns[v - 1].slot == slot) return (int64_t)(v - 1);
+    }
+}
+
+static void hash_put(mq_fast_conns *c, uint32_t slot, uint32_t cid) {
+    uint32_t i = slot_home(slot);
+    while (c->hash[i]) i = (i + 1) & (SLOT_HASH - 1);
+    c->hash[i] = cid + 1;
+}
+
+/* Removes slot's entry and moves the entries after it in the cluster back where a lookup finds them. */
+static void hash_del(mq_fast_conns *c, uint32_t slot) {
+    uint32_t i = slot_home(slot);
+    while (c->hash[i] && c->conns[c->hash[i] - 1].slot != slot) i = (i + 1) & (SLOT_HASH - 1);
+    assert(c->hash[i]);
+    c->hash[i] = 0;
+    for (uint32_t j = (i + 1) & (SLOT_HASH - 1); c->hash[j]; j = (j + 1) & (SLOT_HASH - 1)) {
+        uint32_t v = c->hash[j];
+        c->hash[j] = 0;
+        hash_put(c, c->conns[v - 1].slot, v - 1);
+    }
+}
+
+int mq_fast_conns_open(mq_fast *f, mq_fast_conns **out) {
+    assert(f && out);
+    mq_commitlog *cl = fast_commitlog(f);
+    mq_fast_conns *c = calloc(1, sizeof *c);
+    if (!c) return io_fail(cl, ENOMEM);
+    c->f = f;
+    c->cl = cl;
+    c->ep = epoll_create1(EPOLL_CLOEXEC);
+    if (c->ep < 0) {
+        int err = errno;
+        free(c);
+        return io_fail(cl, err);
+    }
+    for (uint32_t i = 0; i < MQ_FAST_CONNS_MAX; i++) {
+        c->conns[i].fd = -1;
+        c->free_ids[i] = MQ_FAST_CONNS_MAX - 1 - i;
+    }
+    c->free_top = MQ_FAST_CONNS_MAX;
+    *out = c;
+    return MQ_OK;
+}
+
+void mq_fast_conns_close(mq_fast_conns *c) {
+    if (!c) return;
+    for (uint32_t i = 0; i < MQ_FAST_CONNS_MAX; i++) {
+        if (c->conns[i].fd >= 0) close(c->conns[i].fd);
+        free(c->conns[i].buf);
+    }
+    free(c->dead_buf);
+    close(c->ep);
+    free(c);
+}
+
+int mq_fast_conns_fd(const mq_fast_conns *c) {
+    assert(c);
+    return c->ep;
+}
+
+static void drop_dead(mq_fast_conns *c) {
+    free(c->dead_buf);
+    c->dead_buf = NULL;
+}
+
+int mq_fast_adopt(mq_fast_conns *c, uint32_t slot, int fd, const uint8_t *born_host, uint32_t born_host_len,
+                  int32_t born_port, uint32_t *cid_out) {
+    assert(c && cid_out);
+    drop_dead(c);
+    if (born_host_len != 4 && born_host_len != 16) return MQ_E_INVAL;
+    assert(born_host);
+    if (cid_of(c, slot) >= 0) return MQ_E_INVAL;
+    if (!c->free_top) return MQ_E_FULL;
+    uint32_t cid = c->free_ids[c->free_top - 1];
+    fast_conn *k = &c->conns[cid];
+    assert(k->state == C_FREE && k->fd < 0 && !k->buf);
+    k->buf = malloc(MQ_FAST_CONN_BUF);
+    if (!k->buf) return io_fail(c->cl, ENOMEM);
+    int d = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (d < 0) {
+        int err = errno;
+        free(k->buf);
+        k->buf = NULL;
+        return io_fail(c->cl, err);
+    }
+    struct epoll_event ev = {.events = EPOLLIN, .data.u32 = cid};
+    if (epoll_ctl(c->ep, EPOLL_CTL_ADD, d, &ev) != 0) {
+        int err = errno;
+        close(d);
+        free(k->buf);
+        k->buf = NULL;
+        return io_fail(c->cl, err);
+    }
+    c->free_top--;
+    c->n_used++;
+    k->state = C_SERVED;
+    k->fd = d;
+    k->slot = slot;
+    k->born_len = born_host_len;
+    memcpy(k->born, born_host, born_host_len);
+    k->port = born_port;
+    k->cap = MQ_FAST_CONN_BUF;
+    k->at = k->have = 0;
+    k->served_in = 0;
+    k->pending = 0;
+    k->active_ms = mono_ms();
+    hash_put(c, slot, cid);
+    *cid_out = cid;
+    return MQ_OK;
+}
+
+/* Stops reading k (it stays in the table until disown). */
+static void set_pending(mq_fast_conns *c, fast_conn *k, int on) {
+    if (k->pending == on) return;
+    k->pending = on;
+    if (on) c->n_pending++;
+    else c->n_pending--;
+}
+
+static void give_back(mq_fast_conns *c, fast_conn *k) {
+    if (k->state != C_SERVED) return;
+    (void)epoll_ctl(c->ep, EPOLL_CTL_DEL, k->fd, NULL);
+    k->state = C_GIVEN_BACK;
+    set_pending(c, k, 0);
+}
+
+int mq_fast_disown(mq_fast_conns *c, uint32_t cid, const uint8_t **rest, size_t *n_rest) {
+    assert(c && rest && n_rest);
+    drop_dead(c);
+    if (cid >= MQ_FAST_CONNS_MAX || c->conns[cid].state == C_FREE) return MQ_E_INVAL;
+    fast_conn *k = &c->conns[cid];
+    give_back(c, k);
+    close(k->fd);
+    hash_del(c, k->slot);
+    c->dead_buf = k->buf;
+    *rest = k->buf + k->at;
+    *n_rest = k->have - k->at;
+    k->buf = NULL;
+    k->fd = -1;
+    k->state = C_FREE;
+    k->cap = k->at = k->have = 0;
+    c->free_ids[c->free_top++] = cid;
+    c->n_used--;
+    return MQ_OK;
+}
+
+int64_t mq_fast_conn_active_ms(const mq_fast_conns *c, uint32_t cid) {
+    assert(c);
+    if (cid >= MQ_FAST_CONNS_MAX || c->conns[cid].state == C_FREE) return -1;
+    return c->conns[cid].active_ms;
+}
+
+static void event(mq_fast_poll_out *o, mq_fast_conn_event *events, uint32_t cap, const fast_conn *k, uint32_t cid,
+                  int why, int err) {
+    assert(o->n_events < cap);          /* each connection is given back once a poll; caps in fastconn.h */
+    events[o->n_events++] = (mq_fast_conn_event){.slot = k->slot, .cid = cid, .why = why, .err = err};
+}
+
+/* Before k is walked in this poll: its untaken bytes at the start of its buffer, and room for the
+ * frame they begin (doubling, up to MQ_FAST_CONN_BUF_MAX).  0, or why it must be given back. */
+static int make_room(fast_conn *k) {
+    if (k->at == k->have) {
+        k->at = k->have = 0;
+    } else if (k->at) {
+        memmove(k->buf, k->buf + k->at, k->have - k->at);
+        k->have -= k->at;
+        k->at = 0;
+    }
+    if (k->have < 4) return 0;
+    uint64_t need = (uint64_t)be32r(k->buf) + 4;
+    if (need <= k->cap) return 0;
+    if (need > MQ_FAST_CONN_BUF_MAX) return MQ_FAST_CONN_BIG;
+    size_t cap = k->cap;
+    while (cap < need) cap *= 2;
+    if (cap > MQ_FAST_CONN_BUF_MAX) cap = MQ_FAST_CONN_BUF_MAX;
+    uint8_t *b = realloc(k->buf, cap);
+    if (!b) return MQ_FAST_CONN_ERROR;
+    k->buf = b;
+    k->cap = cap;
+    return 0;
+}
+
+/* Walks k's whole frames: MQ_FAST_END (all taken, or the last incomplete), MQ_FAST_FULL (the
+ * stage is full: the rest waits for the next poll) or MQ_FAST_HANDBACK (given back); < 0 an error
+ * of mq_fast_read's. */
+static int walk(mq_fast_conns *c, fast_conn *k) {
+    size_t consumed;
+    int stop;
+    int32_t code;
+    mq_fast_pulled pulled;
+    while (k->have - k->at >= 4) {
+        int rc = mq_fast_read(c->f, k->slot, k->born, k->born_len, k->port, 0, k->buf + k->at, k->have - k->at,
+                              &consumed, &stop, &code, &pulled);
+        if (rc) return rc;
+        k->at += consumed;
+        if (stop == MQ_FAST_END) return MQ_FAST_END;
+        if (stop == MQ_FAST_FULL) return MQ_FAST_FULL;
+        assert(stop == MQ_FAST_HANDBACK);   /* MQ_FAST_PULLED needs pulls, which are off here */
+        return MQ_FAST_HANDBACK;
+    }
+    return MQ_FAST_END;
+}
+
+/* Serves k once: the frames it holds, one read, the frames that brought.  Returns MQ_FAST_FULL
+ * when the stage filled (k is left pending), else MQ_OK; gives k back (an event) when it must. */
+static int serve(mq_fast_conns *c, fast_conn *k, uint32_t cid, mq_fast_poll_out *o, mq_fast_conn_event *events,
+                 uint32_t events_cap) {
+    k->served_in = c->polls;
+    set_pending(c, k, 0);
+    int why = make_room(k);
+    if (why) {
+        give_back(c, k);
+        event(o, events, events_cap, k, cid, why, why == MQ_FAST_CONN_ERROR ? ENOMEM : 0);
+        return MQ_OK;
+    }
+    int w = walk(c, k);
+    if (w == MQ_FAST_END && k->have < k->cap) {
+        ssize_t r;
+        do r = recv(k->fd, k->buf + k->have, k->cap - k->have, MSG_DONTWAIT);
+        while (r < 0 && errno == EINTR);
+        if (r == 0) {
+            give_back(c, k);
+            event(o, events, events_cap, k, cid, MQ_FAST_CONN_EOF, 0);
+            return MQ_OK;
+        }
+        if (r < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK) return MQ_OK;
+            int err = errno;
+            give_back(c, k);
+            event(o, events, events_cap, k, cid, MQ_FAST_CONN_ERROR, err);
+            return MQ_OK;
+        }
+        k->have += (size_t)r;
+        k->active_ms = mono_ms();
+        w = walk(c, k);
+    }
+    if (w < 0) {                        /* mq_fast_read refused its arguments: Python's path decides */
+        give_back(c, k);
+        event(o, events, events_cap, k, cid, MQ_FAST_CONN_HANDBACK, 0);
+        return MQ_OK;
+    }
+    if (w == MQ_FAST_HANDBACK) {
+        give_back(c, k);
+        event(o, events, events_cap, k, cid, MQ_FAST_CONN_HANDBACK, 0);
+        return MQ_OK;
+    }
+    if (w == MQ_FAST_FULL) {
+        set_pending(c, k, 1);
+        return MQ_FAST_FULL;
+    }
+    return MQ_OK;
+}
+
+/* Sends the spans of the connections C serves; a span not taken whole gives its connection back
+ * and is left (what is left of it) for Python, with that connection's later spans. */
+static void send_spans(mq_fast_conns *c, const uint8_t *out, mq_fast_span *spans, uint32_t n_spans,
+                       mq_fast_poll_out *o, mq_fast_conn_event *events, uint32_t events_cap) {
+    for (uint32_t i = 0; i < n_spans; i++) {
+        mq_fast_span *s = &spans[i];
+        int64_t cid = cid_of(c, s->conn);
+        if (cid < 0) continue;
+        fast_conn *k = &c->conns[cid];
+        if (k->state != C_SERVED) continue;
+        ssize_t w;
+        do w = send(k->fd, out + s->offset, s->len, MSG_DONTWAIT | MSG_NOSIGNAL);
+        while (w < 0 && errno == EINTR);
+        if (w == (ssize_t)s->len) {
+            s->len = 0;
+            k->active_ms = mono_ms();
+            continue;
+        }
+        int err = 0;
+        if (w < 0) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK) err = errno;
+            w = 0;
+        }
+        s->offset += (uint32_t)w;
+        s->len -= (uint32_t)w;
+        give_back(c, k);
+        event(o, events, events_cap, k, (uint32_t)cid, err ? MQ_FAST_CONN_ERROR : MQ_FAST_CONN_WRITE, err);
+    }
+}
+
+int mq_fast_poll(mq_fast_conns *c, int refuse_held, uint8_t *out, size_t out_cap, mq_fast_span *spans,
+                 mq_fast_fail *fails, mq_fast_conn_event *events, uint32_t events_cap, mq_fast_poll_out *o) {
+    assert(c && o && (events || !events_cap));
+    memset(o, 0, sizeof *o);
+    /* at most MQ_FAST_POLL_BATCH connections are served a poll, each given back at most once, and
+     * only a connection served in it has spans C sends: MQ_FAST_POLL_BATCH events at most */
+    assert(events_cap >= MQ_FAST_POLL_BATCH);
+    drop_dead(c);
+    c->polls++;
+    uint32_t budget = MQ_FAST_POLL_BATCH;
+    int full = 0;
+    /* first the connections a full stage stopped: their frames are read already */
+    for (uint32_t cid = 0; cid < MQ_FAST_CONNS_MAX && c->n_pending && !full && budget; cid++) {
+        fast_conn *k = &c->conns[cid];
+        if (k->state != C_SERVED || !k->pending) continue;
+        budget--;
+        if (serve(c, k, cid, o, events, events_cap) == MQ_FAST_FULL) full = 1;
+    }
+    if (!full && budget) {
+        struct epoll_event evs[MQ_FAST_POLL_BATCH];
+        int n;
+        do n = epoll_wait(c->ep, evs, (int)budget, 0);
+        while (n < 0 && errno == EINTR);
+        if (n < 0) return io_fail(c->cl, errno);
+        for (int i = 0; i < n; i++) {
+            uint32_t cid = evs[i].data.u32;
+            assert(cid < MQ_FAST_CONNS_MAX);
+            fast_conn *k = &c->conns[cid];
+            if (k->state != C_SERVED || k->served_in == c->polls) continue;
+            if (full) {                 /* the stage is full: this one is read next poll */
+                set_pending(c, k, 1);
+                continue;
+            }
+            if (serve(c, k, cid, o, events, events_cap) == MQ_FAST_FULL) full = 1;
+        }
+    }
+    o->more = c->n_pending ? 1u : 0u;
+    if (!mq_fast_staged(c->f)) return MQ_OK;
+    int rc = mq_fast_run(c->f, refuse_held, out, out_cap, spans, &o->n_spans, fails, &o->n_fails, &o->n_ok,
+                         &o->n_held);
+    if (rc) return rc;
+    o->ran = 1;
+    send_spans(c, out, spans, o->n_spans, o, events, events_cap);
+    return MQ_OK;
+}
+
+int mq_fast_conns_release(mq_fast_conns *c, uint64_t pos, int64_t term, int acked, uint8_t *out, size_t out_cap,
+                          mq_fast_span *spans, uint32_t spans_cap, mq_fast_conn_event *events, uint32_t events_cap,
+                          mq_fast_poll_out *o) {
+    assert(c && o && (events || !events_cap));
+    memset(o, 0, sizeof *o);
+    assert(events_cap >= spans_cap);    /* a connection is given back at most once, for a span of its own */
+    int rc = mq_fast_release(c->f, pos, term, acked, out, out_cap, spans, spans_cap, &o->n_spans, &o->n_ok);
+    if (rc) return rc;
+    send_spans(c, out, spans, o->n_spans, o, events, events_cap);
+    return MQ_OK;
+}

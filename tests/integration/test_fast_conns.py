@@ -1,0 +1,160 @@
+"""Producer connections served from C (csrc/fastconn.h, mq.broker.fastsend, fastConnEnable)
+against a real broker over raw sockets: a connection whose read the C send path took whole is
+read and answered by C from then on; C gives it back to Python at the first frame it does not
+take, with the bytes after it, in order; a client that reads no answers for a while gets every
+one of them once it reads (C gives the connection back when the socket stops taking them, and
+Python's bounds hold it); the idle closer sees the bytes C moved.  The differential property
+(tests/properties/test_prop_fast_send.py) covers the answers and records byte for byte, frames
+cut anywhere between reads included."""
+import json
+import socket
+import threading
+import time
+
+import pytest
+
+from mq.cluster import Broker, NameServer, wait_for
+from tests.integration.test_send_fast_path import SEND_V2, UPDATE_TOPIC, Raw, v2
+
+TOPIC = "FastConnTopic"
+RUNTIME_INFO = 28
+IDLE_S = 2                        # serverChannelMaxIdleTimeSeconds of the idle test's broker
+
+
+@pytest.fixture(scope="module")
+def namesrv(tmp_path_factory):
+    ns = NameServer(str(tmp_path_factory.mktemp("fastconns-ns")))
+    yield ns
+    ns.stop()
+
+
+def start_broker(workdir: str, namesrv: NameServer, **options) -> Broker:
+    """A broker with TOPIC made and published to its C send path."""
+    b = Broker(workdir, namesrv.addr, sendMessageThreadPoolNums=1, **options)
+    raw = Raw(b.port)
+    try:
+        resp, _ = raw.call(UPDATE_TOPIC, {"topic": TOPIC, "readQueueNums": "4", "writeQueueNums": "4", "perm": "6",
+                                          "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"})
+        assert resp.code == 0, resp.remark
+        for _ in range(2):         # the worker learns the topic, then publishes it to C
+            resp, _ = raw.call(SEND_V2, v2(TOPIC, 0, ""), b"warm")
+            assert resp.code == 0, resp.remark
+    finally:
+        raw.close()
+    return b
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory, namesrv):
+    b = start_broker(str(tmp_path_factory.mktemp("fastconns")), namesrv)
+    yield b
+    b.stop()
+
+
+def info(port: int) -> dict:
+    raw = Raw(port)
+    try:
+        resp, _ = raw.call(RUNTIME_INFO, {})
+        return json.loads(resp.body)["table"]
+    finally:
+        raw.close()
+
+
+def given_back(port: int) -> dict:
+    """Connections C gave back, by why (the runtime info's fastConnGivenBack)."""
+    return {k: int(v) for k, v in (kv.split("=") for kv in info(port)["fastConnGivenBack"].split(","))}
+
+
+def send_frame(raw: Raw, qid: int, body: bytes) -> tuple:
+    return raw.frame(SEND_V2, v2(TOPIC, qid, ""), body)
+
+
+def test_a_producer_connection_is_served_from_c_and_given_back_in_order(broker):
+    """A send answered alone: C serves the connection (one more adoption, one served).  Then, in
+    one write, two sends, a request C does not take (GET_BROKER_RUNTIME_INFO, which reports C
+    serving none: it was given back before Python read it) and a send: four answers, the sends
+    stored in the order they came (consecutive offsets of one queue).  A later send is answered
+    and the connection served again."""
+    before = int(info(broker.port)["fastConnAdoptions"])
+    handed = given_back(broker.port)["handback"]
+    raw = Raw(broker.port)
+    try:
+        resp, _ = raw.call(SEND_V2, v2(TOPIC, 1, ""), b"first")
+        assert resp.code == 0, resp.remark
+        first = int(resp.ext_fields["queueOffset"])
+        now = info(broker.port)
+        assert int(now["fastConnAdoptions"]) == before + 1
+        assert now["fastConnsServed"] == "1"
+
+        reqs = [send_frame(raw, 1, b"a"), send_frame(raw, 1, b"b"), raw.frame(RUNTIME_INFO, {}),
+                send_frame(raw, 1, b"c")]
+        raw.sock.sendall(b"".join(data for _, data in reqs))
+        answers = {}
+        for _ in reqs:
+            resp, _ = raw.read()
+            answers[resp.opaque] = resp
+        sends = [answers[req.opaque] for req, _ in (reqs[0], reqs[1], reqs[3])]
+        assert [r.code for r in sends] == [0, 0, 0], [r.remark for r in sends]
+        assert [int(r.ext_fields["queueOffset"]) for r in sends] == [first + 1, first + 2, first + 3]
+        table = json.loads(answers[reqs[2][0].opaque].body)["table"]
+        assert table["fastConnsServed"] == "0"          # given back with the frame, before Python read it
+        assert given_back(broker.port)["handback"] == handed + 1
+
+        resp, _ = raw.call(SEND_V2, v2(TOPIC, 1, ""), b"again")
+        assert resp.code == 0 and int(resp.ext_fields["queueOffset"]) == first + 4
+        resp, _ = raw.call(SEND_V2, v2(TOPIC, 1, ""), b"and again")     # answered by C now
+        assert resp.code == 0 and int(resp.ext_fields["queueOffset"]) == first + 5
+        assert info(broker.port)["fastConnsServed"] == "1"
+    finally:
+        raw.close()
+    wait_for(lambda: info(broker.port)["fastConnsServed"] == "0", 10, what="the closed connection given back")
+
+
+def test_a_client_that_reads_no_answers_for_a_while_gets_all_of_them(broker):
+    """30,000 sends written while the client reads nothing, into a fixed receive buffer: the
+    broker's answers (~7.5 MB) stop fitting (the kernel's send buffer grows to 4 MiB here), C gives the connection back (its transport keeps what is left,
+    and Python's unsent caps pause reading), and once the client reads, every send has exactly
+    one SUCCESS answer, the offsets of one queue consecutive."""
+    n = 30000
+    writes = given_back(broker.port)["write"]
+    raw = Raw(broker.port)
+    raw.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)     # fixed: no autotuning
+    try:
+        resp, _ = raw.call(SEND_V2, v2(TOPIC, 2, ""), b"opener")    # served from C from here on
+        assert resp.code == 0
+        first = int(resp.ext_fields["queueOffset"])
+        frames = [send_frame(raw, 2, b"x" * 16) for _ in range(n)]
+        writer = threading.Thread(target=lambda: raw.sock.sendall(b"".join(d for _, d in frames)), daemon=True)
+        writer.start()
+        time.sleep(1.0)                                # the answers pile up unread
+        offsets = {}
+        for _ in range(n):
+            resp, _ = raw.read()
+            assert resp.code == 0, resp.remark
+            assert resp.opaque not in offsets, "an answer came twice"
+            offsets[resp.opaque] = int(resp.ext_fields["queueOffset"])
+        writer.join(30)
+        assert sorted(offsets) == sorted(req.opaque for req, _ in frames)
+        assert [offsets[req.opaque] for req, _ in frames] == list(range(first + 1, first + 1 + n))
+        assert given_back(broker.port)["write"] > writes, "C never met a socket that did not take an answer"
+    finally:
+        raw.close()
+
+
+def test_the_idle_closer_sees_the_bytes_c_moved(tmp_path, namesrv):
+    """A connection served from C that sends every 0.3 s for twice the idle timeout stays open
+    (the bytes C read count as activity); once it stops, it is closed after the timeout."""
+    broker = start_broker(str(tmp_path), namesrv, serverChannelMaxIdleTimeSeconds=IDLE_S)
+    raw = Raw(broker.port)
+    try:
+        t_end = time.monotonic() + 2 * IDLE_S + 1
+        while time.monotonic() < t_end:
+            resp, _ = raw.call(SEND_V2, v2(TOPIC, 3, ""), b"tick")
+            assert resp.code == 0, resp.remark
+            time.sleep(0.3)
+        assert info(broker.port)["fastConnsServed"] == "1"
+        raw.sock.settimeout(IDLE_S + 10)               # the closer's sweep runs every IDLE_S / 4
+        assert raw.sock.recv(1) == b"", "the idle connection was not closed"
+    finally:
+        raw.close()
+        broker.stop()
