@@ -308,42 +308,46 @@ static int serve(mq_fast_conns *c, fast_conn *k, uint32_t cid, mq_fast_poll_out 
 }
 
 /* Sends the spans of the connections C serves; a span not taken whole gives its connection back
- * and is left (what is left of it) for Python, with that connection's later spans. */
-static void send_spans(mq_fast_conns *c, const uint8_t *out, mq_fast_span *spans, uint32_t n_spans,
-                       mq_fast_poll_out *o, mq_fast_conn_event *events, uint32_t events_cap) {
+ * and is left (what is left of it) for Python, with that connection's later spans.  The spans
+ * left for Python are moved to the front, in order: returns how many. */
+static uint32_t send_spans(mq_fast_conns *c, const uint8_t *out, mq_fast_span *spans, uint32_t n_spans,
+                           mq_fast_poll_out *o, mq_fast_conn_event *events, uint32_t events_cap) {
+    uint32_t kept = 0;
     for (uint32_t i = 0; i < n_spans; i++) {
-        mq_fast_span *s = &spans[i];
-        int64_t cid = cid_of(c, s->conn);
-        if (cid < 0) continue;
-        fast_conn *k = &c->conns[cid];
-        if (k->state != C_SERVED) continue;
-        ssize_t w;
-        do w = send(k->fd, out + s->offset, s->len, MSG_DONTWAIT | MSG_NOSIGNAL);
-        while (w < 0 && errno == EINTR);
-        if (w == (ssize_t)s->len) {
-            s->len = 0;
-            k->active_ms = mono_ms();
-            continue;
+        mq_fast_span s = spans[i];
+        int64_t cid = cid_of(c, s.conn);
+        fast_conn *k = cid >= 0 ? &c->conns[cid] : NULL;
+        if (k && k->state == C_SERVED) {
+            ssize_t w;
+            do w = send(k->fd, out + s.offset, s.len, MSG_DONTWAIT | MSG_NOSIGNAL);
+            while (w < 0 && errno == EINTR);
+            if (w == (ssize_t)s.len) {
+                k->active_ms = mono_ms();
+                continue;
+            }
+            int err = 0;
+            if (w < 0) {
+                if (errno != EAGAIN && errno != EWOULDBLOCK) err = errno;
+                w = 0;
+            }
+            s.offset += (uint32_t)w;
+            s.len -= (uint32_t)w;
+            give_back(c, k);
+            event(o, events, events_cap, k, (uint32_t)cid, err ? MQ_FAST_CONN_ERROR : MQ_FAST_CONN_WRITE, err);
         }
-        int err = 0;
-        if (w < 0) {
-            if (errno != EAGAIN && errno != EWOULDBLOCK) err = errno;
-            w = 0;
-        }
-        s->offset += (uint32_t)w;
-        s->len -= (uint32_t)w;
-        give_back(c, k);
-        event(o, events, events_cap, k, (uint32_t)cid, err ? MQ_FAST_CONN_ERROR : MQ_FAST_CONN_WRITE, err);
+        spans[kept++] = s;
     }
+    return kept;
 }
 
 int mq_fast_poll(mq_fast_conns *c, int refuse_held, uint8_t *out, size_t out_cap, mq_fast_span *spans,
                  mq_fast_fail *fails, mq_fast_conn_event *events, uint32_t events_cap, mq_fast_poll_out *o) {
     assert(c && o && (events || !events_cap));
     memset(o, 0, sizeof *o);
-    /* at most MQ_FAST_POLL_BATCH connections are served a poll, each given back at most once, and
-     * only a connection served in it has spans C sends: MQ_FAST_POLL_BATCH events at most */
-    assert(events_cap >= MQ_FAST_POLL_BATCH);
+    /* a connection is given back at most once a poll: one of the MQ_FAST_POLL_BATCH served, or one
+     * with an answer of this run (at most MQ_FAST_MSGS_MAX sends are staged: those adopted since
+     * the last run may have some staged by Python's reads) */
+    assert(events_cap >= MQ_FAST_POLL_BATCH + MQ_FAST_MSGS_MAX);
     drop_dead(c);
     c->polls++;
     uint32_t budget = MQ_FAST_POLL_BATCH;
@@ -379,7 +383,7 @@ int mq_fast_poll(mq_fast_conns *c, int refuse_held, uint8_t *out, size_t out_cap
                          &o->n_held);
     if (rc) return rc;
     o->ran = 1;
-    send_spans(c, out, spans, o->n_spans, o, events, events_cap);
+    o->n_spans = send_spans(c, out, spans, o->n_spans, o, events, events_cap);
     return MQ_OK;
 }
 
@@ -391,6 +395,6 @@ int mq_fast_conns_release(mq_fast_conns *c, uint64_t pos, int64_t term, int acke
     assert(events_cap >= spans_cap);    /* a connection is given back at most once, for a span of its own */
     int rc = mq_fast_release(c->f, pos, term, acked, out, out_cap, spans, spans_cap, &o->n_spans, &o->n_ok);
     if (rc) return rc;
-    send_spans(c, out, spans, o->n_spans, o, events, events_cap);
+    o->n_spans = send_spans(c, out, spans, o->n_spans, o, events, events_cap);
     return MQ_OK;
 }

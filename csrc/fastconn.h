@@ -50,10 +50,11 @@
  *     too), one mq_fast_run(f, refuse_held, out, out_cap, spans, ...) and the answers of the
  *     connections C serves sent.  o: the run's counts as mq_fast_run gives them (n_spans, n_fails,
  *     n_ok, n_held; ran 1 when it ran), events[0, n_events) the connections given back (each at
- *     most once a poll, and only connections served in it: events_cap >= MQ_FAST_POLL_BATCH), more 1
+ *     most once a poll: events_cap >= MQ_FAST_POLL_BATCH + MQ_FAST_MSGS_MAX), more 1
  *     when a full stage left connections with frames to walk (call again: their sockets may
- *     not be readable).  A span C sent whole has
- *     len 0; a span C sent in part starts at what is left.  Errors: mq_fast_run's; an epoll_wait
+ *     not be readable).  spans[0, n_spans) are
+ *     what C did not send, in order: the answers of connections Python serves, and of those C gave
+ *     back (a span C sent in part starts at what is left).  Errors: mq_fast_run's; an epoll_wait
  *     failure is MQ_E_IO.
  * mq_fast_conns_release  mq_fast_release(f, pos, term, acked, out, out_cap, spans, spans_cap, ...)
  *     (o->n_spans, and o->n_ok the answers released), then the answers of the connections C serves

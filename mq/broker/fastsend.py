@@ -74,7 +74,7 @@ PULL_LIMIT_MAX = 0xFFFFFFFF        # C's count limit is a uint32
 SQL_FILTERS_MAX = lib.MQ_FAST_SQL_FILTERS_MAX
 SQL_SKIPPED_MAX = 1024             # SQL92 texts remembered as not C's (then forgotten and checked again)
 SUBS_MAX = lib.MQ_FAST_SUBS_MAX
-CONN_EVENTS_MAX = MSGS_MAX          # a poll gives back at most MQ_FAST_POLL_BATCH, a release one a span
+CONN_EVENTS_MAX = lib.MQ_FAST_POLL_BATCH + MSGS_MAX    # connections C gives back in a poll or a release, at most
 GIVE_BACK_WHY = {lib.MQ_FAST_CONN_HANDBACK: "handback", lib.MQ_FAST_CONN_EOF: "eof", lib.MQ_FAST_CONN_ERROR: "error",
                  lib.MQ_FAST_CONN_WRITE: "write", lib.MQ_FAST_CONN_BIG: "big"}
 # C stops taking a heartbeat subscription this long before the worker's cache would refresh it
@@ -533,14 +533,12 @@ class FastSends:
             self._settler = self.loop.create_task(self._settle())
 
     def _write_spans(self, n_spans: int) -> set:
-        """Queues the spans' answers on their connections (a span C sent whole has len 0); returns
+        """Queues the spans' answers on their connections (those C did not send itself); returns
         those connections, which the caller flushes (_finish, _release)."""
         out, spans, by_slot = self._out_buf, self._spans, self._by_slot
         touched = set()
         for i in range(n_spans):
             s = spans[i]
-            if not s.len:
-                continue
             conn = by_slot.get(s.conn)
             if conn is not None:
                 conn.queue_frame(out[s.offset:s.offset + s.len])
@@ -681,6 +679,8 @@ class FastSends:
             conn = by_slot.get(ev.slot)
             if conn is not None:
                 self.give_back(conn)
+            else:                          # closed meanwhile (forget disowns first: not expected)
+                check(lib.mq_fast_disown(self._ch, ev.cid, self._rest, self._n_rest), "fast conn disown")
 
     # ---- held answers (SYNC_FLUSH, SYNC_MASTER) --------------------------------------------
     async def _settle(self) -> None:

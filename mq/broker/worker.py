@@ -289,6 +289,7 @@ class IoWorker:
                 "fastOffsetQueries": str(self.fast.offset_queries),
                 # connections served from C (csrc/fastconn.h): adopted so far, served now, given back by C
                 "fastConnAdoptions": str(self.fast.adoptions), "fastConnsServed": str(len(self.fast._owned)),
+                "fastConnPolls": str(self.fast.polls),
                 "fastConnGivenBack": ",".join(f"{k}={v}" for k, v in self.fast.given_back.items())}
         if self.commit_waiter is not None:
             info.update(dledger_runtime_info(self.config.storePathRootDir, self.store.ctl))
