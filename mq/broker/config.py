@@ -143,7 +143,7 @@ BROKER_OPTIONS: list[Option] = [
     Option("fastConnEnable", bool, True,
            "a TCP connection whose reads the C send path takes whole (a producer's) is read, walked and "
            "answered by C from then on, one call per wake of the io worker for all of them, until a frame "
-           "C does not take (ours; csrc/fastconn.h; where the C send path is on, without perf tracing)"),
+           "C does not take (ours; csrc/fastconn.h; where the C send path is on)"),
     Option("fastPullEnable", bool, True,
            "pulls that find data (and GET_MAX_OFFSET / GET_MIN_OFFSET) are answered in C in the read that "
            "brings them (ours; mq.broker.fastsend; "

@@ -29,7 +29,8 @@ C gives it back at the first frame it does not take, at the end of the stream, o
 over MQ_FAST_CONN_BUF_MAX or an answer the socket does not take whole; Python takes it back when a
 write of its own is not taken whole (Connection.flush), when it closes it, and when the path's
 policy changes (set_conns).  The unread bytes C hands back go to the protocol's held bytes, which
-it reads first when reading resumes.  Not with perf tracing (its stamps are taken per read).
+it reads first when reading resumes.  With perf tracing, mq_fast_read stamps the frames C reads there
+as it stamps those Python hands it.
 
 Limits, named: MQ_FAST_MSGS_MAX sends and MQ_FAST_ARENA_BYTES of properties per run (a read
 that fills the stage runs it at once and goes on); MQ_FAST_TOPICS_MAX topics published (past
@@ -444,7 +445,6 @@ class FastSends:
         every run and release (csrc/fastsend.h, mq_fast_set_trace)."""
         if tracer is None or self.tracer is tracer or self._h is None:
             return
-        self.set_conns(False)              # C's reads are not stamped
         self.tracer = tracer
         self._trace_rows = ffi.new("int64_t[]", lib.MQ_FAST_TRACE_ROWS_MAX * lib.MQ_FAST_TRACE_FIELDS)
         self._trace_n = ffi.new("uint32_t *")
@@ -580,7 +580,7 @@ class FastSends:
     # ---- connections served from C (csrc/fastconn.h) ----------------------------------------
     def set_conns(self, on: bool) -> None:
         """Serve producer connections from C from now on (on), or give back every one it serves."""
-        if on and self._h is not None and self.tracer is None:
+        if on and self._h is not None:
             if self._ch is None:
                 out = ffi.new("mq_fast_conns **")
                 check(lib.mq_fast_conns_open(self._h, out), "fast conns open")

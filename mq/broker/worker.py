@@ -337,8 +337,8 @@ class IoWorker:
                  and self.store.legacy is None and self.tracer is None)
         self.fast.set_pulls(pulls, self.store.cq_root, self.store.config.cq_file_size,
                             cfg.maxTransferCountOnMessageInMemory, cfg.maxTransferBytesOnMessageInMemory)
-        # producer connections served from C (csrc/fastconn.h): not with tracing (C stamps per read)
-        self.fast.set_conns(usable and cfg.fastConnEnable and self.tracer is None)
+        # producer connections served from C (csrc/fastconn.h)
+        self.fast.set_conns(usable and cfg.fastConnEnable)
         for server in self.servers:
             server.taker = self.fast.take if usable else None
             server.adopter = self.fast if self.fast.conns_on else None
