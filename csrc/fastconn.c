@@ -45,8 +45,6 @@ struct mq_fast_conns {
     fast_conn conns[MQ_FAST_CONNS_MAX];
 };
 
-mq_commitlog *fast_commitlog(mq_fast *f);     /* fastsend.c */
-
 static uint32_t slot_home(uint32_t slot) { return (slot * 2654435761u) & (SLOT_HASH - 1); }
 
 static int64_t cid_of(const mq_fast_conns *c, uint32_t slot) {

@@ -533,7 +533,6 @@ void mq_fast_close(mq_fast *f) {
     free(f);
 }
 
-/* The CommitLog handle f was opened on: fastconn.c keeps its errors there (not API). */
 mq_commitlog *fast_commitlog(mq_fast *f) {
     assert(f);
     return f->cl;

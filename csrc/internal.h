@@ -234,6 +234,10 @@ static inline void dl_write_blank(uint8_t *p, uint64_t room) {
 /* Writes entry `index`'s unit into its index file (created on demand): MQ_OK or file errors. */
 int dl_write_unit(mq_commitlog *cl, uint64_t index, uint64_t pos, uint32_t size, int64_t term);
 
+/* The CommitLog handle a send path was opened on (fastsend.c; fastconn.c keeps its errors there). */
+struct mq_fast;
+mq_commitlog *fast_commitlog(struct mq_fast *f);
+
 /* Checks the DLedger entry at p (pos `pos`, `room` bytes to its file's end, `avail` readable):
  * header, sizes, pos, the record inside (PHYSICALOFFSET = pos + 48, TOTALSIZE = bodySize).
  * MQ_OK with rec filled (dl_* too), or MQ_E_CORRUPT with *stop the kind.  Index continuity
