@@ -13,6 +13,9 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #define FRAME_SIZE_MAX   16777216u     /* mq.wire.remoting.FRAME_SIZE_MAX: prefix included */
 #define CODE_PULL        11
@@ -604,10 +607,16 @@ static int parse_dec(const uint8_t *p, uint32_t len, int64_t lo, int64_t hi, int
 enum { F_TOPIC, F_QID, F_PROPS, F_BATCH, F_SYSFLAG, F_BORN, F_FLAG, F_RECONSUME, F_SEND_N,
        F_GROUP = F_SEND_N, F_QOFFSET, F_MAXNUMS, F_COMMIT, F_SUSPEND, F_SUBVER, F_SUB, F_EXPR, F_N };
 /* the long names, and SEND_MESSAGE_V2's letters of a send's (mq.wire.headers.SEND_V2_FIELDS), per F_* */
-static const char *const LONG_NAMES[F_N] = {"topic", "queueId", "properties", "batch", "sysFlag",
-                                            "bornTimestamp", "flag", "reconsumeTimes", "consumerGroup",
-                                            "queueOffset", "maxMsgNums", "commitOffset", "suspendTimeoutMillis",
-                                            "subVersion", "subscription", "expressionType"};
+#define LONG_NAME_LIST X("topic") X("queueId") X("properties") X("batch") X("sysFlag") X("bornTimestamp") \
+    X("flag") X("reconsumeTimes") X("consumerGroup") X("queueOffset") X("maxMsgNums") X("commitOffset") \
+    X("suspendTimeoutMillis") X("subVersion") X("subscription") X("expressionType")
+#define X(name) name,
+static const char *const LONG_NAMES[F_N] = {LONG_NAME_LIST};
+#undef X
+#define X(name) sizeof(name) - 1,
+static const uint8_t LONG_LENS[F_N] = {LONG_NAME_LIST};
+#undef X
+#undef LONG_NAME_LIST
 static const char LETTERS[F_SEND_N] = {'b', 'e', 'i', 'm', 'f', 'g', 'h', 'j'};
 
 typedef struct fval {
@@ -631,7 +640,7 @@ static fval *field_of(fields *fs, const uint8_t *k, uint32_t len) {
         return NULL;
     }
     for (int i = 0; i < F_N; i++)
-        if (strlen(LONG_NAMES[i]) == len && memcmp(LONG_NAMES[i], k, len) == 0) return &fs->lng[i];
+        if (LONG_LENS[i] == len && memcmp(LONG_NAMES[i], k, len) == 0) return &fs->lng[i];
     return NULL;
 }
 
@@ -698,13 +707,33 @@ static int hexv(uint8_t c) {
     return -1;
 }
 
+/* The first byte at or after p that a JSON string cannot pass over as it is -- a quote, a
+ * backslash, a control byte (< 0x20) or the start of a multi-byte UTF-8 sequence (>= 0x80) --
+ * or end.  Sixteen bytes a step with SSE2: as signed bytes, < 0x20 holds both 0x00-0x1F and
+ * 0x80-0xFF, so three compares find all four kinds (a header's strings are mostly plain). */
+static inline const uint8_t *jplain(const uint8_t *p, const uint8_t *end) {
+#ifdef __SSE2__
+    const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20);
+    while (end - p >= 16) {
+        const __m128i x = _mm_loadu_si128((const __m128i *)p);
+        const __m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, quote), _mm_cmpeq_epi8(x, bslash)),
+                                         _mm_cmplt_epi8(x, space));
+        const unsigned mask = (unsigned)_mm_movemask_epi8(hit);
+        if (mask) return p + __builtin_ctz(mask);
+        p += 16;
+    }
+#endif
+    while (p < end && *p != '"' && *p != '\\' && *p >= 0x20 && *p < 0x80) p++;
+    return p;
+}
+
 /* A string at c->p (its opening quote): checked, *s and *len its raw inside, *esc whether it has
  * escapes; the cursor past the closing quote.  Escapes \u beyond 0x7F are not taken. */
 static int jstr(jcur *c, const uint8_t **s, uint32_t *len, uint8_t *esc) {
     if (c->p >= c->end || *c->p != '"') return 0;
     const uint8_t *p = ++c->p, *end = c->end;
     *esc = 0;
-    while (p < end) {
+    while ((p = jplain(p, end)) < end) {
         uint8_t ch = *p;
         if (ch == '"') {
             *s = c->p;
@@ -728,13 +757,10 @@ static int jstr(jcur *c, const uint8_t **s, uint32_t *len, uint8_t *esc) {
             } else return 0;
             continue;
         }
-        if (ch >= 0x80) {
-            int n = utf8_seq(p, end);
-            if (!n) return 0;
-            p += n;
-            continue;
-        }
-        p++;
+        /* ch >= 0x80 (jplain stops at nothing else) */
+        int n = utf8_seq(p, end);
+        if (!n) return 0;
+        p += n;
     }
     return 0;
 }
@@ -743,7 +769,12 @@ static int jstr(jcur *c, const uint8_t **s, uint32_t *len, uint8_t *esc) {
 static uint32_t junescape(const uint8_t *s, uint32_t len, uint8_t *out) {
     uint32_t o = 0;
     for (uint32_t i = 0; i < len;) {
-        if (s[i] != '\\') { out[o++] = s[i++]; continue; }
+        const uint8_t *bs = memchr(s + i, '\\', len - i);
+        const uint32_t run = bs ? (uint32_t)(bs - (s + i)) : len - i;
+        memcpy(out + o, s + i, run);
+        o += run;
+        i += run;
+        if (i == len) break;
         uint8_t e = s[i + 1];
         switch (e) {
         case 'u': out[o++] = (uint8_t)(hexv(s[i + 4]) * 16 + hexv(s[i + 5])); i += 6; continue;
@@ -916,11 +947,23 @@ static int parse_json(const uint8_t *h, uint32_t size, req *r) {
 
 /* ---- taking one send ---------------------------------------------------------------------- */
 
-static const uint8_t *find(const uint8_t *p, size_t len, const char *needle, size_t nlen) {
-    if (nlen > len) return NULL;
-    for (size_t i = 0; i + nlen <= len; i++)
-        if (p[i] == (uint8_t)needle[0] && memcmp(p + i, needle, nlen) == 0) return p + i;
-    return NULL;
+/* Looks at every 0x01 (a property's name/value separator) of props once, with the text that
+ * ends there: 1 when one ends "DELAY", "CLUSTER" or "TRAN_MSG" (the send is Python's), else 0
+ * with *wait the start of the first "WAIT" + 0x01 (NULL: none).  The same answers as a search
+ * for each name + 0x01 in turn: every match of one ends at a 0x01, and the first "WAIT" match
+ * is the one at the first 0x01 with WAIT before it. */
+static int props_scan(const uint8_t *p, size_t len, const uint8_t **wait) {
+    const uint8_t *end = p + len, *q = p;
+    *wait = NULL;
+    while ((q = memchr(q, 0x01, (size_t)(end - q))) != NULL) {
+        const size_t before = (size_t)(q - p);
+#define ENDS(lit) (before >= sizeof(lit) - 1 && memcmp(q - (sizeof(lit) - 1), lit, sizeof(lit) - 1) == 0)
+        if (ENDS("DELAY") || ENDS("CLUSTER") || ENDS("TRAN_MSG")) return 1;
+        if (!*wait && ENDS("WAIT")) *wait = q - 4;
+#undef ENDS
+        q++;
+    }
+    return 0;
 }
 
 /* A field's text, unescaped into buf when it holds escapes (at most cap bytes): 0 when not taken. */
@@ -981,10 +1024,8 @@ static int take_send(mq_fast *f, const req *r, const uint8_t *body, uint32_t bod
     if (pv->present && pv->len) {
         if (pv->len > MQ_FAST_ARENA_BYTES - f->arena_used) return f->n ? -1 : 0;
         plen = pv->escaped ? junescape(pv->p, pv->len, props) : (memcpy(props, pv->p, pv->len), pv->len);
-        if (find(props, plen, "DELAY\x01", 6) || find(props, plen, "CLUSTER\x01", 8)
-            || find(props, plen, "TRAN_MSG\x01", 9))
-            return 0;
-        const uint8_t *w = find(props, plen, "WAIT\x01", 5);
+        const uint8_t *w;
+        if (props_scan(props, plen, &w)) return 0;
         if (w) {
             size_t at = (size_t)(w - props);
             if (at && props[at - 1] != 0x02) return 0;
@@ -994,7 +1035,8 @@ static int take_send(mq_fast *f, const req *r, const uint8_t *body, uint32_t bod
             wait = !(vlen == 5 && memcmp(w + 5, "false", 5) == 0);
             memmove(props + at, props + cut_end, plen - cut_end);
             plen -= (uint32_t)(cut_end - at);
-            if (find(props, plen, "WAIT\x01", 5)) return 0;
+            const uint8_t *again;
+            if (props_scan(props, plen, &again) || again) return 0;     /* (no DELAY etc. was there before) */
         }
     }
     uint32_t i = f->n;

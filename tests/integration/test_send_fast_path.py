@@ -261,6 +261,54 @@ def test_a_connections_sends_are_appended_in_the_order_they_came(broker):
         raw.close()
 
 
+# (JSON text in the header, the character it stands for): an escape C reads, one it leaves to
+# Python, and raw UTF-8 of 2, 3 and 4 bytes
+SPECIALS = [('\\"', '"'), ('\\\\', '\\'), ('\\u0003', '\x03'), ('\\/', '/'), ('\\u00e9', '\u00e9'),
+            ('\u00e9', '\u00e9'), ('\u65e5', '\u65e5'), ('\U0001f600', '\U0001f600')]
+
+
+def test_a_header_string_is_read_whatever_stands_where(broker):
+    """A property value holding one special character -- an escape or a multi-byte UTF-8
+    sequence -- at every offset from 0 to 40 (the C reader skips plain text 16 bytes a step, so
+    the character falls at every place of a step and across steps): every send is stored with
+    exactly the value the client meant, whichever path read it."""
+    raw = Raw(broker.port)
+    topic = "FastPathStringTopic"
+    try:
+        resp, _ = raw.call(UPDATE_TOPIC, {"topic": topic, "readQueueNums": "1", "writeQueueNums": "1", "perm": "6"})
+        assert resp.code == 0
+        warm = raw.call(SEND_V2, v2(topic, 0, ""), b"warm-up")[0]              # the worker learns the topic
+        assert warm.code == 0
+        base = int(warm.ext_fields["queueOffset"]) + 1
+        fast_before = int(json.loads(raw.call(28, {})[0].body)["table"]["fastSendMsgs"])
+        meant, frames = [], []
+        for json_text, char in SPECIALS:
+            for at in range(41):
+                value_json = "v" * at + json_text + "w" * (40 - at)
+                meant.append("v" * at + char + "w" * (40 - at))
+                frames.append(_json_frame(20_000 + len(frames), topic, 0, f'"KEYS\\u0001{value_json}"',
+                                          b"s%d" % len(frames)))
+        raw.sock.sendall(b"".join(frames))
+        resps = {}
+        for _ in frames:
+            r = raw.read()[0]
+            resps[r.opaque] = r
+        assert all(resps[20_000 + i].code == 0 for i in range(len(frames)))
+        offsets = [int(resps[20_000 + i].ext_fields["queueOffset"]) for i in range(len(frames))]
+        assert offsets == list(range(base, base + len(frames))), offsets
+        # C read every one but the first after the warm-up (which publishes the topic to C) and
+        # those with a \u escape beyond ASCII (Python's)
+        fast = int(json.loads(raw.call(28, {})[0].body)["table"]["fastSendMsgs"]) - fast_before
+        assert fast == len(frames) - 1 - 41, fast
+        wait_for(lambda: _max_offset(raw, topic, 0) == base + len(frames), 10, what="dispatch")
+        for i, value in enumerate(meant):
+            rec = pull_one(raw, topic, 0, base + i)
+            assert rec.body == b"s%d" % i
+            assert decode_properties(rec.properties)["KEYS"] == value, (i, rec.properties)
+    finally:
+        raw.close()
+
+
 def test_traced_sync_flush_pipelines_get_their_own_answers(tmp_path):
     """SYNC_FLUSH with perf tracing: answers held in C and released after the flush, on three
     connections pipelining 300 sends each, each answer its own (opaque, SUCCESS, a queue offset
