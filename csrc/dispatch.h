@@ -23,7 +23,9 @@
  *     d->cap records at a time (resolve_slots 2), mq_dispatch_batch, mq_index_build into
  *     d->index (NULL: no index; records below d->index_from are skipped, and d->index_from
  *     first drops to DISPATCHED, then rises past each record indexed), DISPATCHED advanced
- *     and SEQ_DISPATCH woken per batch; with nothing to dispatch it sleeps on d->end_seq.
+ *     and SEQ_DISPATCH woken per batch; with nothing to dispatch it sleeps on d->end_seq --
+ *     except right after a look that dispatched up to WRITE: then it naps MQ_DISPATCH_NAP_US
+ *     without being a waiter (appends pay no wake while records keep coming) and looks again.
  *     d->last_store_ts_ms and d->records (added to) follow the records dispatched.  Whatever
  *     it does not do whole stops it before DISPATCHED moves past that batch, with d->why =
  *     MQ_DISPATCH_CALLER, for the caller's own walk to take over from DISPATCHED: a CQ file
@@ -43,6 +45,8 @@
 #include "index.h"
 
 #define MQ_CQ_ENTRY_SIZE       20
+#define MQ_DISPATCH_NAP_US     200      /* mq_dispatch_for's nap while busy: what a record may wait
+                                           for dispatch beyond its append (RocketMQ's reput: 1 ms) */
 
 typedef struct mq_cq_map {
     uint8_t *base;            /* mapped CQ file, or NULL */
