@@ -35,7 +35,9 @@ Rules (spec 1.5, RELIABILITY.md):
     encoded -> SYSTEM_ERROR with its text; all logged;
   * a TCP connection idle for idle_timeout_s (serverChannelMaxIdleTimeSeconds, 120 s) is closed
     and logged: idle means no bytes read, nothing written and no request of it in flight (or
-    only requests waiting for its client to read: it is paused by the unsent caps below).  The
+    only requests waiting for its client to read: it is paused by the unsent caps below).
+    Answers leaving the transport's buffer between two looks of the closer count as written (a
+    client that reads a backlog slowly is not idle; one that stopped reading is).  The
     answers such a client left unread are dropped with it (abort), as Netty's close fails the
     writes still queued, so they stop counting against the process.
     Connections on a unix socket (links between the processes of one node) are never
@@ -176,7 +178,7 @@ class Connection:
     """One client connection; handlers get it to learn the peer, push requests, or answer a
     deferred request (respond)."""
     __slots__ = ("id", "peer", "transport", "server", "closed", "attrs", "idle_close", "last_active_s",
-                 "in_flight", "_opaque", "_out", "_out_bytes", "_flush_scheduled", "_protocol", "_budget",
+                 "unsent_seen", "in_flight", "_opaque", "_out", "_out_bytes", "_flush_scheduled", "_protocol", "_budget",
                  "_unsent_counted", "_drain_waiters")
 
     def __init__(self, conn_id: int, peer: tuple[str, int], transport, server: "RemotingServer", protocol=None):
@@ -188,6 +190,7 @@ class Connection:
         self.attrs: dict = {}
         self.idle_close = True             # False for unix-socket links
         self.last_active_s = time.monotonic()   # last bytes read or frame written
+        self.unsent_seen = 0               # the transport's unsent bytes at the idle closer's last look
         self.in_flight = 0                 # requests of this connection being handled
         self._opaque = itertools.count(1 << 24)
         self._out: list[bytes] = []        # frames queued and not yet written
@@ -647,6 +650,13 @@ class RemotingServer:
                     active_s = self.adopter.active_s(conn)
                     if active_s is not None and active_s > conn.last_active_s:
                         conn.last_active_s = active_s
+                if not conn.closed:
+                    # answers leaving for the client count as writes (Netty counts a write when it
+                    # completes): a client draining a backlog slowly is reading, not idle
+                    unsent = conn.transport.get_write_buffer_size()
+                    if unsent < conn.unsent_seen:
+                        conn.last_active_s = now
+                    conn.unsent_seen = unsent
                 idle_s = now - conn.last_active_s
                 if conn.idle_close and not conn.closed and idle_s >= self.idle_timeout_s \
                         and (not conn.in_flight or conn._protocol._write_paused):

@@ -18,6 +18,8 @@ IDLE_S = 0.4
 PING = 30         # any code; the test server answers it
 SLOW = 31         # answered after SLOW_S
 SLOW_S = 3 * IDLE_S
+BIG = 32          # answered with BIG_BYTES of body
+BIG_BYTES = 1 << 20
 
 
 def run(coro, timeout_s: float = 20.0):
@@ -35,13 +37,17 @@ async def slow(conn, cmd):
     return make_response(cmd)
 
 
+async def big(conn, cmd):
+    return make_response(cmd, body=b"b" * BIG_BYTES)
+
+
 class Server:
     """A started RemotingServer with IDLE_S; records the connections it closed."""
 
     def __init__(self, idle_timeout_s=IDLE_S):
         self.closed = []
         self.conns = []
-        self.rs = RemotingServer("idle-test", {PING: self._ping, SLOW: slow}, on_close=self.closed.append,
+        self.rs = RemotingServer("idle-test", {PING: self._ping, SLOW: slow, BIG: big}, on_close=self.closed.append,
                                  idle_timeout_s=idle_timeout_s)
 
     async def _ping(self, conn, cmd):
@@ -163,6 +169,46 @@ def test_writes_alone_keep_a_connection_open():
             assert await listener.closed_within(IDLE_S * 3) is not None   # and once the pushes stop, it goes
             listener.close()
     run(main())
+
+
+def test_a_client_reading_a_backlog_slowly_is_not_idle():
+    """Answers leaving for a client that reads them count as writes, as a Netty write counts when
+    it completes: a client that asked for 12 MiB at once and reads them at ~1.6 MB/s gets every
+    answer whole, though its last answers were queued ~3 s (more than the idle time) before it
+    read them, the unsent caps pausing its requests meanwhile.  Before, the closer saw no read
+    and no write for the idle time and dropped the rest of the backlog (abort).  It may still
+    close the connection once every answer left the transport for the kernel, as Netty would
+    once its last write completed: a plain close, and the client reads them all.  (The idle time here is
+    2 s, not IDLE_S: the kernel frees a socket's send room in bursts of a third of its buffer,
+    ~0.8 s apart at this rate, and the closer must see the backlog shrink between its looks.
+    The client's small receive buffer keeps the backlog in the server's transport, where the
+    closer sees it.)"""
+    n = 12
+    idle_s = 2.0
+
+    async def main():
+        async with Server(idle_timeout_s=idle_s) as srv:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+            sock.connect(("127.0.0.1", srv.port))
+            sock.setblocking(False)
+            c = Client(*await asyncio.open_connection(sock=sock))
+            c.writer.write(b"".join(encode_frame(RemotingCommand(code=BIG, opaque=i)) for i in range(1, n + 1)))
+            got = []
+            for _ in range(n):
+                prefix = await c.reader.readexactly(4)
+                size = frame_payload_size(prefix)
+                payload = bytearray()
+                while len(payload) < size:
+                    payload += await c.reader.readexactly(min(128 * 1024, size - len(payload)))
+                    await asyncio.sleep(0.08)
+                cmd = decode_frame_payload(bytes(payload))
+                assert cmd.code == 0 and len(cmd.body) == BIG_BYTES
+                got.append(cmd.opaque)
+            assert got == list(range(1, n + 1))
+            assert await c.closed_within(idle_s * 3) is not None    # drained: idle from there on
+            c.close()
+    run(main(), timeout_s=60)
 
 
 def test_request_in_flight_is_not_idle():
