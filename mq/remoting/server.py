@@ -178,8 +178,8 @@ class Connection:
     """One client connection; handlers get it to learn the peer, push requests, or answer a
     deferred request (respond)."""
     __slots__ = ("id", "peer", "transport", "server", "closed", "attrs", "idle_close", "last_active_s",
-                 "unsent_seen", "in_flight", "_opaque", "_out", "_out_bytes", "_flush_scheduled", "_protocol", "_budget",
-                 "_unsent_counted", "_drain_waiters")
+                 "unsent_seen", "in_flight", "_opaque", "_out", "_out_bytes", "_flush_scheduled", "_protocol",
+                 "_budget", "_unsent_counted", "_drain_waiters")
 
     def __init__(self, conn_id: int, peer: tuple[str, int], transport, server: "RemotingServer", protocol=None):
         self.id = conn_id
