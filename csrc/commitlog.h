@@ -116,7 +116,9 @@
  *     `file_index` from the page of log position `from_pos` on (0: the whole file; the pages
  *     before the write position hold records, and touching one only makes the kernel write it
  *     again), so the first append into a page takes no fault; the touch (an atomic add of 0 per
- *     page) changes no byte a concurrent appender writes.  MQ_OK or file errors.
+ *     page) changes no byte a concurrent appender writes.  It runs with readahead off
+ *     (MADV_RANDOM), so the touched pages are cached one page a folio and an msync writes the
+ *     pages it covers, not the large folios around them.  MQ_OK or file errors.
  * mq_commitlog_flush  makes [FLUSHED, WRITE) durable with msync(MS_SYNC), file by file.  Skips
  *     (MQ_OK, nothing done) when fewer than least_pages dirty pages are in the current file and
  *     no older file has unflushed bytes (RocketMQ's isAbleToFlush).  MQ_OK: FLUSHED and

@@ -3,6 +3,8 @@ mode and small file sizes so that files roll and blank fillers happen."""
 import mmap
 import os
 import random
+import shutil
+import tempfile
 import zlib
 
 import pytest
@@ -304,6 +306,65 @@ def test_a_file_is_pre_touched_from_the_given_position_only(make_store):
     assert not os.path.exists(nxt)
     s.cl.prepare_file(1, size + 5 * mmap.PAGESIZE + 100)
     assert _present_pages(os.path.realpath(nxt), pages) == [False] * 5 + [True] * (pages - 5)
+
+
+def _pages_in_large_folios(path: str, size: int) -> int | None:
+    """How many pages of `path` (all cached) the page cache holds in folios larger than a page:
+    each page mapped and read here, its frame from /proc/self/pagemap, the frame's flags from
+    /proc/kpageflags (COMPOUND_HEAD 15, COMPOUND_TAIL 16).  None: frames not readable (not root)."""
+    import struct
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        m = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+    finally:
+        os.close(fd)
+    try:
+        pages = size // mmap.PAGESIZE
+        assert sum(m[i * mmap.PAGESIZE] for i in range(pages)) == 0       # maps every page (zeros)
+        with open("/proc/self/maps") as f:
+            start = next(int(line.split("-", 1)[0], 16) for line in f if line.rstrip().endswith(path))
+        with open("/proc/self/pagemap", "rb") as pm:
+            pm.seek(start // mmap.PAGESIZE * 8)
+            pfns = [v & ((1 << 55) - 1) for v in struct.unpack(f"<{pages}Q", pm.read(8 * pages))]
+    finally:
+        m.close()
+    if not all(pfns):
+        return None
+    large = 0
+    with open("/proc/kpageflags", "rb") as kf:
+        for pfn in pfns:
+            kf.seek(pfn * 8)
+            large += bool(struct.unpack("<Q", kf.read(8))[0] & (1 << 15 | 1 << 16))
+    return large
+
+
+def test_a_prepared_file_is_cached_one_page_a_folio(make_store):
+    """The preparer touches a new file with readahead off, so the page cache holds it in
+    one-page folios.  With readahead (the control: the same touch through a plain mapping) ext4
+    on Linux 6.x caches it in large folios, and every msync writes whole folios: a SYNC_FLUSH
+    group of 32 KiB wrote ~0.9 MiB to the disk.  On a disk (the test's own directory under
+    /var/tmp), not the run's tmpfs, whose pages this does not concern; 64 MiB, since readahead
+    went to large folios here only in files larger than 8 MiB."""
+    size = 64 << 20
+    root = tempfile.mkdtemp(prefix="mq-folios-", dir="/var/tmp")
+    try:
+        control = os.path.join(root, "control")
+        with open(control, "wb") as f:
+            os.posix_fallocate(f.fileno(), 0, size)
+        with open(control, "r+b") as f, mmap.mmap(f.fileno(), size) as m:
+            for off in range(0, size, mmap.PAGESIZE):
+                m[off] = 0                                # the preparer's touch, readahead on
+        seen = _pages_in_large_folios(control, size)
+        if seen is None:
+            pytest.skip("page frames are not readable here (/proc/self/pagemap needs root)")
+        if seen == 0:
+            pytest.skip("this kernel caches the disk's files one page a folio anyway: nothing to tell apart")
+        s = make_store(root=os.path.join(root, "store"), mappedFileSizeCommitLog=size)
+        s.cl.prepare_file(1)
+        nxt = os.path.realpath(os.path.join(s.config.commitlog_dir, "%020d" % size))
+        assert (seen, _pages_in_large_folios(nxt, size)) == (seen, 0)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_second_owner_is_refused(make_store, tmp_path):
