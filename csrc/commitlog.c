@@ -114,6 +114,7 @@ int mq_commitlog_open(const char *dir, void *ctl_mem, size_t ctl_len, const mq_c
     snprintf(cl->data.dir, sizeof cl->data.dir, "%s", dir);
     cl->data.file_size = opts->file_size;
     cl->dledger = opts->dledger ? 1 : 0;
+    cl->touch_page_folios = opts->touch_page_folios ? 1 : 0;
     if (cl->dledger) {
         snprintf(cl->index.dir, sizeof cl->index.dir, "%s", opts->index_dir);
         cl->index.file_size = opts->index_file_size;
@@ -154,17 +155,20 @@ int mq_commitlog_prepare_file(mq_commitlog *cl, uint64_t file_index, uint64_t fr
     const uint64_t start = file_index * cl->file_size;
     uint64_t first = from_pos > start ? (from_pos - start) & ~(uint64_t)(MQ_PAGE - 1) : 0;
     const size_t len = cl->file_size - first;
-    /* Touched with readahead off, so that each fault caches one page.  With readahead the kernel
-     * caches the file in large folios (ext4 on Linux 6.x: up to 2 MiB), the touch dirties whole
-     * folios, and writeback writes whole folios: every msync of a SYNC_FLUSH group rewrote the
-     * folios around it, ~0.9 MiB for a group of 32 KiB (2026-11-28, kernel 6.18: 36x the sectors
-     * of the data, msync 3.2-3.7 ms against 0.54 once the disk's burst was spent).  Advice only:
-     * where it fails or means nothing (tmpfs, older kernels) the touch works as before.  Readers
-     * of older files keep their readahead: the advice is this range's, for the touch only. */
-    (void)madvise(base + first, len, MADV_RANDOM);
+    /* touch_page_folios (SYNC_FLUSH): touched with readahead off, so that each fault caches one
+     * page.  With readahead the kernel caches the file in large folios (ext4 on Linux 6.x: up to
+     * 2 MiB), the touch dirties whole folios, and writeback writes whole folios: every msync of
+     * a SYNC_FLUSH group rewrote the folios around it, ~0.9 MiB for a group of 32 KiB (2026-11-28,
+     * kernel 6.18: 36x the sectors of the data, msync 3.2-3.7 ms against 0.54 once the disk's
+     * burst was spent).  Not by default: one fault a page costs up to 5x the CPU of the touch
+     * (0.52 s against 0.10-0.50 a 256 MiB file), and an ASYNC_FLUSH msync covers many folios
+     * whole.  Advice only: where it fails or means nothing (tmpfs, older kernels) the touch works
+     * as before.  Readers of older files keep their readahead: the advice is this range's, for
+     * the touch only. */
+    if (cl->touch_page_folios) (void)madvise(base + first, len, MADV_RANDOM);
     for (uint64_t off = first; off < cl->file_size; off += MQ_PAGE)
         __atomic_fetch_add((uint64_t *)(base + off), 0, __ATOMIC_RELAXED);
-    (void)madvise(base + first, len, MADV_NORMAL);
+    if (cl->touch_page_folios) (void)madvise(base + first, len, MADV_NORMAL);
     return MQ_OK;
 }
 

@@ -116,9 +116,10 @@
  *     `file_index` from the page of log position `from_pos` on (0: the whole file; the pages
  *     before the write position hold records, and touching one only makes the kernel write it
  *     again), so the first append into a page takes no fault; the touch (an atomic add of 0 per
- *     page) changes no byte a concurrent appender writes.  It runs with readahead off
- *     (MADV_RANDOM), so the touched pages are cached one page a folio and an msync writes the
- *     pages it covers, not the large folios around them.  MQ_OK or file errors.
+ *     page) changes no byte a concurrent appender writes.  With opts.touch_page_folios it runs
+ *     with readahead off (MADV_RANDOM), so the touched pages are cached one page a folio and an
+ *     msync writes the pages it covers, not the large folios around them (for SYNC_FLUSH: the
+ *     touch costs up to 5x the CPU).  MQ_OK or file errors.
  * mq_commitlog_flush  makes [FLUSHED, WRITE) durable with msync(MS_SYNC), file by file.  Skips
  *     (MQ_OK, nothing done) when fewer than least_pages dirty pages are in the current file and
  *     no older file has unflushed bytes (RocketMQ's isAbleToFlush).  MQ_OK: FLUSHED and
@@ -150,6 +151,7 @@ typedef struct mq_commitlog_opts {
     int32_t dledger;               /* 1: DLedger mode (entries around records, index files) */
     const char *index_dir;         /* DLedger mode: the index files' directory */
     uint64_t index_file_size;      /* DLedger mode: bytes per index file (multiple of 32 and 4096) */
+    int32_t touch_page_folios;     /* 1: pre-touch with readahead off (mq_commitlog_prepare_file) */
 } mq_commitlog_opts;
 
 typedef struct mq_append_req {

@@ -149,6 +149,7 @@ struct mq_commitlog {
     int32_t store_port;
     int last_errno;
     int dledger;                     /* DLedger mode: entries around records, index files */
+    int touch_page_folios;           /* mq_commitlog_opts.touch_page_folios */
     pthread_mutex_t seg_lock;        /* process-local; guards both tables */
     seg_table data;                  /* data.segs / data.nsegs: the CommitLog (or DLedger data) files */
     seg_table index;                 /* DLedger mode: the index files */

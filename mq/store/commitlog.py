@@ -126,9 +126,12 @@ class CommitLog:
     def __init__(self, directory: str, ctl: C.ControlBlock, file_size: int,
                  store_host: str = "127.0.0.1", store_port: int = 10911,
                  max_message_size: int = 4 * 1024 * 1024, *, dledger: bool = False,
-                 index_dir: str | None = None, index_file_size: int = DL_INDEX_FILE_SIZE):
+                 index_dir: str | None = None, index_file_size: int = DL_INDEX_FILE_SIZE,
+                 touch_page_folios: bool = False):
         """dledger: the files are DLedger data files (entries around records) with index files
-        in index_dir (see csrc/dledger.h)."""
+        in index_dir (see csrc/dledger.h).  touch_page_folios: pre-touch new files with readahead
+        off, one page a folio, so that an msync writes only the pages it covers (SYNC_FLUSH;
+        csrc/commitlog.h, mq_commitlog_prepare_file)."""
         os.makedirs(directory, exist_ok=True)
         self.dledger = dledger
         self.directory = directory
@@ -144,6 +147,7 @@ class CommitLog:
             raise ValueError("the store host (brokerIP1) must be an IPv4 address")
         ffi.memmove(opts.store_host, packed, 4)
         opts.store_port = store_port
+        opts.touch_page_folios = int(touch_page_folios)
         keep = None
         if dledger:
             assert index_dir, "DLedger mode needs index_dir"

@@ -186,7 +186,8 @@ class MessageStore:
         dl = {"dledger": True, "index_dir": cfg.dledger_index_dir,
               "index_file_size": cfg.mappedFileSizeForEntryIndex} if cfg.enableDLegerCommitLog else {}
         self.cl = CommitLog(cfg.commitlog_dir, self.ctl, cfg.mappedFileSizeCommitLog,
-                            self.store_host, self.store_port, cfg.maxMessageSize, **dl)
+                            self.store_host, self.store_port, cfg.maxMessageSize,
+                            touch_page_folios=cfg.flushDiskType == "SYNC_FLUSH", **dl)
         if cfg.enableDLegerCommitLog:
             self.legacy = (LegacyLog.create if self.owner else LegacyLog.attach)(cfg, self.store_host, self.store_port)
         self.cqs = ConsumeQueueSet(self.cq_root, cfg.cq_file_size, self.ctl, writable=cq_writable)

@@ -338,31 +338,28 @@ def _pages_in_large_folios(path: str, size: int) -> int | None:
     return large
 
 
-def test_a_prepared_file_is_cached_one_page_a_folio(make_store):
-    """The preparer touches a new file with readahead off, so the page cache holds it in
-    one-page folios.  With readahead (the control: the same touch through a plain mapping) ext4
-    on Linux 6.x caches it in large folios, and every msync writes whole folios: a SYNC_FLUSH
-    group of 32 KiB wrote ~0.9 MiB to the disk.  On a disk (the test's own directory under
-    /var/tmp), not the run's tmpfs, whose pages this does not concern; 64 MiB, since readahead
-    went to large folios here only in files larger than 8 MiB."""
+def test_a_sync_flush_store_prepares_files_one_page_a_folio(make_store):
+    """Under SYNC_FLUSH the preparer touches a new file with readahead off, so the page cache
+    holds it in one-page folios; under ASYNC_FLUSH (the control) it touches with readahead, and
+    ext4 on Linux 6.x caches the file in large folios.  Writeback writes whole folios: with them
+    every SYNC_FLUSH group's msync of ~32 KiB wrote ~0.9 MiB to the disk.  On a disk (the test's
+    own directory under /var/tmp), not the run's tmpfs; 64 MiB files, since readahead went to
+    large folios here only in files larger than 8 MiB."""
     size = 64 << 20
     root = tempfile.mkdtemp(prefix="mq-folios-", dir="/var/tmp")
     try:
-        control = os.path.join(root, "control")
-        with open(control, "wb") as f:
-            os.posix_fallocate(f.fileno(), 0, size)
-        with open(control, "r+b") as f, mmap.mmap(f.fileno(), size) as m:
-            for off in range(0, size, mmap.PAGESIZE):
-                m[off] = 0                                # the preparer's touch, readahead on
-        seen = _pages_in_large_folios(control, size)
-        if seen is None:
+        seen = {}
+        for mode in ("ASYNC_FLUSH", "SYNC_FLUSH"):
+            s = make_store(root=os.path.join(root, mode), mappedFileSizeCommitLog=size, flushDiskType=mode)
+            s.cl.prepare_file(1)
+            seen[mode] = _pages_in_large_folios(os.path.realpath(os.path.join(s.config.commitlog_dir, "%020d" % size)),
+                                                size)
+            s.close()
+        if seen["ASYNC_FLUSH"] is None:
             pytest.skip("page frames are not readable here (/proc/self/pagemap needs root)")
-        if seen == 0:
+        if seen["ASYNC_FLUSH"] == 0:
             pytest.skip("this kernel caches the disk's files one page a folio anyway: nothing to tell apart")
-        s = make_store(root=os.path.join(root, "store"), mappedFileSizeCommitLog=size)
-        s.cl.prepare_file(1)
-        nxt = os.path.realpath(os.path.join(s.config.commitlog_dir, "%020d" % size))
-        assert (seen, _pages_in_large_folios(nxt, size)) == (seen, 0)
+        assert seen["SYNC_FLUSH"] == 0, seen
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
