@@ -4,7 +4,8 @@ Logs go to stderr, and with logDir set also to <logDir>/broker.log, rolled by si
 (logFileMaxBytes, logFileBackups; mq.logs).  An unwritable logDir exits 2.
 
 SIGTERM or SIGINT is a clean stop: unregister, stop accepting, finish
-in-flight requests, flush, checkpoint, remove the abort file.  Under systemd
+in-flight requests, flush, checkpoint, remove the abort file; one that comes
+while the broker starts stops it once it has started.  Under systemd
 (NOTIFY_SOCKET set) it reports READY=1 once serving, STOPPING=1 on SIGTERM,
 and WATCHDOG=1 every WATCHDOG_USEC/2 when a watchdog is configured."""
 from __future__ import annotations
@@ -42,16 +43,19 @@ def load(args) -> BrokerConfig:
 
 async def serve(cfg: BrokerConfig, launcher: Launcher) -> int:
     from mq.cli import sdnotify
+    # the handlers go in before the start: a SIGTERM while it runs (the io workers already
+    # serve, the name servers are being told) is a stop once it is done, not a death by the
+    # signal's default action that leaves the roles to die with us and the store unclean
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
     broker = Supervisor(cfg, launcher)
     try:
         await broker.start()
     except StoreError as e:          # the store cannot be opened (in use, a file of another size): one line
         print(f"mqbroker: the store cannot be opened: {e}", file=sys.stderr)
         return 1
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     sdnotify.notify("READY=1")
     interval_s = sdnotify.watchdog_interval_s()
     watchdog = asyncio.create_task(_watchdog(interval_s)) if interval_s else None

@@ -126,6 +126,44 @@ def test_sigterm_to_the_whole_process_group_stops_cleanly(tmp_path):
         ns.stop()
 
 
+def test_sigterm_while_the_broker_starts_is_a_clean_stop(tmp_path):
+    """A SIGTERM that comes while the supervisor still starts -- its io workers serve, the name
+    servers are being told -- stops the broker cleanly once it has started (exit 0, no abort
+    file).  The start is held open by a name server that never answers (a listening socket
+    nobody reads: the registration waits its registerBrokerTimeoutMills).  Before, the signal
+    handlers were set after the start and the signal's default action killed the supervisor:
+    `mq.cli.local` reported a slave restarted and stopped at once as "not cleanly"."""
+    import socket
+    import time
+    from mq.cluster import BIN, Proc, free_port
+    hole = socket.socket()
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(8)
+    port = free_port((-2, 0, 1))
+    store = tmp_path / "store"
+    conf = tmp_path / "broker.conf"
+    conf.write_text("".join(f"{k}={v}\n" for k, v in {
+        "brokerClusterName": "TestCluster", "brokerName": "broker-a", "listenPort": port,
+        "listenAddress": "127.0.0.1", "brokerIP1": "127.0.0.1",
+        "namesrvAddr": "127.0.0.1:%d" % hole.getsockname()[1], "storePathRootDir": store,
+        "mappedFileSizeCommitLog": 16 * 1024 * 1024, "registerBrokerTimeoutMills": 4000}.items()))
+    proc = Proc([os.path.join(BIN, "mqbroker"), "-c", str(conf)], str(tmp_path / "broker.log"))
+    try:
+        wait_for(lambda: "io worker 0 (pid" in proc.output() or proc.p.poll() is not None, 60,
+                 what="an io worker up")
+        assert " io workers; name servers" not in proc.output()          # still starting
+        t0 = time.monotonic()
+        proc.p.send_signal(signal.SIGTERM)
+        assert proc.p.wait(60) == 0, proc.output()[-3000:]
+        out = proc.output()
+        assert out.index(" io workers; name servers") < out.index("broker stopped cleanly")
+        assert not os.path.exists(store / "abort")
+        print(f"\nstopped {time.monotonic() - t0:.1f} s after the SIGTERM (the start waited for the name server)")
+    finally:
+        proc.kill()
+        hole.close()
+
+
 def test_long_poll_answers_at_once_on_arrival_and_times_out_cleanly(cluster):
     """A pull parked on an empty queue is answered as soon as a message arrives
     (woken through the dispatch futex), and one that times out answers
