@@ -351,10 +351,12 @@ def test_a_sync_flush_store_prepares_files_one_page_a_folio(make_store):
         seen = {}
         for mode in ("ASYNC_FLUSH", "SYNC_FLUSH"):
             s = make_store(root=os.path.join(root, mode), mappedFileSizeCommitLog=size, flushDiskType=mode)
-            s.cl.prepare_file(1)
-            seen[mode] = _pages_in_large_folios(os.path.realpath(os.path.join(s.config.commitlog_dir, "%020d" % size)),
-                                                size)
-            s.close()
+            try:                # closed before the directory goes (a close writes its files)
+                s.cl.prepare_file(1)
+                seen[mode] = _pages_in_large_folios(
+                    os.path.realpath(os.path.join(s.config.commitlog_dir, "%020d" % size)), size)
+            finally:
+                s.close()
         if seen["ASYNC_FLUSH"] is None:
             pytest.skip("page frames are not readable here (/proc/self/pagemap needs root)")
         if seen["ASYNC_FLUSH"] == 0:
