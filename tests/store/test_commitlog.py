@@ -281,15 +281,21 @@ def test_next_file_is_prepared_in_background_from_half_way(make_store):
     assert s.cl.write_pos < size and os.path.getsize(nxt) == size
 
 
-def _present_pages(path: str, pages: int) -> list[bool]:
-    """Which pages of this process's mapping of `path` have a page table entry (/proc/self/pagemap
-    bit 63, readable without privileges); a shared mapping's page gets one at its first access."""
+def _pagemap(path: str, pages: int) -> tuple[int, ...]:
+    """The /proc/self/pagemap entries of the first `pages` pages of this process's first mapping
+    of `path`: bit 63 present (readable without privileges), bits 0-54 the frame (root only)."""
     import struct
     with open("/proc/self/maps") as f:
         start = next(int(line.split("-", 1)[0], 16) for line in f if line.rstrip().endswith(path))
     with open("/proc/self/pagemap", "rb") as pm:
         pm.seek(start // mmap.PAGESIZE * 8)
-        return [bool(v >> 63) for v in struct.unpack(f"<{pages}Q", pm.read(8 * pages))]
+        return struct.unpack(f"<{pages}Q", pm.read(8 * pages))
+
+
+def _present_pages(path: str, pages: int) -> list[bool]:
+    """Which pages of this process's mapping of `path` have a page table entry; a shared
+    mapping's page gets one at its first access."""
+    return [bool(v >> 63) for v in _pagemap(path, pages)]
 
 
 def test_a_file_is_pre_touched_from_the_given_position_only(make_store):
@@ -309,25 +315,12 @@ def test_a_file_is_pre_touched_from_the_given_position_only(make_store):
 
 
 def _pages_in_large_folios(path: str, size: int) -> int | None:
-    """How many pages of `path` (all cached) the page cache holds in folios larger than a page:
-    each page mapped and read here, its frame from /proc/self/pagemap, the frame's flags from
-    /proc/kpageflags (COMPOUND_HEAD 15, COMPOUND_TAIL 16).  None: frames not readable (not root)."""
+    """How many pages of `path` (all cached, mapped by the store in this process) the page cache
+    holds in folios larger than a page: each page's frame from /proc/self/pagemap (_pagemap), its
+    flags from /proc/kpageflags (COMPOUND_HEAD 15, COMPOUND_TAIL 16).  None: frames not readable
+    (not root)."""
     import struct
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        m = mmap.mmap(fd, size, prot=mmap.PROT_READ)
-    finally:
-        os.close(fd)
-    try:
-        pages = size // mmap.PAGESIZE
-        assert sum(m[i * mmap.PAGESIZE] for i in range(pages)) == 0       # maps every page (zeros)
-        with open("/proc/self/maps") as f:
-            start = next(int(line.split("-", 1)[0], 16) for line in f if line.rstrip().endswith(path))
-        with open("/proc/self/pagemap", "rb") as pm:
-            pm.seek(start // mmap.PAGESIZE * 8)
-            pfns = [v & ((1 << 55) - 1) for v in struct.unpack(f"<{pages}Q", pm.read(8 * pages))]
-    finally:
-        m.close()
+    pfns = [v & ((1 << 55) - 1) for v in _pagemap(path, size // mmap.PAGESIZE)]
     if not all(pfns):
         return None
     large = 0
