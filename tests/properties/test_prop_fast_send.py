@@ -36,6 +36,7 @@ import time
 import pytest
 from hypothesis import given, note, strategies as st
 
+from mq.cluster import wait_for
 from mq.wire.headers import SEND_V2_LETTER_OF, send_v2
 from mq.wire.remoting import LANGUAGE_NAMES, RemotingCommand, decode_frame_payload, encode_frame, frame_payload_size
 from tests.faults.rawpeer import Peer, raw_broker
@@ -325,9 +326,14 @@ def frame_bytes_barrier() -> bytes:
 
 
 def record(port: int, queue_id: int, queue_offset: int, topic: str) -> bytes:
-    """The raw record at the queue offset, waiting for dispatch."""
+    """The raw record at the queue offset, waiting for dispatch: first until the queue's max
+    offset passes it (a pull beyond the max by more than one is answered PULL_OFFSET_MOVED at
+    once, not held -- CI 74 met a queue whose earlier message was not dispatched yet, and 200
+    such answers took under a second), then by pulls that long-poll."""
     p = Peer(port)
     try:
+        max_offset = lambda: int(p.call(30, {"topic": topic, "queueId": str(queue_id)}).ext_fields["offset"])  # noqa: E731
+        wait_for(lambda: max_offset() > queue_offset, 30, 0.005, f"{topic}:{queue_id}:{queue_offset} dispatched")
         for _ in range(200):
             resp = p.call(11, {"consumerGroup": "DiffCG", "topic": topic, "queueId": str(queue_id),
                                "queueOffset": str(queue_offset), "maxMsgNums": "1", "sysFlag": "6",
