@@ -270,4 +270,17 @@ int      mq_dledger_lead_progress(mq_commitlog *cl, mq_dl_lead *ld);
 int      mq_dledger_lead_take(mq_commitlog *cl, mq_dl_lead *ld, int32_t i, const uint8_t *buf, size_t len,
                               mq_dl_taken *r);
 
+/* mq_dledger_lead_read  mq_dledger_lead_take on the link's socket itself, one call per readable
+ *     event of the link to follower i (no byte of the answers through the interpreter), as
+ *     mq_dledger_follow_read is a follower's: one recv(2) (non-blocking) into buf[r->have, cap)
+ *     -- r->have in: an incomplete frame an earlier call left at buf's start; none when
+ *     r->have = cap -- then lead_take over buf[0, have), the taken frames cut from buf's start
+ *     (r->have out: what is left; r->taken: as lead_take's).  r->got, r->eof (nothing taken
+ *     then: buf held no whole frame), r->err: as follow_read's; r->sent is 0 (the pushes the
+ *     fill sends go to peer[i].fd).  The caller's own path takes over from buf's start when
+ *     taken.stop != 0 or have = cap.  Always MQ_OK.
+ */
+int      mq_dledger_lead_read(mq_commitlog *cl, mq_dl_lead *ld, int32_t i, int fd, uint8_t *buf, size_t cap,
+                              mq_dl_read *r);
+
 #endif

@@ -326,10 +326,13 @@ class Conn:
 class Link:
     """The outgoing connection to one peer (requests out, responses in)."""
 
-    def __init__(self, loop, peer_id: str, addr: tuple[str, int], on_frame, sender, on_state=None, take=None):
+    def __init__(self, loop, peer_id: str, addr: tuple[str, int], on_frame, sender, on_state=None, take=None,
+                 read=None):
         self.loop = loop
         # take(peer_id, conn) -> frames taken from the start of a read before on_frame sees the rest
         self.take = (lambda conn: take(peer_id, conn)) if take is not None else None
+        # read(peer_id, conn) -> True when it did the read itself (Conn's read)
+        self.read = (lambda conn: read(peer_id, conn)) if read is not None else None
         self.peer_id = peer_id
         self.addr = addr
         self.on_frame = on_frame
@@ -401,8 +404,12 @@ class Link:
         if self.failures:
             log.info("connected to peer %s at %s:%d", self.peer_id, *self.addr)
         self.failures = 0
-        self.conn = Conn(self.loop, s, self.on_frame, self._closed, f"to {self.peer_id}", sender=self.sender,
-                         take=self.take)
+        self.adopt(s)
+
+    def adopt(self, sock: socket.socket) -> None:
+        """The link's connection from now on: sock, connected (a dial's; a test's socket pair)."""
+        self.conn = Conn(self.loop, sock, self.on_frame, self._closed, f"to {self.peer_id}", sender=self.sender,
+                         take=self.take, read=self.read)
         if self.on_state:
             self.on_state(self.peer_id, True)
 

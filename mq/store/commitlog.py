@@ -519,6 +519,12 @@ class CommitLog:
             lib.mq_dledger_lead_take(self._h, lead.ld, i, src, len(buf), r)
         return r
 
+    def dledger_lead_read(self, lead: "LeadState", i: int, fd: int, rd: "FollowReader"):
+        """mq_dledger_lead_take on the link's socket fd (csrc/dledger.h, mq_dledger_lead_read): one
+        receive into rd.buf, the answers of follower i taken; rd.r (mq_dl_read) says what happened."""
+        lib.mq_dledger_lead_read(self._h, lead.ld, i, fd, rd.c_buf, len(rd.buf), rd.r)
+        return rd.r
+
     def dledger_install(self, buf, begin_index: int, begin_pos: int, max_term: int) -> int:
         """A follower behind the leader's first entry takes the leader's log from (begin_index,
         begin_pos) on, in one step (dledger.h); entries installed."""
@@ -629,11 +635,12 @@ class FollowTemplate:
 
 
 class FollowReader:
-    """mq_dledger_follow_read's state for one connection: its receive buffer (an incomplete
-    frame kept at its start between reads: r.have), its answers' buffer, and the result
-    (mq_dl_read).  The buffers keep their size: C holds them for the reader's life."""
+    """mq_dledger_follow_read's (and mq_dledger_lead_read's, out_bytes 0) state for one
+    connection: its receive buffer (an incomplete frame kept at its start between reads:
+    r.have), its answers' buffer, and the result (mq_dl_read).  The buffers keep their size:
+    C holds them for the reader's life."""
 
-    def __init__(self, buf_bytes: int, out_bytes: int):
+    def __init__(self, buf_bytes: int, out_bytes: int = 0):
         self.buf = bytearray(buf_bytes)
         self.out = bytearray(out_bytes)
         self.c_buf = ffi.from_buffer(self.buf)

@@ -18,7 +18,8 @@ each follower's match, next, state, window, sent commit and activity.  Pushes ar
 3 KiB here so that their cut (DLedgerLog.entries: the byte limit, the file end, the filler) is
 exercised at every size, and the timers are short (a heartbeat every 5 ticks, check-quorum and
 a window's age limit at 30) so that they matter within a script.  Checked apart: in a straight
-run every push after the probes is sent by C and every SUCCESS answer to one is taken there;
+run every push after the probes is sent by C and every SUCCESS answer to one is taken there
+(the answers received in C too: mq_dledger_lead_read);
 each other kind of answer placed among answers C takes, in the same read, is left to the core.
 
 Mutations that fail this file (each tried): the property catches C filling the whole window
@@ -42,7 +43,7 @@ import termios
 import pytest
 from hypothesis import given, strategies as st
 
-from mq.dledger.net import Conn, Link, decode_header, response_frame
+from mq.dledger.net import decode_header, response_frame
 from mq.dledger.role import DLedgerRole
 from mq.store import MessageStore
 from mq.store import control as C
@@ -150,10 +151,8 @@ class Leader:
         for p in FOLLOWERS:
             mine, theirs = socket.socketpair()
             mine.setblocking(False)
-            link = Link(loop, p, ("127.0.0.1", 1), role._on_response, role._send_file, role._link_state,
-                        take=role._take_answers if role._lead is not None else None)
-            link.conn = Conn(loop, mine, link.on_frame, link._closed, f"to {p}", sender=link.sender, take=link.take)
-            role.links[p] = link
+            link = role.links[p] = role._new_link(p, ("127.0.0.1", 1))
+            link.adopt(mine)
             self.followers[p] = Follower(theirs)
         self.rnd = random.Random(5)
         node = role.node
@@ -300,6 +299,8 @@ def test_a_straight_run_is_led_from_c(scratch):
         # the probes and the first pushes after them (answers to the core's own) are the core's
         assert st_c["pushes_out_fast"] >= st_c["pushes_out"] - 4, st_c
         assert "pushes_out_fast" not in st_py
+        for p in FOLLOWERS:                             # the answers were read in C (_read_answers)
+            assert c.role.links[p].conn.reader is not None and py.role.links[p].conn.reader is None
         assert c.state()["commit"] == c.role.log.last_index() > 150
         for f in c.followers.values():                  # C's own opaques
             assert all(op >= LeadState.OPAQUE_BASE for op, _ in f.pending)
