@@ -679,6 +679,27 @@ int mq_dledger_follow_take(mq_commitlog *cl, const mq_dl_follow *t, const uint8_
     return MQ_OK;
 }
 
+/* follow_read's and lead_read's receive: one non-blocking recv(2) into buf[*have, cap) (none
+ * when full).  0 when the caller stops there: the peer closed (r->eof; buf holds no whole frame,
+ * every earlier one was taken or handed over), nothing to read, or an error (r->err). */
+static int dl_recv(int fd, uint8_t *buf, size_t *have, size_t cap, mq_dl_read *r) {
+    if (*have == cap) return 1;
+    ssize_t n;
+    do n = recv(fd, buf + *have, cap - *have, MSG_DONTWAIT);
+    while (n < 0 && errno == EINTR);
+    if (n == 0) {
+        r->eof = 1;
+        return 0;
+    }
+    if (n < 0) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK) r->err = errno;
+        return 0;
+    }
+    r->got = (uint64_t)n;
+    *have += (size_t)n;
+    return 1;
+}
+
 int mq_dledger_follow_read(mq_commitlog *cl, const mq_dl_follow *t, int fd, uint8_t *buf, size_t cap, uint8_t *out,
                            size_t out_cap, int may_send, int sync_flush, mq_dl_read *r) {
     assert(cl->dledger && t && buf && r->have <= cap);
@@ -687,21 +708,7 @@ int mq_dledger_follow_read(mq_commitlog *cl, const mq_dl_follow *t, int fd, uint
     r->eof = r->err = 0;
     memset(&r->taken, 0, sizeof r->taken);
     r->taken.commit = -1;
-    if (have < cap) {
-        ssize_t n;
-        do n = recv(fd, buf + have, cap - have, MSG_DONTWAIT);
-        while (n < 0 && errno == EINTR);
-        if (n == 0) {                     /* buf holds no whole frame: every earlier one was taken or handed over */
-            r->eof = 1;
-            return MQ_OK;
-        }
-        if (n < 0) {
-            if (errno != EAGAIN && errno != EWOULDBLOCK) r->err = errno;
-            return MQ_OK;
-        }
-        r->got = (uint64_t)n;
-        have += (size_t)n;
-    }
+    if (!dl_recv(fd, buf, &have, cap, r)) return MQ_OK;
     mq_dledger_follow_take(cl, t, buf, have, out, out_cap, &r->taken);
     const size_t used = (size_t)r->taken.consumed;
     if (used) memmove(buf, buf + used, have - used);
@@ -948,8 +955,7 @@ int mq_dledger_lead_take(mq_commitlog *cl, mq_dl_lead *ld, int32_t i, const uint
     return MQ_OK;
 }
 
-/* One receive, then lead_take (dledger.h).  A factor of follow_read's receive would share five
- * lines and split two contracts: kept apart. */
+/* One receive, then lead_take (dledger.h). */
 int mq_dledger_lead_read(mq_commitlog *cl, mq_dl_lead *ld, int32_t i, int fd, uint8_t *buf, size_t cap,
                          mq_dl_read *r) {
     assert(cl->dledger && ld && buf && r && r->have <= cap);
@@ -957,21 +963,7 @@ int mq_dledger_lead_read(mq_commitlog *cl, mq_dl_lead *ld, int32_t i, int fd, ui
     r->got = r->sent = 0;
     r->eof = r->err = 0;
     memset(&r->taken, 0, sizeof r->taken);
-    if (have < cap) {
-        ssize_t n;
-        do n = recv(fd, buf + have, cap - have, MSG_DONTWAIT);
-        while (n < 0 && errno == EINTR);
-        if (n == 0) {
-            r->eof = 1;
-            return MQ_OK;
-        }
-        if (n < 0) {
-            if (errno != EAGAIN && errno != EWOULDBLOCK) r->err = errno;
-            return MQ_OK;
-        }
-        r->got = (uint64_t)n;
-        have += (size_t)n;
-    }
+    if (!dl_recv(fd, buf, &have, cap, r)) return MQ_OK;
     mq_dledger_lead_take(cl, ld, i, buf, have, &r->taken);
     const size_t used = (size_t)r->taken.consumed;
     if (used) memmove(buf, buf + used, have - used);
