@@ -197,16 +197,23 @@ def test_metrics_of_a_real_broker(metered):
     asyncio.run(asyncio.wait_for(flow(), 90))
     n_sent = sum(sent.values())
 
+    want = {**{f"put {t}": n for t, n in sent.items()}, "got": consumed["MetricsA"], "flushed": n_sent,
+            "dispatch behind": 0}
+    seen = {}
+
     def settled():
         m = scrape(port)
         # every count is published within PUBLISH_INTERVAL_S of the request, each io worker its
         # own (every topic's count is waited for, not one's); the pulls came last
-        return m if (all(value(m, "rocketmq_topic_put_messages_total", topic=t) == n for t, n in sent.items())
-                     and value(m, "rocketmq_group_get_messages_total", group="CG_metrics",
-                               topic="MetricsA") == consumed["MetricsA"]
-                     and total(m, "mq_flush_group_messages_sum") == n_sent
-                     and value(m, "rocketmq_brokeruntime_dispatch_behind_bytes") == 0) else None
-    m = wait_for(settled, 10, 0.1, "published counters")
+        seen.update({**{f"put {t}": value(m, "rocketmq_topic_put_messages_total", topic=t) for t in sent},
+                     "got": value(m, "rocketmq_group_get_messages_total", group="CG_metrics", topic="MetricsA"),
+                     "flushed": total(m, "mq_flush_group_messages_sum"),
+                     "dispatch behind": value(m, "rocketmq_brokeruntime_dispatch_behind_bytes")})
+        return m if seen == want else None
+    try:
+        m = wait_for(settled, 10, 0.1, "published counters")
+    except TimeoutError as e:
+        raise AssertionError(f"{e}: last scrape {seen}, want {want}") from e
     for t, n in sent.items():
         assert value(m, "rocketmq_topic_put_messages_total", topic=t) == n
         assert value(m, "rocketmq_topic_put_bytes_total", topic=t) == sum(len(b.encode()) for b in bodies[t])
