@@ -42,6 +42,7 @@ struct mq_fast_conns {
     uint32_t free_ids[MQ_FAST_CONNS_MAX];
     uint32_t hash[SLOT_HASH];   /* cid + 1 by slot, 0: empty (linear probing) */
     uint8_t *dead_buf;          /* the buffer of the last disown: its bytes are the caller's until the next call */
+    mq_fast_sent sent;          /* answered by polls since the last take */
     fast_conn conns[MQ_FAST_CONNS_MAX];
 };
 
@@ -338,14 +339,36 @@ static uint32_t send_spans(mq_fast_conns *c, const uint8_t *out, mq_fast_span *s
     return kept;
 }
 
+_Static_assert(sizeof(((mq_fast_sent *)0)->n) == MQ_FAST_SENT_BUCKETS * sizeof(uint64_t), "mq_fast_sent.n");
+
+/* Counts the sends a run answered now: its OK answers less those held and those refused after
+ * they were stored (those are in both n_ok and the fails: Python answers and counts them). */
+static void count_sent(mq_fast_conns *c, const struct timespec *t0, const mq_fast_fail *fails,
+                       const mq_fast_poll_out *o) {
+    uint64_t n = (uint64_t)o->n_ok - o->n_held;
+    for (uint32_t i = 0; i < o->n_fails; i++)
+        if (fails[i].rc == MQ_FAST_RC_STORED) n--;
+    if (!n) return;
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    int64_t ns = (int64_t)(t1.tv_sec - t0->tv_sec) * 1000000000 + (t1.tv_nsec - t0->tv_nsec);
+    uint64_t us = ns > 0 ? (uint64_t)ns / 1000 : 0;
+    uint32_t k = us ? 64u - (uint32_t)__builtin_clzll(us) : 0;      /* Python's int.bit_length() */
+    c->sent.n[k < MQ_FAST_SENT_BUCKETS ? k : MQ_FAST_SENT_BUCKETS - 1] += n;
+    c->sent.sum_ns += (uint64_t)(ns > 0 ? ns : 0) * n;
+}
+
 int mq_fast_poll(mq_fast_conns *c, int refuse_held, uint8_t *out, size_t out_cap, mq_fast_span *spans,
                  mq_fast_fail *fails, mq_fast_conn_event *events, uint32_t events_cap, mq_fast_poll_out *o) {
     assert(c && o && (events || !events_cap));
     memset(o, 0, sizeof *o);
+    o->polls = 1;
     /* a connection is given back at most once a poll: one of the MQ_FAST_POLL_BATCH served, or one
      * with an answer of this run (at most MQ_FAST_MSGS_MAX sends are staged: those adopted since
      * the last run may have some staged by Python's reads) */
     assert(events_cap >= MQ_FAST_POLL_BATCH + MQ_FAST_MSGS_MAX);
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     drop_dead(c);
     c->polls++;
     uint32_t budget = MQ_FAST_POLL_BATCH;
@@ -382,7 +405,48 @@ int mq_fast_poll(mq_fast_conns *c, int refuse_held, uint8_t *out, size_t out_cap
     if (rc) return rc;
     o->ran = 1;
     o->n_spans = send_spans(c, out, spans, o->n_spans, o, events, events_cap);
+    count_sent(c, &t0, fails, o);
     return MQ_OK;
+}
+
+/* Waits up to ms for the loop's epoll set to have a ready descriptor: 1 when C's set is the only
+ * one (C serves it itself), 0 otherwise (time out, a signal, a descriptor of Python's).  The loop
+ * watches its descriptors level-triggered, so looking leaves their readiness for the loop to see. */
+static int only_mine_ready(const mq_fast_conns *c, int loop_fd, int ms) {
+    struct epoll_event evs[2];          /* C's set is one entry: a second is somebody else's */
+    int n = epoll_wait(loop_fd, evs, 2, ms);
+    return n == 1 && evs[0].data.fd == c->ep;
+}
+
+int mq_fast_poll_wait(mq_fast_conns *c, int loop_fd, int wait_ms, int refuse_held, uint8_t *out, size_t out_cap,
+                      mq_fast_span *spans, mq_fast_fail *fails, mq_fast_conn_event *events, uint32_t events_cap,
+                      mq_fast_poll_out *o) {
+    assert(c && o && loop_fd >= 0 && wait_ms >= 0);
+    int64_t until_ms = mono_ms() + wait_ms;
+    uint32_t polls = 0, runs = 0, n_ok = 0;
+    for (;;) {
+        int rc = mq_fast_poll(c, refuse_held, out, out_cap, spans, fails, events, events_cap, o);
+        polls++;
+        runs += o->ran;
+        n_ok += o->n_ok;
+        if (rc) return rc;
+        if (o->n_spans || o->n_fails || o->n_held || o->n_events || o->more) break;
+        /* tracing: Python takes the rows past this many, before a run (<= MQ_FAST_MSGS_MAX rows)
+         * could find no room (mq.broker.fastsend TRACE_FLUSH_ROWS) */
+        if (mq_fast_trace_kept(c->f) >= MQ_FAST_TRACE_ROWS_MAX - MQ_FAST_MSGS_MAX) break;
+        int64_t left_ms = until_ms - mono_ms();
+        if (left_ms <= 0 || !only_mine_ready(c, loop_fd, (int)left_ms)) break;
+    }
+    o->polls = polls;
+    o->ran = runs;
+    o->n_ok = n_ok;
+    return MQ_OK;
+}
+
+void mq_fast_conns_take_sent(mq_fast_conns *c, mq_fast_sent *out) {
+    assert(c && out);
+    *out = c->sent;
+    memset(&c->sent, 0, sizeof c->sent);
 }
 
 int mq_fast_conns_release(mq_fast_conns *c, uint64_t pos, int64_t term, int acked, uint8_t *out, size_t out_cap,

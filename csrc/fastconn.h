@@ -56,6 +56,23 @@
  *     what C did not send, in order: the answers of connections Python serves, and of those C gave
  *     back (a span C sent in part starts at what is left).  Errors: mq_fast_run's; an epoll_wait
  *     failure is MQ_E_IO.
+ *     The sends a poll's run answered now (not held, not refused) are counted, with the poll's
+ *     duration (its start to its answers sent) as their latency, for mq_fast_conns_take_sent.
+ * mq_fast_poll_wait  mq_fast_poll, then, while a poll leaves nothing for Python (no span, fail,
+ *     held answer, event or `more`), waits on the event loop's own epoll set `loop_fd` -- at most
+ *     until wait_ms after the call -- and polls again when C's set is its only ready descriptor.
+ *     One request at a time the loop's turn and the Python around a poll were most of the io
+ *     worker's user time; this keeps them off the path while only C's connections are busy.
+ *     Returns at the first poll with something for Python (o describes it, as mq_fast_poll's;
+ *     n_ok, ran and polls summed over the call), when the trace rows kept need taking (past
+ *     MQ_FAST_TRACE_ROWS_MAX - MQ_FAST_MSGS_MAX), at wait_ms, at a signal, or when any other
+ *     descriptor of the loop is ready (it watches them level-triggered: looking leaves them
+ *     ready for the loop).  The price: callbacks the loop had ready and its timers wait up to
+ *     wait_ms.  Errors: mq_fast_poll's.
+ * mq_fast_conns_take_sent  copies those counts since the last take into *out and zeroes them:
+ *     out->n[k] sends whose latency in microseconds has bit length k (the last bucket: longer),
+ *     out->sum_ns their latencies' sum -- the layout of a send row of the worker's stats
+ *     (mq/store/stats.py), so its poll answers need no Python per poll (void).
  * mq_fast_conns_release  mq_fast_release(f, pos, term, acked, out, out_cap, spans, spans_cap, ...)
  *     (o->n_spans, and o->n_ok the answers released), then the answers of the connections C serves
  *     sent as mq_fast_poll sends them, with the same events (events_cap >= spans_cap).
@@ -70,6 +87,7 @@
 #define MQ_FAST_CONN_BUF      262144        /* a connection's read buffer to start with (uvloop reads 256 KiB) */
 #define MQ_FAST_CONN_BUF_MAX  8388608       /* ... and at most (a longer frame goes back to Python) */
 #define MQ_FAST_POLL_BATCH    64            /* readable connections served per poll, at most */
+#define MQ_FAST_SENT_BUCKETS  30            /* latency buckets of mq_fast_sent (= stats.HIST_BUCKETS) */
 
 typedef struct mq_fast_conns mq_fast_conns;
 
@@ -91,9 +109,16 @@ typedef struct mq_fast_conn_event {
 typedef struct mq_fast_poll_out {
     uint32_t n_spans, n_fails, n_ok, n_held;
     uint32_t n_events;
-    uint32_t ran;                           /* the stage was run (Python's staged sends with it) */
+    uint32_t ran;                           /* the stage was run (Python's staged sends with the first) */
     uint32_t more;                          /* a full stage stopped the poll: call again */
+    uint32_t polls;                         /* polls made: 1, more by mq_fast_poll_wait */
 } mq_fast_poll_out;
+
+typedef struct mq_fast_sent {
+    uint64_t n[30];                         /* (MQ_FAST_SENT_BUCKETS: asserted in fastconn.c) sends by the
+                                               bit length of their latency in us */
+    uint64_t sum_ns;
+} mq_fast_sent;
 
 int      mq_fast_conns_open(mq_fast *f, mq_fast_conns **out);
 void     mq_fast_conns_close(mq_fast_conns *c);
@@ -104,6 +129,10 @@ int      mq_fast_disown(mq_fast_conns *c, uint32_t cid, const uint8_t **rest, si
 int64_t  mq_fast_conn_active_ms(const mq_fast_conns *c, uint32_t cid);
 int      mq_fast_poll(mq_fast_conns *c, int refuse_held, uint8_t *out, size_t out_cap, mq_fast_span *spans,
                       mq_fast_fail *fails, mq_fast_conn_event *events, uint32_t events_cap, mq_fast_poll_out *o);
+void     mq_fast_conns_take_sent(mq_fast_conns *c, mq_fast_sent *out);
+int      mq_fast_poll_wait(mq_fast_conns *c, int loop_fd, int wait_ms, int refuse_held, uint8_t *out, size_t out_cap,
+                           mq_fast_span *spans, mq_fast_fail *fails, mq_fast_conn_event *events, uint32_t events_cap,
+                           mq_fast_poll_out *o);
 int      mq_fast_conns_release(mq_fast_conns *c, uint64_t pos, int64_t term, int acked, uint8_t *out, size_t out_cap,
                                mq_fast_span *spans, uint32_t spans_cap, mq_fast_conn_event *events,
                                uint32_t events_cap, mq_fast_poll_out *o);

@@ -541,6 +541,11 @@ mq_commitlog *fast_commitlog(mq_fast *f) {
     return f->cl;
 }
 
+uint32_t mq_fast_trace_kept(const mq_fast *f) {
+    assert(f);
+    return f->trace_n;
+}
+
 uint32_t mq_fast_staged(mq_fast *f) {
     assert(f);
     return f->n;

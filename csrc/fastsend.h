@@ -100,6 +100,7 @@
  *     term, into fails (rc MQ_FAST_RC_STORED), at most cap: their wait timed out, or their
  *     leader's term ended; Python answers them.
  * mq_fast_staged the number of sends staged (a getter).
+ * mq_fast_trace_kept  the trace rows kept now (a getter; 0 when not tracing).
  *
  * Pulls (PULL_MESSAGE, 11) that find data are answered by mq_fast_read too, one at a time: the
  * walk stops after each one it answers (MQ_FAST_PULLED) with the answer frame in the pull buffer
@@ -317,5 +318,6 @@ int      mq_fast_take_trace(mq_fast *f, int64_t *rows, uint32_t cap_rows, uint32
 int      mq_fast_release_expired(mq_fast *f, int64_t appended_before_ms, int64_t keep_term, mq_fast_fail *fails,
                                  uint32_t cap, uint32_t *n_out);
 uint32_t mq_fast_staged(mq_fast *f);
+uint32_t mq_fast_trace_kept(const mq_fast *f);
 
 #endif

@@ -144,6 +144,11 @@ BROKER_OPTIONS: list[Option] = [
            "a TCP connection whose reads the C send path takes whole (a producer's) is read, walked and "
            "answered by C from then on, one call per wake of the io worker for all of them, until a frame "
            "C does not take (ours; csrc/fastconn.h; where the C send path is on)"),
+    Option("fastConnWaitMs", int, 2,
+           "ms a poll of the connections C serves may go on waiting in C for more of their requests while "
+           "the io worker's event loop has nothing else ready (ours; csrc/fastconn.h mq_fast_poll_wait): "
+           "the loop's ready callbacks and timers wait up to this long, its sockets not at all; 0: every "
+           "poll returns to the loop", lambda v: 0 <= v <= 10000, "0..10000"),
     Option("fastPullEnable", bool, True,
            "pulls that find data (and GET_MAX_OFFSET / GET_MIN_OFFSET) are answered in C in the read that "
            "brings them (ours; mq.broker.fastsend; "

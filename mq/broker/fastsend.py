@@ -49,11 +49,13 @@ import socket
 import time
 from time import perf_counter_ns
 
+from mq.loop import USING_UVLOOP
 from mq.remoting import RequestCode as R, ResponseCode as RC, make_response
 from mq.remoting.server import ADOPTED, UNSENT_BYTES_FLUSH_MAX
 from mq.store import PutResult, PutStatus
 from mq.store import control as C
 from mq.store.native import check, ffi, lib
+from mq.store.stats import HIST_BUCKETS
 from mq.store.store import put_error
 from mq.wire.remoting import FRAME_SIZE_MAX, RemotingCommand
 from mq.wire.topics import RETRY_PREFIX, SEND_PROTECTED_TOPICS, TOPIC_LEN_MAX, TOPIC_RE
@@ -76,6 +78,7 @@ SQL_FILTERS_MAX = lib.MQ_FAST_SQL_FILTERS_MAX
 SQL_SKIPPED_MAX = 1024             # SQL92 texts remembered as not C's (then forgotten and checked again)
 SUBS_MAX = lib.MQ_FAST_SUBS_MAX
 CONN_EVENTS_MAX = lib.MQ_FAST_POLL_BATCH + MSGS_MAX    # connections C gives back in a poll or a release, at most
+assert lib.MQ_FAST_SENT_BUCKETS == HIST_BUCKETS, "C's poll counts sends in the stats rows' buckets"
 GIVE_BACK_WHY = {lib.MQ_FAST_CONN_HANDBACK: "handback", lib.MQ_FAST_CONN_EOF: "eof", lib.MQ_FAST_CONN_ERROR: "error",
                  lib.MQ_FAST_CONN_WRITE: "write", lib.MQ_FAST_CONN_BIG: "big"}
 # C stops taking a heartbeat subscription this long before the worker's cache would refresh it
@@ -93,6 +96,20 @@ def fast_topic_ok(topic: str) -> bool:
     are: legal, not protected, not %RETRY% (those may go to %DLQ%)."""
     return (0 < len(topic.encode()) <= TOPIC_LEN_MAX and TOPIC_RE.match(topic) is not None
             and not topic.startswith(RETRY_PREFIX) and topic not in SEND_PROTECTED_TOPICS)
+
+
+def _backend_fd(loop) -> int | None:
+    """The event loop's own epoll set when it is uvloop's (libuv watches level-triggered, with
+    each descriptor as the event's data: what mq_fast_poll_wait relies on); None otherwise, and
+    then every poll returns to the loop."""
+    get = getattr(loop, "_get_backend_id", None)       # uvloop's, "used by its tests, not API"
+    if get is None or not USING_UVLOOP:
+        return None
+    try:
+        fd = get()
+    except Exception:                  # noqa: BLE001 -- a uvloop without it: poll the plain way
+        return None
+    return fd if isinstance(fd, int) and fd >= 0 else None
 
 
 class FastSends:
@@ -166,13 +183,17 @@ class FastSends:
         self._owned: dict[int, object] = {}      # cid -> Connection, adopted
         self._took_sends = self._took_pull = False
         self._events = ffi.new("mq_fast_conn_event[]", CONN_EVENTS_MAX)
+        self._sent = ffi.new("mq_fast_sent *")
         self._poll_out = ffi.new("mq_fast_poll_out *")
         self._cid = ffi.new("uint32_t *")
         self._rest = ffi.new("uint8_t **")
         self._n_rest = ffi.new("size_t *")
         self.adoptions = 0                       # for tests and the runtime info
         self.given_back = dict.fromkeys(GIVE_BACK_WHY.values(), 0)     # by C, by why
-        self.polls = 0
+        self.polls = 0                           # C's polls of them ...
+        self.wakes = 0                           # ... in this many calls from the loop (mq_fast_poll_wait)
+        self._loop_fd = _backend_fd(self.loop)          # uvloop's epoll set, for mq_fast_poll_wait; or None
+        self._wait_ms = 0                                # set_conns
 
     # ---- the topics C may take ------------------------------------------------------------
     def publish(self, topic: str, tc: dict) -> None:
@@ -330,8 +351,15 @@ class FastSends:
         self._subs_published.clear()
 
     def take_counts(self) -> None:
-        """Adds what C stored per topic since the last take to the stats rows."""
-        if self.stats is None or not self._topic_names:
+        """Adds what C stored per topic, and the sends its polls answered, since the last take to
+        the stats rows."""
+        if self.stats is None:
+            return
+        if self._ch is not None:
+            sent = self._sent
+            lib.mq_fast_conns_take_sent(self._ch, sent)
+            self.stats.sent_counts(RC.SUCCESS, sent.n, sent.sum_ns)
+        if not self._topic_names:
             return
         n = len(self._topic_names)
         msgs, size = ffi.new("uint64_t[]", n), ffi.new("uint64_t[]", n)
@@ -496,6 +524,7 @@ class FastSends:
                                   n + 2, n + 3), "fast send run")
         finally:
             self._keep.clear()
+        self.runs += 1
         self._finish(staged, n[0], n[1], n[2], n[3], self._t_first_ns)
 
     def _refuse_held(self) -> int:
@@ -506,10 +535,11 @@ class FastSends:
         ctl = self.broker.store.ctl
         return 0 if slave_ok(ctl, ctl.get(C.POS_WRITE), self.broker.config.haSlaveFallbehindMax) else 1
 
-    def _finish(self, staged: set, n_spans: int, n_fails: int, n_ok: int, n_held: int, t_first_ns: int) -> None:
+    def _finish(self, staged: set, n_spans: int, n_fails: int, n_ok: int, n_held: int, t_first_ns: int,
+                count_ok: bool = True) -> None:
         """After a run (run, _poll): the answers left to Python written, the refused ones answered,
-        the counts, the settler for held answers."""
-        self.runs += 1
+        the counts, the settler for held answers.  count_ok False: C counted the sends answered now
+        for the stats (a poll's run) and t_first_ns is not used."""
         touched: set = set()
         try:
             touched = self._write_spans(n_spans)
@@ -527,7 +557,7 @@ class FastSends:
         if self.tracer is not None:
             self._trace_room(n_ok + n_fails)
         answered_now = n_ok - n_held - refused_stored
-        if self.stats is not None and answered_now:
+        if count_ok and self.stats is not None and answered_now:
             self.stats.sent(RC.SUCCESS, perf_counter_ns() - t_first_ns, answered_now)
         if n_held and (self._settler is None or self._settler.done()):
             self._settler = self.loop.create_task(self._settle())
@@ -578,8 +608,11 @@ class FastSends:
         return stored
 
     # ---- connections served from C (csrc/fastconn.h) ----------------------------------------
-    def set_conns(self, on: bool) -> None:
-        """Serve producer connections from C from now on (on), or give back every one it serves."""
+    def set_conns(self, on: bool, wait_ms: int = 0) -> None:
+        """Serve producer connections from C from now on (on), or give back every one it serves.
+        wait_ms: how long a poll may go on serving them in C while the loop has nothing else ready
+        (fastConnWaitMs; mq_fast_poll_wait, with uvloop only)."""
+        self._wait_ms = wait_ms if self._loop_fd is not None else 0
         if on and self._h is not None:
             if self._ch is None:
                 out = ffi.new("mq_fast_conns **")
@@ -646,27 +679,44 @@ class FastSends:
 
     def _poll(self) -> None:
         """(the loop's reader on C's epoll set) Serves every readable connection C serves in one
-        call, then does what run() does after its C call, and takes back the connections C gave back."""
+        call, then does what run() does after its C call, and takes back the connections C gave back.
+
+        One at a time this ran once a message, and the loop's turn around it was most of the io
+        worker's user time.  So where no answer is held (ASYNC_FLUSH, ASYNC_MASTER), C goes on
+        serving its connections in the same call while the loop has nothing else ready, up to
+        fastConnWaitMs (mq_fast_poll_wait); and a call that leaves Python nothing to write,
+        answer, settle or trace costs three counters (C counts the answered sends for the stats:
+        take_counts)."""
         group = self.group
         if group is not None and group.pending:
             group.run()                    # sends Python's group took from earlier frames go first
         refuse = self._refuse_held()
-        t0_ns = perf_counter_ns() if self.stats is not None else 0
         o = self._poll_out
+        staged = self._staged
         try:
-            check(lib.mq_fast_poll(self._ch, refuse, self._out, len(self._out), self._spans, self._fails, self._events,
-                                   CONN_EVENTS_MAX, o), "fast conn poll")
+            if self._wait_ms and self.hold is None:
+                check(lib.mq_fast_poll_wait(self._ch, self._loop_fd, self._wait_ms, refuse, self._out, len(self._out),
+                                            self._spans, self._fails, self._events, CONN_EVENTS_MAX, o),
+                      "fast conn poll")
+            else:
+                check(lib.mq_fast_poll(self._ch, refuse, self._out, len(self._out), self._spans, self._fails,
+                                       self._events, CONN_EVENTS_MAX, o), "fast conn poll")
         finally:
-            if o.ran:                      # Python's staged sends went with it
-                staged, self._staged = self._staged, set()
+            if o.ran and staged:           # Python's staged sends went with the first run
+                self._staged = set()
                 self._keep.clear()
-        self.polls += 1
+        self.polls += o.polls
+        self.wakes += 1
+        self.runs += o.ran
         try:
             if o.ran:
-                self._finish(staged, o.n_spans, o.n_fails, o.n_ok, o.n_held,
-                             self._t_first_ns if staged else t0_ns)
+                if staged or o.n_spans or o.n_fails or o.n_held or self.tracer is not None:
+                    self._finish(staged, o.n_spans, o.n_fails, o.n_ok, o.n_held, 0, count_ok=False)
+                else:
+                    self.msgs += o.n_ok
         finally:
-            self._given_back(o.n_events)
+            if o.n_events:
+                self._given_back(o.n_events)
             if o.more:
                 self.loop.call_soon(self._poll)
 

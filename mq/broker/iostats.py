@@ -70,6 +70,16 @@ class IoStats:
         row[k if k < HIST_BUCKETS else HIST_BUCKETS - 1] += sends
         row[HIST_SUM] += latency_ns * sends
 
+    def sent_counts(self, code: int, counts, sum_ns: int) -> None:
+        """Adds a histogram counted elsewhere (C's: counts[k] sends with latency bucket k, sum_ns
+        their latencies' sum) to code's row."""
+        if not sum_ns and not any(counts):
+            return
+        row = self.send_rows.get(code) or self.send_row(code)
+        for k in range(HIST_BUCKETS):
+            row[k] += counts[k]
+        row[HIST_SUM] += sum_ns
+
     def publish(self) -> None:
         self.writer.publish()
 

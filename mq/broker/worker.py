@@ -289,7 +289,7 @@ class IoWorker:
                 "fastOffsetQueries": str(self.fast.offset_queries),
                 # connections served from C (csrc/fastconn.h): adopted so far, served now, given back by C
                 "fastConnAdoptions": str(self.fast.adoptions), "fastConnsServed": str(len(self.fast._owned)),
-                "fastConnPolls": str(self.fast.polls),
+                "fastConnPolls": str(self.fast.polls), "fastConnWakes": str(self.fast.wakes),
                 "fastConnGivenBack": ",".join(f"{k}={v}" for k, v in self.fast.given_back.items())}
         if self.commit_waiter is not None:
             info.update(dledger_runtime_info(self.config.storePathRootDir, self.store.ctl))
@@ -338,7 +338,7 @@ class IoWorker:
         self.fast.set_pulls(pulls, self.store.cq_root, self.store.config.cq_file_size,
                             cfg.maxTransferCountOnMessageInMemory, cfg.maxTransferBytesOnMessageInMemory)
         # producer connections served from C (csrc/fastconn.h)
-        self.fast.set_conns(usable and cfg.fastConnEnable)
+        self.fast.set_conns(usable and cfg.fastConnEnable, cfg.fastConnWaitMs)
         for server in self.servers:
             server.taker = self.fast.take if usable else None
             server.adopter = self.fast if self.fast.conns_on else None

@@ -159,3 +159,43 @@ def test_the_idle_closer_sees_the_bytes_c_moved(tmp_path, namesrv):
     finally:
         raw.close()
         broker.stop()
+
+
+def test_a_poll_waiting_in_c_ends_at_any_other_socket_of_the_loop(tmp_path, namesrv):
+    """fastConnWaitMs=10000: once a poll answered what C read, it goes on waiting in C (up to 10 s)
+    for more requests of the connections C serves.  Sends one at a time are then served by one
+    call from the loop (C's polls far outnumber the loop's wakes).  A request on a connection
+    Python serves (GET_BROKER_RUNTIME_INFO), and a new connection, each sent right after a send
+    was answered -- while C waits -- are answered in well under the 10 s: the wait ends at any
+    other socket of the loop (mq_fast_poll_wait)."""
+    broker = start_broker(str(tmp_path), namesrv, fastConnWaitMs=10000)
+    producer, python_side = Raw(broker.port), Raw(broker.port)
+    try:
+        resp, _ = python_side.call(RUNTIME_INFO, {})
+        assert resp.code == 0
+        resp, _ = producer.call(SEND_V2, v2(TOPIC, 0, ""), b"opener")     # served from C from here on
+        assert resp.code == 0
+        before = json.loads(python_side.call(RUNTIME_INFO, {})[0].body)["table"]
+        for i in range(50):
+            resp, _ = producer.call(SEND_V2, v2(TOPIC, 0, ""), b"one at a time %d" % i)
+            assert resp.code == 0, resp.remark
+        after = None
+        for what in ("a request on a connection Python serves", "a new connection"):
+            resp, _ = producer.call(SEND_V2, v2(TOPIC, 0, ""), b"then C waits")
+            assert resp.code == 0, resp.remark
+            t0 = time.monotonic()
+            if after is None:
+                resp, _ = python_side.call(RUNTIME_INFO, {})
+                after = json.loads(resp.body)["table"]
+            else:
+                info(broker.port)
+            took_s = time.monotonic() - t0
+            assert took_s < 2.5, f"{what} waited {took_s:.2f} s for the poll waiting in C"
+        polls = int(after["fastConnPolls"]) - int(before["fastConnPolls"])
+        wakes = int(after["fastConnWakes"]) - int(before["fastConnWakes"])
+        assert polls >= 50 and wakes * 5 <= polls, (polls, wakes)
+        assert after["fastConnsServed"] == "1"
+    finally:
+        producer.close()
+        python_side.close()
+        broker.stop()
