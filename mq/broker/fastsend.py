@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import selectors
 import socket
 import time
 from time import perf_counter_ns
@@ -99,16 +100,18 @@ def fast_topic_ok(topic: str) -> bool:
 
 
 def _backend_fd(loop) -> int | None:
-    """The event loop's own epoll set when it is uvloop's (libuv watches level-triggered, with
-    each descriptor as the event's data: what mq_fast_poll_wait relies on); None otherwise, and
-    then every poll returns to the loop."""
-    get = getattr(loop, "_get_backend_id", None)       # uvloop's, "used by its tests, not API"
-    if get is None or not USING_UVLOOP:
-        return None
-    try:
-        fd = get()
-    except Exception:                  # noqa: BLE001 -- a uvloop without it: poll the plain way
-        return None
+    """The event loop's own epoll set: uvloop's (libuv) or asyncio's EpollSelector; both watch
+    level-triggered with each descriptor as the event's data, which mq_fast_poll_wait relies on.
+    None for any other loop: then every poll returns to the loop."""
+    if USING_UVLOOP:
+        get = getattr(loop, "_get_backend_id", None)   # uvloop's, "used by its tests, not API"
+        try:
+            fd = get() if get is not None else None
+        except Exception:              # noqa: BLE001 -- a uvloop without it: poll the plain way
+            fd = None
+    else:
+        sel = getattr(loop, "_selector", None)
+        fd = sel.fileno() if isinstance(sel, selectors.EpollSelector) else None
     return fd if isinstance(fd, int) and fd >= 0 else None
 
 
@@ -611,7 +614,7 @@ class FastSends:
     def set_conns(self, on: bool, wait_ms: int = 0) -> None:
         """Serve producer connections from C from now on (on), or give back every one it serves.
         wait_ms: how long a poll may go on serving them in C while the loop has nothing else ready
-        (fastConnWaitMs; mq_fast_poll_wait, with uvloop only)."""
+        (fastConnWaitMs; mq_fast_poll_wait, where the loop is epoll-based: _backend_fd)."""
         self._wait_ms = wait_ms if self._loop_fd is not None else 0
         if on and self._h is not None:
             if self._ch is None:
