@@ -195,7 +195,7 @@ class FastSends:
         self.given_back = dict.fromkeys(GIVE_BACK_WHY.values(), 0)     # by C, by why
         self.polls = 0                           # C's polls of them ...
         self.wakes = 0                           # ... in this many calls from the loop (mq_fast_poll_wait)
-        self._loop_fd = _backend_fd(self.loop)          # uvloop's epoll set, for mq_fast_poll_wait; or None
+        self._loop_fd = _backend_fd(self.loop)          # the loop's epoll set, for mq_fast_poll_wait; or None
         self._wait_ms = 0                                # set_conns
 
     # ---- the topics C may take ------------------------------------------------------------
@@ -538,11 +538,11 @@ class FastSends:
         ctl = self.broker.store.ctl
         return 0 if slave_ok(ctl, ctl.get(C.POS_WRITE), self.broker.config.haSlaveFallbehindMax) else 1
 
-    def _finish(self, staged: set, n_spans: int, n_fails: int, n_ok: int, n_held: int, t_first_ns: int,
-                count_ok: bool = True) -> None:
+    def _finish(self, staged: set, n_spans: int, n_fails: int, n_ok: int, n_held: int,
+                t_first_ns: int | None) -> None:
         """After a run (run, _poll): the answers left to Python written, the refused ones answered,
-        the counts, the settler for held answers.  count_ok False: C counted the sends answered now
-        for the stats (a poll's run) and t_first_ns is not used."""
+        the counts, the settler for held answers.  t_first_ns None: C counted the sends answered
+        now for the stats (a poll's run)."""
         touched: set = set()
         try:
             touched = self._write_spans(n_spans)
@@ -560,7 +560,7 @@ class FastSends:
         if self.tracer is not None:
             self._trace_room(n_ok + n_fails)
         answered_now = n_ok - n_held - refused_stored
-        if count_ok and self.stats is not None and answered_now:
+        if t_first_ns is not None and self.stats is not None and answered_now:
             self.stats.sent(RC.SUCCESS, perf_counter_ns() - t_first_ns, answered_now)
         if n_held and (self._settler is None or self._settler.done()):
             self._settler = self.loop.create_task(self._settle())
@@ -714,7 +714,7 @@ class FastSends:
         try:
             if o.ran:
                 if staged or o.n_spans or o.n_fails or o.n_held or self.tracer is not None:
-                    self._finish(staged, o.n_spans, o.n_fails, o.n_ok, o.n_held, 0, count_ok=False)
+                    self._finish(staged, o.n_spans, o.n_fails, o.n_ok, o.n_held, None)
                 else:
                     self.msgs += o.n_ok
         finally:
