@@ -713,10 +713,12 @@ class FastSends:
         self.runs += o.ran
         try:
             if o.ran:
-                if staged or o.n_spans or o.n_fails or o.n_held or self.tracer is not None:
+                if staged or o.n_spans or o.n_fails or o.n_held:
                     self._finish(staged, o.n_spans, o.n_fails, o.n_ok, o.n_held, None)
                 else:
                     self.msgs += o.n_ok
+                    if self.tracer is not None:
+                        self._trace_room(o.n_ok)
         finally:
             if o.n_events:
                 self._given_back(o.n_events)
