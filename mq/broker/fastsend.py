@@ -688,8 +688,8 @@ class FastSends:
         worker's user time.  So where no answer is held (ASYNC_FLUSH, ASYNC_MASTER), C goes on
         serving its connections in the same call while the loop has nothing else ready, up to
         fastConnWaitMs (mq_fast_poll_wait); and a call that leaves Python nothing to write,
-        answer, settle or trace costs three counters (C counts the answered sends for the stats:
-        take_counts)."""
+        answer or settle costs three counters (C counts the answered sends for the stats:
+        take_counts), traced one more: the rows C kept (_trace_room)."""
         group = self.group
         if group is not None and group.pending:
             group.run()                    # sends Python's group took from earlier frames go first
