@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import statistics
 import time
 
@@ -32,6 +31,7 @@ from mq.cluster import Broker, NameServer, call, wait_for
 from mq.remoting import RemotingClient
 from mq.wire.codes import RequestCode as R, ResponseCode as RC
 
+from .test_broker_bench import _proc_usage
 from .test_store_bench import judge
 
 TOPICS = 10_000
@@ -43,9 +43,7 @@ ROUTE_P99_TARGET_S, ROUTE_P99_FLOOR_S = 0.050, 0.250
 
 
 def _proc_cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")     # utime + stime
+    return _proc_usage(pid)[0]          # the process's CPU-time clock, to the nanosecond
 
 
 def _rss_bytes(pid: int) -> int:
