@@ -147,8 +147,8 @@ def _proc_usage(pid: int) -> tuple[float, int, float]:
     switches; the sys CPU seconds of those: the kernel's share).  The CPU time is read from the
     process's CPU-time clock, to the nanosecond: /proc/<pid>/stat gives utime + stime in whole
     ticks (10 ms), which for an io worker at ~15 % of a CPU in the trace gate's half-second windows
-    was +-13 % a window, the gate's main noise.  The sys share stays in ticks (it is printed, not
-    gated)."""
+    was +-14 % a window (the host's own noise is on top of that).  The sys share stays in ticks
+    (it is printed, not gated)."""
     try:
         cpu_s = time.clock_gettime(((~pid) << 3) | CPUCLOCK_SCHED)
         with open(f"/proc/{pid}/stat") as f:
