@@ -20,6 +20,7 @@
  *   dledger.h   dledger.c   DLedger mode: entries, index units, raw append, truncate, commit, send
  *   hash.h      hash.c      CRC32, Java String.hashCode, tags code, msgId
  *   tracefmt.h  tracefmt.c  perf trace rows as text
+ *   records.h   records.c   a PULL answer's records decoded for a client (mq.client), many a call
  *   fastsend.h  fastsend.c  the io worker's hot send path: a read's send frames staged, appended
  *                           and answered in C, everything else handed back to Python
  *   fastconn.h  fastconn.c  producer connections read, walked, run and answered in C (an epoll
@@ -38,7 +39,8 @@
  *     mq_fast_close, mq_fast_conns_close
  *   counts that are >= 0 on success and a negative MQ_E_* on failure (the sign tells them
  *   apart, as read(2)'s does; Python's check() passes a value >= 0 through):
- *     mq_commitlog_append_group (messages appended), mq_format_rows (bytes written)
+ *     mq_commitlog_append_group (messages appended), mq_format_rows (bytes written),
+ *     mq_records_decode (rows written)
  *
  * Arguments: asserted or returned.  Asserts stay on in shipped builds (-UNDEBUG).
  *   Asserted -- only a bug in mq/store can get them wrong, and carrying on would corrupt shared
@@ -70,6 +72,7 @@
 #include "ha.h"
 #include "dledger.h"
 #include "tracefmt.h"
+#include "records.h"
 #include "fastsend.h"
 #include "fastconn.h"
 

@@ -32,7 +32,7 @@ from datetime import datetime
 from mq.wire import commitlog as wcl
 from mq.wire.consumequeue import java_string_hashcode
 from mq.wire.msgid import offset_msg_id
-from mq.wire.properties import decode_properties, string_to_properties
+from mq.wire.properties import PROPERTIES_SIZE_MAX, decode_properties, string_to_properties
 
 # Property names (C/message/MessageConst.java).
 PROPERTY_KEYS = "KEYS"
@@ -264,6 +264,28 @@ def _host_port(host: str, port: int) -> str:
 
 _PORT = struct.Struct(">i")             # the port in an offset msg id (store host, port, offset: mq.wire.msgid)
 
+try:            # the C core's walk over a pull answer's records (csrc/records.h), when it is built:
+    from mq._mqstore import ffi as _ffi, lib as _lib        # the client also runs without it
+except ImportError:
+    _ffi = _lib = None
+_DECODE_ROWS = 64                       # records a call decodes (a pull answer of 32: one call)
+if _lib is not None:
+    _DECODE_ROW = struct.Struct(f"={_lib.MQ_DECODE_FIELDS}q")
+    _DECODE_TEXT = 2 * PROPERTIES_SIZE_MAX + 1 + 16 * 1024      # always room for one record's pairs
+    _DECODE_IDS = _DECODE_ROWS * _lib.MQ_DECODE_ID_LEN
+    _alloc = _ffi.new_allocator(should_clear_after_alloc=False)  # C writes what Python reads
+
+
+_v4_host_port: dict[tuple[int, int], str] = {}    # (IPv4 address as a number, port) -> "a.b.c.d:port"
+_HOST_PORTS_MAX = 4096                  # a pull names a few hosts, over and over
+
+
+def _v4_text(host: int, port: int) -> str:
+    if len(_v4_host_port) >= _HOST_PORTS_MAX:
+        _v4_host_port.clear()
+    text = _v4_host_port[(host, port)] = f"{socket.inet_ntoa(host.to_bytes(4, 'big'))}:{port}"
+    return text
+
 
 def decode_messages(body: bytes, broker_name: str = "", queue: MessageQueue | None = None,
                     extra_properties: dict | None = None) -> list[MessageExt]:
@@ -271,18 +293,104 @@ def decode_messages(body: bytes, broker_name: str = "", queue: MessageQueue | No
     to message_from_record of each parsed record (tests/client/test_client_unit.py).  Raises
     mq.wire.errors.WireError for a malformed body.  A consumer's pull passes the queue it pulled
     (each message's `queue`) and the MIN_OFFSET / MAX_OFFSET properties Java's client adds to
-    every message it pulls.  The consumer's per-message cost: each record is one tuple
-    (wcl.iter_record_values), each message one dict; what the messages of one pull share is made
-    once per pull: the queue object, each "host:port" text, and the store host's part of the
-    offset msg ids (the rest is the physical offset, 16 hex digits)."""
+    every message it pulls.
+
+    The consumer's per-message cost.  With the C core built, one call walks the records
+    (csrc/records.h): each record's fixed fields come back as one row of int64s, its offset msg
+    id as text, and the properties of every record as one text of names and values, which
+    Python splits once a pull; a message is then one tuple, a few slices and two dicts.  The
+    records C leaves (an IPv6 host, a non-ASCII topic, or a malformed record, whose error
+    Python names) and everything without the C core go through _decode_values, which gives the
+    same messages (tests/properties/test_prop_client_decode.py)."""
+    if body.__class__ is not bytes:
+        body = bytes(body)
     out: list[MessageExt] = []
+    start = 0 if _lib is None else _decode_rows(body, broker_name, queue, extra_properties, out)
+    if start < len(body):
+        _decode_values(body, start, broker_name, queue, extra_properties, out)
+    return out
+
+
+def _decode_rows(body: bytes, broker_name: str, queue: MessageQueue | None, extra_properties: dict | None,
+                 out: list) -> int:
+    """The records C decodes, from the start of body, appended to out; returns where C stopped."""
+    size = len(body)
+    rows = _alloc("int64_t[]", _DECODE_ROWS * _lib.MQ_DECODE_FIELDS)
+    ids = _alloc("char[]", _DECODE_IDS)
+    text = _alloc("char[]", _DECODE_TEXT)
+    sizes = _ffi.new("size_t[2]")           # the text's length, where C stopped
+    why = _ffi.new("int *")
+    extra = list(extra_properties.items()) if extra_properties else []
+    queues: dict = {}
+    hosts = _v4_host_port
+    append = out.append
+    new = object.__new__
+    unpack = _ffi.unpack
+    pos = 0
+    while pos < size:
+        sizes[0] = 0
+        n = _lib.mq_records_decode(body, size, pos, rows, _DECODE_ROWS, ids, text, _DECODE_TEXT, sizes, sizes + 1,
+                                   why)
+        if n < 0:                           # a body over INT32_MAX bytes: Python decodes it all
+            return pos
+        if n:
+            msg_ids = unpack(ids, n * _lib.MQ_DECODE_ID_LEN - 1).decode("ascii").split("\x02")
+            words = iter(unpack(text, sizes[0]).decode("ascii").split("\x02"))
+            pairs = list(zip(words, words))     # every record's properties, in record order
+            first = 0
+            topic = None
+            for (total_size, body_crc, queue_id, flag, queue_offset, phy, sys_flag, born_ts, born_host, born_port,
+                 store_ts, store_host, store_port, reconsume, prep_tx, body_at, body_end, topic_at, topic_end,
+                 props_at, props_end, n_pairs, same_topic), msg_id in zip(
+                    _DECODE_ROW.iter_unpack(_ffi.buffer(rows, n * _DECODE_ROW.size)), msg_ids):
+                if not same_topic:
+                    topic = body[topic_at:topic_end].decode("ascii")
+                mq = queue
+                if mq is None:
+                    mq = queues.get((topic, queue_id))
+                    if mq is None:
+                        mq = queues[(topic, queue_id)] = MessageQueue(topic, broker_name, queue_id)
+                born = hosts.get((born_host, born_port)) or _v4_text(born_host, born_port)
+                store = hosts.get((store_host, store_port)) or _v4_text(store_host, store_port)
+                if n_pairs >= 0:
+                    properties = dict(pairs[first:first + n_pairs] + extra) if extra else dict(
+                        pairs[first:first + n_pairs])
+                    first += n_pairs
+                else:                       # a byte >= 0x80: UTF-8, decoded here
+                    properties = string_to_properties(body[props_at:props_end].decode("utf-8", "replace"))
+                    if extra_properties:
+                        properties.update(extra_properties)
+                raw_body = body[body_at:body_end]
+                m = new(MessageExt)
+                m.__dict__ = {
+                    "topic": topic,
+                    "body": decompress_body(raw_body, sys_flag) if sys_flag & SYSFLAG_COMPRESSED else raw_body,
+                    "flag": flag, "properties": properties, "queue_id": queue_id, "queue_offset": queue_offset,
+                    "commitlog_offset": phy, "store_size": total_size, "sys_flag": sys_flag, "body_crc": body_crc,
+                    "born_timestamp_ms": born_ts, "born_host": born, "store_timestamp_ms": store_ts,
+                    "store_host": store, "reconsume_times": reconsume, "prepared_transaction_offset": prep_tx,
+                    "offset_msg_id": msg_id, "broker_name": broker_name, "queue": mq}
+                append(m)
+        pos = sizes[1]
+        if why[0] != _lib.MQ_DECODE_FULL or not n:     # (no room for one record: Python takes the rest)
+            break
+    return pos
+
+
+def _decode_values(body: bytes, start: int, broker_name: str, queue: MessageQueue | None,
+                   extra_properties: dict | None, out: list) -> None:
+    """The records of body from `start` on, decoded in Python, appended to out: each record is one
+    tuple (wcl.iter_record_values), each message one dict; what the messages share is made once:
+    the queue object, each "host:port" text, and the store host's part of the offset msg ids
+    (the rest is the physical offset, 16 hex digits)."""
     append = out.append
     queues: dict = {}
     born_hosts: dict = {}
     stores: dict = {}                       # (packed host, port) -> (msg id head, "host:port")
     new = object.__new__
     for (total_size, body_crc, queue_id, flag, queue_offset, phy, sys_flag, born_ts, born_host, born_port, store_ts,
-         store_host, store_port, reconsume, prep_tx, raw_body, topic, props, store_packed) in wcl.iter_record_values(body):
+         store_host, store_port, reconsume, prep_tx, raw_body, topic, props, store_packed) in wcl.iter_record_values(
+            body, start):
         if queue is None:
             mq = queues.get((topic, queue_id))
             if mq is None:
@@ -312,7 +420,6 @@ def decode_messages(body: bytes, broker_name: str = "", queue: MessageQueue | No
             "reconsume_times": reconsume, "prepared_transaction_offset": prep_tx,
             "offset_msg_id": store[0] + "%016X" % phy, "broker_name": broker_name, "queue": mq}
         append(m)
-    return out
 
 
 @dataclass

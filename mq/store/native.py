@@ -1,6 +1,8 @@
 """The compiled C core (mq._mqstore) and the one table that maps its error
 codes to Python exceptions (py-lmdb style).  Nothing else in mq imports the
-extension directly."""
+extension directly but mq.client.message, for one pure call that raises nothing
+(mq_records_decode: a pull answer's records), and only when it is built: the
+client runs without it."""
 from __future__ import annotations
 
 from mq._mqstore import ffi, lib

@@ -549,17 +549,18 @@ def _v4_text(packed: bytes) -> str:
     return text
 
 
-def iter_record_values(buf) -> Iterator[tuple]:
+def iter_record_values(buf, start: int = 0) -> Iterator[tuple]:
     """iter_records as tuples of RECORD_VALUE_FIELDS (plus the packed store host, for msg ids): the
     same records, the same values and the same errors as parse_record (proven equal by
     tests/properties/test_prop_wire.py); a record with an IPv6 host goes through parse_record.
+    The records from `start` on (an offset in buf; errors name offsets in buf).
     The fast read is a consumer's per-message cost: buf becomes bytes once (its slices are then
     the values, with no copy of a copy), hosts are read from the cache inline, and a record's
     checks are in the order they fail cheapest."""
     if buf.__class__ is not bytes:
         buf = bytes(buf)
     end_all = len(buf)
-    offset = 0
+    offset = start
     unpack = _V4_FIXED.unpack_from
     hosts = _host_text
     while offset < end_all:
