@@ -120,11 +120,12 @@ async def pull_kernel(inst: ClientInstance, group: str, mq: MessageQueue, sub: S
     sys_flag = PULL_SUBSCRIPTION | (PULL_SUSPEND if suspend else 0)
     if commit_offset > 0 and not slave:
         sys_flag |= PULL_COMMIT_OFFSET
-    ext = {"consumerGroup": group, "topic": mq.topic, "queueId": mq.queue_id, "queueOffset": offset,
-           "maxMsgNums": max_nums, "sysFlag": sys_flag, "commitOffset": commit_offset,
-           "suspendTimeoutMillis": suspend_timeout_ms, "subscription": sub.sub_string,
-           "subVersion": sub.sub_version, "expressionType": sub.expression_type, "bname": mq.broker_name}
-    r = await inst.invoke(addr, R.PULL_MESSAGE, ext, timeout_s=timeout_s)
+    # the header's values as the strings sent (request_str: no per-value conversion on a consumer's hot path)
+    ext = {"consumerGroup": group, "topic": mq.topic, "queueId": str(mq.queue_id), "queueOffset": str(offset),
+           "maxMsgNums": str(max_nums), "sysFlag": str(sys_flag), "commitOffset": str(commit_offset),
+           "suspendTimeoutMillis": str(suspend_timeout_ms), "subscription": sub.sub_string,
+           "subVersion": str(sub.sub_version), "expressionType": sub.expression_type, "bname": mq.broker_name}
+    r = await inst.remoting.invoke(addr, inst.remoting.request_str(R.PULL_MESSAGE, ext), timeout_s or inst.timeout_s)
     status = PULL_STATUS_BY_CODE.get(r.code)
     if status is None:
         raise MQBrokerError(r.code, r.remark, addr)
