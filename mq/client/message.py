@@ -280,7 +280,7 @@ _v4_host_port: dict[tuple[int, int], str] = {}    # (IPv4 address as a number, p
 _HOST_PORTS_MAX = 4096                  # a pull names a few hosts, over and over
 
 
-def _v4_text(host: int, port: int) -> str:
+def _host_port_v4(host: int, port: int) -> str:
     if len(_v4_host_port) >= _HOST_PORTS_MAX:
         _v4_host_port.clear()
     text = _v4_host_port[(host, port)] = f"{socket.inet_ntoa(host.to_bytes(4, 'big'))}:{port}"
@@ -350,8 +350,8 @@ def _decode_rows(body: bytes, broker_name: str, queue: MessageQueue | None, extr
                     mq = queues.get((topic, queue_id))
                     if mq is None:
                         mq = queues[(topic, queue_id)] = MessageQueue(topic, broker_name, queue_id)
-                born = hosts.get((born_host, born_port)) or _v4_text(born_host, born_port)
-                store = hosts.get((store_host, store_port)) or _v4_text(store_host, store_port)
+                born = hosts.get((born_host, born_port)) or _host_port_v4(born_host, born_port)
+                store = hosts.get((store_host, store_port)) or _host_port_v4(store_host, store_port)
                 if n_pairs >= 0:
                     properties = dict(pairs[first:first + n_pairs] + extra) if extra else dict(
                         pairs[first:first + n_pairs])
