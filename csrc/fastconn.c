@@ -1,6 +1,7 @@
 /*
  * fastconn.c -- connections served from C (the contract is fastconn.h's): an epoll set of
- * producer connections read, walked by mq_fast_read, run by mq_fast_run and answered here.
+ * producer and consumer connections read, walked by mq_fast_read, run by mq_fast_run and answered
+ * here.
  */
 #include "internal.h"
 #include "fastconn.h"
@@ -28,7 +29,10 @@ typedef struct fast_conn {
     size_t cap, at, have;       /* [at, have): bytes read and not taken */
     uint64_t served_in;         /* the poll that served it last (served once per poll) */
     int pending;                /* a full stage left frames to walk */
+    int pulls;                  /* mq_fast_read may answer its pulls */
     int64_t active_ms;
+    uint8_t *owed;              /* answers the socket did not take yet: [owed_at, owed_len) of it, */
+    size_t owed_at, owed_len, owed_cap;    /* sent before anything else; no frame is walked meanwhile */
 } fast_conn;
 
 struct mq_fast_conns {
@@ -38,11 +42,15 @@ struct mq_fast_conns {
     uint64_t polls;
     uint32_t n_used;
     uint32_t n_pending;         /* connections with pending set */
+    uint32_t n_owing;           /* connections that owe answers */
     uint32_t free_top;
     uint32_t free_ids[MQ_FAST_CONNS_MAX];
     uint32_t hash[SLOT_HASH];   /* cid + 1 by slot, 0: empty (linear probing) */
     uint8_t *dead_buf;          /* the buffer of the last disown: its bytes are the caller's until the next call */
+    uint8_t *dead_owed;         /* ... and its owed answers */
     mq_fast_sent sent;          /* answered by polls since the last take */
+    uint32_t n_pulled;
+    mq_fast_pulled pulled[MQ_FAST_CONN_PULLED_MAX];    /* pulls answered since the last take */
     fast_conn conns[MQ_FAST_CONNS_MAX];
 };
 
@@ -102,8 +110,10 @@ void mq_fast_conns_close(mq_fast_conns *c) {
     for (uint32_t i = 0; i < MQ_FAST_CONNS_MAX; i++) {
         if (c->conns[i].fd >= 0) close(c->conns[i].fd);
         free(c->conns[i].buf);
+        free(c->conns[i].owed);
     }
     free(c->dead_buf);
+    free(c->dead_owed);
     close(c->ep);
     free(c);
 }
@@ -115,11 +125,12 @@ int mq_fast_conns_fd(const mq_fast_conns *c) {
 
 static void drop_dead(mq_fast_conns *c) {
     free(c->dead_buf);
-    c->dead_buf = NULL;
+    free(c->dead_owed);
+    c->dead_buf = c->dead_owed = NULL;
 }
 
 int mq_fast_adopt(mq_fast_conns *c, uint32_t slot, int fd, const uint8_t *born_host, uint32_t born_host_len,
-                  int32_t born_port, uint32_t *cid_out) {
+                  int32_t born_port, int pulls, uint32_t *cid_out) {
     assert(c && cid_out);
     drop_dead(c);
     if (born_host_len != 4 && born_host_len != 16) return MQ_E_INVAL;
@@ -158,6 +169,8 @@ int mq_fast_adopt(mq_fast_conns *c, uint32_t slot, int fd, const uint8_t *born_h
     k->at = k->have = 0;
     k->served_in = 0;
     k->pending = 0;
+    k->pulls = pulls != 0;
+    k->owed_at = k->owed_len = 0;
     k->active_ms = mono_ms();
     hash_put(c, slot, cid);
     *cid_out = cid;
@@ -179,8 +192,9 @@ static void give_back(mq_fast_conns *c, fast_conn *k) {
     set_pending(c, k, 0);
 }
 
-int mq_fast_disown(mq_fast_conns *c, uint32_t cid, const uint8_t **rest, size_t *n_rest) {
-    assert(c && rest && n_rest);
+int mq_fast_disown(mq_fast_conns *c, uint32_t cid, const uint8_t **rest, size_t *n_rest, const uint8_t **owed,
+                   size_t *n_owed) {
+    assert(c && rest && n_rest && owed && n_owed);
     drop_dead(c);
     if (cid >= MQ_FAST_CONNS_MAX || c->conns[cid].state == C_FREE) return MQ_E_INVAL;
     fast_conn *k = &c->conns[cid];
@@ -190,6 +204,12 @@ int mq_fast_disown(mq_fast_conns *c, uint32_t cid, const uint8_t **rest, size_t 
     c->dead_buf = k->buf;
     *rest = k->buf + k->at;
     *n_rest = k->have - k->at;
+    c->dead_owed = k->owed;
+    *owed = k->owed ? k->owed + k->owed_at : NULL;
+    *n_owed = k->owed_len - k->owed_at;
+    if (*n_owed) c->n_owing--;
+    k->owed = NULL;
+    k->owed_at = k->owed_len = k->owed_cap = 0;
     k->buf = NULL;
     k->fd = -1;
     k->state = C_FREE;
@@ -197,6 +217,11 @@ int mq_fast_disown(mq_fast_conns *c, uint32_t cid, const uint8_t **rest, size_t 
     c->free_ids[c->free_top++] = cid;
     c->n_used--;
     return MQ_OK;
+}
+
+uint32_t mq_fast_conns_owing(const mq_fast_conns *c) {
+    assert(c);
+    return c->n_owing;
 }
 
 int64_t mq_fast_conn_active_ms(const mq_fast_conns *c, uint32_t cid) {
@@ -209,6 +234,15 @@ static void event(mq_fast_poll_out *o, mq_fast_conn_event *events, uint32_t cap,
                   int why, int err) {
     assert(o->n_events < cap);          /* each connection is given back once a poll; caps in fastconn.h */
     events[o->n_events++] = (mq_fast_conn_event){.slot = k->slot, .cid = cid, .why = why, .err = err};
+}
+
+/* Gives k back for a failed write or allocation (err); the socket is shut down first when the
+ * answers it owes could not be kept (ENOMEM): a stream with an answer missing must not go on. */
+static void give_back_failed(mq_fast_conns *c, fast_conn *k, uint32_t cid, mq_fast_poll_out *o,
+                             mq_fast_conn_event *events, uint32_t events_cap, int err) {
+    if (err == ENOMEM) shutdown(k->fd, SHUT_RDWR);
+    give_back(c, k);
+    event(o, events, events_cap, k, cid, MQ_FAST_CONN_ERROR, err);
 }
 
 /* Before k is walked in this poll: its untaken bytes at the start of its buffer, and room for the
@@ -235,22 +269,95 @@ static int make_room(fast_conn *k) {
     return 0;
 }
 
-/* Walks k's whole frames: MQ_FAST_END (all taken, or the last incomplete), MQ_FAST_FULL (the
- * stage is full: the rest waits for the next poll) or MQ_FAST_HANDBACK (given back); < 0 an error
- * of mq_fast_read's. */
-static int walk(mq_fast_conns *c, fast_conn *k) {
+/* Sets what k's socket is watched for: reading, or (while answers are owed) writing. */
+static int watch(mq_fast_conns *c, fast_conn *k, uint32_t cid, uint32_t events) {
+    struct epoll_event ev = {.events = events, .data.u32 = cid};
+    return epoll_ctl(c->ep, EPOLL_CTL_MOD, k->fd, &ev) == 0 ? 0 : errno;
+}
+
+/* Sends what k owes; 0 (all sent: k is watched for reading again, or some left and the socket
+ * full) or an errno. */
+static int pay(mq_fast_conns *c, fast_conn *k, uint32_t cid) {
+    while (k->owed_at < k->owed_len) {
+        ssize_t w = send(k->fd, k->owed + k->owed_at, k->owed_len - k->owed_at, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : errno;
+        }
+        k->owed_at += (size_t)w;
+        k->active_ms = mono_ms();
+    }
+    k->owed_at = k->owed_len = 0;
+    c->n_owing--;
+    return watch(c, k, cid, EPOLLIN);
+}
+
+/* Adds n bytes of answers to what k owes (starting to watch it for writing); 0 or an errno. */
+static int owe(mq_fast_conns *c, fast_conn *k, uint32_t cid, const uint8_t *p, size_t n) {
+    if (!n) return 0;
+    int first = k->owed_at == k->owed_len;
+    if (first) k->owed_at = k->owed_len = 0;
+    if (k->owed_cap - k->owed_len < n) {
+        size_t cap = k->owed_cap ? k->owed_cap : 65536;
+        while (cap - k->owed_len < n) cap *= 2;
+        uint8_t *b = realloc(k->owed, cap);
+        if (!b) return ENOMEM;
+        k->owed = b;
+        k->owed_cap = cap;
+    }
+    memcpy(k->owed + k->owed_len, p, n);
+    k->owed_len += n;
+    if (!first) return 0;
+    c->n_owing++;
+    return watch(c, k, cid, EPOLLOUT);
+}
+
+/* Sends the answer of the pull (or offset query) mq_fast_read answered and keeps p for Python
+ * (mq_fast_conns_take_pulled); what the socket does not take is owed.  0 or an errno. */
+static int answer_pull(mq_fast_conns *c, fast_conn *k, uint32_t cid, const mq_fast_pulled *p) {
+    assert(c->n_pulled < MQ_FAST_CONN_PULLED_MAX);
+    c->pulled[c->n_pulled++] = *p;
+    const uint8_t *frame = fast_pull_buf(c->f) + p->frame_offset;
+    ssize_t w;
+    do w = send(k->fd, frame, p->frame_len, MSG_DONTWAIT | MSG_NOSIGNAL);
+    while (w < 0 && errno == EINTR);
+    if (w < 0) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK) return errno;
+        w = 0;
+    }
+    k->active_ms = mono_ms();
+    return owe(c, k, cid, frame + w, p->frame_len - (size_t)w);
+}
+
+#define WALK_FAILED 100            /* walk's stop when a pull's answer could not be sent or kept: *err */
+_Static_assert(WALK_FAILED > MQ_FAST_FULL && WALK_FAILED > MQ_FAST_HANDBACK && WALK_FAILED > MQ_FAST_PULLED,
+               "walk's stops");
+
+/* Walks k's whole frames: MQ_FAST_END (all taken, the last incomplete, or answers owed: the rest
+ * waits until they are sent), MQ_FAST_FULL (the stage or the pulls kept for Python are full: the
+ * rest waits for the next poll), MQ_FAST_HANDBACK (given back: *sql_missed as mq_fast_read set
+ * it) or WALK_FAILED (*err the errno); < 0 an error of mq_fast_read's. */
+static int walk(mq_fast_conns *c, fast_conn *k, uint32_t cid, uint32_t *sql_missed, int *err) {
     size_t consumed;
     int stop;
     int32_t code;
     mq_fast_pulled pulled;
-    while (k->have - k->at >= 4) {
-        int rc = mq_fast_read(c->f, k->slot, k->born, k->born_len, k->port, 0, k->buf + k->at, k->have - k->at,
-                              &consumed, &stop, &code, &pulled);
+    while (k->have - k->at >= 4 && k->owed_at == k->owed_len) {
+        if (k->pulls && c->n_pulled == MQ_FAST_CONN_PULLED_MAX) return MQ_FAST_FULL;
+        pulled.sql_missed = 0;
+        int rc = mq_fast_read(c->f, k->slot, k->born, k->born_len, k->port, k->pulls, k->buf + k->at,
+                              k->have - k->at, &consumed, &stop, &code, &pulled);
         if (rc) return rc;
         k->at += consumed;
         if (stop == MQ_FAST_END) return MQ_FAST_END;
         if (stop == MQ_FAST_FULL) return MQ_FAST_FULL;
-        assert(stop == MQ_FAST_HANDBACK);   /* MQ_FAST_PULLED needs pulls, which are off here */
+        if (stop == MQ_FAST_PULLED) {
+            *err = answer_pull(c, k, cid, &pulled);
+            if (*err) return WALK_FAILED;
+            continue;
+        }
+        assert(stop == MQ_FAST_HANDBACK);
+        *sql_missed = pulled.sql_missed;
         return MQ_FAST_HANDBACK;
     }
     return MQ_FAST_END;
@@ -262,14 +369,24 @@ static int serve(mq_fast_conns *c, fast_conn *k, uint32_t cid, mq_fast_poll_out 
                  uint32_t events_cap) {
     k->served_in = c->polls;
     set_pending(c, k, 0);
+    if (k->owed_at < k->owed_len) {     /* watched for writing: what it owes goes first */
+        int perr = pay(c, k, cid);
+        if (perr) {
+            give_back_failed(c, k, cid, o, events, events_cap, perr);
+            return MQ_OK;
+        }
+        if (k->owed_at < k->owed_len) return MQ_OK;
+    }
     int why = make_room(k);
     if (why) {
         give_back(c, k);
         event(o, events, events_cap, k, cid, why, why == MQ_FAST_CONN_ERROR ? ENOMEM : 0);
         return MQ_OK;
     }
-    int w = walk(c, k);
-    if (w == MQ_FAST_END && k->have < k->cap) {
+    uint32_t sql_missed = 0;
+    int err = 0;
+    int w = walk(c, k, cid, &sql_missed, &err);
+    if (w == MQ_FAST_END && k->have < k->cap && k->owed_at == k->owed_len) {
         ssize_t r;
         do r = recv(k->fd, k->buf + k->have, k->cap - k->have, MSG_DONTWAIT);
         while (r < 0 && errno == EINTR);
@@ -280,14 +397,18 @@ static int serve(mq_fast_conns *c, fast_conn *k, uint32_t cid, mq_fast_poll_out 
         }
         if (r < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK) return MQ_OK;
-            int err = errno;
+            int rerr = errno;
             give_back(c, k);
-            event(o, events, events_cap, k, cid, MQ_FAST_CONN_ERROR, err);
+            event(o, events, events_cap, k, cid, MQ_FAST_CONN_ERROR, rerr);
             return MQ_OK;
         }
         k->have += (size_t)r;
         k->active_ms = mono_ms();
-        w = walk(c, k);
+        w = walk(c, k, cid, &sql_missed, &err);
+    }
+    if (w == WALK_FAILED) {
+        give_back_failed(c, k, cid, o, events, events_cap, err);
+        return MQ_OK;
     }
     if (w < 0) {                        /* mq_fast_read refused its arguments: Python's path decides */
         give_back(c, k);
@@ -297,6 +418,7 @@ static int serve(mq_fast_conns *c, fast_conn *k, uint32_t cid, mq_fast_poll_out 
     if (w == MQ_FAST_HANDBACK) {
         give_back(c, k);
         event(o, events, events_cap, k, cid, MQ_FAST_CONN_HANDBACK, 0);
+        events[o->n_events - 1].sql_missed = sql_missed;
         return MQ_OK;
     }
     if (w == MQ_FAST_FULL) {
@@ -307,8 +429,9 @@ static int serve(mq_fast_conns *c, fast_conn *k, uint32_t cid, mq_fast_poll_out 
 }
 
 /* Sends the spans of the connections C serves; a span not taken whole gives its connection back
- * and is left (what is left of it) for Python, with that connection's later spans.  The spans
- * left for Python are moved to the front, in order: returns how many. */
+ * and is left (what is left of it) for Python, with that connection's later spans.  A connection
+ * that owes a pull's answer owes its spans too (they go after it).  The spans left for Python are
+ * moved to the front, in order: returns how many. */
 static uint32_t send_spans(mq_fast_conns *c, const uint8_t *out, mq_fast_span *spans, uint32_t n_spans,
                            mq_fast_poll_out *o, mq_fast_conn_event *events, uint32_t events_cap) {
     uint32_t kept = 0;
@@ -316,7 +439,11 @@ static uint32_t send_spans(mq_fast_conns *c, const uint8_t *out, mq_fast_span *s
         mq_fast_span s = spans[i];
         int64_t cid = cid_of(c, s.conn);
         fast_conn *k = cid >= 0 ? &c->conns[cid] : NULL;
-        if (k && k->state == C_SERVED) {
+        if (k && k->state == C_SERVED && k->owed_at < k->owed_len) {
+            int err = owe(c, k, (uint32_t)cid, out + s.offset, s.len);
+            if (!err) continue;
+            give_back_failed(c, k, (uint32_t)cid, o, events, events_cap, err);
+        } else if (k && k->state == C_SERVED) {
             ssize_t w;
             do w = send(k->fd, out + s.offset, s.len, MSG_DONTWAIT | MSG_NOSIGNAL);
             while (w < 0 && errno == EINTR);
@@ -399,6 +526,7 @@ int mq_fast_poll(mq_fast_conns *c, int refuse_held, uint8_t *out, size_t out_cap
         }
     }
     o->more = c->n_pending ? 1u : 0u;
+    o->n_pulled = c->n_pulled;
     if (!mq_fast_staged(c->f)) return MQ_OK;
     int rc = mq_fast_run(c->f, refuse_held, out, out_cap, spans, &o->n_spans, fails, &o->n_fails, &o->n_ok,
                          &o->n_held);
@@ -431,6 +559,7 @@ int mq_fast_poll_wait(mq_fast_conns *c, int loop_fd, int wait_ms, int refuse_hel
         n_ok += o->n_ok;
         if (rc) return rc;
         if (o->n_spans || o->n_fails || o->n_held || o->n_events || o->more) break;
+        if (c->n_pulled >= MQ_FAST_CONN_PULLED_MAX / 2) break;     /* their stats and commits wait no longer */
         /* tracing: Python takes the rows past this many, before a run (<= MQ_FAST_MSGS_MAX rows)
          * could find no room (mq.broker.fastsend TRACE_FLUSH_ROWS) */
         if (mq_fast_trace_kept(c->f) >= MQ_FAST_TRACE_ROWS_MAX - MQ_FAST_MSGS_MAX) break;
@@ -440,7 +569,18 @@ int mq_fast_poll_wait(mq_fast_conns *c, int loop_fd, int wait_ms, int refuse_hel
     o->polls = polls;
     o->ran = runs;
     o->n_ok = n_ok;
+    o->n_pulled = c->n_pulled;
     return MQ_OK;
+}
+
+uint32_t mq_fast_conns_take_pulled(mq_fast_conns *c, mq_fast_pulled *out, uint32_t cap) {
+    assert(c && (out || !cap));
+    uint32_t n = c->n_pulled < cap ? c->n_pulled : cap;
+    if (!n) return 0;
+    memcpy(out, c->pulled, n * sizeof *out);
+    memmove(c->pulled, c->pulled + n, (c->n_pulled - n) * sizeof *out);
+    c->n_pulled -= n;
+    return n;
 }
 
 void mq_fast_conns_take_sent(mq_fast_conns *c, mq_fast_sent *out) {

@@ -1,5 +1,6 @@
 /*
- * fastconn.h -- connections served from C: the io worker's connection loop for producers.
+ * fastconn.h -- connections served from C: the io worker's connection loop for producers and
+ * consumers.
  *
  * The C send path (fastsend.h) takes the frames of a read Python hands it.  Per request that
  * still costs the event loop's read callback, a bytes object, the Python around mq_fast_read and
@@ -11,14 +12,24 @@
  *
  * Python keeps ownership and policy: it decides which connections to give (mq_fast_adopt) and
  * takes them back when it must (mq_fast_disown).  C gives a connection back by itself -- it stops
- * reading it, and a poll event says why -- at the first frame mq_fast_read hands back (pulls
- * included: C reads with pulls off), at the end of the stream or a read error, at a frame longer
- * than MQ_FAST_CONN_BUF_MAX, and when a socket does not take an answer whole (the rest of that
- * connection's answers of the run are then left in the spans for Python, which queues them on its
- * transport).  Its unread bytes (the frame handed back and whatever follows) wait in C for
- * mq_fast_disown.  So every byte is read once, by one side, in order; and answers are written by
- * C only while the connection's transport holds nothing unsent (Python takes a connection back
- * when a write of its own is not taken whole).
+ * reading it, and a poll event says why -- at the first frame mq_fast_read hands back, at the end
+ * of the stream or a read error, at a frame longer than MQ_FAST_CONN_BUF_MAX, and when a socket
+ * does not take a send's answer whole (the rest of that connection's answers of the run are then
+ * left in the spans for Python, which queues them on its transport).  Its unread bytes (the frame
+ * handed back and whatever follows) wait in C for mq_fast_disown.  So every byte is read once, by
+ * one side, in order; and answers are written by C only while the connection's transport holds
+ * nothing unsent (Python takes a connection back when a write of its own is not taken whole).
+ *
+ * Pulls.  A connection adopted with `pulls` is walked with pulls on (mq_fast_read answers those
+ * that find data, and the offset queries, where Python turned pulls on); C sends each answer as
+ * the walk reaches it, before the run's answers of the sends that came before it (as Python's
+ * read path does), and keeps its mq_fast_pulled for Python (the offset commit, the stats:
+ * mq_fast_conns_take_pulled; MQ_FAST_CONN_PULLED_MAX of them, then the walk stops as at a full
+ * stage).  What of an answer the socket does not take is owed: copied, sent as the socket takes
+ * it (the connection watched for writing), with the later answers of the connection appended to
+ * it; the connection's frames wait, unread, until it is paid (the peer's backpressure, as a full
+ * transport is Python's).  A pull handed back (no data: Python suspends it) gives the connection
+ * back; an SQL92 pull handed back for a verdict says so in the event (sql_missed).
  *
  * C reads and writes a dup of the socket, taken by mq_fast_adopt and closed by mq_fast_disown, so
  * the worker closing its own descriptor can never leave C writing to a connection that reused the
@@ -36,12 +47,15 @@
  * mq_fast_conns_fd  the epoll set's descriptor, for the event loop to watch (a getter).
  * mq_fast_adopt  serves the TCP socket `fd` from now on as connection `slot` (mq_fast_read's conn:
  *     its staged sends and held answers carry it), its born host (4 or 16 bytes) and port as
- *     mq_fast_read takes them; *cid_out names it in the other calls and in events.  MQ_E_FULL
+ *     mq_fast_read takes them, and whether it may pull (mq_fast_read's `pulls`); *cid_out names
+ *     it in the other calls and in events.  MQ_E_FULL
  *     when MQ_FAST_CONNS_MAX are served, MQ_E_INVAL for a slot served already or a bad host length,
  *     MQ_E_IO when dup or epoll_ctl fails.
  * mq_fast_disown  stops serving cid (served or given back by a poll) and hands back its unread
- *     bytes: *rest and *n_rest, valid until the next call on `c` (copy them first).  Closes the
+ *     bytes, *rest and *n_rest, and the answers it owes, *owed and *n_owed (they go to the peer
+ *     before anything else), valid until the next call on `c` (copy them first).  Closes the
  *     dup.  MQ_E_INVAL for a cid not in use.
+ * mq_fast_conns_owing  how many connections owe answers now (a getter).
  * mq_fast_conn_active_ms  when cid last read or wrote bytes (CLOCK_MONOTONIC ms; a getter; -1 for
  *     a cid not in use).
  * mq_fast_poll  serves the connections that are readable now (epoll_wait without waiting, at most
@@ -69,6 +83,11 @@
  *     descriptor of the loop is ready (it watches them level-triggered: looking leaves them
  *     ready for the loop).  The price: callbacks the loop had ready and its timers wait up to
  *     wait_ms.  Errors: mq_fast_poll's.
+ * mq_fast_conns_take_pulled  moves up to cap of the pulls answered (kept in order) to out: their
+ *     number (a count: EXCEPTION to the convention; nothing fails).  Each is mq_fast_read's
+ *     mq_fast_pulled of it (kind, group, topic, queue, commit, msgs, bytes; frame_* point into a
+ *     buffer reused since).  A poll's o->n_pulled says how many are kept; mq_fast_poll_wait
+ *     returns once they are half of MQ_FAST_CONN_PULLED_MAX.
  * mq_fast_conns_take_sent  copies those counts since the last take into *out and zeroes them:
  *     out->n[k] sends whose latency in microseconds has bit length k (the last bucket: longer),
  *     out->sum_ns their latencies' sum -- the layout of a send row of the worker's stats
@@ -88,13 +107,15 @@
 #define MQ_FAST_CONN_BUF_MAX  8388608       /* ... and at most (a longer frame goes back to Python) */
 #define MQ_FAST_POLL_BATCH    64            /* readable connections served per poll, at most */
 #define MQ_FAST_SENT_BUCKETS  30            /* latency buckets of mq_fast_sent (= stats.HIST_BUCKETS) */
+#define MQ_FAST_CONN_PULLED_MAX 256         /* pulls answered by polls kept for Python's take */
 
 typedef struct mq_fast_conns mq_fast_conns;
 
 enum mq_fast_conn_why {                     /* why C gave a connection back */
     MQ_FAST_CONN_HANDBACK = 1,              /* a frame mq_fast_read left to Python */
     MQ_FAST_CONN_EOF,                       /* the peer closed its side */
-    MQ_FAST_CONN_ERROR,                     /* a read or write failed (err: its errno) */
+    MQ_FAST_CONN_ERROR,                     /* a read or write failed (err: its errno; ENOMEM: answers it
+                                               owed could not be kept, and its socket is shut down) */
     MQ_FAST_CONN_WRITE,                     /* the socket did not take an answer whole */
     MQ_FAST_CONN_BIG                        /* a frame longer than MQ_FAST_CONN_BUF_MAX */
 };
@@ -104,6 +125,7 @@ typedef struct mq_fast_conn_event {
     uint32_t cid;
     int32_t why;                            /* enum mq_fast_conn_why */
     int32_t err;
+    uint32_t sql_missed;                    /* HANDBACK of an SQL92 pull for a verdict: its filter's id + 1 */
 } mq_fast_conn_event;
 
 typedef struct mq_fast_poll_out {
@@ -112,6 +134,7 @@ typedef struct mq_fast_poll_out {
     uint32_t ran;                           /* the stage was run (Python's staged sends with the first) */
     uint32_t more;                          /* a full stage stopped the poll: call again */
     uint32_t polls;                         /* polls made: 1, more by mq_fast_poll_wait */
+    uint32_t n_pulled;                      /* pulls answered and kept for mq_fast_conns_take_pulled */
 } mq_fast_poll_out;
 
 typedef struct mq_fast_sent {
@@ -124,9 +147,12 @@ int      mq_fast_conns_open(mq_fast *f, mq_fast_conns **out);
 void     mq_fast_conns_close(mq_fast_conns *c);
 int      mq_fast_conns_fd(const mq_fast_conns *c);
 int      mq_fast_adopt(mq_fast_conns *c, uint32_t slot, int fd, const uint8_t *born_host, uint32_t born_host_len,
-                       int32_t born_port, uint32_t *cid_out);
-int      mq_fast_disown(mq_fast_conns *c, uint32_t cid, const uint8_t **rest, size_t *n_rest);
+                       int32_t born_port, int pulls, uint32_t *cid_out);
+int      mq_fast_disown(mq_fast_conns *c, uint32_t cid, const uint8_t **rest, size_t *n_rest, const uint8_t **owed,
+                        size_t *n_owed);
+uint32_t mq_fast_conns_take_pulled(mq_fast_conns *c, mq_fast_pulled *out, uint32_t cap);
 int64_t  mq_fast_conn_active_ms(const mq_fast_conns *c, uint32_t cid);
+uint32_t mq_fast_conns_owing(const mq_fast_conns *c);
 int      mq_fast_poll(mq_fast_conns *c, int refuse_held, uint8_t *out, size_t out_cap, mq_fast_span *spans,
                       mq_fast_fail *fails, mq_fast_conn_event *events, uint32_t events_cap, mq_fast_poll_out *o);
 void     mq_fast_conns_take_sent(mq_fast_conns *c, mq_fast_sent *out);

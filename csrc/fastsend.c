@@ -541,6 +541,11 @@ mq_commitlog *fast_commitlog(mq_fast *f) {
     return f->cl;
 }
 
+const uint8_t *fast_pull_buf(const mq_fast *f) {
+    assert(f && f->pull_buf);
+    return f->pull_buf;
+}
+
 uint32_t mq_fast_trace_kept(const mq_fast *f) {
     assert(f);
     return f->trace_n;

@@ -238,6 +238,8 @@ int dl_write_unit(mq_commitlog *cl, uint64_t index, uint64_t pos, uint32_t size,
 /* The CommitLog handle a send path was opened on (fastsend.c; fastconn.c keeps its errors there). */
 struct mq_fast;
 mq_commitlog *fast_commitlog(struct mq_fast *f);
+/* The buffer a pull answered by mq_fast_read is in (its mq_fast_pulled.frame_offset is into it). */
+const uint8_t *fast_pull_buf(const struct mq_fast *f);
 
 /* Checks the DLedger entry at p (pos `pos`, `room` bytes to its file's end, `avail` readable):
  * header, sizes, pos, the record inside (PHYSICALOFFSET = pos + 48, TOTALSIZE = bodySize).

@@ -23,8 +23,8 @@
  *   records.h   records.c   a PULL answer's records decoded for a client (mq.client), many a call
  *   fastsend.h  fastsend.c  the io worker's hot send path: a read's send frames staged, appended
  *                           and answered in C, everything else handed back to Python
- *   fastconn.h  fastconn.c  producer connections read, walked, run and answered in C (an epoll
- *                           set the io worker's loop watches), given back to Python at need
+ *   fastconn.h  fastconn.c  producer and consumer connections read, walked, run and answered in C
+ *                           (an epoll set the io worker's loop watches), given back to Python at need
  *   testhooks.h testhooks.c fault injection for tests (not API; not included here)
  *
  * Error convention.  Every function returns MQ_OK (0) or a negative MQ_E_* (mqbase.h), and
@@ -33,10 +33,11 @@
  *   getters that cannot fail, returning the value asked for:
  *     mq_ctl_size, mq_ctl_get, mq_ctl_seq, mq_ctl_stat, mq_queue_get, mq_queue_count,
  *     mq_commitlog_errno, mq_crc32, mq_java_hash, mq_tags_code, mq_fast_staged, mq_fast_conns_fd,
- *     mq_fast_conn_active_ms (-1 for a connection not in use)
+ *     mq_fast_conn_active_ms (-1 for a connection not in use), mq_fast_conns_take_pulled (how many
+ *     it moved), mq_fast_conns_owing
  *   mq_ctl_fatal      a getter of the sticky error: its errno (> 0), or 0 when healthy
  *   void (nothing can fail): mq_ctl_wake, mq_commitlog_close, mq_index_init, mq_msg_id,
- *     mq_fast_close, mq_fast_conns_close
+ *     mq_fast_close, mq_fast_conns_close, mq_fast_conns_take_sent
  *   counts that are >= 0 on success and a negative MQ_E_* on failure (the sign tells them
  *   apart, as read(2)'s does; Python's check() passes a value >= 0 through):
  *     mq_commitlog_append_group (messages appended), mq_format_rows (bytes written),

@@ -141,9 +141,10 @@ BROKER_OPTIONS: list[Option] = [
            "per read (ours; mq.broker.fastsend; used only where sends need no wait: ASYNC_MASTER with "
            "ASYNC_FLUSH, no ACL, no perf tracing)"),
     Option("fastConnEnable", bool, True,
-           "a TCP connection whose reads the C send path takes whole (a producer's) is read, walked and "
-           "answered by C from then on, one call per wake of the io worker for all of them, until a frame "
-           "C does not take (ours; csrc/fastconn.h; where the C send path is on)"),
+           "a TCP connection whose reads the C send path takes whole (a producer's, or a consumer's whose "
+           "pull C answered) is read, walked and answered by C from then on, one call per wake of the io "
+           "worker for all of them, until a frame C does not take (ours; csrc/fastconn.h; where the C send "
+           "path is on; pulls where fastPullEnable answers them)"),
     Option("fastConnWaitMs", int, 2,
            "ms a poll of the connections C serves may go on waiting in C for more of their requests while "
            "the io worker's event loop has nothing else ready (ours; csrc/fastconn.h mq_fast_poll_wait): "

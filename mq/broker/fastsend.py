@@ -191,6 +191,9 @@ class FastSends:
         self._cid = ffi.new("uint32_t *")
         self._rest = ffi.new("uint8_t **")
         self._n_rest = ffi.new("size_t *")
+        self._owed = ffi.new("uint8_t **")
+        self._n_owed = ffi.new("size_t *")
+        self._conn_pulled = ffi.new("mq_fast_pulled[]", lib.MQ_FAST_CONN_PULLED_MAX)
         self.adoptions = 0                       # for tests and the runtime info
         self.given_back = dict.fromkeys(GIVE_BACK_WHY.values(), 0)     # by C, by why
         self.polls = 0                           # C's polls of them ...
@@ -420,8 +423,7 @@ class FastSends:
                     continue
                 if pulled.sql_missed:      # the pull handed back now: Python publishes its verdicts
                     fid, pulled.sql_missed = pulled.sql_missed - 1, 0
-                    if fid < len(self._sql_texts):
-                        self.sql_resync.add(self._sql_texts[fid])
+                    self._sql_missed(fid)
                 if stop[0] == STOP_HANDBACK and self._staged and (code[0] < 0 or code[0] in APPENDING_CODES):
                     # what came before it is appended (and answered) before it: it may be a send C
                     # could not read, or a broken frame that closes the connection
@@ -437,6 +439,11 @@ class FastSends:
         path does besides: the offset commit it carried, the stats."""
         at = p.frame_offset
         conn.queue_frame(ffi.buffer(self._pull_buf + at, p.frame_len)[:])
+        self._after_pull(p)
+
+    def _after_pull(self, p) -> None:
+        """What Python's path does for a pull besides its answer (which C wrote): the offset
+        commit the pull carried, the stats; for an offset query, a count."""
         if p.kind == lib.MQ_FAST_PULLED_OFFSET:
             self.offset_queries += 1
             return
@@ -447,6 +454,11 @@ class FastSends:
             self.broker.meta.commit_offset_nowait(group, topic, p.queue_id, p.commit_offset)
         if self.stats is not None:
             self.stats.got(group, topic, p.msgs, p.body_len)
+
+    def _sql_missed(self, fid: int) -> None:
+        """C handed an SQL92 pull back for want of a verdict of filter fid: its verdicts are resent."""
+        if fid < len(self._sql_texts):
+            self.sql_resync.add(self._sql_texts[fid])
 
     def forget(self, conn) -> None:
         """conn closed: answers still held for it are dropped when released."""
@@ -625,6 +637,8 @@ class FastSends:
                 self.loop.add_reader(lib.mq_fast_conns_fd(self._ch), self._poll)
                 self.conns_on = True
             return
+        if self._ch is not None:
+            self._take_pulled()
         for conn in list(self._owned.values()):
             self.give_back(conn)
         if self.conns_on:
@@ -633,9 +647,10 @@ class FastSends:
 
     def adopt(self, conn) -> None:
         """(the server's adopter hook, after the taker took a read whole) Serves conn from C if that
-        read staged sends and answered no pull, and Python holds nothing of it: no bytes, no
-        request in flight, no answer unsent, no pause; TCP only (the links of a node stay Python's)."""
-        if not self._took_sends or self._took_pull or not self.conns_on or not self.usable:
+        read staged sends or answered a pull, and Python holds nothing of it: no bytes, no request
+        in flight, no answer unsent, no pause; TCP only (the links of a node stay Python's).  C
+        answers its pulls where this side's read would have (pulls on, the port serves them)."""
+        if not (self._took_sends or self._took_pull) or not self.conns_on or not self.usable:
             return
         proto = conn._protocol
         if (conn.closed or conn.in_flight or conn._out or proto is None or proto._paused_by or len(proto._held)
@@ -644,8 +659,8 @@ class FastSends:
         sock = conn.transport.get_extra_info("socket")
         if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
             return
-        slot, born, born_len, port, _ = conn.attrs["fast"]
-        rc = lib.mq_fast_adopt(self._ch, slot, sock.fileno(), born, born_len, port, self._cid)
+        slot, born, born_len, port, pulls = conn.attrs["fast"]
+        rc = lib.mq_fast_adopt(self._ch, slot, sock.fileno(), born, born_len, port, pulls, self._cid)
         if rc == lib.MQ_E_FULL:            # MQ_FAST_CONNS_MAX served: this one stays Python's
             return
         check(rc, "fast conn adopt")
@@ -662,15 +677,23 @@ class FastSends:
         if cid is None:
             return
         self._owned.pop(cid, None)
-        check(lib.mq_fast_disown(self._ch, cid, self._rest, self._n_rest), "fast conn disown")
-        n = self._n_rest[0]
+        check(lib.mq_fast_disown(self._ch, cid, self._rest, self._n_rest, self._owed, self._n_owed), "fast conn disown")
+        n, n_owed = self._n_rest[0], self._n_owed[0]
         rest = ffi.buffer(self._rest[0], n)[:] if n else b""
+        owed = ffi.buffer(self._owed[0], n_owed)[:] if n_owed else b""
         proto = conn._protocol
         if closing or conn.closed or proto is None:
             return
+        if owed:                           # the rest of answers C began to send: before anything else
+            conn.queue_frame(owed)
+            conn.flush()
         if rest:
             proto._held.add(rest)
         proto._resume(ADOPTED)
+
+    def owing(self) -> int:
+        """Connections C serves whose sockets have not taken all their answers yet."""
+        return lib.mq_fast_conns_owing(self._ch) if self._ch is not None else 0
 
     def active_s(self, conn) -> float | None:
         """When conn last read or wrote bytes in C (time.monotonic()'s clock); None if C does not serve it."""
@@ -711,6 +734,8 @@ class FastSends:
         self.polls += o.polls
         self.wakes += 1
         self.runs += o.ran
+        if o.n_pulled:
+            self._take_pulled()
         try:
             if o.ran:
                 if staged or o.n_spans or o.n_fails or o.n_held:
@@ -725,17 +750,30 @@ class FastSends:
             if o.more:
                 self.loop.call_soon(self._poll)
 
+    def _take_pulled(self) -> None:
+        """The commits and stats of the pulls C answered on the connections it serves."""
+        arr = self._conn_pulled
+        while True:
+            n = lib.mq_fast_conns_take_pulled(self._ch, arr, lib.MQ_FAST_CONN_PULLED_MAX)
+            for i in range(n):
+                self._after_pull(arr[i])
+            if n < lib.MQ_FAST_CONN_PULLED_MAX:
+                return
+
     def _given_back(self, n_events: int) -> None:
         """Takes back the connections C gave back (self._events[0:n_events])."""
         events, by_slot, counts = self._events, self._by_slot, self.given_back
         for i in range(n_events):
             ev = events[i]
             counts[GIVE_BACK_WHY[ev.why]] += 1
+            if ev.sql_missed:              # an SQL92 pull handed back: Python publishes its verdicts
+                self._sql_missed(ev.sql_missed - 1)
             conn = by_slot.get(ev.slot)
             if conn is not None:
                 self.give_back(conn)
             else:                          # closed meanwhile (forget disowns first: not expected)
-                check(lib.mq_fast_disown(self._ch, ev.cid, self._rest, self._n_rest), "fast conn disown")
+                check(lib.mq_fast_disown(self._ch, ev.cid, self._rest, self._n_rest, self._owed, self._n_owed),
+                      "fast conn disown")
 
     # ---- held answers (SYNC_FLUSH, SYNC_MASTER) --------------------------------------------
     async def _settle(self) -> None:

@@ -287,8 +287,9 @@ class IoWorker:
                 "fastSendMsgs": str(self.fast.msgs), "fastSendOn": str(self.fast.usable).lower(),
                 "fastPulls": str(self.fast.pulls), "fastPullOn": str(self.fast.pulls_on).lower(),
                 "fastOffsetQueries": str(self.fast.offset_queries),
-                # connections served from C (csrc/fastconn.h): adopted so far, served now, given back by C
+                # connections served from C (csrc/fastconn.h): adopted so far, served now, owing answers, given back by C
                 "fastConnAdoptions": str(self.fast.adoptions), "fastConnsServed": str(len(self.fast._owned)),
+                "fastConnsOwing": str(self.fast.owing()),
                 "fastConnPolls": str(self.fast.polls), "fastConnWakes": str(self.fast.wakes),
                 "fastConnGivenBack": ",".join(f"{k}={v}" for k, v in self.fast.given_back.items())}
         if self.commit_waiter is not None:

@@ -1,9 +1,13 @@
-"""Producer connections served from C (csrc/fastconn.h, mq.broker.fastsend, fastConnEnable)
-against a real broker over raw sockets: a connection whose read the C send path took whole is
-read and answered by C from then on; C gives it back to Python at the first frame it does not
-take, with the bytes after it, in order; a client that reads no answers for a while gets every
-one of them once it reads (C gives the connection back when the socket stops taking them, and
-Python's bounds hold it); the idle closer sees the bytes C moved.  The differential property
+"""Producer and consumer connections served from C (csrc/fastconn.h, mq.broker.fastsend,
+fastConnEnable) against a real broker over raw sockets: a connection whose read the C send path
+took whole is read and answered by C from then on; C gives it back to Python at the first frame
+it does not take, with the bytes after it, in order; a client that reads no answers for a while
+gets every one of them once it reads (C gives the connection back when the socket stops taking
+them, and Python's bounds hold it); the idle closer sees the bytes C moved.  A consumer's
+connection is served the same way once C answered a pull of its: its pulls are answered by C,
+their commits reach the group's offsets, and answers the socket does not take are owed by C
+(that connection is not read meanwhile) and reach the client whole and in order, also when C
+lets go of the connection while it owes them.  The differential property
 (tests/properties/test_prop_fast_send.py) covers the answers and records byte for byte, frames
 cut anywhere between reads included."""
 import json
@@ -14,6 +18,8 @@ import time
 import pytest
 
 from mq.cluster import Broker, NameServer, wait_for
+from mq.wire import commitlog as wcl
+from mq.wire.headers import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION
 from tests.integration.test_send_fast_path import SEND_V2, UPDATE_TOPIC, Raw, v2
 
 TOPIC = "FastConnTopic"
@@ -199,3 +205,144 @@ def test_a_poll_waiting_in_c_ends_at_any_other_socket_of_the_loop(tmp_path, name
         producer.close()
         python_side.close()
         broker.stop()
+
+
+# --------------------------------------------------------------------------------------------------
+# consumer connections: pulls answered by C on the connections it serves
+
+PULL, QUERY_CONSUMER_OFFSET, UPDATE_BROKER_CONFIG = 11, 14, 25
+
+
+def pull_ext(group: str, qid: int, offset: int, max_nums: int, commit: int = 0) -> dict:
+    """A PULL_MESSAGE with its subscription ("*"), no suspension, committing `commit` when > 0."""
+    return {"consumerGroup": group, "topic": TOPIC, "queueId": str(qid), "queueOffset": str(offset),
+            "maxMsgNums": str(max_nums), "sysFlag": str(PULL_SUBSCRIPTION | (PULL_COMMIT_OFFSET if commit else 0)),
+            "commitOffset": str(commit), "suspendTimeoutMillis": "0", "subscription": "*", "subVersion": "0"}
+
+
+def fill(port: int, qid: int, bodies: list) -> int:
+    """Sends bodies to queue qid on a connection closed afterwards (waiting until C gives it back);
+    returns the first one's queue offset."""
+    raw = Raw(port)
+    try:
+        offsets = []
+        for body in bodies:
+            resp, _ = raw.call(SEND_V2, v2(TOPIC, qid, ""), body)
+            assert resp.code == 0, resp.remark
+            offsets.append(int(resp.ext_fields["queueOffset"]))
+    finally:
+        raw.close()
+    wait_for(lambda: info(port)["fastConnsServed"] == "0", 10, what="the producer connection given back")
+    assert offsets == list(range(offsets[0], offsets[0] + len(bodies)))
+    return offsets[0]
+
+
+def test_a_consumer_connection_is_served_from_c_with_its_commits(broker):
+    """Pulls of 8 on one connection, each committing where the last ended: after the first pulls
+    (Python's while the worker learns the group) C serves the connection, answers the rest
+    (fastPulls grows by each), and the 40 messages come back in order; the last commit is the
+    group's offset (QUERY_CONSUMER_OFFSET on another connection); nothing was given back."""
+    group = "FastConnPullCG"
+    bodies = [b"pulled-%d" % i for i in range(40)]
+    first = fill(broker.port, 3, bodies)
+    before = info(broker.port)
+    back = given_back(broker.port)
+    cons = Raw(broker.port)
+    try:
+        got, offset, commit, answers = [], first, 0, 0
+        while len(got) < len(bodies):
+            resp, _ = cons.call(PULL, pull_ext(group, 3, offset, 8, commit))
+            assert resp.code == 0, (resp.code, resp.remark)
+            answers += 1
+            got += [r["body"] for r in wcl.iter_records(resp.body)]
+            commit = offset = int(resp.ext_fields["nextBeginOffset"])
+        assert got == bodies
+        now = info(broker.port)
+        assert now["fastConnsServed"] == "1" and now["fastConnsOwing"] == "0"
+        assert int(now["fastConnAdoptions"]) == int(before["fastConnAdoptions"]) + 1
+        assert int(now["fastPulls"]) - int(before["fastPulls"]) >= answers - 2
+        resp, _ = cons.call(PULL, pull_ext(group, 3, offset, 8, commit))       # the last commit, with a
+        assert resp.code == 1 or resp.code == 19, (resp.code, resp.remark)     # pull C hands back
+    finally:
+        cons.close()
+    other = Raw(broker.port)
+    try:
+        resp, _ = other.call(QUERY_CONSUMER_OFFSET, {"consumerGroup": group, "topic": TOPIC, "queueId": "3"})
+        assert resp.code == 0 and int(resp.ext_fields["offset"]) == first + len(bodies), (resp.code, resp.ext_fields)
+    finally:
+        other.close()
+    assert {k: v for k, v in given_back(broker.port).items() if k != "handback"} == \
+        {k: v for k, v in back.items() if k != "handback"}
+
+
+def test_a_consumer_that_reads_no_answers_for_a_while_gets_all_of_them(broker):
+    """300 pulls of 32 x 1 KiB written while the client reads nothing, into a fixed receive
+    buffer: the answers (~10 MB) stop fitting, and C keeps what the socket did not take (the
+    broker says one connection owes answers) and reads no more of that connection meanwhile.
+    Once the client reads, every pull has its answer, whole and in order; C kept serving it."""
+    group = "FastConnSlowCG"
+    bodies = [b"%04d" % i + b"y" * 1020 for i in range(32)]
+    first = fill(broker.port, 2, bodies)
+    back = given_back(broker.port)
+    cons = Raw(broker.port)
+    cons.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)     # fixed: no autotuning
+    try:
+        for _ in range(3):              # the worker learns the group; then C answers, and serves it
+            resp, _ = cons.call(PULL, pull_ext(group, 2, first, 32))
+            assert resp.code == 0 and len(list(wcl.iter_records(resp.body))) == 32
+        want = resp.body
+        frames = [cons.frame(PULL, pull_ext(group, 2, first, 32)) for _ in range(300)]
+        writer = threading.Thread(target=lambda: cons.sock.sendall(b"".join(d for _, d in frames)), daemon=True)
+        writer.start()
+        wait_for(lambda: info(broker.port)["fastConnsOwing"] == "1", 60, 0.05, "C owing a pull's answer")
+        assert info(broker.port)["fastConnsServed"] == "1"
+        for req, _ in frames:
+            resp, _ = cons.read()
+            assert (resp.code, resp.opaque) == (0, req.opaque), resp.remark
+            assert resp.body == want
+        writer.join(30)
+        now = info(broker.port)
+        assert now["fastConnsServed"] == "1" and now["fastConnsOwing"] == "0"
+    finally:
+        cons.close()
+    assert given_back(broker.port)["write"] == back["write"]
+
+
+def test_answers_owed_when_c_lets_go_of_a_connection_come_first(broker):
+    """With a pull's answer owed on a connection that reads nothing, the broker stops taking
+    writes (brokerPermission 4: the C send path and its connections are off), so C hands the
+    connection and what it owes back; once the client reads, every pull has its answer, whole,
+    in order, the owed bytes first, and the connection still works (a send after
+    brokerPermission 6 again)."""
+    group = "FastConnOwedCG"
+    bodies = [b"%04d" % i + b"z" * 1020 for i in range(32)]
+    first = fill(broker.port, 1, bodies)
+    cons = Raw(broker.port)
+    cons.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+    admin = Raw(broker.port)
+    try:
+        for _ in range(3):
+            resp, _ = cons.call(PULL, pull_ext(group, 1, first, 32))
+            assert resp.code == 0
+        want = resp.body
+        frames = [cons.frame(PULL, pull_ext(group, 1, first, 32)) for _ in range(300)]
+        writer = threading.Thread(target=lambda: cons.sock.sendall(b"".join(d for _, d in frames)), daemon=True)
+        writer.start()
+        wait_for(lambda: info(broker.port)["fastConnsOwing"] == "1", 60, 0.05, "C owing a pull's answer")
+        resp, _ = admin.call(UPDATE_BROKER_CONFIG, {}, b"brokerPermission=4\n")
+        assert resp.code == 0, resp.remark
+        wait_for(lambda: info(broker.port)["fastConnsServed"] == "0", 30, 0.05, "C letting go of the connection")
+        for req, _ in frames:
+            resp, _ = cons.read()
+            assert (resp.code, resp.opaque) == (0, req.opaque), resp.remark
+            assert resp.body == want
+        writer.join(30)
+    finally:
+        resp, _ = admin.call(UPDATE_BROKER_CONFIG, {}, b"brokerPermission=6\n")
+        admin.close()
+        assert resp.code == 0, resp.remark
+    try:
+        resp, _ = cons.call(SEND_V2, v2(TOPIC, 1, ""), b"after")
+        assert resp.code == 0, resp.remark
+    finally:
+        cons.close()
