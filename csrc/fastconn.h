@@ -28,7 +28,9 @@
  * stage).  What of an answer the socket does not take is owed: copied, sent as the socket takes
  * it (the connection watched for writing), with the later answers of the connection appended to
  * it; the connection's frames wait, unread, until it is paid (the peer's backpressure, as a full
- * transport is Python's).  A pull handed back (no data: Python suspends it) gives the connection
+ * transport is Python's).  So a connection owes at most one pull's answer (the pull limits' bytes
+ * and its header) and the answers of one run (MQ_FAST_MSGS_MAX); this is not counted in Python's
+ * budget of unsent bytes (mq.remoting.server).  A pull handed back (no data: Python suspends it) gives the connection
  * back; an SQL92 pull handed back for a verdict says so in the event (sql_missed).
  *
  * C reads and writes a dup of the socket, taken by mq_fast_adopt and closed by mq_fast_disown, so
