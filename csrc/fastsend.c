@@ -1281,7 +1281,7 @@ static int take_pull(mq_fast *f, const req *r, mq_fast_pulled *out) {
     if (!F[F_QOFFSET].present || !F[F_QOFFSET].len || !field_int(&F[F_QOFFSET], INT64_MIN, INT64_MAX, &offset))
         return 0;
     if (!field_int_or(&F[F_MAXNUMS], INT32_MIN, INT32_MAX, 32, &max_nums)
-        || !field_int_or(&F[F_SYSFLAG], INT64_MIN, INT64_MAX, 0, &sys_flag)
+        || !field_int_or(&F[F_SYSFLAG], INT32_MIN, INT32_MAX, 0, &sys_flag)
         || !field_int_or(&F[F_COMMIT], INT64_MIN, INT64_MAX, 0, &commit)
         || !field_int_or(&F[F_SUSPEND], INT64_MIN, INT64_MAX, 0, &unused)
         || !field_int_or(&F[F_SUBVER], INT64_MIN, INT64_MAX, 0, &sub_version))

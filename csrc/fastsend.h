@@ -114,9 +114,10 @@
  *   - the frame: a request, not oneway, read as a send's is (the same parsers); extFields with
  *     consumerGroup a published group (mq_fast_group_put: Python publishes a group it has read
  *     with consumeEnable) and topic a published topic with perm & 4 (read) and queueId a decimal
- *     in [0, readQueueNums); queueOffset an int64 decimal, maxMsgNums an int32 decimal (absent or
- *     empty: 32), sysFlag, commitOffset, suspendTimeoutMillis and subVersion int64 decimals (or
- *     absent or empty); sysFlag with PULL_SUBSCRIPTION (4: the expression comes with the pull),
+ *     in [0, readQueueNums); queueOffset an int64 decimal, maxMsgNums and sysFlag int32 decimals
+ *     (absent or empty: 32 and 0), commitOffset, suspendTimeoutMillis and subVersion int64
+ *     decimals (or absent or empty) -- Java's types, which mq.broker.pull checks the same way;
+ *     sysFlag with PULL_SUBSCRIPTION (4: the expression comes with the pull),
  *     or without it a heartbeat subscription published for the group and topic
  *     (mq_fast_sub_put) that is still fresh and whose subVersion is not below the pull's (its
  *     filter is then the pull's: expressionType and subscription are not read); with bit 4:

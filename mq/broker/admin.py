@@ -194,10 +194,10 @@ class AdminProcessor(Processor):
     # ---- offsets --------------------------------------------------------------------------
     def _gtq(self, cmd) -> tuple[str, str, int]:
         h = cmd.ext_fields or {}
-        try:
-            group, topic, qid = h.get("consumerGroup", ""), h["topic"], as_int(h["queueId"])
-        except (KeyError, ValueError) as e:
-            raise BadRequest(RC.INVALID_PARAMETER, f"bad header: {e}") from None
+        if "topic" not in h or "queueId" not in h:
+            raise BadRequest(RC.INVALID_PARAMETER, f"bad header: {'topic' if 'topic' not in h else 'queueId'} missing")
+        group, topic = h.get("consumerGroup", ""), h["topic"]
+        qid = header_int(h, "queueId", 0)          # an int32, as RocketMQ's header decodes it (the store's type)
         # the topic names a directory under the store: only legal names reach it
         if not topic or len(topic) > TOPIC_LEN_MAX or not TOPIC_RE.match(topic):
             raise BadRequest(RC.INVALID_PARAMETER, f"topic [{topic}] is illegal")
@@ -219,10 +219,10 @@ class AdminProcessor(Processor):
 
     async def update_offset(self, conn, cmd):
         group, topic, qid = self._gtq(cmd)
-        try:
-            off = as_int((cmd.ext_fields or {})["commitOffset"])
-        except (KeyError, ValueError) as e:
-            return make_response(cmd, RC.INVALID_PARAMETER, f"bad header: {e}")
+        h = cmd.ext_fields or {}
+        if "commitOffset" not in h:
+            return make_response(cmd, RC.INVALID_PARAMETER, "bad header: commitOffset missing")
+        off = header_int(h, "commitOffset", 0, INT64_MIN, INT64_MAX)
         # slaves accept explicit commits too: while the master is down, consumers
         # read from the slave and commit there (pull-carried commits stay master-only)
         await self.meta.commit_offset(group, topic, qid, off)
@@ -230,7 +230,7 @@ class AdminProcessor(Processor):
 
     def search_offset(self, conn, cmd):          # these four read the store only: answered inside the read
         _, topic, qid = self._gtq(cmd)
-        ts = as_int((cmd.ext_fields or {}).get("timestamp"), 0)
+        ts = header_int(cmd.ext_fields or {}, "timestamp", 0, INT64_MIN, INT64_MAX)
         return make_response(cmd, RC.SUCCESS, ext={"offset": self.store.search_offset_by_time(topic, qid, ts)})
 
     def max_offset(self, conn, cmd):

@@ -35,6 +35,7 @@ from time import perf_counter_ns
 from mq import loop as mq_loop
 from mq.remoting import ResponseCode as RC, make_response
 from mq.store import CorruptRecord, OutOfRange, control as C
+from mq.store.commitlog import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
 from mq.store.bells import RECHECK_S
 from mq.store.consumequeue import ENTRY, ENTRY_SIZE
 from mq.store.native import check, ffi, lib
@@ -45,7 +46,7 @@ from mq.wire.headers import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND
 from mq.wire.topics import PERM_READ
 
 from .link import SUBSCRIPTION_CACHE_S
-from .send import as_int
+from .send import header_int
 from .sql92 import Sql92Filter, compile_sql92
 from .tracing import CURRENT
 
@@ -266,6 +267,11 @@ class PullProcessor:
             suspend_ms = int(suspend_ms) if suspend_ms else 15000
         except (KeyError, ValueError):          # the full path names the bad field
             return self.process(conn, cmd)
+        if not (INT32_MIN <= qid <= INT32_MAX and INT32_MIN <= max_nums <= INT32_MAX
+                and INT32_MIN <= sys_flag <= INT32_MAX and INT64_MIN <= offset <= INT64_MAX
+                and INT64_MIN <= commit <= INT64_MAX and INT64_MIN <= suspend_ms <= INT64_MAX
+                and INT64_MIN <= sub_version <= INT64_MAX):
+            return self.process(conn, cmd)      # past its Java type: so does the full path, naming it
         cfg = self.config
         g = meta._groups.get(group)
         tc = meta.cached_topics.get(topic)
@@ -355,18 +361,19 @@ class PullProcessor:
 
     async def process(self, conn, cmd):
         h = cmd.ext_fields or {}
-        try:
-            group = h["consumerGroup"]
-            topic = h["topic"]
-            qid = as_int(h["queueId"])
-            offset = as_int(h["queueOffset"])
-            max_nums = max(1, as_int(h.get("maxMsgNums"), 32))
-            sys_flag = as_int(h.get("sysFlag"), 0)
-            commit_offset = as_int(h.get("commitOffset"), 0)
-            suspend_ms = as_int(h.get("suspendTimeoutMillis"), 15000)
-            sub_version = as_int(h.get("subVersion"), 0)
-        except (KeyError, ValueError) as e:
-            return make_response(cmd, RC.INVALID_PARAMETER, f"bad pull header: {e}")
+        missing = [k for k in ("consumerGroup", "topic", "queueId", "queueOffset") if k not in h]
+        if missing:
+            return make_response(cmd, RC.INVALID_PARAMETER, f"bad pull header: {missing[0]} missing")
+        group, topic = h["consumerGroup"], h["topic"]
+        # the integers of PullMessageRequestHeader, each checked against its Java type (Integer or
+        # Long): one that does not fit is refused as RocketMQ refuses a header it cannot decode
+        qid = header_int(h, "queueId", 0)
+        offset = header_int(h, "queueOffset", 0, INT64_MIN, INT64_MAX)
+        max_nums = max(1, header_int(h, "maxMsgNums", 32))
+        sys_flag = header_int(h, "sysFlag", 0)
+        commit_offset = header_int(h, "commitOffset", 0, INT64_MIN, INT64_MAX)
+        suspend_ms = header_int(h, "suspendTimeoutMillis", 15000, INT64_MIN, INT64_MAX)
+        sub_version = header_int(h, "subVersion", 0, INT64_MIN, INT64_MAX)
         if not self.config.brokerPermission & PERM_READ:
             return make_response(cmd, RC.NO_PERMISSION, f"the broker[{self.config.brokerIP1}] pulling message is forbidden")
         g = await self.meta.group(group)

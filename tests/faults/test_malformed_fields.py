@@ -177,3 +177,37 @@ def test_properties_with_a_lone_surrogate_are_message_illegal(broker):
         assert_own(p, body, ok, 1)
     finally:
         p.close()
+
+
+PULL_OK = {"consumerGroup": "MalformedCG", "topic": TOPIC, "queueId": "0", "queueOffset": "0", "maxMsgNums": "1",
+           "sysFlag": "4", "commitOffset": "0", "suspendTimeoutMillis": "0", "subscription": "*", "subVersion": "0"}
+BIG = str(2 ** 63)
+QUEUE_FIELDS = [(30, {"topic": TOPIC, "queueId": BIG}), (31, {"topic": TOPIC, "queueId": str(2 ** 31)}),
+                (29, {"topic": TOPIC, "queueId": BIG, "timestamp": "0"}), (29, {"topic": TOPIC, "queueId": "0",
+                                                                               "timestamp": BIG}),
+                (32, {"topic": TOPIC, "queueId": str(-2 ** 31 - 1)}),
+                (14, {"consumerGroup": "MalformedCG", "topic": TOPIC, "queueId": BIG}),
+                (15, {"consumerGroup": "MalformedCG", "topic": TOPIC, "queueId": BIG, "commitOffset": "1"}),
+                (15, {"consumerGroup": "MalformedCG", "topic": TOPIC, "queueId": "0", "commitOffset": BIG}),
+                (11, {**PULL_OK, "queueId": BIG}), (11, {**PULL_OK, "queueOffset": BIG}),
+                (11, {**PULL_OK, "maxMsgNums": str(2 ** 31)}), (11, {**PULL_OK, "sysFlag": str(2 ** 31 + 4)}),
+                (11, {**PULL_OK, "sysFlag": "5", "commitOffset": BIG}),
+                (11, {**PULL_OK, "suspendTimeoutMillis": BIG}), (11, {**PULL_OK, "subVersion": BIG})]
+
+
+@pytest.mark.parametrize("code,ext", QUEUE_FIELDS, ids=[f"{c}-{json.dumps(e)[-60:]}" for c, e in QUEUE_FIELDS])
+def test_offset_and_pull_fields_that_do_not_fit_are_refused_before_the_store(broker, code, ext):
+    """An offset query, offset commit or pull whose queueId, offset, timestamp or other integer
+    does not fit its Java type: SYSTEM_ERROR naming the field (as RocketMQ's header decode),
+    nothing committed, no traceback (they reached the C store as an OverflowError, or were
+    committed: an offset past int64 in the group's offset table).  The connection goes on."""
+    p = Peer(broker.port)
+    try:
+        bad = [k for k, v in ext.items() if v in (BIG, str(2 ** 31), str(-2 ** 31 - 1), str(2 ** 31 + 4))]
+        resp = p.call(code, ext)
+        assert resp.code == 1 and bad[0] in resp.remark and "Error" not in resp.remark, (resp.code, resp.remark)
+        resp = p.call(14, {"consumerGroup": "MalformedCG", "topic": TOPIC, "queueId": "0"})
+        assert resp.code in (0, 22) and int((resp.ext_fields or {}).get("offset", "-1")) < 2 ** 31, \
+            (resp.code, resp.ext_fields)
+    finally:
+        p.close()
