@@ -21,7 +21,7 @@ import logging
 
 from mq.remoting import ResponseCode as RC, make_response
 from mq.store import StoreError
-from mq.store.commitlog import INT64_MAX, INT64_MIN
+from mq.store.commitlog import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
 from mq.wire.adminbodies import (RUNTIME_INFO_CAPACITY, encode_consume_stats, encode_kv_table, encode_lock_batch,
                                  encode_topic_stats)
 from mq.wire.errors import MalformedError
@@ -197,7 +197,12 @@ class AdminProcessor(Processor):
         if "topic" not in h or "queueId" not in h:
             raise BadRequest(RC.INVALID_PARAMETER, f"bad header: {'topic' if 'topic' not in h else 'queueId'} missing")
         group, topic = h.get("consumerGroup", ""), h["topic"]
-        qid = header_int(h, "queueId", 0)          # an int32, as RocketMQ's header decodes it (the store's type)
+        try:
+            qid = as_int(h["queueId"])
+        except ValueError as e:
+            raise BadRequest(RC.INVALID_PARAMETER, f"bad header: {e}") from None
+        if not INT32_MIN <= qid <= INT32_MAX:      # as a send's or a pull's queueId past its queues: 29
+            raise BadRequest(RC.INVALID_PARAMETER, f"queueId[{qid}] is illegal: not an int32")
         # the topic names a directory under the store: only legal names reach it
         if not topic or len(topic) > TOPIC_LEN_MAX or not TOPIC_RE.match(topic):
             raise BadRequest(RC.INVALID_PARAMETER, f"topic [{topic}] is illegal")

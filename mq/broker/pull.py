@@ -46,7 +46,7 @@ from mq.wire.headers import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND
 from mq.wire.topics import PERM_READ
 
 from .link import SUBSCRIPTION_CACHE_S
-from .send import header_int
+from .send import as_int, header_int
 from .sql92 import Sql92Filter, compile_sql92
 from .tracing import CURRENT
 
@@ -365,9 +365,13 @@ class PullProcessor:
         if missing:
             return make_response(cmd, RC.INVALID_PARAMETER, f"bad pull header: {missing[0]} missing")
         group, topic = h["consumerGroup"], h["topic"]
-        # the integers of PullMessageRequestHeader, each checked against its Java type (Integer or
-        # Long): one that does not fit is refused as RocketMQ refuses a header it cannot decode
-        qid = header_int(h, "queueId", 0)
+        try:                    # checked against the topic's queues below (29), as a send's
+            qid = as_int(h["queueId"])
+        except ValueError as e:
+            return make_response(cmd, RC.INVALID_PARAMETER, f"bad pull header: {e}")
+        # the other integers of PullMessageRequestHeader, each checked against its Java type
+        # (Integer or Long): one that does not fit is refused as RocketMQ refuses a header it
+        # cannot decode
         offset = header_int(h, "queueOffset", 0, INT64_MIN, INT64_MAX)
         max_nums = max(1, header_int(h, "maxMsgNums", 32))
         sys_flag = header_int(h, "sysFlag", 0)

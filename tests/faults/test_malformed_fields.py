@@ -13,7 +13,10 @@ What it proves:
     messages' offsets.)
   * offsets that do not fit (-1, 10^15, "abc") in viewMessageById and consumerSendMsgBack,
     heartbeats whose JSON has the wrong types, and properties holding a lone surrogate get a
-    clear code each; the broker logs no traceback for any of them."""
+    clear code each; the broker logs no traceback for any of them;
+  * offset queries, offset commits and pulls whose integers do not fit their Java types are
+    refused before the store (a queueId 29, any other field SYSTEM_ERROR naming it), and
+    nothing is committed."""
 from __future__ import annotations
 
 import itertools
@@ -198,14 +201,16 @@ QUEUE_FIELDS = [(30, {"topic": TOPIC, "queueId": BIG}), (31, {"topic": TOPIC, "q
 @pytest.mark.parametrize("code,ext", QUEUE_FIELDS, ids=[f"{c}-{json.dumps(e)[-60:]}" for c, e in QUEUE_FIELDS])
 def test_offset_and_pull_fields_that_do_not_fit_are_refused_before_the_store(broker, code, ext):
     """An offset query, offset commit or pull whose queueId, offset, timestamp or other integer
-    does not fit its Java type: SYSTEM_ERROR naming the field (as RocketMQ's header decode),
-    nothing committed, no traceback (they reached the C store as an OverflowError, or were
-    committed: an offset past int64 in the group's offset table).  The connection goes on."""
+    does not fit its Java type: a queueId INVALID_PARAMETER (as one past the topic's queues,
+    tests/faults/test_bad_input.py), any other field SYSTEM_ERROR naming it (as RocketMQ's header
+    decode); nothing committed, no traceback (they reached the C store as an OverflowError, or
+    were committed: an offset past int64 in the group's offset table).  The connection goes on."""
     p = Peer(broker.port)
     try:
         bad = [k for k, v in ext.items() if v in (BIG, str(2 ** 31), str(-2 ** 31 - 1), str(2 ** 31 + 4))]
         resp = p.call(code, ext)
-        assert resp.code == 1 and bad[0] in resp.remark and "Error" not in resp.remark, (resp.code, resp.remark)
+        assert resp.code == (29 if bad[0] == "queueId" else 1), (resp.code, resp.remark)
+        assert (bad[0] in resp.remark or bad[0] == "queueId") and "Error" not in resp.remark, resp.remark
         resp = p.call(14, {"consumerGroup": "MalformedCG", "topic": TOPIC, "queueId": "0"})
         assert resp.code in (0, 22) and int((resp.ext_fields or {}).get("offset", "-1")) < 2 ** 31, \
             (resp.code, resp.ext_fields)
