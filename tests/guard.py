@@ -34,6 +34,7 @@ from mq.store.control import SHM_DIR
 RUN_ENV = "MQ_TEST_RUN"
 LOG_TAIL_BYTES = 6000
 LOG_TAILS_MAX = 8                 # servers shown per failed test, the newest first
+SPARE_SLICES = 2                  # port slices for workers started in place of crashed ones
 EXIT_GRACE_S = float(os.environ.get("MQ_TEST_EXIT_GRACE_S", "10"))  # for processes of the run to exit after its last test
 _first_proc = pytest.StashKey[int]()
 _shm_before: set[str] = set()
@@ -83,8 +84,13 @@ def pytest_sessionstart(session):
         from mq.cluster import port_range
         os.environ.pop(PORT_RANGE_ENV, None)
         lo, hi = port_range()
-        step = (hi - lo) // w[1]
-        os.environ[PORT_RANGE_ENV] = f"{lo + w[0] * step}-{lo + (w[0] + 1) * step}"
+        # a slice per worker, and SPARE_SLICES for the workers xdist starts in place of crashed
+        # ones (gw<count>, gw<count+1>, ...: past the slices, such a worker's ports were refused
+        # and every test it ran failed, hiding the one crash that mattered; CI 90)
+        number, count = w
+        step = (hi - lo) // (count + SPARE_SLICES)
+        k = number if number < count else count + (number - count) % SPARE_SLICES
+        os.environ[PORT_RANGE_ENV] = f"{lo + k * step}-{lo + (k + 1) * step}"
     Proc.started = []
     _shm_before.clear()
     _shm_before.update(_segments())

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import queue
 import struct
 import sys
 import threading
@@ -173,15 +174,46 @@ def payloads(draw) -> bytes:
 # Helpers
 
 
+class _Decoder:
+    """The thread `outcome` runs its calls on: one for the whole session, started on first use.
+
+    Not a thread per call: Thread.join() returns before the thread has finished exiting, and its
+    last raw frees (its thread state) ran without the GIL while this thread stopped tracemalloc --
+    a race in CPython 3.11's tracemalloc (python/cpython#128679, fixed in 3.12 and 3.13) that
+    crashed a CI worker with SIGSEGV once (CI 90, in test_any_batch_body_parses_or_raises_a_wire_error).
+    This thread never exits; between calls it waits on a queue, which allocates nothing without
+    the GIL, so tracemalloc starts and stops while it is idle."""
+    _jobs: "queue.Queue | None" = None
+    _done: "queue.Queue | None" = None
+
+    @classmethod
+    def call(cls, fn) -> None:
+        if cls._jobs is None:
+            cls._jobs, cls._done = queue.Queue(), queue.Queue()
+            threading.Thread(target=cls._serve, name="decoder", daemon=True).start()
+        cls._jobs.put(fn)
+        cls._done.get()
+
+    @classmethod
+    def _serve(cls) -> None:
+        while True:
+            fn = cls._jobs.get()
+            try:
+                fn()
+            finally:
+                cls._done.put(None)
+
+
 def outcome(decode, *args, **kw):
     """decode(*args): its result, or the WireError class it raised; any other exception fails the
     property (Hypothesis prints the input that caused it).
 
-    The call runs as the broker runs it: on a fresh stack (a thread of its own) under CPython's default
-    recursion limit (Hypothesis raises the limit by 2000 while a test runs, which would hide a decoder
-    that recurses as deep as its input nests).  Also fails when the call allocated more than 64 bytes per
-    input byte plus ALLOC_SLACK_BYTES at its peak: a decoder that trusted a declared length would
-    allocate that length."""
+    The call runs as the broker runs it: near the base of a thread's stack (_Decoder's, which
+    waits between calls with nothing on it) under CPython's default recursion limit (Hypothesis
+    raises the limit by 2000 while a test runs, which would hide a decoder that recurses as deep
+    as its input nests).  Also fails when the call allocated more than 64 bytes per input byte
+    plus ALLOC_SLACK_BYTES at its peak: a decoder that trusted a declared length would allocate
+    that length."""
     size = sum(len(a) for a in args if isinstance(a, (bytes, bytearray, memoryview)))
     box: list = []
 
@@ -197,9 +229,7 @@ def outcome(decode, *args, **kw):
     sys.setrecursionlimit(PRODUCTION_RECURSION_LIMIT)
     tracemalloc.start()
     try:
-        worker = threading.Thread(target=run, name="decoder")
-        worker.start()
-        worker.join()
+        _Decoder.call(run)
     finally:
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()

@@ -242,3 +242,28 @@ def test_a_port_handed_out_is_not_handed_out_again_before_it_is_bound():
         q = free_port()
         assert q not in taken
         taken.add(q)
+
+
+def test_a_worker_started_in_place_of_a_crashed_one_gets_ports_of_its_own(tmp_path):
+    """On one worker, a test that kills it (as a segfault would): xdist starts another (gw1) for
+    the rest, whose tests draw ports from a slice of their own below the ephemeral range, so the
+    crash is the run's only failure.  (Before, its slice lay past the range, free_port refused it,
+    and every test of the replacement failed: CI 90.)"""
+    r = run_suite(tmp_path, """
+        import os, signal
+        import pytest
+        from mq.cluster import free_port, port_range
+
+        def test_crash():
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        @pytest.mark.parametrize("i", range(12))
+        def test_ports(i):
+            lo, hi = port_range()
+            assert lo < free_port((0,)) < hi
+            open(os.path.join({tmp!r}, "ports-" + os.environ["PYTEST_XDIST_WORKER"]), "w").write(f"{{lo}} {{hi}}")
+        """.format(tmp=str(tmp_path)), parallel=1)
+    assert "1 failed" in r.stdout and "12 passed" in r.stdout, r.stdout + r.stderr
+    assert "crashed" in r.stdout, r.stdout
+    workers = {f.split("-", 1)[1] for f in os.listdir(tmp_path) if f.startswith("ports-")}
+    assert workers == {"gw1"}, workers
