@@ -867,6 +867,9 @@ class DLedgerRole:
             self.node.step(m)
         except CorruptRecord as e:
             log.error("DLedger %s: entries from %s refused (%s); dropping the connection", me, src, e)
+            # the answers to this read's earlier requests (entries stored) still leave, as they
+            # would have had the read ended before this one (the C reader's reads end anywhere)
+            self._end_of_batch(conn)
             conn.close("corrupt entries")
             self._after_step(m)
             return

@@ -183,7 +183,10 @@ class Member:
             self.conn._on_readable()         # normally the whole chunk at once (loopback)
             wait_ms = 0
         while _readable(self.peer, 0):
-            got = self.peer.recv(1 << 20)
+            try:
+                got = self.peer.recv(1 << 20)
+            except ConnectionResetError:   # the member closed with bytes of ours unread: RST
+                return
             if not got:
                 return
             self.answers += got
