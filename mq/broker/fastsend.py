@@ -734,9 +734,9 @@ class FastSends:
         self.polls += o.polls
         self.wakes += 1
         self.runs += o.ran
-        if o.n_pulled:
-            self._take_pulled()
         try:
+            if o.n_pulled:                 # first: a connection given back below may ask for its offsets
+                self._take_pulled()
             if o.ran:
                 if staged or o.n_spans or o.n_fails or o.n_held:
                     self._finish(staged, o.n_spans, o.n_fails, o.n_ok, o.n_held, None)
