@@ -510,6 +510,14 @@ int mq_record_check(const uint8_t *p, size_t avail, int check_crc, mq_scan_rec *
     uint32_t props_at = body_at + body_len + 1 + (uint32_t)topic_len + 2;
     int16_t props_len = (int16_t)be16r(p + props_at - 2);
     if (props_len < 0 || props_at + (uint32_t)props_len != total) { *stop = MQ_SCAN_BAD_SIZE; return MQ_E_CORRUPT; }
+    /* the fields the store files a record by, which no checksum covers: a value no append writes
+     * (check_req) is damage.  A damaged one that stays in range is caught where it is used: the
+     * read path compares all three with what was asked, dispatch the queue offset (dispatch.h). */
+    if (!topic_ok((const char *)p + body_at + body_len + 1, (uint32_t)topic_len) ||
+        (int32_t)be32r(p + MQ_REC_POS_QUEUE_ID) < 0 || (int64_t)be64r(p + MQ_REC_POS_QUEUE_OFFSET) < 0) {
+        *stop = MQ_SCAN_BAD_FIELD;
+        return MQ_E_CORRUPT;
+    }
     if (check_crc && body_crc(p + body_at, body_len) != be32r(p + MQ_REC_POS_BODY_CRC)) {
         *stop = MQ_SCAN_BAD_CRC;
         return MQ_E_CORRUPT;
@@ -711,6 +719,40 @@ int mq_commitlog_scan(mq_commitlog *cl, uint64_t from, uint64_t limit, int check
     *next_out = pos;
     *stop_out = stop;
     return rc;
+}
+
+int mq_commitlog_resync(mq_commitlog *cl, uint64_t from, uint64_t limit, uint64_t *at_out) {
+    assert(at_out);
+    if (cl->dledger) return MQ_E_INVAL;
+    static const uint8_t magic[4] = {(uint8_t)(MQ_MESSAGE_MAGIC >> 24), (uint8_t)(MQ_MESSAGE_MAGIC >> 16),
+                                     (uint8_t)(MQ_MESSAGE_MAGIC >> 8), (uint8_t)MQ_MESSAGE_MAGIC};
+    const uint64_t fs = cl->file_size;
+    uint64_t pos = from;
+    while (pos < limit) {
+        uint64_t fi = pos / fs, file_start = fi * fs;
+        uint8_t *base;
+        int rc = seg_get(cl, fi, 0, &base);
+        if (rc == MQ_E_RANGE) { pos = file_start + fs; continue; }
+        if (rc) return rc;
+        uint64_t stop = limit - file_start < fs ? limit - file_start : fs;     /* candidates start below */
+        uint64_t off = pos - file_start;
+        while (off < stop) {
+            const uint8_t *m = off + 4 < fs ? memmem(base + off + 4, (size_t)(fs - off - 4), magic, 4) : NULL;
+            if (!m || (uint64_t)(m - base) - 4 >= stop) break;
+            off = (uint64_t)(m - base) - 4;
+            mq_scan_rec rec;
+            int why;
+            if (off + MQ_RECORD_SIZE_MIN <= fs && be64r(base + off + MQ_REC_POS_PHYSICAL_OFFSET) == file_start + off &&
+                mq_record_check(base + off, (size_t)(fs - off), 0, &rec, &why) == MQ_OK) {
+                *at_out = file_start + off;
+                return MQ_OK;
+            }
+            off++;
+        }
+        pos = file_start + fs;
+    }
+    *at_out = limit;
+    return MQ_OK;
 }
 
 /* ==================================================================================== */

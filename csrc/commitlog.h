@@ -99,7 +99,8 @@
  *     when a record is not whole and well formed in buf (records before it are filled);
  *     MQ_E_INVAL when len or a record offset is over INT32_MAX.
  * mq_record_check  the checks of a scan on a plain buffer (tools, HA): the record at buf with
- *     avail bytes readable -- magic, every length, BODYCRC when check_crc.  MQ_OK with *rec
+ *     avail bytes readable -- magic, every length, TOPIC, QUEUEID and QUEUEOFFSET as an append
+ *     writes them (MQ_SCAN_BAD_FIELD), BODYCRC when check_crc.  MQ_OK with *rec
  *     filled (slot UINT32_MAX, dl_* 0) and *stop_out MQ_SCAN_LIMIT, or MQ_E_CORRUPT with
  *     *stop_out the kind (MQ_SCAN_TORN: it runs past avail).  PHYSICALOFFSET is reported, not
  *     compared: that is the caller's.
@@ -128,6 +129,12 @@
  *     failed -- the error is made sticky (mq_ctl_set_fatal), errno kept; FLUSHED never moves
  *     past bytes not made durable.  File errors (a file deleted meanwhile is skipped).
  *     *flushed_out = FLUSHED afterwards, on every outcome.  Takes the lock twice, briefly.
+ * mq_commitlog_resync  the first position in [from, limit) where a whole plain record starts --
+ *     MAGIC at +4, PHYSICALOFFSET equal to the position, and mq_record_check passes (no CRC)
+ *     -- in *at_out, or limit when there is none (missing files are stepped over).  How a walk
+ *     over damaged bytes finds the records after them: records never cross files, and a
+ *     record's own position in it is a sync mark no stray bytes are likely to repeat.  Reads
+ *     only.  MQ_OK; MQ_E_INVAL in DLedger mode (entries, not records); file errors.
  * mq_commitlog_zero_tail  zeroes the file holding `from`, from there to its end (writing only
  *     pages that hold non-zero bytes), and msyncs it: after recovery truncates, stale bytes
  *     past the new end can never chain into records.  MQ_OK (also when the file does not
@@ -210,7 +217,10 @@ enum mq_scan_stop {
     MQ_SCAN_BAD_CRC,
     MQ_SCAN_TORN,        /* the record runs past its file's end or the scan limit */
     MQ_SCAN_BAD_OFFSET,  /* PHYSICALOFFSET is not where the record sits (a stale record); DLedger: or pos */
-    MQ_SCAN_BAD_INDEX    /* DLedger: an index that does not follow the previous one, or a term going back */
+    MQ_SCAN_BAD_INDEX,   /* DLedger: an index that does not follow the previous one, or a term going back */
+    MQ_SCAN_BAD_FIELD    /* a field no append writes: TOPIC outside the appender's rule (1-127 bytes of
+                          * [%|a-zA-Z0-9_-]), QUEUEID or QUEUEOFFSET negative.  No checksum covers them;
+                          * the store files records by them, so such a record is damaged */
 };
 
 typedef struct mq_scan_rec {
@@ -271,6 +281,7 @@ int      mq_commitlog_scan(mq_commitlog *cl, uint64_t from, uint64_t limit, int 
 
 int      mq_commitlog_prepare_file(mq_commitlog *cl, uint64_t file_index, uint64_t from_pos);
 int      mq_commitlog_flush(mq_commitlog *cl, uint32_t least_pages, uint64_t *flushed_out);
+int      mq_commitlog_resync(mq_commitlog *cl, uint64_t from, uint64_t limit, uint64_t *at_out);
 int      mq_commitlog_zero_tail(mq_commitlog *cl, uint64_t from);
 int      mq_commitlog_release(mq_commitlog *cl, uint64_t below, uint64_t from_index);
 

@@ -4,6 +4,34 @@
  */
 #include "internal.h"
 
+static inline int entry_is_filler(const uint8_t *e) {
+    return be64r(e) == 0 && (be32r(e + 8) == 0 || be32r(e + 8) == MQ_CQ_FILLER_SIZE);
+}
+
+/* A record whose QUEUEOFFSET q is not its queue's next entry (cur = CQ_MAX): true when it may
+ * be written at q -- below cur, over its own entry (a repeated dispatch) or a hole (zero or a
+ * filler); above cur, when the gap's records fit in the CommitLog before it (then the gap's
+ * entries in this file become fillers).  False: its queue fields were damaged. */
+static int entry_fits(const mq_cq_map *m, const uint8_t *e, int64_t q, int64_t cur, const mq_scan_rec *r) {
+    if (q < cur)
+        return entry_is_filler(e) || ((int64_t)be64r(e) == (int64_t)r->phy_offset && be32r(e + 8) == r->size);
+    /* the entries below q end where the queue's last one does (when this file holds it and it
+     * is a record), else at 0: q - cur records of at least MQ_RECORD_SIZE_MIN bytes lie between */
+    uint64_t from = 0;
+    if (cur > m->first_qoff) {
+        const uint8_t *last = e - (uint64_t)(q - cur + 1) * MQ_CQ_ENTRY_SIZE;
+        if (!entry_is_filler(last)) from = be64r(last) + be32r(last + 8);
+    }
+    if (r->phy_offset < from || (uint64_t)(q - cur) > (r->phy_offset - from) / MQ_RECORD_SIZE_MIN) return 0;
+    for (int64_t k = cur > m->first_qoff ? cur : m->first_qoff; k < q; k++) {
+        uint8_t *f = m->base + (uint64_t)(k - m->first_qoff) * MQ_CQ_ENTRY_SIZE;
+        be64w(f, 0);
+        be32w(f + 8, MQ_CQ_FILLER_SIZE);
+        be64w(f + 12, 0);
+    }
+    return 1;
+}
+
 int mq_dispatch_batch(void *mem, const mq_scan_rec *recs, uint32_t n, mq_cq_map *maps,
                       uint32_t *done_out, uint32_t *need_slot_out, int64_t *need_qoff_out) {
     mq_ctl *c = ctl_of(mem);
@@ -21,12 +49,18 @@ int mq_dispatch_batch(void *mem, const mq_scan_rec *recs, uint32_t n, mq_cq_map 
             return MQ_E_RANGE;
         }
         uint8_t *e = m->base + (uint64_t)(q - m->first_qoff) * MQ_CQ_ENTRY_SIZE;
+        int64_t *mx = &c->slots[r->slot].field[MQ_Q_CQ_MAX];
+        int64_t cur = __atomic_load_n(mx, __ATOMIC_ACQUIRE);
+        if (q != cur && !entry_fits(m, e, q, cur, r)) {
+            *done_out = i;
+            *need_slot_out = r->slot;
+            *need_qoff_out = q;
+            return MQ_E_CORRUPT;
+        }
         int64_t tags = m->delay_ms >= 0 ? r->store_ts_ms + m->delay_ms : r->tags_code;
         be64w(e, r->phy_offset);
         be32w(e + 8, r->size);
         be64w(e + 12, (uint64_t)tags);
-        int64_t *mx = &c->slots[r->slot].field[MQ_Q_CQ_MAX];
-        int64_t cur = __atomic_load_n(mx, __ATOMIC_ACQUIRE);
         while (cur < q + 1 && !__atomic_compare_exchange_n(mx, &cur, q + 1, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
         }
     }
@@ -58,7 +92,7 @@ int mq_dispatch_for(mq_commitlog *cl, mq_dispatch_run *d, uint32_t wait_ms) {
             }
             if (n) {
                 rc = mq_dispatch_batch(c, d->recs, n, d->maps, &done, &slot, &qoff);
-                if (rc == MQ_E_RANGE) { d->why = MQ_DISPATCH_CALLER; return MQ_OK; }
+                if (rc == MQ_E_RANGE || rc == MQ_E_CORRUPT) { d->why = MQ_DISPATCH_CALLER; return MQ_OK; }
                 if (rc) return rc;
                 if (d->index) {
                     rc = mq_index_build(cl, d->index, d->recs, n, d->index_from, &done);

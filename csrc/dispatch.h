@@ -12,8 +12,17 @@
  *     transactions are skipped; the others are written at their QUEUEOFFSET into the file
  *     maps[slot] describes (slot from a scan with resolve_slots, asserted < MQ_QUEUE_SLOTS),
  *     and the slot's CQ_MAX advanced to QUEUEOFFSET + 1 (lock-free, monotonic).  Writing at
- *     the record's own offset makes a repeated dispatch idempotent.  Returns MQ_OK with
- *     *done_out = n, or MQ_E_RANGE when a record's file is not in maps (base NULL or the offset
+ *     the record's own offset makes a repeated dispatch idempotent.  A record whose QUEUEOFFSET
+ *     is not CQ_MAX (no checksum covers it) is checked first: below CQ_MAX it may only rewrite
+ *     its own entry or a hole (zero or a filler), never another record's; above, the gap must
+ *     fit in the CommitLog before it (gap entries x MQ_RECORD_SIZE_MIN bytes since the end of
+ *     the queue's last entry, when this file holds it, else since 0), and the gap's entries in
+ *     this file become fillers (a gap from an earlier file the caller checks and fills when
+ *     it maps this file, moving CQ_MAX to the file's first entry: mq.store.dispatch).  Returns MQ_OK
+ *     with *done_out = n; MQ_E_CORRUPT for a record that fails that check (its queue fields
+ *     are damaged): *done_out = its index, *need_slot_out and *need_qoff_out its slot and
+ *     QUEUEOFFSET, nothing written for it; the caller skips it (and says so) and calls again
+ *     after it; or MQ_E_RANGE when a record's file is not in maps (base NULL or the offset
  *     outside it): *done_out = that record's index (the ones before it are done),
  *     *need_slot_out and *need_qoff_out say which file to map; the caller maps it and calls
  *     again from there.  maps is indexed by slot (MQ_QUEUE_SLOTS entries).  One writer per
@@ -29,7 +38,8 @@
  *     d->last_store_ts_ms and d->records (added to) follow the records dispatched.  Whatever
  *     it does not do whole stops it before DISPATCHED moves past that batch, with d->why =
  *     MQ_DISPATCH_CALLER, for the caller's own walk to take over from DISPATCHED: a CQ file
- *     not in d->maps, an index file without room, a scan stop other than LIMIT, FULL or END,
+ *     not in d->maps, a record mq_dispatch_batch refuses, an index file without room, a scan
+ *     stop other than LIMIT, FULL or END,
  *     and (d->rebase set) DISPATCHED below MIN.  What it did of that batch is redone by that
  *     walk: CQ entries at their own offsets (idempotent); except that before an index file
  *     without room the records indexed are dispatched (DISPATCHED moves to the first one not
@@ -45,6 +55,8 @@
 #include "index.h"
 
 #define MQ_CQ_ENTRY_SIZE       20
+#define MQ_CQ_FILLER_SIZE      0x7FFFFFFF  /* a hole's entry: PHYSICALOFFSET 0, this SIZE, TAGSCODE 0
+                                              (RocketMQ's fillPreBlank); it points at no record */
 #define MQ_DISPATCH_NAP_US     200      /* mq_dispatch_for's nap while busy: what a record may wait
                                            for dispatch beyond its append (RocketMQ's reput: 1 ms) */
 

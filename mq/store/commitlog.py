@@ -48,7 +48,7 @@ SCAN_STOP_NAMES = {
     lib.MQ_SCAN_LIMIT: "limit", lib.MQ_SCAN_FULL: "full", lib.MQ_SCAN_END: "end",
     lib.MQ_SCAN_BAD_MAGIC: "bad magic", lib.MQ_SCAN_BAD_SIZE: "bad size",
     lib.MQ_SCAN_BAD_CRC: "bad crc", lib.MQ_SCAN_TORN: "torn", lib.MQ_SCAN_BAD_OFFSET: "bad offset",
-    lib.MQ_SCAN_BAD_INDEX: "bad index",
+    lib.MQ_SCAN_BAD_INDEX: "bad index", lib.MQ_SCAN_BAD_FIELD: "bad field",
 }
 SCAN_CLEAN_STOPS = (lib.MQ_SCAN_LIMIT, lib.MQ_SCAN_FULL, lib.MQ_SCAN_END)
 
@@ -345,6 +345,13 @@ class CommitLog:
             log.error("flush failed, the store now refuses writes: %s", self.ctl.fatal())
         check(rc, "flush: " + (self.ctl.fatal() or ""))
         return out[0]
+
+    def resync(self, offset: int, limit: int) -> int:
+        """The first position in [offset, limit) where a whole record starts, or limit
+        (mq_commitlog_resync: past damaged bytes to the records after them; not in DLedger mode)."""
+        at = ffi.new("uint64_t *")
+        check(lib.mq_commitlog_resync(self._h, offset, limit, at), f"resync at {offset}")
+        return at[0]
 
     def zero_tail(self, offset: int) -> None:
         check(lib.mq_commitlog_zero_tail(self._h, offset), f"zero tail at {offset}")

@@ -27,7 +27,7 @@ from mq.wire.consumequeue import CQ_ENTRY, CQ_ENTRY_SIZE
 from mq.wire.filenames import list_offset_files, offset_file_name, offset_file_path
 
 from . import control as C
-from .native import ffi
+from .native import ffi, lib
 
 log = logging.getLogger("mq.store.consumequeue")
 
@@ -36,7 +36,7 @@ CHECK_TAIL_ENTRIES = 1024       # entries recovery checks at the end of each que
 CQ_ALLOC_ENTRIES = 4096         # entries whose blocks are allocated ahead of the writer (80 KiB a step)
 _ZERO_CHUNK = bytes(1 << 20)          # compared against, a MiB at a time (memcmp speed)
 EMPTY_ENTRY = b"\0" * ENTRY_SIZE
-FILLER = (0, 0x7FFFFFFF, 0)
+FILLER = (0, lib.MQ_CQ_FILLER_SIZE, 0)    # a hole's entry (RocketMQ's fillPreBlank); dispatch.c writes it too
 
 
 class ConsumeQueue:
@@ -128,6 +128,20 @@ class ConsumeQueue:
             ptr = self._ptrs[start] = ffi.from_buffer(mm)
         return ptr, start // ENTRY_SIZE, self._allocate(start, off // ENTRY_SIZE + 1)
 
+    def fill(self, lo: int, hi: int) -> None:
+        """FILLER entries at [lo, hi), files created as needed: the holes of a gap dispatch
+        found in the queue (records damage took), so that entries from min to max are records
+        or fillers and recovery sees no hole.  OSError (ENOSPC) when the disk refuses."""
+        assert self.writable and 0 <= lo <= hi
+        q = lo
+        while q < hi:
+            start, off = self._locate(q)
+            mm = self._map(start, create=True)
+            n = min(hi - q, (self.file_size - off) // ENTRY_SIZE)
+            self._allocate(start, off // ENTRY_SIZE + n)
+            mm[off:off + n * ENTRY_SIZE] = ENTRY.pack(*FILLER) * n
+            q += n
+
     def _fill_pre_blank(self, mm: mmap.mmap, start: int, off: int) -> None:
         """A queue's first file created at an entry past its start (a rebuild from a CommitLog
         whose first files retention deleted, or an install): FILLER entries before it, as
@@ -218,7 +232,8 @@ class ConsumeQueue:
             missing between the first and the last;
           * nothing but zeros follows the last entry in the last file (a hole in the middle,
             a zeroed range, makes recover_bounds() stop short);
-          * the last CHECK_TAIL_ENTRIES entries are whole (size > 0) and in CommitLog order;
+          * the last CHECK_TAIL_ENTRIES entries are whole (size > 0) and in CommitLog order,
+            fillers aside (holes: records damage took, a rebuild's gaps);
           * the last entry names a record of this queue at this queue offset:
             record_at(phy, size) -> (topic, queue_id, queue_offset) or None (no record there);
             not checked when retention already deleted that CommitLog file."""
@@ -240,6 +255,8 @@ class ConsumeQueue:
         prev = -1
         for q in range(max(lo, hi - CHECK_TAIL_ENTRIES), hi):
             e = self.get_raw(q)
+            if e == FILLER:
+                continue
             if e is None or e[1] <= 0 or e[0] < prev:
                 return f"entry {q} is {e}: not a whole entry in CommitLog order"
             prev = e[0]

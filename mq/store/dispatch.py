@@ -30,7 +30,7 @@ import time
 from . import control as C
 from .checkpoint import Checkpoint
 from .commitlog import CommitLog, SCAN_CLEAN_STOPS, SCAN_STOP_NAMES
-from .consumequeue import ConsumeQueueSet
+from .consumequeue import ConsumeQueueSet, ENTRY_SIZE as CQ_ENTRY_SIZE
 from .native import ffi, lib, check
 
 log = logging.getLogger("mq.store.dispatch")
@@ -61,6 +61,7 @@ class Dispatcher:
         self.scanner = cl.scanner(SCAN_BATCH_RECORDS)
         self.last_store_ts_ms = 0
         self.records_dispatched = 0
+        self.records_refused = 0                # records left out of every queue (_refuse)
         self.maps = ffi.new("mq_cq_map[]", lib.MQ_QUEUE_SLOTS)
         self._done = ffi.new("uint32_t *")
         self._need_slot = ffi.new("uint32_t *")
@@ -71,9 +72,24 @@ class Dispatcher:
                                                   "end_pos": self.end_pos, "end_seq": self.end_seq,
                                                   "rebase": rebase is not None})
 
-    def _map_for(self, slot: int, queue_offset: int) -> None:
-        """Points maps[slot] at the CQ file holding queue_offset (creating it)."""
+    def _map_for(self, slot: int, queue_offset: int, phy_offset: int) -> bool:
+        """Points maps[slot] at the CQ file holding queue_offset (creating it), for the record
+        at phy_offset.  A record past the queue's next entry is checked first, by
+        mq_dispatch_batch's rule (the gap's records must fit in the CommitLog between the queue's
+        last record and this one), before any file is made for it; when that entry lies in an
+        earlier file, the gap up to this file is filled with fillers and CQ_MAX moved past them
+        (C fills a gap inside one file).  False (nothing done): the record's QUEUEOFFSET is
+        damaged."""
         cq = self.cqs.by_slot(slot)
+        cur = self.ctl.queue_get(slot, C.Q_CQ_MAX)
+        if queue_offset > cur:
+            last_end = cq.last_phy_end(cur)
+            if phy_offset < last_end or (queue_offset - cur) * lib.MQ_RECORD_SIZE_MIN > phy_offset - last_end:
+                return False
+            file_first = queue_offset - queue_offset % (cq.file_size // CQ_ENTRY_SIZE)
+            if 0 < cur < file_first:
+                cq.fill(cur, file_first)
+                self.ctl.queue_set(slot, C.Q_CQ_MAX, file_first)
         ptr, first, entries = cq.writable_ptr(queue_offset)
         m = self.maps[slot]
         m.base = ptr
@@ -82,9 +98,23 @@ class Dispatcher:
         m.delay_ms = -1
         if cq.topic == SCHEDULE_TOPIC and 0 <= cq.queue_id < len(self.delay_levels_ms):
             m.delay_ms = self.delay_levels_ms[cq.queue_id]
+        return True
 
-    def dispatch_once(self, limit: int | None = None) -> int:
+    def _refuse(self, rec, slot: int) -> None:
+        """One line for a record mq_dispatch_batch would not file: its QUEUEOFFSET would take
+        another record's entry or leave a gap the CommitLog before it cannot hold, so its queue
+        fields (which no checksum covers) are damaged.  It stays in the CommitLog, in no queue."""
+        cq = self.cqs.by_slot(slot)
+        self.records_refused += 1
+        log.error("dispatch: the record at %d names %s:%d queue offset %d, which that queue (next entry %d) "
+                  "cannot take (damaged queue fields): left out of every ConsumeQueue", rec.phy_offset,
+                  cq.topic, cq.queue_id, rec.queue_offset, self.ctl.queue_get(slot, C.Q_CQ_MAX))
+
+    def dispatch_once(self, limit: int | None = None, resync: bool = False) -> int:
         """Dispatches what is published (up to `limit`); returns records dispatched.
+        resync (recovery's walks over files it did not validate; not in DLedger mode): a walk
+        that meets damage before the end goes on at the next whole record (CommitLog.resync),
+        saying so in one line, instead of raising.
         The per-record work (entry encoding, CQ_MAX) is one C call per scan batch;
         Python only maps a CQ file (or allocates more of it) when C reaches its end.
         When the disk refuses that space, dispatch stops before the record that needs it
@@ -111,10 +141,15 @@ class Dispatcher:
                 at += self._done[0]
                 if rc == lib.MQ_E_RANGE:
                     try:
-                        self._map_for(self._need_slot[0], self._need_qoff[0])
+                        if not self._map_for(self._need_slot[0], self._need_qoff[0], recs[at].phy_offset):
+                            self._refuse(recs[at], self._need_slot[0])
+                            at += 1
                     except OSError as e:
                         self._space_refused(e)
                         break
+                elif rc == lib.MQ_E_CORRUPT:
+                    self._refuse(recs[at], self._need_slot[0])
+                    at += 1
                 else:
                     check(rc, "dispatch")
             if at < n:                         # stopped for space: resume at recs[at]
@@ -132,6 +167,16 @@ class Dispatcher:
             total += n
             if self._refused_since is not None:
                 break
+            if resync and nxt < end and (stop not in SCAN_CLEAN_STOPS or stop == lib.MQ_SCAN_END):
+                # recovery walks files it did not validate: damage there (a bad record, a hole of
+                # zeros, a missing file) costs the records it covers, not the ones after it
+                resume = self.cl.resync(nxt + 1, end)
+                log.error("dispatch: the CommitLog is damaged at %d (%s): %d bytes skipped to %s, their records "
+                          "are in no ConsumeQueue", nxt, SCAN_STOP_NAMES.get(stop, stop), resume - nxt,
+                          f"the next whole record at {resume}" if resume < end else f"the end {end}")
+                self.ctl.advance(C.POS_DISPATCHED, resume)
+                start = resume
+                continue
             if stop not in SCAN_CLEAN_STOPS:
                 # below write_pos every byte is valid (C invariant): this is a bug or disk damage
                 msg = f"dispatch stopped at {nxt}: {SCAN_STOP_NAMES.get(stop, stop)}"

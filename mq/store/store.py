@@ -317,7 +317,7 @@ class MessageStore:
         walked = self._rebuild_old_queues(rebuild)
         walked += self._rebuild_queues(rebuild, min_pos, redispatch_from)
         self.ctl.set(C.POS_DISPATCHED, redispatch_from)
-        n = self.dispatcher.dispatch_once()
+        n = self.dispatcher.dispatch_once(resync=not self.dledger)
         rep.records_redispatched = n
         self._rebuilt(rebuild, lowest, walked, t_rebuild)
         self._sync_next_offsets()
@@ -597,6 +597,10 @@ class MessageStore:
         redispatch_from = end
         highest_indexed = min_pos
         known = read_manifest(self.config_dir)
+        # the CommitLog can tell what a queue should hold: it has records, or it starts at 0 (nothing
+        # was ever retired, so a queue it holds nothing of is empty at 0).  Not so when retention
+        # took every record: then the queues' files are all that is left of their offsets
+        can_rebuild = end > min_pos or min_pos == 0
         rebuild = []
         seen = set()
         for topic, qid in self.cqs.on_disk():
@@ -611,7 +615,7 @@ class MessageStore:
                 cq.truncate_from(cut)
                 hi = cut
             why = cq.damage(lo, hi, min_pos, self._record_at)
-            if why is None and known is not None and end > min_pos:
+            if why is None and known is not None and can_rebuild:
                 # a queue the manifest does not know was born after it was written: it starts at 0
                 was_lo, was_hi = known.get((topic, qid), (0, 0))
                 if not cut_here and hi < was_hi:
@@ -629,7 +633,7 @@ class MessageStore:
             self.ctl.queue_set(cq.slot, C.Q_NEXT_OFFSET, hi)
             highest_indexed = max(highest_indexed, cq.last_phy_end(hi))
         for (topic, qid), (_, max_offset) in sorted((known or {}).items()):
-            if (topic, qid) not in seen and max_offset > 0 and end > min_pos:
+            if (topic, qid) not in seen and max_offset > 0 and can_rebuild:
                 rebuild.append((self.cqs.get(topic, qid), f"its files are gone (it held {max_offset} entries)"))
         for cq, why in rebuild:
             cq.remove_files()
@@ -663,7 +667,7 @@ class MessageStore:
         index, self.dispatcher.index = self.dispatcher.index, None
         try:
             self.ctl.set(C.POS_DISPATCHED, min_pos)
-            return self.dispatcher.dispatch_once(limit=up_to)
+            return self.dispatcher.dispatch_once(limit=up_to, resync=not self.dledger)
         finally:
             self.dispatcher.index = index
 

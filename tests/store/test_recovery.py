@@ -413,3 +413,181 @@ def test_a_queue_rebuilt_after_retention_starts_with_fillers_and_is_trusted_at_t
         assert s3.put("R", 1, b"next").result.queue_offset() == bounds[1][1]
     finally:
         s3.close()
+
+
+def _patch(root, rec, at, data: bytes) -> None:
+    """Writes data at byte `at` of the record `rec` (a PutResult) in its CommitLog file."""
+    with open(_file_of(root, rec.phy_offset()), "r+b") as f:
+        f.seek(rec.phy_offset() % FS + at)
+        f.write(data)
+
+
+# Fields no checksum covers (BODYCRC covers the body only) that hold a value no append writes.
+IMPOSSIBLE_FIELDS = {
+    "topic not UTF-8": lambda rec: (88 + int.from_bytes(rec[84:88], "big") + 1, b"\xd0"),
+    "topic outside [%|a-zA-Z0-9_-]": lambda rec: (88 + int.from_bytes(rec[84:88], "big") + 1, b"\x12"),
+    "negative QUEUEID": lambda rec: (wcl.POS_QUEUE_ID, b"\x80"),
+    "negative QUEUEOFFSET": lambda rec: (wcl.POS_QUEUE_OFFSET, b"\x80"),
+}
+
+
+@pytest.mark.parametrize("field", sorted(IMPOSSIBLE_FIELDS))
+def test_a_record_whose_queue_fields_no_append_writes_is_cut_there(make_store, field):
+    """Proves the record check covers the fields the store files a record by: a record whose
+    TOPIC, QUEUEID or QUEUEOFFSET holds a value no append writes is damaged, like one whose body
+    fails its CRC -- recovery cuts the log there ("bad field") and serves every record before it.
+    (Before: a topic byte that is not UTF-8 crashed recovery with a UnicodeDecodeError, a
+    negative QUEUEOFFSET with an AssertionError naming a ConsumeQueue file, and a negative
+    QUEUEID made a queue of its own; the randomized recovery property found them.)"""
+    s = make_store(mappedFileSizeCommitLog=FS)
+    root = s.config.storePathRootDir
+    res = _fill(s, 600)
+    victim = res[560]
+    written = bytes(s.cl.read_record(victim.phy_offset(), victim.size()))
+    crash(s)
+    _patch(root, victim, *IMPOSSIBLE_FIELDS[field](written))
+    s2 = _reopen(root)
+    try:
+        assert (s2.recovery.stop, s2.recovery.end_offset) == ("bad field", victim.phy_offset()), s2.recovery
+        assert sorted(_readable(s2)) == [b"m%05d" % i for i in range(560)]
+        assert s2.put("R", 0, b"next").result.queue_offset() == 280
+    finally:
+        s2.close()
+
+
+@pytest.mark.parametrize("queue_offset", [279, 280 + 1024], ids=["another record's", "past what the log holds"])
+def test_a_record_whose_queue_offset_was_damaged_in_range_is_left_out_of_its_queue(make_store, caplog,
+                                                                                   queue_offset):
+    """Proves dispatch checks a QUEUEOFFSET it did not expect: re-dispatched after a crash, a
+    record whose QUEUEOFFSET was damaged to another record's offset (279 for 280) does not take
+    that record's entry, and one damaged past anything the CommitLog before it can hold does not
+    move its queue's end; each is left out of every queue with one line, and every other record
+    is served at its own offset.  (Before: the first overwrote record 279's entry, so the intact
+    record was lost and the damaged one served in its place; the second put the queue's end at
+    1305, and new sends got offsets from there.)"""
+    s = make_store(mappedFileSizeCommitLog=FS)
+    root = s.config.storePathRootDir
+    res = _fill(s, 600)
+    victim = res[560]                       # queue 0, offset 280, in the last file: re-dispatched
+    assert victim.queue_offset() == 280
+    crash(s)
+    _patch(root, victim, wcl.POS_QUEUE_OFFSET, queue_offset.to_bytes(8, "big"))
+    with caplog.at_level("ERROR", logger="mq.store.dispatch"):
+        s2 = _reopen(root)
+    try:
+        lines = [r.getMessage() for r in caplog.records if "left out of every ConsumeQueue" in r.getMessage()]
+        assert len(lines) == 1 and f"the record at {victim.phy_offset()} names R:0 queue offset {queue_offset}" \
+            in lines[0], lines
+        assert s2.dispatcher.records_refused == 1
+        assert s2.max_offset("R", 0) == 300
+        served = {}
+        for q in range(2):
+            for qo in range(300):
+                for at, view in s2.get_messages("R", q, qo, 1):
+                    served[(q, at)] = wcl.parse_record(view, check_crc=True).body[:6]
+        assert sorted(served.values()) == [b"m%05d" % i for i in range(600) if i != 560]
+        assert all(body == b"m%05d" % (2 * qo + q) for (q, qo), body in served.items())
+        (at, view), = s2.get_messages("R", 0, 279, 1)
+        assert (at, bytes(view)) == (279, bytes(s2.cl.read_record(res[558].phy_offset(), res[558].size())))
+        assert s2.put("R", 0, b"next").result.queue_offset() == 300
+    finally:
+        s2.close()
+
+
+def test_a_queue_whose_records_were_all_cut_restarts_at_its_first_offset(make_store):
+    """Proves an empty recovered log empties every queue the same way: the first record damaged
+    (everything cut) and the queue's first ConsumeQueue file deleted leaves it at [0, 0), as
+    when that file is kept.  (Before: the files after the deleted one survived empty and the
+    queue read [32, 32), because the queues were checked against the manifest only when the
+    log held a record; a log that starts at 0 tells what every queue holds even when empty.)"""
+    s = make_store(mappedFileSizeCommitLog=FS, mappedFileSizeConsumeQueue=20 * 32)
+    root = s.config.storePathRootDir
+    res = _fill(s, 100, queues=1)
+    s.close()
+    _patch(root, res[0], 0, b"\xff")       # TOTALSIZE
+    os.unlink(os.path.join(root, "consumequeue", "R", "0", "%020d" % 0))
+    s2 = _reopen(root, mappedFileSizeConsumeQueue=20 * 32)
+    try:
+        assert s2.recovery.end_offset == 0
+        assert (s2.min_offset("R", 0), s2.max_offset("R", 0)) == (0, 0)
+        assert s2.put("R", 0, b"again").result.queue_offset() == 0
+    finally:
+        s2.close()
+
+
+@pytest.mark.parametrize("damage", ["bad magic", "zeroed", "cut"])
+def test_a_queue_rebuilt_over_a_damaged_file_keeps_the_records_after_the_damage(make_store, caplog, damage):
+    """Proves recovery's walks go past damage in files it did not validate: a queue lost while
+    the broker was stopped is rebuilt from the whole CommitLog, and a record in the first file
+    whose MAGIC was flipped, a range of it zeroed, or the file cut inside it, costs the records
+    it covers -- the walk goes on at the next whole record (one line says what was skipped), so
+    every other record is in the queue at its own offset, the gaps are fillers (across
+    ConsumeQueue files too: the next start trusts the queue), and new sends continue after the
+    last one.  (Before: the open failed with "dispatch stopped at ...: bad magic", or a hole of
+    zeros ended the rebuilt queue there and new sends reused the queue offsets of the records
+    after it.)"""
+    cq_size = 20 * 32                       # a cut file's records span several ConsumeQueue files
+    s = make_store(mappedFileSizeCommitLog=FS, mappedFileSizeConsumeQueue=cq_size)
+    root = s.config.storePathRootDir
+    res = _fill(s, 1500)
+    s.close()
+    victim = res[20]                        # queue 0, offset 10, in the first file
+    if damage == "bad magic":
+        _patch(root, victim, 4, b"\0")
+        lost = {20}
+    elif damage == "zeroed":
+        _patch(root, victim, 0, bytes(victim.size() + res[21].size()))
+        lost = {20, 21}
+    else:
+        with open(_file_of(root, victim.phy_offset()), "r+b") as f:
+            f.truncate(victim.phy_offset() % FS + 10)
+        lost = {i for i, r in enumerate(res) if victim.phy_offset() <= r.phy_offset() < FS}
+    shutil.rmtree(os.path.join(root, "consumequeue", "R", "0"))
+    shutil.rmtree(os.path.join(root, "consumequeue", "R", "1"))
+    with caplog.at_level("ERROR", logger="mq.store.dispatch"):
+        s2 = _reopen(root, mappedFileSizeConsumeQueue=cq_size)
+    try:
+        assert sorted(s2.recovery.queues_rebuilt) == ["R:0", "R:1"]
+        lines = [r.getMessage() for r in caplog.records if "bytes skipped to the next whole record" in r.getMessage()]
+        assert len(lines) == 1 and lines[0].startswith(f"dispatch: the CommitLog is damaged at {victim.phy_offset()}")
+        kept = [i for i in range(1500) if i not in lost]
+        for i in kept:
+            (at, view), = s2.get_messages("R", i % 2, i // 2, 1)
+            assert at == i // 2 and wcl.parse_record(view, check_crc=True).body.startswith(b"m%05d" % i)
+        for i in lost:
+            assert s2.cqs.get("R", i % 2).get_raw(i // 2) == (0, 0x7FFFFFFF, 0)     # a filler
+        assert [s2.max_offset("R", q) for q in range(2)] == [750, 750]
+        assert s2.put("R", 0, b"next").result.queue_offset() == 750
+    finally:
+        s2.close()
+    s3 = _reopen(root, mappedFileSizeConsumeQueue=cq_size)
+    try:
+        assert s3.recovery.queues_rebuilt == []
+        assert [s3.max_offset("R", q) for q in range(2)] == [751, 750]
+    finally:
+        s3.close()
+
+
+def test_a_rebuilt_queue_makes_no_file_for_a_damaged_queue_offset(make_store, caplog):
+    """Proves a gap is checked before a ConsumeQueue file is made for it: a queue rebuilt from
+    the CommitLog whose first record's QUEUEOFFSET had bit 56 flipped leaves that record out
+    (one line) and makes no file at 2^56 entries; the other records keep their offsets and the
+    hole is a filler.  (Before the check came first, the file was made, and the queue's bounds
+    read [2^56, 0) -- the randomized recovery property's example.)"""
+    s = make_store(mappedFileSizeCommitLog=FS)
+    root = s.config.storePathRootDir
+    res = _fill(s, 10, queues=1)
+    s.close()
+    _patch(root, res[0], wcl.POS_QUEUE_OFFSET, (1 << 56).to_bytes(8, "big"))
+    shutil.rmtree(os.path.join(root, "consumequeue", "R", "0"))
+    with caplog.at_level("ERROR", logger="mq.store.dispatch"):
+        s2 = _reopen(root)
+    try:
+        assert s2.recovery.queues_rebuilt == ["R:0"]
+        assert any(f"names R:0 queue offset {1 << 56}" in r.getMessage() for r in caplog.records)
+        assert os.listdir(os.path.join(root, "consumequeue", "R", "0")) == ["%020d" % 0]
+        assert (s2.min_offset("R", 0), s2.max_offset("R", 0)) == (0, 10)
+        assert s2.cqs.get("R", 0).get_raw(0) == (0, 0x7FFFFFFF, 0)
+        assert [at for at, _ in s2.get_messages("R", 0, 0, 32)] == list(range(1, 10))
+    finally:
+        s2.close()
