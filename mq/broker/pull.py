@@ -41,7 +41,7 @@ from mq.store.consumequeue import ENTRY, ENTRY_SIZE
 from mq.store.native import check, ffi, lib
 from mq.store.store import TOTAL_PHYSICAL_MEMORY
 from mq.wire.commitlog import record_properties
-from mq.wire.consumequeue import java_string_hashcode
+from mq.wire.consumequeue import java_string_hashcode, tags_code_of_properties
 from mq.wire.headers import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND
 from mq.wire.topics import PERM_READ
 
@@ -506,7 +506,7 @@ class PullProcessor:
             if codes is not None and tags not in codes:
                 continue
             try:
-                view = self.store.read_record(phy, msg_size, qid, offset + scanned - 1, topic_bytes)
+                view = self.store.read_entry(cq, offset + scanned - 1, phy, msg_size, topic_bytes)
             except OutOfRange:
                 continue     # deleted: between a switched store's old log and a later DLedger start
             except CorruptRecord:
@@ -608,15 +608,36 @@ class PullProcessor:
                     break
                 return None
             phy, msg_size, _ = ENTRY.unpack_from(raw, scanned * ENTRY_SIZE)
-            if rc == lib.MQ_E_CORRUPT:
-                self._damaged(topic, qid, offset + scanned, phy, msg_size)
-            elif rc != lib.MQ_E_RANGE:
+            if rc not in (lib.MQ_E_CORRUPT, lib.MQ_E_RANGE):
                 check(rc, f"record at {phy} ({msg_size} bytes)")
+            view = None
+            try:
+                view = self.store.read_entry(cq, offset + scanned, phy, msg_size, topic_bytes)
+            except CorruptRecord:
+                self._damaged(topic, qid, offset + scanned, phy, msg_size)
+            except OutOfRange:
+                pass
+            if view is not None and size + len(view) <= bytes_max and _keeps(view, codes):
+                # the record of a damaged entry, found near it (the entry's tags code is not trusted)
+                chunks.append(bytes(view))
+                n += 1
+                size += len(view)
             scanned += 1                 # skipped like a filtered message: the consumer moves past it
             last_phy = phy
             if n >= count_max:
                 break
         return n, scanned, chunks[0] if len(chunks) == 1 else b"".join(chunks), last_phy
+
+
+def _keeps(view, codes) -> bool:
+    """Does a pull's filter keep this record (by its own properties: a found record of a
+    damaged ConsumeQueue entry, whose tags code is not trusted)?"""
+    if codes is None:
+        return True
+    props = record_properties(view)
+    if codes.__class__ is Sql92Filter:
+        return codes.matches_raw(props)
+    return tags_code_of_properties(props) in codes
 
 
 class _SqlPlan:

@@ -703,7 +703,7 @@ class Supervisor:
                 if deliver_ms > now:
                     break
                 try:
-                    rec = wcl.parse_record(self.store.read_record(phy, size, level - 1, offset, SCHEDULE_TOPIC.encode()))
+                    rec = wcl.parse_record(self.store.read_entry(cq, offset, phy, size, SCHEDULE_TOPIC.encode()))
                 except StoreError as e:       # damaged since it was stored: skipped, never delivered
                     log.error("delayed message at %d (level %d, queue offset %d) is damaged and skipped: %s",
                               phy, level, offset, e)

@@ -119,7 +119,7 @@ class TransactionService:
     # ---- reading -----------------------------------------------------------------------------
     def _record(self, phy: int, size: int = 0, queue_id: int | None = None, queue_offset: int | None = None,
                 topic: str | None = None):
-        view = (self.store.read_record(phy, size, queue_id, queue_offset, topic.encode())
+        view = (self.store.read_entry(self.store.cqs.get(topic, queue_id), queue_offset, phy, size, topic.encode())
                 if size else self.store.read_record(phy))
         return wcl.parse_record(view)
 

@@ -45,7 +45,7 @@ from . import control as C
 from .checkpoint import Checkpoint
 from .commitlog import CommitLog, list_files, SCAN_STOP_NAMES, AppendResult
 from .config import StoreConfig
-from .consumequeue import ConsumeQueueSet, ENTRY_SIZE, read_manifest, write_manifest
+from .consumequeue import ConsumeQueueSet, ENTRY_SIZE, FILLER, read_manifest, write_manifest
 from .dledgerfiles import clear_rebase, load_rebase
 from .legacy import LegacyLog, needs_switch, switch
 from .dispatch import Dispatcher, index_writer
@@ -59,6 +59,12 @@ from .notify import PositionWaiter
 log = logging.getLogger("mq.store")
 
 RECOVERY_SCAN_BATCH = 65536
+# How far the read path looks for the record of a damaged ConsumeQueue entry: the CommitLog bytes
+# between its neighbours' records, when they are at most this far apart (records of other queues
+# lie between; a wider window is given up and the message skipped, as before)
+ENTRY_SEARCH_BYTES_MAX = 64 << 20
+ENTRY_SEARCH_BATCH = 1024
+ENTRY_SEARCH_NEIGHBOURS = 64          # entries looked at on either side for one that names a record
 TOTAL_PHYSICAL_MEMORY = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
@@ -122,6 +128,7 @@ class MessageStore:
         self.ctl: C.ControlBlock | None = None
         self.cl: CommitLog | None = None
         self.legacy: LegacyLog | None = None     # the old CommitLog of a store switched to DLedger
+        self.entries_found = 0                    # records of damaged ConsumeQueue entries found (read_entry)
         self.cqs: ConsumeQueueSet | None = None
         self.checkpoint: Checkpoint | None = None
         self.owner = False
@@ -829,6 +836,83 @@ class MessageStore:
                 return lo
         return self.cl.min_pos
 
+    def read_entry(self, cq, queue_offset: int, phy: int, size: int, topic: bytes) -> memoryview:
+        """The record ConsumeQueue entry `queue_offset` of cq names, checked whole (read_record).
+        When it names no whole record of this queue and offset there, the entry itself may be
+        the damaged part (no checksum covers it): the record is looked for in the CommitLog
+        between the records its neighbours name (find_entry_record) and served if it is found
+        and whole.  Raises CorruptRecord (the record is damaged, or not found) or OutOfRange
+        (the bytes are gone: retention, or the gap before a switched store's DLedger log)."""
+        if (phy, size) == FILLER[:2]:
+            raise OutOfRange(f"queue offset {queue_offset} of {cq.topic}:{cq.queue_id} is a hole")
+        try:
+            return self.read_record(phy, size, cq.queue_id, queue_offset, topic)
+        except CorruptRecord:
+            found = self.find_entry_record(cq, queue_offset, topic)
+            if found is None:
+                raise
+            return found
+        except OutOfRange:
+            if self.legacy is not None or phy < self.min_phy:
+                raise
+            found = self.find_entry_record(cq, queue_offset, topic)
+            if found is None:
+                raise CorruptRecord(f"the ConsumeQueue entry {cq.topic}:{cq.queue_id} {queue_offset} ({phy}, "
+                                    f"{size}) names no record, and none was found near it") from None
+            return found
+
+    def find_entry_record(self, cq, queue_offset: int, topic: bytes) -> memoryview | None:
+        """The whole record of cq at queue_offset, found by a walk of the CommitLog between the
+        records the nearest entries on either side name (up to ENTRY_SEARCH_NEIGHBOURS away, so
+        a damaged run of entries is crossed; from the first whole record at or after the lower
+        end, when not in DLedger mode), at most ENTRY_SEARCH_BYTES_MAX; or None.  Not with a
+        switched store's old log."""
+        if self.legacy is not None:
+            return None
+
+        def names_record(e) -> bool:
+            return e is not None and lib.MQ_RECORD_SIZE_MIN <= e[1] != FILLER[1]
+        lo = hi = None
+        for k in range(queue_offset - 1, max(cq.min_offset, queue_offset - ENTRY_SEARCH_NEIGHBOURS) - 1, -1):
+            e = cq.get_raw(k)
+            if names_record(e):
+                lo = e[0] + e[1]
+                break
+        for k in range(queue_offset + 1, min(cq.max_offset, queue_offset + 1 + ENTRY_SEARCH_NEIGHBOURS)):
+            e = cq.get_raw(k)
+            if names_record(e) and (lo is None or e[0] >= lo):
+                hi = e[0]
+                break
+        end = self.cl.write_pos
+        if hi is None:
+            hi = end if lo is None else min(end, lo + ENTRY_SEARCH_BYTES_MAX)
+        if lo is None:
+            lo = hi - ENTRY_SEARCH_BYTES_MAX
+        lo, hi = max(lo, self.cl.min_pos), min(hi, end)
+        if not lo < hi or hi - lo > ENTRY_SEARCH_BYTES_MAX:
+            return None
+        if not self.dledger:
+            lo = self.cl.resync(lo, hi)
+        scanner = self.cl.scanner(ENTRY_SEARCH_BATCH)
+        pos = lo
+        while pos < hi:
+            n, after, _stop = scanner.scan(pos, hi, check_crc=False, resolve_slots=0)
+            for r in scanner.recs[0:n]:
+                if r.queue_id == cq.queue_id and r.queue_offset == queue_offset and \
+                        bytes(self.cl.view_raw(r.phy_offset + r.topic_offset, r.topic_len)) == topic:
+                    try:
+                        view = self.read_record(r.phy_offset, r.size, cq.queue_id, queue_offset, topic)
+                    except (CorruptRecord, OutOfRange):
+                        return None           # its record is damaged too
+                    self.entries_found += 1
+                    log.warning("ConsumeQueue %s:%d entry %d is damaged: its record was found at %d (%d bytes) "
+                                "and served", cq.topic, cq.queue_id, queue_offset, r.phy_offset, r.size)
+                    return view
+            if not n or after <= pos:
+                return None
+            pos = after
+        return None
+
     def max_offset(self, topic: str, queue_id: int) -> int:
         return self.cqs.get(topic, queue_id).max_offset
 
@@ -846,7 +930,7 @@ class MessageStore:
             if phy < min_phy:
                 continue
             try:
-                out.append((queue_offset + i, self.read_record(phy, size, queue_id, queue_offset + i, topic_bytes)))
+                out.append((queue_offset + i, self.read_entry(cq, queue_offset + i, phy, size, topic_bytes)))
             except OutOfRange:
                 continue         # deleted (between an old log and a DLedger log that starts later)
             except CorruptRecord:

@@ -111,3 +111,36 @@ def test_a_record_whose_queue_offset_or_topic_changed_is_never_served(broker, fi
         assert [r.queue_offset for r in records(got.body)] == [0, 1, 3, 4], field
     finally:
         p.close()
+
+
+@pytest.mark.parametrize("where", ["size", "physical offset"])
+def test_a_consume_queue_entry_damaged_under_a_live_broker_still_serves_its_message(broker, where):
+    """A flipped bit in a ConsumeQueue entry (no checksum covers it; recovery checks only a queue's
+    tail entries): the record it names fails the read check, so the read path looks for the record
+    between the ones entries 9 and 11 name, finds it whole, and serves it in its place -- pulls of
+    the whole queue and of that offset alone get every message, in order.  (Before: the message
+    was skipped although its record was intact.)"""
+    p = Peer(broker.port)
+    try:
+        [send(p, b"cq-%03d-" % i + b"y" * 100) for i in range(30)]
+        wait_for(lambda: len(records(pull(p, 0, 30).body)) == 30, 10, what="all 30 dispatched")
+        path = os.path.join(broker.dir, "consumequeue", TOPIC, "0", "%020d" % 0)
+        at = 10 * 20 + (8 + 3 if where == "size" else 6)      # PHYSICALOFFSET 8 | SIZE 4 | TAGSCODE 8
+        with open(path, "r+b") as f:
+            f.seek(at)
+            b = f.read(1)
+            f.seek(at)
+            f.write(bytes([b[0] ^ 0x04]))
+        got = pull(p, 0, 30)
+        assert got.code == 0 and [r.queue_offset for r in records(got.body)] == list(range(30))
+        assert [r.body[:7] for r in records(got.body)][10] == b"cq-010-"
+        alone = pull(p, 10, 1)
+        assert alone.code == 0 and [r.queue_offset for r in records(alone.body)] == [10]
+        assert int(alone.ext_fields["nextBeginOffset"]) == 11
+        assert p.call(9999, {}).code == 3                  # a marker line after the reads' (see above)
+        log = wait_for(lambda: (lambda text: text if "request code 9999 not supported" in text else None)(
+            broker.proc.output()), 10, what="the io worker's log line of the marker request")
+        assert f"ConsumeQueue {TOPIC}:0 entry 10 is damaged: its record was found" in log
+        assert "Traceback" not in log
+    finally:
+        p.close()
