@@ -721,11 +721,24 @@ int mq_commitlog_scan(mq_commitlog *cl, uint64_t from, uint64_t limit, int check
     return rc;
 }
 
+/* Is there a whole record (DLedger: entry) at off of a file starting at file_start? */
+static int resync_at(const mq_commitlog *cl, const uint8_t *base, uint64_t file_start, uint64_t off) {
+    const uint64_t fs = cl->file_size;
+    mq_scan_rec rec;
+    int why;
+    if (cl->dledger)
+        return off + MQ_DL_HEADER_SIZE + MQ_RECORD_SIZE_MIN <= fs && be64r(base + off + 24) == file_start + off &&
+               dl_entry_check(base + off, file_start + off, fs - off, fs - off, 0, &rec, &why) == MQ_OK;
+    return off + MQ_RECORD_SIZE_MIN <= fs && be64r(base + off + MQ_REC_POS_PHYSICAL_OFFSET) == file_start + off &&
+           mq_record_check(base + off, (size_t)(fs - off), 0, &rec, &why) == MQ_OK;
+}
+
 int mq_commitlog_resync(mq_commitlog *cl, uint64_t from, uint64_t limit, uint64_t *at_out) {
     assert(at_out);
-    if (cl->dledger) return MQ_E_INVAL;
-    static const uint8_t magic[4] = {(uint8_t)(MQ_MESSAGE_MAGIC >> 24), (uint8_t)(MQ_MESSAGE_MAGIC >> 16),
-                                     (uint8_t)(MQ_MESSAGE_MAGIC >> 8), (uint8_t)MQ_MESSAGE_MAGIC};
+    /* the magic that starts a record (at +4: TOTALSIZE comes first) or a DLedger entry (at +0) */
+    const uint32_t mv = cl->dledger ? MQ_DL_MAGIC : MQ_MESSAGE_MAGIC;
+    const uint64_t magic_at = cl->dledger ? 0 : 4;
+    const uint8_t magic[4] = {(uint8_t)(mv >> 24), (uint8_t)(mv >> 16), (uint8_t)(mv >> 8), (uint8_t)mv};
     const uint64_t fs = cl->file_size;
     uint64_t pos = from;
     while (pos < limit) {
@@ -737,13 +750,11 @@ int mq_commitlog_resync(mq_commitlog *cl, uint64_t from, uint64_t limit, uint64_
         uint64_t stop = limit - file_start < fs ? limit - file_start : fs;     /* candidates start below */
         uint64_t off = pos - file_start;
         while (off < stop) {
-            const uint8_t *m = off + 4 < fs ? memmem(base + off + 4, (size_t)(fs - off - 4), magic, 4) : NULL;
-            if (!m || (uint64_t)(m - base) - 4 >= stop) break;
-            off = (uint64_t)(m - base) - 4;
-            mq_scan_rec rec;
-            int why;
-            if (off + MQ_RECORD_SIZE_MIN <= fs && be64r(base + off + MQ_REC_POS_PHYSICAL_OFFSET) == file_start + off &&
-                mq_record_check(base + off, (size_t)(fs - off), 0, &rec, &why) == MQ_OK) {
+            const uint8_t *m = off + magic_at < fs
+                ? memmem(base + off + magic_at, (size_t)(fs - off - magic_at), magic, 4) : NULL;
+            if (!m || (uint64_t)(m - base) - magic_at >= stop) break;
+            off = (uint64_t)(m - base) - magic_at;
+            if (resync_at(cl, base, file_start, off)) {
                 *at_out = file_start + off;
                 return MQ_OK;
             }

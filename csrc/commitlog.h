@@ -129,12 +129,13 @@
  *     failed -- the error is made sticky (mq_ctl_set_fatal), errno kept; FLUSHED never moves
  *     past bytes not made durable.  File errors (a file deleted meanwhile is skipped).
  *     *flushed_out = FLUSHED afterwards, on every outcome.  Takes the lock twice, briefly.
- * mq_commitlog_resync  the first position in [from, limit) where a whole plain record starts --
- *     MAGIC at +4, PHYSICALOFFSET equal to the position, and mq_record_check passes (no CRC)
+ * mq_commitlog_resync  the first position in [from, limit) where a whole record starts --
+ *     MAGIC at +4, PHYSICALOFFSET equal to the position, and mq_record_check passes (no CRC);
+ *     in DLedger mode a whole entry: MAGIC at +0, its POS equal to the position, dl_entry_check
  *     -- in *at_out, or limit when there is none (missing files are stepped over).  How a walk
  *     over damaged bytes finds the records after them: records never cross files, and a
  *     record's own position in it is a sync mark no stray bytes are likely to repeat.  Reads
- *     only.  MQ_OK; MQ_E_INVAL in DLedger mode (entries, not records); file errors.
+ *     only.  MQ_OK; file errors.
  * mq_commitlog_zero_tail  zeroes the file holding `from`, from there to its end (writing only
  *     pages that hold non-zero bytes), and msyncs it: after recovery truncates, stale bytes
  *     past the new end can never chain into records.  MQ_OK (also when the file does not

@@ -348,7 +348,7 @@ class CommitLog:
 
     def resync(self, offset: int, limit: int) -> int:
         """The first position in [offset, limit) where a whole record starts, or limit
-        (mq_commitlog_resync: past damaged bytes to the records after them; not in DLedger mode)."""
+        (mq_commitlog_resync: past damaged bytes to the records after them; DLedger: entries)."""
         at = ffi.new("uint64_t *")
         check(lib.mq_commitlog_resync(self._h, offset, limit, at), f"resync at {offset}")
         return at[0]

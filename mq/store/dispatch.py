@@ -112,7 +112,7 @@ class Dispatcher:
 
     def dispatch_once(self, limit: int | None = None, resync: bool = False) -> int:
         """Dispatches what is published (up to `limit`); returns records dispatched.
-        resync (recovery's walks over files it did not validate; not in DLedger mode): a walk
+        resync (recovery's walks over files it did not validate): a walk
         that meets damage before the end goes on at the next whole record (CommitLog.resync),
         saying so in one line, instead of raising.
         The per-record work (entry encoding, CQ_MAX) is one C call per scan batch;

@@ -324,7 +324,7 @@ class MessageStore:
         walked = self._rebuild_old_queues(rebuild)
         walked += self._rebuild_queues(rebuild, min_pos, redispatch_from)
         self.ctl.set(C.POS_DISPATCHED, redispatch_from)
-        n = self.dispatcher.dispatch_once(resync=not self.dledger)
+        n = self.dispatcher.dispatch_once(resync=True)
         rep.records_redispatched = n
         self._rebuilt(rebuild, lowest, walked, t_rebuild)
         self._sync_next_offsets()
@@ -674,7 +674,7 @@ class MessageStore:
         index, self.dispatcher.index = self.dispatcher.index, None
         try:
             self.ctl.set(C.POS_DISPATCHED, min_pos)
-            return self.dispatcher.dispatch_once(limit=up_to, resync=not self.dledger)
+            return self.dispatcher.dispatch_once(limit=up_to, resync=True)
         finally:
             self.dispatcher.index = index
 
@@ -865,7 +865,7 @@ class MessageStore:
         """The whole record of cq at queue_offset, found by a walk of the CommitLog between the
         records the nearest entries on either side name (up to ENTRY_SEARCH_NEIGHBOURS away, so
         a damaged run of entries is crossed; from the first whole record at or after the lower
-        end, when not in DLedger mode), at most ENTRY_SEARCH_BYTES_MAX; or None.  Not with a
+        end), at most ENTRY_SEARCH_BYTES_MAX; or None.  Not with a
         switched store's old log."""
         if self.legacy is not None:
             return None
@@ -891,8 +891,7 @@ class MessageStore:
         lo, hi = max(lo, self.cl.min_pos), min(hi, end)
         if not lo < hi or hi - lo > ENTRY_SEARCH_BYTES_MAX:
             return None
-        if not self.dledger:
-            lo = self.cl.resync(lo, hi)
+        lo = self.cl.resync(lo, hi)
         scanner = self.cl.scanner(ENTRY_SEARCH_BATCH)
         pos = lo
         while pos < hi:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -552,5 +553,45 @@ def test_a_damaged_older_index_file_is_rewritten_at_start(tmp_path, damage):
     try:
         assert [store.cl.dledger_entry(i) for i in (0, 5, 100)] == want
         assert os.path.getsize(first) == 4096
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("damage", ["entry magic", "file cut"])
+def test_a_queue_rebuilt_over_a_damaged_older_entry_keeps_the_entries_after_it(tmp_path, damage):
+    """The DLedger half of tests/store/test_recovery.py's rebuild over damage: a queue lost while
+    the store was stopped is rebuilt from the whole log, and an entry in the first data file (not
+    among the files recovery validates) whose MAGIC was changed, or the file cut inside it, costs
+    the entries it covers: the walk goes on at the next whole entry (mq_commitlog_resync: MAGIC,
+    POS equal to its position, dl_entry_check), the queue keeps its offsets and its end.  (Before:
+    the open failed with "dispatch stopped at ...: bad magic".)"""
+    from mq.store import MessageStore, StoreConfig
+    cfg = StoreConfig(storePathRootDir=str(tmp_path / "s"), mappedFileSizeCommitLog=FS, enableDLegerCommitLog=True,
+                      dLegerPeers="n0-127.0.0.1:1;n1-127.0.0.1:2;n2-127.0.0.1:3", dLegerSelfId="n0",
+                      mappedFileSizeForEntryIndex=4096)
+    store = MessageStore.open(cfg)
+    store.cl.dledger_set_append_term(1)
+    res = [store.cl.append("R", i % 2, b"r%05d" % i + b"x" * 300) for i in range(1500)]
+    store.cl.dledger_set_commit(store.ctl.get(C.POS_DL_NEXT_INDEX))
+    store.cl.flush(0)
+    assert store.wait_dispatched(10)
+    store.close()
+    victim = res[12]                               # queue 0, offset 6, in the first data file
+    entry_at = victim.phy_offset() - 48            # its entry's header
+    with open(os.path.join(cfg.commitlog_dir, "%020d" % 0), "r+b") as f:
+        if damage == "entry magic":
+            f.seek(entry_at)
+            f.write(b"\0\0\0\x07")
+            lost = {12}
+        else:
+            f.truncate(entry_at + 10)
+            lost = {i for i, r in enumerate(res) if r.phy_offset() >= entry_at and r.phy_offset() < FS}
+    shutil.rmtree(os.path.join(str(tmp_path / "s"), "consumequeue", "R", "0"))
+    store = MessageStore.open(cfg)
+    try:
+        assert store.recovery.queues_rebuilt == ["R:0"]
+        assert store.max_offset("R", 0) == 750
+        got = {at for qo in range(750) for at, _ in store.get_messages("R", 0, qo, 1)}
+        assert got == {i // 2 for i in range(0, 1500, 2) if i not in lost}
     finally:
         store.close()
