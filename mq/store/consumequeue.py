@@ -341,6 +341,27 @@ class ConsumeQueue:
             return None
         return ENTRY.unpack_from(mm, off)
 
+    def tail_at_or_past(self, lo: int, hi: int, end: int) -> int:
+        """The first queue offset of the run of entries ending the queue (before hi) that all
+        point at or past `end`: what a cut log took (hi when none).  The binary search assumes
+        CommitLog order, which a damaged entry breaks: one pointing past `end` before one that
+        does not is damaged, not cut (the read path finds its record), so only the true tail is
+        returned -- read a file at a time from the end."""
+        k = self.first_entry_at_or_after(lo, hi, end)
+        q = hi
+        while q > k:
+            start, off = self._locate(q - 1)
+            first = max(k, start // ENTRY_SIZE)
+            mm = self._map(start, create=False)
+            if mm is None:
+                return q
+            phys = [e[0] for e in ENTRY.iter_unpack(mm[first * ENTRY_SIZE - start:off + ENTRY_SIZE])]
+            for phy in reversed(phys):
+                if phy < end:
+                    return q
+                q -= 1
+        return q
+
     def first_entry_at_or_after(self, queue_offset: int, max_offset: int, min_phy: int) -> int:
         """First queue offset >= queue_offset whose entry points at >= min_phy."""
         lo, hi = queue_offset, max_offset

@@ -308,7 +308,10 @@ class MessageStore:
             write_manifest(self.config_dir, self.queue_bounds())     # the queues start where the leader's do
         # the ConsumeQueues of a switched store reach into the old log (mq.store.legacy)
         lowest = min(min_pos, self.min_phy)
-        redispatch_from, rebuild = self._recover_queues(end, lowest, rep)
+        # after a clean stop whose recorded end the files still reach, nothing lies past `end`: a
+        # ConsumeQueue entry pointing there is damaged, not left by a crash or a cut
+        redispatch_from, rebuild = self._recover_queues(end, lowest, rep,
+                                                        whole_log=rep.mode == "clean" and end == clean_end)
         if rep.dropped_bytes:
             # one line that says exactly what the damage cost
             log.warning("commitlog recovery: the record at %d is damaged (%s): truncated there; %d bytes of data "
@@ -593,9 +596,11 @@ class MessageStore:
                 return f"file {os.path.basename(path)} has {size} bytes, not {ifs}"
         return None
 
-    def _recover_queues(self, end: int, min_pos: int, rep: RecoveryReport) -> tuple[int, list]:
+    def _recover_queues(self, end: int, min_pos: int, rep: RecoveryReport,
+                        whole_log: bool = False) -> tuple[int, list]:
         """Loads every ConsumeQueue's bounds into the control block, cutting entries that
-        point at or past `end`, and checks each queue against the CommitLog (see
+        point at or past `end` (whole_log: the log ends where a clean stop recorded it, so such
+        an entry is damaged and its queue rebuilt instead), and checks each queue against the CommitLog (see
         ConsumeQueue.damage) and against the manifest of queues known at the last start, clean
         stop or retention pass (a queue whose files are gone, or that ends before or starts
         after where it did).  Returns (the lowest
@@ -615,8 +620,22 @@ class MessageStore:
             cq = self.cqs.get(topic, qid)
             lo, hi = cq.recover_bounds()
             # entries are in CommitLog order: binary search the first one at or past `end`
-            cut = cq.first_entry_at_or_after(lo, hi, end)
+            cut = cq.tail_at_or_past(lo, hi, end)
             cut_here = cut < hi
+            if cut_here and whole_log:
+                rebuild.append((cq, f"entry {cut} points at or past the end {end} of a log stopped cleanly there"))
+                continue
+            if cut_here and rep.mode == "abnormal":
+                # a crash leaves entries of records it tore; a damaged entry looks the same, unless
+                # the record of its offset is in the log after the queue's last kept one (re-dispatch
+                # from start_offset finds those after it; before it, looked for here)
+                after = cq.last_phy_end(cut)
+                if 0 < after < rep.start_offset:
+                    found = self._find_record(topic.encode(), qid, cut, after, rep.start_offset)
+                    if found is not None:
+                        rebuild.append((cq, f"entry {cut} points at or past the end {end}, but its record is at "
+                                            f"{found[0]}"))
+                        continue
             if cut_here:
                 rep.cq_entries_truncated += hi - cut
                 cq.truncate_from(cut)
@@ -864,9 +883,8 @@ class MessageStore:
     def find_entry_record(self, cq, queue_offset: int, topic: bytes) -> memoryview | None:
         """The whole record of cq at queue_offset, found by a walk of the CommitLog between the
         records the nearest entries on either side name (up to ENTRY_SEARCH_NEIGHBOURS away, so
-        a damaged run of entries is crossed; from the first whole record at or after the lower
-        end), at most ENTRY_SEARCH_BYTES_MAX; or None.  Not with a
-        switched store's old log."""
+        a damaged run of entries is crossed; _find_record), served only if whole; or None.  Not
+        with a switched store's old log."""
         if self.legacy is not None:
             return None
 
@@ -888,25 +906,33 @@ class MessageStore:
             hi = end if lo is None else min(end, lo + ENTRY_SEARCH_BYTES_MAX)
         if lo is None:
             lo = hi - ENTRY_SEARCH_BYTES_MAX
-        lo, hi = max(lo, self.cl.min_pos), min(hi, end)
+        found = self._find_record(topic, cq.queue_id, queue_offset, lo, hi)
+        if found is None:
+            return None
+        try:
+            view = self.read_record(found[0], found[1], cq.queue_id, queue_offset, topic)
+        except (CorruptRecord, OutOfRange):
+            return None           # its record is damaged too
+        self.entries_found += 1
+        log.warning("ConsumeQueue %s:%d entry %d is damaged: its record was found at %d (%d bytes) and served",
+                    cq.topic, cq.queue_id, queue_offset, found[0], found[1])
+        return view
+
+    def _find_record(self, topic: bytes, queue_id: int, queue_offset: int, lo: int, hi: int) -> tuple[int, int] | None:
+        """(position, size) of the record of topic:queue_id at queue_offset in the CommitLog's
+        [lo, hi) (walked from the first whole record at or after lo; at most
+        ENTRY_SEARCH_BYTES_MAX, not checked for CRC), or None."""
+        lo, hi = max(lo, self.cl.min_pos), min(hi, self.cl.write_pos)
         if not lo < hi or hi - lo > ENTRY_SEARCH_BYTES_MAX:
             return None
-        lo = self.cl.resync(lo, hi)
         scanner = self.cl.scanner(ENTRY_SEARCH_BATCH)
-        pos = lo
+        pos = self.cl.resync(lo, hi)
         while pos < hi:
             n, after, _stop = scanner.scan(pos, hi, check_crc=False, resolve_slots=0)
             for r in scanner.recs[0:n]:
-                if r.queue_id == cq.queue_id and r.queue_offset == queue_offset and \
+                if r.queue_id == queue_id and r.queue_offset == queue_offset and \
                         bytes(self.cl.view_raw(r.phy_offset + r.topic_offset, r.topic_len)) == topic:
-                    try:
-                        view = self.read_record(r.phy_offset, r.size, cq.queue_id, queue_offset, topic)
-                    except (CorruptRecord, OutOfRange):
-                        return None           # its record is damaged too
-                    self.entries_found += 1
-                    log.warning("ConsumeQueue %s:%d entry %d is damaged: its record was found at %d (%d bytes) "
-                                "and served", cq.topic, cq.queue_id, queue_offset, r.phy_offset, r.size)
-                    return view
+                    return r.phy_offset, r.size
             if not n or after <= pos:
                 return None
             pos = after

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from mq.store import MessageStore, StoreConfig
+from mq.store import MessageStore, StoreConfig, control as C
 from mq.wire import commitlog as wcl
 from tests.store.storekit import crash
 
@@ -589,5 +589,60 @@ def test_a_rebuilt_queue_makes_no_file_for_a_damaged_queue_offset(make_store, ca
         assert (s2.min_offset("R", 0), s2.max_offset("R", 0)) == (0, 10)
         assert s2.cqs.get("R", 0).get_raw(0) == (0, 0x7FFFFFFF, 0)
         assert [at for at, _ in s2.get_messages("R", 0, 0, 32)] == list(range(1, 10))
+    finally:
+        s2.close()
+
+
+def _flip_entry_phy(root, topic, qid, queue_offset, bit=0):
+    """Flips a bit of the top byte of ConsumeQueue entry queue_offset's PHYSICALOFFSET: it then
+    points far past the CommitLog's end (default-sized queue files: one file)."""
+    with open(os.path.join(root, "consumequeue", topic, str(qid), "%020d" % 0), "r+b") as f:
+        f.seek(queue_offset * 20)
+        b = f.read(1)
+        f.seek(queue_offset * 20)
+        f.write(bytes([b[0] ^ (1 << bit)]))
+
+
+@pytest.mark.parametrize("which", ["last entry, clean stop", "middle entry, crash", "last entry, crash"])
+def test_an_entry_damaged_to_point_past_the_end_is_not_taken_for_a_cut_log(make_store, which):
+    """Proves recovery tells a ConsumeQueue entry damaged to point past the log's end from one a
+    crash or a cut log left: after a clean stop whose end the files still reach nothing can lie
+    past it (the queue is rebuilt); an entry past the end before entries that are not is damaged,
+    not a tail (kept; the read path finds its record); and after a crash, a last entry past the
+    end whose record is found after the queue's previous one, before the files re-dispatched, gets
+    its queue rebuilt.  Every message stays served at its offset.  (Before: the binary search cut
+    every entry from the damaged one on, and those messages were lost -- the randomized recovery
+    property's example was the first, with one message in the queue.)"""
+    s = make_store(mappedFileSizeCommitLog=FS)
+    root = s.config.storePathRootDir
+    middle = which.startswith("middle")
+    # the middle one lies before the 1024 tail entries recovery checks, where a binary search for the
+    # cut probes first
+    n = 2100 if middle else 40
+    old = _fill(s, n, topic="Old", queues=1)
+    _fill(s, 1500, topic="New", queues=2)          # many files: Old's records are not re-dispatched
+    if which == "last entry, clean stop":
+        s.close()
+    else:
+        last_ts = s.ctl.get(C.POS_LAST_STORE_TS)
+        crash(s)
+        # a checkpoint written a while after the last record (recovery starts 3 s before it): the
+        # crash re-dispatches the last file only
+        from mq.store.checkpoint import Checkpoint
+        cp = Checkpoint(os.path.join(root, "checkpoint"))
+        cp.physic_ts_ms = cp.logics_ts_ms = last_ts + 3001
+        cp.flush()
+        cp.close()
+    _flip_entry_phy(root, "Old", 0, n // 2 if middle else n - 1)
+    s2 = _reopen(root)
+    try:
+        rep = s2.recovery
+        assert rep.start_offset > old[-1].phy_offset(), rep          # Old lies before what is re-dispatched
+        assert rep.queues_rebuilt == ([] if middle else ["Old:0"]), rep
+        assert s2.max_offset("Old", 0) == n
+        got = [(at, wcl.parse_record(v, check_crc=True).body[:6]) for qo in range(n)
+               for at, v in s2.get_messages("Old", 0, qo, 1)]
+        assert got == [(i, b"m%05d" % i) for i in range(n)]
+        assert len(_readable(s2, "New")) == 1500
     finally:
         s2.close()
