@@ -24,6 +24,7 @@ from tests.integration.test_send_fast_path import SEND_V2, UPDATE_TOPIC, Raw, v2
 
 TOPIC = "FastConnTopic"
 RUNTIME_INFO = 28
+GET_MAX_OFFSET = 30
 IDLE_S = 3                        # serverChannelMaxIdleTimeSeconds of the idle test's broker
 
 
@@ -221,8 +222,9 @@ def pull_ext(group: str, qid: int, offset: int, max_nums: int, commit: int = 0) 
 
 
 def fill(port: int, qid: int, bodies: list) -> int:
-    """Sends bodies to queue qid on a connection closed afterwards (waiting until C gives it back);
-    returns the first one's queue offset."""
+    """Sends bodies to queue qid on a connection closed afterwards (waiting until C gives it back,
+    and until the queue holds them: a send is answered when appended, and dispatch makes it
+    visible a moment later, as RocketMQ's reput does); returns the first one's queue offset."""
     raw = Raw(port)
     try:
         offsets = []
@@ -230,6 +232,9 @@ def fill(port: int, qid: int, bodies: list) -> int:
             resp, _ = raw.call(SEND_V2, v2(TOPIC, qid, ""), body)
             assert resp.code == 0, resp.remark
             offsets.append(int(resp.ext_fields["queueOffset"]))
+        # on the same connection: another one could be adopted and given back later
+        wait_for(lambda: int(raw.call(GET_MAX_OFFSET, {"topic": TOPIC, "queueId": str(qid)})[0]
+                             .ext_fields["offset"]) > offsets[-1], 10, what="the sends dispatched")
     finally:
         raw.close()
     wait_for(lambda: info(port)["fastConnsServed"] == "0", 10, what="the producer connection given back")
