@@ -928,14 +928,15 @@ class MessageStore:
         scanner = self.cl.scanner(ENTRY_SEARCH_BATCH)
         pos = self.cl.resync(lo, hi)
         while pos < hi:
-            n, after, _stop = scanner.scan(pos, hi, check_crc=False, resolve_slots=0)
+            n, after, stop = scanner.scan(pos, hi, check_crc=False, resolve_slots=0)
             for r in scanner.recs[0:n]:
                 if r.queue_id == queue_id and r.queue_offset == queue_offset and \
                         bytes(self.cl.view_raw(r.phy_offset + r.topic_offset, r.topic_len)) == topic:
                     return r.phy_offset, r.size
-            if not n or after <= pos:
-                return None
-            pos = after
+            if stop in (lib.MQ_SCAN_LIMIT, lib.MQ_SCAN_FULL) and after > pos:
+                pos = after
+            else:                                   # damage (or a hole) on the way: past it
+                pos = self.cl.resync(max(after, pos) + 1, hi)
         return None
 
     def max_offset(self, topic: str, queue_id: int) -> int:
