@@ -646,3 +646,29 @@ def test_an_entry_damaged_to_point_past_the_end_is_not_taken_for_a_cut_log(make_
         assert len(_readable(s2, "New")) == 1500
     finally:
         s2.close()
+
+
+def test_a_damaged_entry_is_found_past_another_damaged_record(make_store):
+    """Proves the damaged-entry search walks past damage in its window: with three queues, queue
+    0's entry 11 (record 33) has its size flipped, and record 32 (queue 2), between record 31 and
+    it in the window the entries 10 and 12 bound, has a bad MAGIC (all in the first file, which a
+    clean start does not validate).  Record 33 is still found and served; record 32 is not.
+    (Before: the walk stopped at record 32 and message 33 was skipped.)"""
+    s = make_store(mappedFileSizeCommitLog=FS)
+    root = s.config.storePathRootDir
+    res = _fill(s, 1500, queues=3)
+    s.close()
+    _patch(root, res[32], 4, b"\0")                                     # MAGIC
+    with open(os.path.join(root, "consumequeue", "R", "0", "%020d" % 0), "r+b") as f:
+        f.seek(11 * 20 + 8 + 3)                                         # entry 11's SIZE, low byte
+        b = f.read(1)
+        f.seek(11 * 20 + 8 + 3)
+        f.write(bytes([b[0] ^ 4]))
+    s2 = _reopen(root)
+    try:
+        assert s2.recovery.end_offset == res[-1].end_offset
+        (at, view), = s2.get_messages("R", 0, 11, 1)
+        assert at == 11 and wcl.parse_record(view, check_crc=True).body.startswith(b"m00033")
+        assert s2.get_messages("R", 2, 10, 1) == []
+    finally:
+        s2.close()
