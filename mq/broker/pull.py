@@ -617,12 +617,14 @@ class PullProcessor:
                 self._damaged(topic, qid, offset + scanned, phy, msg_size)
             except OutOfRange:
                 pass
-            if view is not None and size + len(view) <= bytes_max and _keeps(view, codes):
+            if view is not None and _keeps(view, codes):
                 # the record of a damaged entry, found near it (the entry's tags code is not trusted)
+                if n and size + len(view) > bytes_max:
+                    break                # the next pull starts with it
                 chunks.append(bytes(view))
                 n += 1
                 size += len(view)
-            scanned += 1                 # skipped like a filtered message: the consumer moves past it
+            scanned += 1                 # else skipped like a filtered message: the consumer moves past it
             last_phy = phy
             if n >= count_max:
                 break
