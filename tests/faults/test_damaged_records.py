@@ -144,3 +144,41 @@ def test_a_consume_queue_entry_damaged_under_a_live_broker_still_serves_its_mess
         assert "Traceback" not in log
     finally:
         p.close()
+
+
+def test_a_found_record_that_does_not_fit_the_pull_starts_the_next_pull(tmp_path):
+    """The byte budget holds for a damaged entry's found record too: records of 226 bytes,
+    maxTransferBytesOnMessageInMemory four of them and 150 more, entry 4's size flipped from 226 to
+    98 (so the gather reaches it within the budget, fails its read, and the record found is too big
+    for what is left): the pull from 0 ends before it (nextBeginOffset 4) and the next pull starts
+    with it, so every message is delivered.  (Before: it was skipped and the consumer moved past it.)"""
+    ns = NameServer(str(tmp_path))
+    b = Broker(str(tmp_path), ns.addr, sendMessageThreadPoolNums=1, mappedFileSizeCommitLog=1024 * 1024,
+               maxTransferBytesOnMessageInMemory=4 * 226 + 150)
+    p = Peer(b.port)
+    try:
+        [send(p, b"fit-%03d-" % i + b"y" * 100) for i in range(10)]
+        wait_for(lambda: len(records(pull(p, 4, 30).body)) >= 4, 10, what="all dispatched")
+        assert {r.total_size for r in records(pull(p, 0, 30).body)} == {226}
+        path = os.path.join(b.dir, "consumequeue", TOPIC, "0", "%020d" % 0)
+        with open(path, "r+b") as f:
+            f.seek(4 * 20 + 8 + 3)                  # SIZE's low byte: 0xE2 -> 0x62
+            v = f.read(1)
+            f.seek(4 * 20 + 8 + 3)
+            f.write(bytes([v[0] ^ 0x80]))
+        first = pull(p, 0, 30)
+        assert [r.queue_offset for r in records(first.body)] == [0, 1, 2, 3]
+        assert int(first.ext_fields["nextBeginOffset"]) == 4
+        seen, offset = [0, 1, 2, 3], 4
+        while offset < 10:
+            got = pull(p, offset, 30)
+            assert got.code == 0, (got.code, got.remark)
+            seen += [r.queue_offset for r in records(got.body)]
+            offset = int(got.ext_fields["nextBeginOffset"])
+        assert seen == list(range(10))
+    finally:
+        p.close()
+        try:
+            assert b.stop() == 0
+        finally:
+            ns.stop()
