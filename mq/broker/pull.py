@@ -518,8 +518,11 @@ class PullProcessor:
                     break
                 if not sql.matches_raw(record_properties(view)):
                     continue
+            if len(view) != msg_size and parts and size + len(view) > bytes_max:
+                scanned -= 1                     # a damaged entry's record, found bigger: the next pull's
+                break
             parts.append(view)
-            size += msg_size
+            size += len(view)
         return self._found(topic, group, len(parts), scanned, offset, lo, hi, b"".join(parts),
                            last_phy)
 
