@@ -601,6 +601,38 @@ int mq_commitlog_read_record(mq_commitlog *cl, uint64_t offset, uint32_t size, i
     return MQ_OK;
 }
 
+/* Recovery: an entry is written from its record's own fields, so an entry that names a whole
+ * record (position and size exact) which says another queue or queue offset proves one of the two
+ * damaged -- no checksum covers either.  Finds the first such entry of n (20 bytes each, queue
+ * offsets first_qoff on) naming a position at or past from_phy: *at_out = its index, n when none.
+ * Entries naming no whole record (fillers, holes, positions gone or damaged) are the read path's
+ * business (mq_commitlog_read_record refuses them), not this function's.  No CRC: the body does
+ * not say which queue a record is in. */
+int mq_commitlog_misnamed(mq_commitlog *cl, const uint8_t *entries, uint32_t n, uint64_t from_phy,
+                          int32_t queue_id, int64_t first_qoff, const char *topic, uint32_t topic_len,
+                          uint32_t *at_out) {
+    assert(cl && (entries || n == 0) && topic && at_out);
+    for (uint32_t i = 0; i < n; i++) {
+        const uint8_t *e = entries + (size_t)i * 20;
+        int64_t phy = (int64_t)be64r(e);
+        uint32_t size = be32r(e + 8);
+        const uint8_t *p;
+        mq_scan_rec rec;
+        int stop;
+        if (phy < 0 || (uint64_t)phy < from_phy || size < MQ_RECORD_SIZE_MIN) continue;
+        if (mq_commitlog_view(cl, (uint64_t)phy, size, &p) != MQ_OK) continue;
+        if (mq_record_check(p, size, 0, &rec, &stop) != MQ_OK || rec.phy_offset != (uint64_t)phy || rec.size != size)
+            continue;
+        if (rec.queue_id != queue_id || rec.queue_offset != first_qoff + i || rec.topic_len != topic_len ||
+            memcmp(p + rec.topic_offset, topic, topic_len) != 0) {
+            *at_out = i;
+            return MQ_OK;
+        }
+    }
+    *at_out = n;
+    return MQ_OK;
+}
+
 static int code_wanted(const int64_t *codes, uint32_t n_codes, int64_t code) {
     uint32_t lo = 0, hi = n_codes;                   /* codes sorted ascending */
     while (lo < hi) {

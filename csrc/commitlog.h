@@ -273,6 +273,9 @@ int      mq_commitlog_gather(mq_commitlog *cl, const uint8_t *entries, uint32_t 
 int      mq_commitlog_read_record(mq_commitlog *cl, uint64_t offset, uint32_t size, int32_t queue_id,
                                   int64_t queue_offset, const char *topic, uint32_t topic_len,
                                   const uint8_t **ptr);
+int      mq_commitlog_misnamed(mq_commitlog *cl, const uint8_t *entries, uint32_t n, uint64_t from_phy,
+                               int32_t queue_id, int64_t first_qoff, const char *topic, uint32_t topic_len,
+                               uint32_t *at_out);
 int      mq_record_check(const uint8_t *buf, size_t avail, int check_crc, mq_scan_rec *rec, int *stop_out);
 int      mq_records_props(const uint8_t *buf, size_t len, uint32_t n, const uint8_t *names,
                           const uint32_t *name_lens, uint32_t n_names, int32_t *spans);

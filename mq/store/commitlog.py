@@ -315,6 +315,15 @@ class CommitLog:
                                       ffi.from_buffer("uint8_t[]", out), len(out), res), "gather")
         return res.scanned, res.n, res.size, res.last_phy, res.stop_rc
 
+    def misnamed(self, entries: bytes, from_phy: int, queue_id: int, first_queue_offset: int, topic: bytes) -> int:
+        """Recovery: the index of the first ConsumeQueue entry of `entries` (queue offsets
+        first_queue_offset on) at or past from_phy that names a whole record which says another
+        queue or offset (mq_commitlog_misnamed: one of the two is damaged), len(entries) // 20 when none."""
+        at = ffi.new("uint32_t *")
+        check(lib.mq_commitlog_misnamed(self._h, ffi.from_buffer("uint8_t[]", entries), len(entries) // CQ_ENTRY_SIZE,
+                                        from_phy, queue_id, first_queue_offset, topic, len(topic), at), "misnamed")
+        return at[0]
+
     def scanner(self, capacity: int = 4096) -> "Scanner":
         return Scanner(self, capacity)
 

@@ -197,11 +197,16 @@ class ConsumeQueue:
         hi = self.max_offset
         if queue_offset < self.min_offset or queue_offset >= hi:
             return b""
+        return self.get_raw_bytes(queue_offset, min(max_count, hi - queue_offset))
+
+    def get_raw_bytes(self, queue_offset: int, max_count: int) -> bytes:
+        """Up to max_count entries from queue_offset as they are in its file, whatever the
+        queue's bounds say (recovery reads them before it sets them), within one file."""
         start, off = self._locate(queue_offset)
         mm = self._map(start, create=False)
         if mm is None:
             return b""
-        n = min(max_count, hi - queue_offset, (self.file_size - off) // ENTRY_SIZE)
+        n = min(max_count, (self.file_size - off) // ENTRY_SIZE)
         return mm[off:off + n * ENTRY_SIZE]
 
     def entry(self, queue_offset: int) -> tuple[int, int, int] | None:

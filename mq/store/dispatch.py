@@ -62,6 +62,9 @@ class Dispatcher:
         self.last_store_ts_ms = 0
         self.records_dispatched = 0
         self.records_refused = 0                # records left out of every queue (_refuse)
+        # recovery only: CommitLog positions of records its walks leave out of every queue, with why
+        # (MessageStore._misfiled); empty in the steady state
+        self.refuse_at: dict[int, str] = {}
         self.maps = ffi.new("mq_cq_map[]", lib.MQ_QUEUE_SLOTS)
         self._done = ffi.new("uint32_t *")
         self._need_slot = ffi.new("uint32_t *")
@@ -110,6 +113,21 @@ class Dispatcher:
                   "cannot take (damaged queue fields): left out of every ConsumeQueue", rec.phy_offset,
                   cq.topic, cq.queue_id, rec.queue_offset, self.ctl.queue_get(slot, C.Q_CQ_MAX))
 
+    def _next_refused(self, recs, at: int, n: int) -> int:
+        """The index of the first record of recs[at:n] that refuse_at names (n when none)."""
+        for i in range(at, n):
+            if recs[i].phy_offset in self.refuse_at:
+                return i
+        return n
+
+    def _refuse_known(self, rec) -> None:
+        """One line for a record recovery proved misnamed (refuse_at): it stays in the CommitLog, in no queue."""
+        self.records_refused += 1
+        topic = bytes(self.cl.view_raw(rec.phy_offset + rec.topic_offset, rec.topic_len)).decode()
+        log.error("dispatch: the record at %d names %s:%d queue offset %d, but %s (damaged queue fields): left out "
+                  "of every ConsumeQueue", rec.phy_offset, topic, rec.queue_id, rec.queue_offset,
+                  self.refuse_at[rec.phy_offset])
+
     def dispatch_once(self, limit: int | None = None, resync: bool = False) -> int:
         """Dispatches what is published (up to `limit`); returns records dispatched.
         resync (recovery's walks over files it did not validate): a walk
@@ -136,7 +154,12 @@ class Dispatcher:
             n, nxt, stop = self.scanner.scan(start, end, check_crc=False, resolve_slots=2)
             at = 0
             while at < n:
-                rc = lib.mq_dispatch_batch(self.ctl.ptr, recs + at, n - at, self.maps,
+                upto = self._next_refused(recs, at, n) if self.refuse_at else n
+                if upto == at:
+                    self._refuse_known(recs[at])
+                    at += 1
+                    continue
+                rc = lib.mq_dispatch_batch(self.ctl.ptr, recs + at, upto - at, self.maps,
                                            self._done, self._need_slot, self._need_qoff)
                 at += self._done[0]
                 if rc == lib.MQ_E_RANGE:

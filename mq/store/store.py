@@ -65,7 +65,23 @@ RECOVERY_SCAN_BATCH = 65536
 ENTRY_SEARCH_BYTES_MAX = 64 << 20
 ENTRY_SEARCH_BATCH = 1024
 ENTRY_SEARCH_NEIGHBOURS = 64          # entries looked at on either side for one that names a record
+MISNAMED_CHUNK = 4096                 # ConsumeQueue entries a C call of recovery's misnamed check reads
 TOTAL_PHYSICAL_MEMORY = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+@dataclass(frozen=True)
+class Misnamed:
+    """A ConsumeQueue entry (topic:queue_id at queue_offset) naming a whole record (phy, size)
+    that says (topic, queue id, queue offset) `says`; the entry's own record, if it is not that
+    one, lies in [after, before): after the record of the entry before, before that of the next."""
+    topic: str
+    queue_id: int
+    queue_offset: int
+    phy: int
+    size: int
+    says: tuple[str, int, int]
+    after: int
+    before: int
 
 
 class PutStatus(enum.Enum):
@@ -323,11 +339,16 @@ class MessageStore:
         if rep.mode == "abnormal":
             redispatch_from = min(redispatch_from, rep.start_offset)
         redispatch_from = max(min_pos, min(redispatch_from, end))
+        # records recovery's walks must not file anywhere: an entry names them, they say another queue
+        # (read while the files of the queues to rebuild are still there)
+        self.dispatcher.refuse_at = self._misfiled(rebuild, min_pos if rebuild else redispatch_from, min_pos, end)
+        rebuild = self._drop_queues(rebuild, rep)
         t_rebuild = time.monotonic()
         walked = self._rebuild_old_queues(rebuild)
         walked += self._rebuild_queues(rebuild, min_pos, redispatch_from)
         self.ctl.set(C.POS_DISPATCHED, redispatch_from)
         n = self.dispatcher.dispatch_once(resync=True)
+        self.dispatcher.refuse_at = {}
         rep.records_redispatched = n
         self._rebuilt(rebuild, lowest, walked, t_rebuild)
         self._sync_next_offsets()
@@ -605,7 +626,8 @@ class MessageStore:
         stop or retention pass (a queue whose files are gone, or that ends before or starts
         after where it did).  Returns (the lowest
         CommitLog offset from which dispatch must run so that every sound queue is complete,
-        the queues to rebuild from the whole CommitLog: their files are already removed)."""
+        the queues to rebuild from the whole CommitLog, as (queue, why, lo, hi): _drop_queues
+        removes their files)."""
         redispatch_from = end
         highest_indexed = min_pos
         known = read_manifest(self.config_dir)
@@ -623,7 +645,8 @@ class MessageStore:
             cut = cq.tail_at_or_past(lo, hi, end)
             cut_here = cut < hi
             if cut_here and whole_log:
-                rebuild.append((cq, f"entry {cut} points at or past the end {end} of a log stopped cleanly there"))
+                rebuild.append((cq, f"entry {cut} points at or past the end {end} of a log stopped cleanly there",
+                                lo, hi))
                 continue
             if cut_here and rep.mode == "abnormal":
                 # a crash leaves entries of records it tore; a damaged entry looks the same, unless
@@ -634,7 +657,7 @@ class MessageStore:
                     found = self._find_record(topic.encode(), qid, cut, after, rep.start_offset)
                     if found is not None:
                         rebuild.append((cq, f"entry {cut} points at or past the end {end}, but its record is at "
-                                            f"{found[0]}"))
+                                            f"{found[0]}", lo, hi))
                         continue
             if cut_here:
                 rep.cq_entries_truncated += hi - cut
@@ -651,7 +674,7 @@ class MessageStore:
                     # its first files are gone: retention rewrites the manifest when it deletes any
                     why = f"it starts at {lo}, it started at {was_lo} at the last start, clean stop or retention"
             if why is not None:
-                rebuild.append((cq, why))
+                rebuild.append((cq, why, lo, hi))
                 continue
             first_live = cq.first_entry_at_or_after(lo, hi, min_pos)
             self.ctl.queue_set(cq.slot, C.Q_CQ_MIN, first_live if first_live < hi else hi)
@@ -660,18 +683,87 @@ class MessageStore:
             highest_indexed = max(highest_indexed, cq.last_phy_end(hi))
         for (topic, qid), (_, max_offset) in sorted((known or {}).items()):
             if (topic, qid) not in seen and max_offset > 0 and can_rebuild:
-                rebuild.append((self.cqs.get(topic, qid), f"its files are gone (it held {max_offset} entries)"))
-        for cq, why in rebuild:
+                rebuild.append((self.cqs.get(topic, qid), f"its files are gone (it held {max_offset} entries)", 0, 0))
+        # dispatch resumes after the highest record any queue indexed (RocketMQ's
+        # reputFromOffset); queues behind it get their entries from re-dispatch too
+        # because dispatch writes each record at its own queue offset.
+        return min(redispatch_from, highest_indexed), rebuild
+
+    def _drop_queues(self, rebuild: list, rep: RecoveryReport) -> list:
+        """Removes the files of the queues _recover_queues found untrusted and zeroes their
+        bounds, one line each; returns the queues (rebuilt by recovery's walks)."""
+        for cq, why, _, _ in rebuild:
             cq.remove_files()
             for field_ in (C.Q_CQ_MIN, C.Q_CQ_MAX, C.Q_NEXT_OFFSET):
                 self.ctl.queue_set(cq.slot, field_, 0)
             line = f"{cq.topic}:{cq.queue_id}"
             rep.queues_rebuilt.append(line)
             log.warning("ConsumeQueue %s cannot be trusted (%s): rebuilding it from the CommitLog", line, why)
-        # dispatch resumes after the highest record any queue indexed (RocketMQ's
-        # reputFromOffset); queues behind it get their entries from re-dispatch too
-        # because dispatch writes each record at its own queue offset.
-        return min(redispatch_from, highest_indexed), [cq for cq, _ in rebuild]
+        return [cq for cq, *_ in rebuild]
+
+    def _misnamed(self, cq, lo: int, hi: int, from_phy: int, end: int) -> list[Misnamed]:
+        """The entries of cq in [lo, hi) that name a whole record at or past from_phy which says
+        another queue or offset (one C call a chunk: CommitLog.misnamed)."""
+        out = []
+        topic = cq.topic.encode()
+        q = lo
+        while q < hi:
+            entries = cq.get_raw_bytes(q, min(hi - q, MISNAMED_CHUNK))
+            n = len(entries) // ENTRY_SIZE
+            if n == 0:
+                break
+            at = self.cl.misnamed(entries, from_phy, cq.queue_id, q, topic)
+            if at == n:
+                q += n
+                continue
+            k = q + at
+            phy, size, _ = cq.get_raw(k)
+            says = self._record_at(phy, size)
+            if says is not None:
+                nxt = cq.get_raw(k + 1) if k + 1 < hi else None
+                out.append(Misnamed(cq.topic, cq.queue_id, k, phy, size, says, cq.last_phy_end(k),
+                                    nxt[0] if nxt and nxt != FILLER and nxt[0] > phy else end))
+            q = k + 1
+        return out
+
+    def _misfiled(self, rebuild: list, from_phy: int, min_pos: int, end: int) -> dict[int, str]:
+        """The records recovery's walks (from from_phy) must leave out of every queue, with why.
+        Dispatch writes an entry from its record's own fields, so a queue's entry naming a whole
+        record that says another queue or offset proves one of the two damaged (no checksum covers
+        either).  Dispatch's own check refuses such a record when the queue it names already has
+        another record's entry at that offset; at that queue's end (its own record there cut by a
+        crash, or its entry not yet flushed) nothing would stop it, and the damaged record would
+        be served there.  It is the entry that is damaged, and the record left alone, when the
+        queue the record names has it at that offset too (in its files as they are, the files of
+        a queue to rebuild included), or when the entry's own record is found between its
+        neighbours' (_find_record, up to ENTRY_SEARCH_BYTES_MAX); otherwise the record is
+        refused.  Every entry at or past from_phy of every queue is checked, those of the queues
+        to rebuild (rebuild: (queue, why, lo, hi), files not yet removed) from their first."""
+        untrusted = {(cq.topic, cq.queue_id): (lo, hi) for cq, _, lo, hi in rebuild}
+        queues = {}
+        suspects = []
+        for cq in self.cqs.opened():
+            key = (cq.topic, cq.queue_id)
+            queues[key] = cq
+            if key in untrusted:
+                lo, hi = untrusted[key]         # entries maybe out of order: all of them
+            else:
+                hi = self.ctl.queue_get(cq.slot, C.Q_CQ_MAX)
+                lo = cq.first_entry_at_or_after(self.ctl.queue_get(cq.slot, C.Q_CQ_MIN), hi, from_phy)
+            suspects += self._misnamed(cq, lo, hi, from_phy, end)
+        refuse = {}
+        for m in suspects:
+            topic, qid, qoff = m.says
+            other = queues.get((topic, qid))
+            e = other.get_raw(qoff) if other is not None and qoff >= 0 else None
+            if e is not None and e[:2] == (m.phy, m.size):
+                continue                    # the record is where it says: the entry is damaged
+            lo = max(m.after, min_pos)
+            if self._find_record(m.topic.encode(), m.queue_id, m.queue_offset, lo, m.before) is not None:
+                continue                    # the entry's own record is elsewhere: the entry is damaged
+            refuse[m.phy] = f"{m.topic}:{m.queue_id}'s entry {m.queue_offset} names it, and its own record is not in " \
+                            f"[{lo}, {m.before})"
+        return refuse
 
     def _record_at(self, phy: int, size: int) -> tuple[str, int, int] | None:
         """(topic, queueId, queue offset) of the record at phy, if a whole one of `size` starts there."""

@@ -672,3 +672,106 @@ def test_a_damaged_entry_is_found_past_another_damaged_record(make_store):
         assert s2.get_messages("R", 2, 10, 1) == []
     finally:
         s2.close()
+
+
+def _fill_even(store, n, queues=2):
+    """n records of one size (so an entry can be damaged to name another queue's record whole)."""
+    res = [store.put("R", i % queues, b"m%05d" % i + b"-" * 100) for i in range(n)]
+    assert all(r.ok for r in res) and store.wait_dispatched()
+    return [r.result for r in res]
+
+
+def _entry_path(root, qid):
+    return os.path.join(root, "consumequeue", "R", str(qid), "%020d" % 0)
+
+
+def _served(store, queues=2):
+    """{(queue, queue offset): the first 6 body bytes} of every record served."""
+    out = {}
+    for q in range(queues):
+        for qo in range(store.max_offset("R", q)):
+            for at, view in store.get_messages("R", q, qo, 1):
+                out[(q, at)] = wcl.parse_record(view, check_crc=True).body[:6]
+    return out
+
+
+@pytest.mark.parametrize("where", ["its queue's last entry", "a middle entry"])
+def test_a_record_whose_queue_id_was_damaged_is_not_filed_at_another_queues_end(make_store, caplog, where):
+    """Proves recovery does not file a record at another queue's end when its QUEUEID was damaged
+    into that queue: record R:0:20 has QUEUEID bit 0 flipped, so it says R:1:20, and R:1 ends at 20
+    after the crash (its record 20, after the victim, is torn: the log is cut there) -- the offset
+    re-dispatch would give the victim, where dispatch's own check sees nothing wrong.  R:0's entry
+    names that record, an entry is written from its record's fields, R:1 does not have it and R:0:20
+    is nowhere else: the record is left out of every queue with one line, never served.  As R:0's
+    last entry, its queue is rebuilt (to 20 entries); in the middle (R:0 goes on to 30) the entry
+    stays and names no record of its own (skipped when read).  (Before: found by the randomized
+    recovery property, blob b'AEECQQJBAAABQQBBAEIA20EAAUEAQQFBAEEAAA==': the damaged record was
+    served as R:1:20.)"""
+    s = make_store(mappedFileSizeCommitLog=FS)
+    root = s.config.storePathRootDir
+    _fill_even(s, 40)                                       # R:0 and R:1, offsets 0..19
+    victim = s.put("R", 0, b"victim").result                # R:0:20
+    middle = where == "a middle entry"
+    if middle:
+        for i in range(9):
+            assert s.put("R", 0, b"after%d" % i).result.queue_offset() == 21 + i
+    torn = s.put("R", 1, b"torn").result                    # R:1:20
+    assert victim.queue_offset() == torn.queue_offset() == 20 and s.wait_dispatched()
+    crash(s)
+    _patch(root, victim, wcl.POS_QUEUE_ID + 3, b"\x01")
+    _patch(root, torn, wcl.POS_TOTAL_SIZE, b"\x7f")
+    with caplog.at_level("ERROR", logger="mq.store.dispatch"):
+        s2 = _reopen(root)
+    try:
+        assert s2.recovery.end_offset == torn.phy_offset()
+        assert s2.recovery.queues_rebuilt == ([] if middle else ["R:0"])
+        lines = [r.getMessage() for r in caplog.records if "left out of every ConsumeQueue" in r.getMessage()]
+        assert len(lines) == 1 and f"the record at {victim.phy_offset()} names R:1 queue offset 20" in lines[0], \
+            lines
+        assert s2.dispatcher.records_refused == 1
+        served = _served(s2)
+        assert sorted(served) == sorted([(q, qo) for q in range(2) for qo in range(20)] +
+                                        ([(0, 21 + i) for i in range(9)] if middle else []))
+        assert all(served[(q, qo)] == b"m%05d" % (2 * qo + q) for q in range(2) for qo in range(20))
+        assert (s2.max_offset("R", 0), s2.max_offset("R", 1)) == (30 if middle else 20, 20)
+        assert s2.put("R", 1, b"next").result.queue_offset() == 20
+    finally:
+        s2.close()
+
+
+@pytest.mark.parametrize("other", ["has the record there", "lost its entry (crash)", "is the queue rebuilt"])
+def test_an_entry_damaged_to_name_another_queues_record_does_not_cost_that_record(make_store, other):
+    """Proves the other side of the rule above: when it is the ConsumeQueue entry that is damaged
+    (R:0's last entry, 19, made to name R:1's record 19, of the same size), the record is not
+    refused -- R:1 has it at the offset it says (here R:0's own record 19 is torn by the crash, so
+    it cannot be found), or, R:1's entry 19 lost in the crash, R:0's own record 19 is found after
+    its record 18; or the entry names R:0's own record 0 (its position zeroed, as the randomized
+    recovery property drew it), which R:0's files, untrusted and about to be rebuilt, still name
+    at 0.  R:0 is rebuilt, and every message left is served at its offset."""
+    s = make_store(mappedFileSizeCommitLog=FS)
+    root = s.config.storePathRootDir
+    first = _fill_even(s, 38)[0]                                         # offsets 0..18
+    named = s.put("R", 1, b"m%05d" % 39 + b"-" * 100).result             # R:1:19
+    own = s.put("R", 0, b"m%05d" % 38 + b"-" * 100).result               # R:0:19, last
+    assert named.size() == own.size() and s.wait_dispatched()
+    crash(s)
+    with open(_entry_path(root, 0), "r+b") as f:
+        f.seek(19 * 20)
+        # R:0:19 -> R:1:19's record, or R:0:0's
+        f.write((first if other == "is the queue rebuilt" else named).phy_offset().to_bytes(8, "big"))
+    kept = 20
+    if other != "lost its entry (crash)":
+        _patch(root, own, wcl.POS_TOTAL_SIZE, b"\x7f")
+        kept = 19
+    else:
+        with open(_entry_path(root, 1), "r+b") as f:
+            f.seek(19 * 20)
+            f.write(bytes(20))
+    s2 = _reopen(root)
+    try:
+        assert s2.recovery.queues_rebuilt == ["R:0"]
+        assert s2.dispatcher.records_refused == 0
+        served = _served(s2)
+        assert served == {(q, qo): b"m%05d" % (2 * qo + q) for q in range(2) for qo in range(20 if q else kept)}
+    finally:
+        s2.close()
