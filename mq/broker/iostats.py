@@ -6,6 +6,8 @@ the stats block (mq.store.stats), summed over workers by the supervisor (mq.brok
     kind "send"  name response code           histogram of send latency: bucket k counts sends
                                               whose latency in microseconds has bit_length() k;
                                               HIST_SUM the latencies' sum in nanoseconds
+    kind "store" name "damaged_skipped"       [records the read check refused: never served]
+                 name "entries_found"         [records of damaged ConsumeQueue entries found, served]
 
 A send's latency runs from the start of the event-loop pass that read it (the first send of a
 SendGroup stamps it; every send of the group was read in that pass) to its answer: right after
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 from mq.store.stats import HIST_BUCKETS, HIST_SUM, ROWS_MAX, StatsWriter
 
-KIND_PUT, KIND_GET, KIND_SEND = "put", "get", "send"
+KIND_PUT, KIND_GET, KIND_SEND, KIND_STORE = "put", "get", "send", "store"
 GROUP_TOPIC_SEP = "\x01"           # in no topic or group name (mq.broker.send.TOPIC_RE)
 CACHE_MAX = 4 * ROWS_MAX           # names cached per dict before it is emptied (the rows stay)
 
@@ -35,6 +37,7 @@ class IoStats:
         self.get_rows: dict[tuple[str, str], list] = {}
         self.send_rows: dict[int, list] = {}
         self.ok_row = self.send_row(0)               # SUCCESS's histogram: the fast path adds to it inline
+        self._integrity_seen = (0, 0)                # the process's totals last added (integrity())
 
     def put_row(self, topic) -> list:
         if len(self.put_rows) >= CACHE_MAX:
@@ -80,8 +83,18 @@ class IoStats:
             row[k] += counts[k]
         row[HIST_SUM] += sum_ns
 
+    def integrity(self, damaged_skipped: int, entries_found: int) -> None:
+        """Adds what the read path counted since the last call (its totals in this process; the
+        rows continue a restarted worker's, so only differences are added)."""
+        skipped0, found0 = self._integrity_seen
+        if (damaged_skipped, entries_found) == (skipped0, found0):
+            return
+        self.writer.row(KIND_STORE, "damaged_skipped")[0] += damaged_skipped - skipped0
+        self.writer.row(KIND_STORE, "entries_found")[0] += entries_found - found0
+        self._integrity_seen = (damaged_skipped, entries_found)
+
     def publish(self) -> None:
         self.writer.publish()
 
 
-__all__ = ["IoStats", "KIND_PUT", "KIND_GET", "KIND_SEND", "GROUP_TOPIC_SEP"]
+__all__ = ["IoStats", "KIND_PUT", "KIND_GET", "KIND_SEND", "KIND_STORE", "GROUP_TOPIC_SEP"]

@@ -40,7 +40,7 @@ from mq.store.stats import HIST_BUCKETS, HIST_SUM, StatsBlock
 
 from .admin import _disk_ratio
 from .hastatus import HAStatus
-from .iostats import GROUP_TOPIC_SEP, KIND_GET, KIND_PUT, KIND_SEND
+from .iostats import GROUP_TOPIC_SEP, KIND_GET, KIND_PUT, KIND_SEND, KIND_STORE
 from .statsdata import StatsHistory
 
 log = logging.getLogger("mq.broker.metrics")
@@ -145,6 +145,7 @@ class BrokerCollector:
         yield self._group_diff(base, const)
         yield from self._flush(totals, base, const)
         yield from self._store(base, const)
+        yield from self._integrity(totals, base, const)
         yield from self._replication(base, const)
         yield from self._processes(base, const)
         yield from self._transactions(base, const)
@@ -203,6 +204,25 @@ class BrokerCollector:
                           max(0, write - ctl.get(C.POS_FLUSHED)))
         yield self._gauge("rocketmq_brokeruntime_commitlog_disk_ratio", "Used fraction of the CommitLog's file "
                           "system", base, const, _disk_ratio(self.sup.store))
+
+    def _integrity(self, totals, base, const):
+        """Damage the store met: on the read path since the start (the io workers' rows) and at this
+        start's recovery (the supervisor's report)."""
+        def row(name: str) -> int:
+            return (totals.get((KIND_STORE, name)) or [0])[0]
+        yield self._counter("mq_store_damaged_records_skipped", "Reads of records that failed the read check "
+                            "(damaged since written): skipped, never served", base, const, row("damaged_skipped"))
+        yield self._counter("mq_store_damaged_entries_found", "Reads of damaged ConsumeQueue entries whose record "
+                            "was found whole in the CommitLog and served", base, const, row("entries_found"))
+        rep = self.sup.store.recovery
+        yield self._gauge("mq_store_recovery_dropped_bytes", "Bytes of data past the damage this start's recovery "
+                          "truncated the CommitLog at", base, const, rep.dropped_bytes)
+        yield self._gauge("mq_store_recovery_cq_entries_cut", "ConsumeQueue entries this start's recovery cut "
+                          "(their records were past the recovered end)", base, const, rep.cq_entries_truncated)
+        yield self._gauge("mq_store_recovery_queues_rebuilt", "ConsumeQueues this start's recovery rebuilt from "
+                          "the CommitLog", base, const, len(rep.queues_rebuilt))
+        yield self._gauge("mq_store_recovery_records_refused", "Records this start's recovery left out of every "
+                          "ConsumeQueue (damaged queue fields)", base, const, rep.records_refused)
 
     def _replication(self, base, const):
         sup = self.sup

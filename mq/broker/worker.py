@@ -176,6 +176,7 @@ class IoWorker:
         if self.stats is not None:
             self._stats_publisher.cancel()
             self.fast.take_counts()
+            self._take_integrity()
             self.stats.publish()
             self._stats_block.close()
         if self.forward is not None:
@@ -193,7 +194,12 @@ class IoWorker:
         while True:
             await asyncio.sleep(PUBLISH_INTERVAL_S)
             self.fast.take_counts()
+            self._take_integrity()
             self.stats.publish()
+
+    def _take_integrity(self) -> None:
+        """The read path's damage counters into this worker's stats rows."""
+        self.stats.integrity(self.pull.damaged_records if self.pull is not None else 0, self.store.entries_found)
 
     async def _flush_trace(self) -> None:
         """Writes buffered req records at least every FLUSH_INTERVAL_S, so a quiet worker's trace is current."""

@@ -122,6 +122,7 @@ class RecoveryReport:
     cq_entries_truncated: int = 0
     repaired: list[str] = field(default_factory=list)   # one line per file repaired (also logged)
     queues_rebuilt: list[str] = field(default_factory=list)   # "topic:queueId" rebuilt from the CommitLog
+    records_refused: int = 0          # records recovery's walks left out of every queue (damaged queue fields)
     seconds: float = 0.0
 
 
@@ -350,6 +351,7 @@ class MessageStore:
         n = self.dispatcher.dispatch_once(resync=True)
         self.dispatcher.refuse_at = {}
         rep.records_redispatched = n
+        rep.records_refused = self.dispatcher.records_refused
         self._rebuilt(rebuild, lowest, walked, t_rebuild)
         self._sync_next_offsets()
         write_manifest(self.config_dir, self.queue_bounds())

@@ -4,14 +4,15 @@ proves: the read path checks every record in C before it serves it (lengths, BOD
 PHYSICALOFFSET, and its TOPIC/QUEUEID/QUEUEOFFSET against the ConsumeQueue entry), so a damaged one
 is never served -- not by a pull (skipped like a filtered message: the consumer moves past it
 and gets every intact one), not by viewMessageById (SYSTEM_ERROR) -- and the broker logs it
-once."""
+once, and counts it in its metrics."""
 from __future__ import annotations
 
 import os
+import urllib.request
 
 import pytest
 
-from mq.cluster import Broker, NameServer, wait_for
+from mq.cluster import Broker, NameServer, free_port, wait_for
 from mq.wire.commitlog import parse_record
 from mq.wire.msgid import decode_offset_msg_id
 from mq.wire.headers import send_v2
@@ -23,7 +24,8 @@ TOPIC = "RotTopic"
 @pytest.fixture
 def broker(tmp_path):
     ns = NameServer(str(tmp_path))
-    b = Broker(str(tmp_path), ns.addr, sendMessageThreadPoolNums=1, mappedFileSizeCommitLog=1024 * 1024)
+    b = Broker(str(tmp_path), ns.addr, sendMessageThreadPoolNums=1, mappedFileSizeCommitLog=1024 * 1024,
+               metricsPort=free_port())
     yield b
     try:
         assert b.stop() == 0
@@ -52,6 +54,16 @@ def records(body: bytes) -> list:
         out.append(rec)
         at += rec.total_size
     return out
+
+
+def counted(broker: Broker, name: str) -> float | None:
+    """The value of metric `name` (no labels but cluster and broker) at one scrape of the broker."""
+    port = int(broker.options["metricsPort"])
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    for line in body.splitlines():
+        if line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    return None
 
 
 def flip(broker: Broker, phy: int, at: int) -> None:
@@ -91,6 +103,11 @@ def test_a_record_damaged_under_a_live_broker_is_never_served(broker):
             broker.proc.output()), 10, what="the io worker's log line of the marker request")
         assert log.count(f"CommitLog {phy} ") == 1, "reported once"
         assert "Traceback" not in log
+        # each read that met it counts (two pulls; the io worker publishes every 0.1 s)
+        assert wait_for(lambda: counted(broker, "mq_store_damaged_records_skipped_total") == 2, 10,
+                        what="two skipped reads in the metrics")
+        assert counted(broker, "mq_store_damaged_entries_found_total") == 0
+        assert counted(broker, "mq_store_recovery_records_refused") == 0
     finally:
         p.close()
 
@@ -142,6 +159,8 @@ def test_a_consume_queue_entry_damaged_under_a_live_broker_still_serves_its_mess
             broker.proc.output()), 10, what="the io worker's log line of the marker request")
         assert f"ConsumeQueue {TOPIC}:0 entry 10 is damaged: its record was found" in log
         assert "Traceback" not in log
+        assert wait_for(lambda: counted(broker, "mq_store_damaged_entries_found_total") == 2, 10,
+                        what="two found records in the metrics")
     finally:
         p.close()
 

@@ -314,6 +314,7 @@ def test_grafana_dashboard_uses_only_exposed_metrics():
         declared |= {"Counter": {name + "_total"}, "Gauge": {name},
                      "Histogram": {name + "_bucket", name + "_sum", name + "_count"}}[kind]
     declared |= set(re.findall(r'self\._gauge\(\s*"((?:rocketmq|mq)_\w+)"', src))
+    declared |= {n + "_total" for n in re.findall(r'self\._counter\(\s*"((?:rocketmq|mq)_\w+)"', src)}
     declared |= {n for _, n, *_ in re.findall(r'\("(\w+)", "((?:mq)_\w+)"', src)
                  for n in (n + "_bucket", n + "_sum", n + "_count")}
     exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
@@ -321,7 +322,8 @@ def test_grafana_dashboard_uses_only_exposed_metrics():
     assert len(exprs) >= 10 and used, exprs
     assert used <= declared, sorted(used - declared)
     titles = " ".join(p["title"] for p in dash["panels"]).lower()
-    for want in ("put tps", "lag", "send latency", "flush latency", "dispatch", "replication", "dledger", "disk"):
+    for want in ("put tps", "lag", "send latency", "flush latency", "dispatch", "replication", "dledger", "disk",
+                 "damage"):
         assert want in titles, want
 
 
