@@ -219,9 +219,11 @@ enum mq_scan_stop {
     MQ_SCAN_TORN,        /* the record runs past its file's end or the scan limit */
     MQ_SCAN_BAD_OFFSET,  /* PHYSICALOFFSET is not where the record sits (a stale record); DLedger: or pos */
     MQ_SCAN_BAD_INDEX,   /* DLedger: an index that does not follow the previous one, or a term going back */
-    MQ_SCAN_BAD_FIELD    /* a field no append writes: TOPIC outside the appender's rule (1-127 bytes of
+    MQ_SCAN_BAD_FIELD,   /* a field no append writes: TOPIC outside the appender's rule (1-127 bytes of
                           * [%|a-zA-Z0-9_-]), QUEUEID or QUEUEOFFSET negative.  No checksum covers them;
                           * the store files records by them, so such a record is damaged */
+    MQ_SCAN_BAD_TERM     /* DLedger recovery (mq.store.store, not the scan): an entry's term above the
+                          * member's saved current term, which it never was given */
 };
 
 typedef struct mq_scan_rec {

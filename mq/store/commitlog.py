@@ -48,7 +48,7 @@ SCAN_STOP_NAMES = {
     lib.MQ_SCAN_LIMIT: "limit", lib.MQ_SCAN_FULL: "full", lib.MQ_SCAN_END: "end",
     lib.MQ_SCAN_BAD_MAGIC: "bad magic", lib.MQ_SCAN_BAD_SIZE: "bad size",
     lib.MQ_SCAN_BAD_CRC: "bad crc", lib.MQ_SCAN_TORN: "torn", lib.MQ_SCAN_BAD_OFFSET: "bad offset",
-    lib.MQ_SCAN_BAD_INDEX: "bad index", lib.MQ_SCAN_BAD_FIELD: "bad field",
+    lib.MQ_SCAN_BAD_INDEX: "bad index", lib.MQ_SCAN_BAD_FIELD: "bad field", lib.MQ_SCAN_BAD_TERM: "bad term",
 }
 SCAN_CLEAN_STOPS = (lib.MQ_SCAN_LIMIT, lib.MQ_SCAN_FULL, lib.MQ_SCAN_END)
 

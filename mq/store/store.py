@@ -46,7 +46,7 @@ from .checkpoint import Checkpoint
 from .commitlog import CommitLog, list_files, SCAN_STOP_NAMES, AppendResult
 from .config import StoreConfig
 from .consumequeue import ConsumeQueueSet, ENTRY_SIZE, FILLER, read_manifest, write_manifest
-from .dledgerfiles import clear_rebase, load_rebase
+from .dledgerfiles import clear_rebase, load_hard_state, load_rebase
 from .legacy import LegacyLog, needs_switch, switch
 from .dispatch import Dispatcher, index_writer
 from mq.files import fsync_dir
@@ -546,11 +546,24 @@ class MessageStore:
         return files[0]
 
     def _validate(self, start: int, rep: RecoveryReport) -> tuple[int, int, int]:
-        """Walks valid records from start; returns (end, stop kind, last store ts)."""
+        """Walks valid records from start; returns (end, stop kind, last store ts).
+        DLedger mode: an entry whose term is above the member's saved current term is damage
+        (MQ_SCAN_BAD_TERM) -- no checksum covers an entry's header, the scan checks that terms
+        never go back, and a term damaged upwards in the last entries would make this member's
+        log look newer than it is to every vote it asks for.  The role saves a term before it
+        acknowledges or appends any entry of it (mq.dledger.role _after_step), so only entries
+        a crash left unacknowledged can be cut that were not damaged."""
         sc = self.cl.scanner(RECOVERY_SCAN_BATCH)
         pos, last_ts = start, 0
+        max_term = load_hard_state(self.config.dledger_dir)[0] if self.dledger else 0
         while True:
             n, nxt, stop = sc.scan(pos, 2 ** 63, check_crc=self.config.checkCRCOnRecover, resolve_slots=0)
+            if max_term > 0 and n and sc.recs[n - 1].dl_term > max_term:
+                # terms never go back within a scan: the first entry above the saved term ends it
+                n = next(i for i in range(n) if sc.recs[i].dl_term > max_term)
+                nxt, stop = sc.recs[n].dl_pos, lib.MQ_SCAN_BAD_TERM
+                log.warning("DLedger recovery: the entry at %d has term %d, above the saved current term %d",
+                            nxt, sc.recs[n].dl_term, max_term)
             rep.records_validated += n
             if n:
                 last_ts = sc.recs[n - 1].store_ts_ms

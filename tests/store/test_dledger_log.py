@@ -595,3 +595,41 @@ def test_a_queue_rebuilt_over_a_damaged_older_entry_keeps_the_entries_after_it(t
         assert got == {i // 2 for i in range(0, 1500, 2) if i not in lost}
     finally:
         store.close()
+
+
+def test_an_entry_whose_term_was_damaged_upwards_is_cut_at_start(tmp_path):
+    """No checksum covers an entry's header; the scan already refuses a term that goes back, and now
+    recovery refuses one above the member's saved current term (the role saves a term before it
+    appends or acknowledges an entry of it): the last entry's TERM with its top byte flipped
+    (found by the DLedger recovery property) cuts the log there, and the log's last term is 1 again.
+    (Before: the entry was kept with term 2^56 + 1, the member's log looked newer than any other
+    to every vote, and a leader of term 2 could not append after it.)"""
+    from mq.store import MessageStore, StoreConfig
+    from mq.store.dledgerfiles import save_hard_state
+    cfg = StoreConfig(storePathRootDir=str(tmp_path / "s"), mappedFileSizeCommitLog=FS, enableDLegerCommitLog=True,
+                      dLegerPeers="n0-127.0.0.1:1;n1-127.0.0.1:2;n2-127.0.0.1:3", dLegerSelfId="n0",
+                      mappedFileSizeForEntryIndex=4096)
+    store = MessageStore.open(cfg)
+    store.cl.dledger_set_append_term(1)
+    res = [store.cl.append("R", 0, b"t%03d" % i) for i in range(20)]
+    store.cl.dledger_set_commit(store.ctl.get(C.POS_DL_NEXT_INDEX))
+    store.cl.flush(0)
+    assert store.wait_dispatched(10)
+    save_hard_state(cfg.dledger_dir, 1, None)
+    store.close()
+    last_entry = res[-1].phy_offset() - 48
+    with open(os.path.join(cfg.commitlog_dir, "%020d" % 0), "r+b") as f:
+        f.seek(last_entry + 16)                     # TERM, big-endian: its top byte
+        f.write(b"\x01")
+    store = MessageStore.open(cfg)
+    try:
+        rep = store.recovery
+        assert (rep.stop, rep.end_offset) == ("bad term", last_entry), rep
+        assert store.ctl.get(C.POS_DL_NEXT_INDEX) == 19 and store.ctl.get(C.POS_DL_END_TERM) == 1
+        store.cl.dledger_set_commit(19)
+        assert store.wait_dispatched(10)
+        store.ctl.reset_next_offsets()
+        store.cl.dledger_set_append_term(2)
+        assert store.cl.append("R", 0, b"next").queue_offset() == 19
+    finally:
+        store.close()
