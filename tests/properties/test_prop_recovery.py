@@ -27,9 +27,10 @@ import tempfile
 import pytest
 from hypothesis import given, note, strategies as st
 
-from mq.store import MessageStore, StoreConfig
+from mq.store import MessageStore, StoreConfig, control as C
 from mq.store.consumequeue import FILLER
 from mq.store.control import remove_segment
+from mq.store.dledgerfiles import save_hard_state
 from mq.wire import commitlog as wcl
 from tests.properties.propkit import bounded
 from tests.store.storekit import crash
@@ -43,7 +44,15 @@ TOPIC = "Prop"
 RAM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 
-def _config(root: str) -> StoreConfig:
+DL_INDEX_FS = 4096              # DLedger index files of 128 units: 400 entries take 4
+
+
+def _config(root: str, dledger: bool = False) -> StoreConfig:
+    if dledger:                     # a DLedger member's store, the group's commits made by the test
+        return StoreConfig(storePathRootDir=root, mappedFileSizeCommitLog=FS,
+                           mappedFileSizeConsumeQueue=CQ_ENTRIES * 20, enableDLegerCommitLog=True,
+                           dLegerPeers="n0-127.0.0.1:1;n1-127.0.0.1:2;n2-127.0.0.1:3", dLegerSelfId="n0",
+                           mappedFileSizeForEntryIndex=DL_INDEX_FS)
     return StoreConfig(storePathRootDir=root, mappedFileSizeCommitLog=FS,
                        mappedFileSizeConsumeQueue=CQ_ENTRIES * 20)
 
@@ -69,14 +78,22 @@ CQ_DAMAGE = st.one_of(
 )
 
 
+# DLedger mode: the index files (a unit per entry) too; recovery checks the older ones by size
+DL_DAMAGE = st.one_of(
+    st.tuples(st.just("dl_index_delete"), WHERE),
+    st.tuples(st.just("dl_index_cut"), WHERE, st.integers(0, DL_INDEX_FS - 1)),
+)
+
+
 @st.composite
-def scenarios(draw) -> dict:
+def scenarios(draw, dledger: bool = False) -> dict:
+    damage = st.one_of(CL_DAMAGE, CQ_DAMAGE, DL_DAMAGE) if dledger else st.one_of(CL_DAMAGE, CQ_DAMAGE)
     return dict(
         queues=draw(st.integers(1, 3)),
         messages=draw(st.integers(0, 400)),
         body_size_max=draw(st.sampled_from([8, 300, 1500])),
         clean=draw(st.booleans()),
-        damages=draw(st.lists(st.one_of(CL_DAMAGE, CQ_DAMAGE), max_size=4)),
+        damages=draw(st.lists(damage, max_size=4)),
     )
 
 
@@ -85,9 +102,11 @@ def scenarios(draw) -> dict:
 
 
 class Written:
-    """What was written: per (queue, queue offset) the record's position and bytes."""
+    """What was written: per (queue, queue offset) the record's position and bytes; where the
+    CommitLog's files are (DLedger mode: its data files, entries around the records)."""
 
-    def __init__(self):
+    def __init__(self, cl_dir: str):
+        self.cl_dir = cl_dir
         self.at: dict[tuple[int, int], tuple[int, bytes]] = {}    # (q, qo) -> (phy, record bytes)
 
     def records(self) -> list[tuple[int, int, int, bytes]]:
@@ -95,15 +114,29 @@ class Written:
         return sorted((phy, q, qo, rec) for (q, qo), (phy, rec) in self.at.items())
 
 
+def put(store: MessageStore, q: int, body: bytes):
+    """Stores one message; a DLedger member's append is then committed, as its group would."""
+    if not store.config.enableDLegerCommitLog:
+        r = store.put(TOPIC, q, body)
+        assert r.ok, r
+        return r.result
+    res = store.cl.append(TOPIC, q, body)
+    store.cl.dledger_set_commit(store.ctl.get(C.POS_DL_NEXT_INDEX))
+    return res
+
+
 def fill(store: MessageStore, sc: dict) -> Written:
-    w = Written()
+    w = Written(store.config.commitlog_dir)
     results = []
+    if store.config.enableDLegerCommitLog:
+        store.cl.dledger_set_append_term(1)
     for i in range(sc["messages"]):
         q = i * 7 % sc["queues"]
         body = b"m%05d-" % i + b"x" * (i * 37 % sc["body_size_max"])
-        r = store.put(TOPIC, q, body)
-        assert r.ok, r
-        results.append((q, r.result))
+        results.append((q, put(store, q, body)))
+    if store.config.enableDLegerCommitLog:
+        store.cl.flush(0)
+        save_hard_state(store.config.dledger_dir, 1, None)      # the role saves its term first
     assert store.wait_dispatched()
     for q, res in results:
         rec = bytes(store.cl.read_record(res.phy_offset(), res.size()))
@@ -111,9 +144,8 @@ def fill(store: MessageStore, sc: dict) -> Written:
     return w
 
 
-def cl_files(root: str) -> dict[int, bytes]:
-    d = os.path.join(root, "commitlog")
-    return {int(n): open(os.path.join(d, n), "rb").read() for n in sorted(os.listdir(d))}
+def cl_files(cl_dir: str) -> dict[int, bytes]:
+    return {int(n): open(os.path.join(cl_dir, n), "rb").read() for n in sorted(os.listdir(cl_dir))}
 
 
 def cq_dirs(root: str) -> list[str]:
@@ -126,21 +158,33 @@ def cq_dirs(root: str) -> list[str]:
 def apply_damage(root: str, written: Written, damage: tuple) -> str:
     """Applies one damage to the stopped store's files; returns what it did (for the report)."""
     kind = damage[0]
+    if kind.startswith("dl_index"):
+        d = os.path.join(root, "dledger-n0", "index")
+        names = sorted(os.listdir(d))
+        if not names:
+            return "no DLedger index file"
+        path = os.path.join(d, names[damage[1] % len(names)])
+        if kind == "dl_index_delete":
+            os.unlink(path)
+            return f"deleted DLedger index file {path}"
+        with open(path, "r+b") as f:
+            f.truncate(damage[2])
+        return f"cut DLedger index file {path} to {damage[2]} bytes"
     if kind.startswith("cl_"):
         # the files that hold records (the preparer makes the next one ahead, when it gets to it)
         last = max([phy for phy, _, _, _ in written.records()], default=0)
-        files = [start for start in sorted(cl_files(root)) if start <= last]
+        files = [start for start in sorted(cl_files(written.cl_dir)) if start <= last]
         if kind == "cl_flip_record":
             recs = written.records()
             if not recs:
                 return "no record"
             phy, _, _, rec = recs[damage[1] % len(recs)]
             at, bit = phy + damage[2] % len(rec), damage[3]
-            path, pos = os.path.join(root, "commitlog", "%020d" % (at - at % FS)), at % FS
+            path, pos = os.path.join(written.cl_dir, "%020d" % (at - at % FS)), at % FS
             kind = "cl_flip"
         else:
             start = files[damage[1] % len(files)]
-            path, pos = os.path.join(root, "commitlog", "%020d" % start), damage[2]
+            path, pos = os.path.join(written.cl_dir, "%020d" % start), damage[2]
         if not os.path.exists(path):
             return f"{path} is gone"
         with open(path, "r+b") as f:
@@ -266,21 +310,33 @@ def served(store: MessageStore, q: int, lo: int, hi: int) -> dict[int, bytes]:
 @bounded(60)
 @given(sc=scenarios())
 def test_recovery_under_random_damage_serves_no_damage_and_keeps_the_intact_prefix(tmp_path_factory, sc):
+    recover_damaged(tmp_path_factory, sc, dledger=False)
+
+
+@bounded(30)
+@given(sc=scenarios(dledger=True))
+def test_dledger_recovery_under_random_damage_serves_no_damage_and_keeps_the_intact_prefix(tmp_path_factory, sc):
+    """The same in DLedger mode: records inside entries, DLedger index files damaged too; after the
+    reopen the group's next commit (made by the test) covers the member's whole recovered log."""
+    recover_damaged(tmp_path_factory, sc, dledger=True)
+
+
+def recover_damaged(tmp_path_factory, sc: dict, dledger: bool) -> None:
     root = tempfile.mkdtemp(prefix="prop-recovery-", dir=RAM_DIR) if RAM_DIR \
         else str(tmp_path_factory.mktemp("damage"))
     store = reopened = None
     try:
-        store = MessageStore.open(_config(root))
+        store = MessageStore.open(_config(root, dledger))
         written = fill(store, sc)
         if sc["clean"]:
             store.close()
         else:
             crash(store)
         store = None
-        before = cl_files(root)
+        before = cl_files(written.cl_dir)
         for damage in sc["damages"]:
             note(apply_damage(root, written, damage))
-        damaged = cl_files(root)
+        damaged = cl_files(written.cl_dir)
         first_bad = first_changed(before, damaged)
         # entries whose bytes were changed (not cut or deleted: recovery sees those) are not rebuilt:
         # the read path finds their records, so what is served is checked, not the entries
@@ -288,8 +344,15 @@ def test_recovery_under_random_damage_serves_no_damage_and_keeps_the_intact_pref
         note(f"first damaged CommitLog byte: {first_bad}")
 
         misfiled = refiled(written, damaged, sc["damages"])
-        reopened = MessageStore.open(_config(root))
+        reopened = MessageStore.open(_config(root, dledger))
         note(f"recovery: {reopened.recovery}")
+        if dledger:
+            # as a new leader does (mq.dledger.role _maybe_enable): its group commits the whole recovered
+            # log, and once dispatch has reached the end the queue offsets go on from the queues
+            reopened.cl.dledger_set_commit(reopened.ctl.get(C.POS_DL_NEXT_INDEX))
+            assert reopened.wait_dispatched(timeout_s=3.0), "dispatch stopped"
+            reopened.ctl.reset_next_offsets()
+            reopened.cl.dledger_set_append_term(2)
         for q in range(sc["queues"]):
             lo, hi = reopened.min_offset(TOPIC, q), reopened.max_offset(TOPIC, q)
             mine = {qo: v for (qq, qo), v in written.at.items() if qq == q}
@@ -340,9 +403,8 @@ def test_recovery_under_random_damage_serves_no_damage_and_keeps_the_intact_pref
             hi = reopened.max_offset(TOPIC, q)
             held = [qo for (qq, qo), (phy, rec) in written.at.items()
                     if qq == q and phy + len(rec) <= end and intact(phy, rec)]
-            r = reopened.put(TOPIC, q, b"after-%d" % q)
-            assert r.ok, r
-            assert r.result.queue_offset() == hi, f"queue {q}: new message at {r.result.queue_offset()}, max was {hi}"
+            r = put(reopened, q, b"after-%d" % q)
+            assert r.queue_offset() == hi, f"queue {q}: new message at {r.queue_offset()}, max was {hi}"
             assert hi > max(held, default=-1), \
                 f"queue {q}: new message at {hi}, but the CommitLog still holds that queue's offsets up to {max(held)}"
         assert reopened.wait_dispatched(timeout_s=3.0), "dispatch stopped"
