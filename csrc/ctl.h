@@ -127,6 +127,9 @@ enum mq_pos {                 /* uint64 positions in the control block */
     MQ_POS_HA_SLAVES,         /* slaves connected to this master's HA port now (mq.ha.master keeps it, under
                                  its connection lock; the supervisor zeroes it when the HA role dies):
                                  with MQ_POS_ACKED, RocketMQ's isSlaveOK, read live by every io worker */
+    MQ_POS_VALIDATED,         /* where this start's recovery began validating the log (its start_offset):
+                                 below it no scan at this start vouched for the bytes, so a dispatch walk
+                                 there goes past damage (mq.store.dispatch) instead of stopping */
     MQ_POS_COUNT_
 };
 enum mq_seq {                 /* futex words: bumped after the matching event */

@@ -50,6 +50,14 @@ int dl_entry_check(const uint8_t *p, uint64_t pos, uint64_t room, uint64_t avail
     rec->dl_index = (int64_t)be64r(p + 8);
     rec->dl_term = (int64_t)be64r(p + 16);
     rec->dl_pos = pos;
+    /* values no append writes (no checksum covers the header): indexes start at 0 at position 0 on
+     * every member (an install keeps the leader's positions), each entry takes at least
+     * MQ_DL_HEADER_SIZE + MQ_RECORD_SIZE_MIN bytes, so index <= pos / that; terms start at 1 */
+    if (rec->dl_index < 0 || (uint64_t)rec->dl_index > pos / (MQ_DL_HEADER_SIZE + MQ_RECORD_SIZE_MIN) ||
+        rec->dl_term < 1) {
+        *stop = MQ_SCAN_BAD_INDEX;
+        return MQ_E_CORRUPT;
+    }
     return MQ_OK;
 }
 

@@ -21,8 +21,8 @@
 #include <time.h>
 
 #define MQ_CTL_MAGIC   0x4D51434Cu   /* "MQCL" */
-#define MQ_CTL_VERSION 6u   /* 2: MQ_POS_MSGS; 3: DLedger positions, SEQ_COMMIT/ROLE, journal index;
-                               4: MQ_POS_DISK_FULL; 5: MQ_POS_HA_SLAVES; 6: bells */
+#define MQ_CTL_VERSION 7u   /* 2: MQ_POS_MSGS; 3: DLedger positions, SEQ_COMMIT/ROLE, journal index;
+                               4: MQ_POS_DISK_FULL; 5: MQ_POS_HA_SLAVES; 6: bells; 7: MQ_POS_VALIDATED */
 #define MQ_PAGE        4096u
 #define MQ_BELL_WORDS  ((MQ_BELLS_MAX + 63) / 64)
 #define MQ_SLOTS_USABLE (MQ_QUEUE_SLOTS / 4 * 3)   /* keep linear probes short */

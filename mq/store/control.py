@@ -68,6 +68,7 @@ POS_HA_TAKE_BACK_UNTIL = lib.MQ_POS_HA_TAKE_BACK_UNTIL
 POS_DISK_FULL = lib.MQ_POS_DISK_FULL
 # master/slave: slaves connected to the HA port now (mq.ha.master); isSlaveOK reads it live
 POS_HA_SLAVES = lib.MQ_POS_HA_SLAVES
+POS_VALIDATED = lib.MQ_POS_VALIDATED    # recovery's start_offset: dispatch below it goes past damage
 
 SEQ_WRITE = lib.MQ_SEQ_WRITE
 SEQ_FLUSH = lib.MQ_SEQ_FLUSH

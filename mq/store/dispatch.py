@@ -139,6 +139,9 @@ class Dispatcher:
         and the next call tries again (logged once per episode): it never dies of a full
         disk, and what it dispatched stays readable."""
         start = self.ctl.get(C.POS_DISPATCHED)
+        # below where this start's recovery validated (a DLedger member whose commit it restored low,
+        # then raised by its group) the bytes are as the disk kept them: damage there is skipped too
+        resync = resync or start < self.ctl.get(C.POS_VALIDATED)
         if self.rebase is not None and start < self.ctl.get(C.POS_MIN):
             try:
                 start = self._rebase()

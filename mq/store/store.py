@@ -65,6 +65,7 @@ RECOVERY_SCAN_BATCH = 65536
 ENTRY_SEARCH_BYTES_MAX = 64 << 20
 ENTRY_SEARCH_BATCH = 1024
 ENTRY_SEARCH_NEIGHBOURS = 64          # entries looked at on either side for one that names a record
+DL_ENTRY_SIZE_MIN = lib.MQ_DL_HEADER_SIZE + lib.MQ_RECORD_SIZE_MIN   # the smallest DLedger entry
 MISNAMED_CHUNK = 4096                 # ConsumeQueue entries a C call of recovery's misnamed check reads
 TOTAL_PHYSICAL_MEMORY = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
@@ -306,6 +307,9 @@ class MessageStore:
             start -= fs
             rep.start_offset = start
             end, stop, last_ts = self._validate(start, rep)
+        self.ctl.set(C.POS_VALIDATED, start)
+        if self.dledger and min_pos < start < end:
+            min_pos = self._dledger_head(min_pos, start, rep)
         rep.stop = SCAN_STOP_NAMES.get(stop, str(stop))
         if stop != lib.MQ_SCAN_END and stop != lib.MQ_SCAN_LIMIT:
             rep.dropped_bytes = self._data_after(end, files)
@@ -570,6 +574,33 @@ class MessageStore:
             pos = nxt
             if stop != lib.MQ_SCAN_FULL:
                 return pos, stop, last_ts
+
+    def _dledger_head(self, min_pos: int, start: int, rep: RecoveryReport) -> int:
+        """DLedger mode: where the log's first whole entry is, at or after min_pos.  Recovery
+        validates the last files only, yet reads the first entry's index as the log's first
+        (DL_BEGIN_INDEX) and rewrites index units from it.  An entry there that is not whole, or
+        whose index cannot be (negative, or more entries before the validated entry at `start`
+        than the bytes between can hold), is damage: the log's head moves to the next whole,
+        possible entry (mq_commitlog_resync) -- its entries before it are given up as retention
+        would give them up (a follower that needs them is installed by its leader), with one line.
+        The validated entry at start is the last resort."""
+        s_index = self.cl.dledger_entry_at(start)[0]
+        at = min_pos
+        while True:
+            at = self.cl.resync(at, start)
+            if at >= start:
+                at = start
+                break
+            index = self.cl.dledger_entry_at(at)[0]
+            if 0 <= index <= s_index and (s_index - index) * DL_ENTRY_SIZE_MIN <= start - at:
+                break
+            at += 1
+        if at != min_pos:
+            rep.repaired.append(f"DLedger log head damaged at {min_pos}: starts at {at}")
+            log.warning("repaired: the DLedger log's first entry at %d is damaged: the log starts at the next whole "
+                        "entry, at %d (index %d); the %d bytes before it are given up as retention would", min_pos,
+                        at, self.cl.dledger_entry_at(at)[0], at - min_pos)
+        return at
 
     def _set_positions(self, end: int, min_pos: int, last_ts: int) -> None:
         for p, v in ((C.POS_WRITE, end), (C.POS_FLUSHED, end), (C.POS_MIN, min_pos),

@@ -633,3 +633,114 @@ def test_an_entry_whose_term_was_damaged_upwards_is_cut_at_start(tmp_path):
         assert store.cl.append("R", 0, b"next").queue_offset() == 19
     finally:
         store.close()
+
+
+def test_a_commit_restored_low_then_raised_walks_past_damage_below_the_validated_files(tmp_path):
+    """A DLedger member whose only queue was lost restores its commit low (nothing was indexed, and
+    no checkpoint of the role says more); its group's next commit then makes the dispatch walk the
+    older data files, which this start's recovery did not validate.  An entry there with its MAGIC
+    changed is skipped with one line (POS_VALIDATED: below it dispatch goes past damage), and every
+    other entry is dispatched.  (Before: the steady-state walk stopped for good there --
+    "dispatch stopped at ...: bad magic" -- found by the DLedger recovery property.)"""
+    from mq.store import MessageStore, StoreConfig
+    cfg = StoreConfig(storePathRootDir=str(tmp_path / "s"), mappedFileSizeCommitLog=FS, enableDLegerCommitLog=True,
+                      dLegerPeers="n0-127.0.0.1:1;n1-127.0.0.1:2;n2-127.0.0.1:3", dLegerSelfId="n0",
+                      mappedFileSizeForEntryIndex=4096)
+    store = MessageStore.open(cfg)
+    store.cl.dledger_set_append_term(1)
+    res = [store.cl.append("R", 0, b"r%05d" % i + b"x" * 300) for i in range(800)]
+    store.cl.dledger_set_commit(store.ctl.get(C.POS_DL_NEXT_INDEX))
+    store.cl.flush(0)
+    assert store.wait_dispatched(10)
+    store.close()
+    with open(os.path.join(cfg.commitlog_dir, "%020d" % 0), "r+b") as f:
+        f.seek(res[6].phy_offset() - 48)             # entry 6's MAGIC, in the first data file
+        f.write(b"\0\0\0\x07")
+    shutil.rmtree(os.path.join(str(tmp_path / "s"), "consumequeue", "R", "0"))
+    store = MessageStore.open(cfg)
+    try:
+        rep = store.recovery
+        assert rep.queues_rebuilt == ["R:0"] and rep.start_offset > res[6].phy_offset(), rep
+        assert store.ctl.get(C.POS_VALIDATED) == rep.start_offset
+        assert store.ctl.get(C.POS_COMMITTED) < rep.start_offset        # restored low
+        store.cl.dledger_set_commit(store.ctl.get(C.POS_DL_NEXT_INDEX))
+        assert store.wait_dispatched(10), "dispatch stopped"
+        assert store.max_offset("R", 0) == 800
+        got = {at for qo in range(800) for at, _ in store.get_messages("R", 0, qo, 1)}
+        assert got == set(range(800)) - {6}
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("damage", ["first entry's index", "first file emptied"])
+def test_a_damaged_head_of_the_log_moves_its_start_to_the_next_whole_entry(tmp_path, damage):
+    """Recovery validates a DLedger log's last files, yet took its first entry's index as the log's
+    first (DL_BEGIN_INDEX) and rewrote index units from it.  That entry's INDEX damaged (2^56 added:
+    no checksum covers the header) or its file emptied (cut to 0, extended with zeros) made the
+    open fail (an index file named 2^61, "no DLedger entry at 0").  Now the head moves to the next
+    whole entry whose index is possible, with one line, as retention would move it; everything
+    after is served.  (Found by the DLedger recovery property.)"""
+    from mq.store import MessageStore, StoreConfig
+    cfg = StoreConfig(storePathRootDir=str(tmp_path / "s"), mappedFileSizeCommitLog=FS, enableDLegerCommitLog=True,
+                      dLegerPeers="n0-127.0.0.1:1;n1-127.0.0.1:2;n2-127.0.0.1:3", dLegerSelfId="n0",
+                      mappedFileSizeForEntryIndex=4096)
+    store = MessageStore.open(cfg)
+    store.cl.dledger_set_append_term(1)
+    res = [store.cl.append("R", 0, b"h%05d" % i + b"x" * 300) for i in range(800)]
+    store.cl.dledger_set_commit(store.ctl.get(C.POS_DL_NEXT_INDEX))
+    store.cl.flush(0)
+    assert store.wait_dispatched(10)
+    store.close()
+    path = os.path.join(cfg.commitlog_dir, "%020d" % 0)
+    with open(path, "r+b") as f:
+        if damage == "first entry's index":
+            f.seek(8)                                     # entry 0's INDEX, big-endian: its top byte
+            f.write(b"\x01")
+            begin = 1
+        else:
+            f.truncate(0)
+            begin = next(i for i, r in enumerate(res) if r.phy_offset() >= FS)
+    store = MessageStore.open(cfg)
+    try:
+        rep = store.recovery
+        assert rep.start_offset > FS and any("DLedger log head damaged" in r for r in rep.repaired), rep
+        head = res[begin].phy_offset() - 48
+        assert store.ctl.get(C.POS_MIN) == head and store.ctl.get(C.POS_DL_BEGIN_INDEX) == begin
+        assert store.cl.dledger_entry(begin)[0] == head
+        assert store.min_offset("R", 0) == begin and store.max_offset("R", 0) == 800
+        got = [at for qo in range(800) for at, _ in store.get_messages("R", 0, qo, 1)]
+        assert got == list(range(begin, 800))
+    finally:
+        store.close()
+
+
+def test_an_impossible_index_in_the_first_validated_entry_is_damage(tmp_path):
+    """The scan checks each entry's index against the one before; the first entry it validates has
+    none.  An index no append writes -- negative, or more than its position / 139 (the smallest
+    entry: every member numbers entries from 0 at position 0) -- is damage there too (stop "bad
+    index").  (Before: one entry after a crash with 2^56 added to its INDEX made the open fail,
+    rewriting an index unit 2^61 bytes out.)"""
+    from mq.store import MessageStore, StoreConfig
+    cfg = StoreConfig(storePathRootDir=str(tmp_path / "s"), mappedFileSizeCommitLog=FS, enableDLegerCommitLog=True,
+                      dLegerPeers="n0-127.0.0.1:1;n1-127.0.0.1:2;n2-127.0.0.1:3", dLegerSelfId="n0",
+                      mappedFileSizeForEntryIndex=4096)
+    store = MessageStore.open(cfg)
+    store.cl.dledger_set_append_term(1)
+    store.cl.append("R", 0, b"only")
+    store.cl.dledger_set_commit(1)
+    store.cl.flush(0)
+    assert store.wait_dispatched(10)
+    from tests.store.storekit import crash
+    crash(store)
+    with open(os.path.join(cfg.commitlog_dir, "%020d" % 0), "r+b") as f:
+        f.seek(8)
+        f.write(b"\x01")
+    store = MessageStore.open(cfg)
+    try:
+        assert (store.recovery.stop, store.recovery.end_offset) == ("bad index", 0), store.recovery
+        assert store.ctl.get(C.POS_DL_NEXT_INDEX) == 0
+        store.ctl.reset_next_offsets()
+        store.cl.dledger_set_append_term(2)
+        assert store.cl.append("R", 0, b"next").queue_offset() == 0
+    finally:
+        store.close()
