@@ -488,15 +488,35 @@ def test_a_writer_killed_mid_append_leaves_indexes_dense(tmp_path):
         lg.close()
 
 
+def _member_config(tmp_path, **kw):
+    """A DLedger member's store config (no role: the tests make its commits)."""
+    from mq.store import StoreConfig
+    return StoreConfig(storePathRootDir=str(tmp_path / "s"), mappedFileSizeCommitLog=FS, enableDLegerCommitLog=True,
+                       dLegerPeers="n0-127.0.0.1:1;n1-127.0.0.1:2;n2-127.0.0.1:3", dLegerSelfId="n0",
+                       mappedFileSizeForEntryIndex=4096, **kw)
+
+
+def _filled_member(cfg, bodies, queues: int = 1) -> list:
+    """Opens the store, appends `bodies` in term 1 (message i to queue i % queues), commits, flushes,
+    waits for dispatch and closes it cleanly; the appends' results."""
+    from mq.store import MessageStore
+    store = MessageStore.open(cfg)
+    store.cl.dledger_set_append_term(1)
+    res = [store.cl.append("R", i % queues, body) for i, body in enumerate(bodies)]
+    store.cl.dledger_set_commit(store.ctl.get(C.POS_DL_NEXT_INDEX))
+    store.cl.flush(0)
+    assert store.wait_dispatched(10)
+    store.close()
+    return res
+
+
 def test_retention_in_dledger_mode_moves_the_first_index(tmp_path):
     """Expired data files of a DLedger store go (only committed, flushed and dispatched ones):
     DL_BEGIN_INDEX moves to the first entry left, lookups below it are out of range, the
     index files wholly below it are deleted, and what is left still reads."""
-    from mq.store import MessageStore, StoreConfig
+    from mq.store import MessageStore
     from mq.store.retention import Retention
-    cfg = StoreConfig(storePathRootDir=str(tmp_path / "s"), mappedFileSizeCommitLog=FS, enableDLegerCommitLog=True,
-                      dLegerPeers="n0-127.0.0.1:1;n1-127.0.0.1:2;n2-127.0.0.1:3", dLegerSelfId="n0",
-                      mappedFileSizeForEntryIndex=4096, fileReservedTime=1)
+    cfg = _member_config(tmp_path, fileReservedTime=1)
     store = MessageStore.open(cfg)
     try:
         store.cl.dledger_set_append_term(1)
@@ -530,10 +550,8 @@ def test_a_damaged_older_index_file_is_rewritten_at_start(tmp_path, damage):
     """An index file below the files recovery validates, cut short or deleted while the store was
     stopped: entry lookups there (what a leader reads to catch a follower up) failed for good;
     now recovery notices the file and rewrites the units from the first data file."""
-    from mq.store import MessageStore, StoreConfig
-    cfg = StoreConfig(storePathRootDir=str(tmp_path / "s"), mappedFileSizeCommitLog=FS, enableDLegerCommitLog=True,
-                      dLegerPeers="n0-127.0.0.1:1;n1-127.0.0.1:2;n2-127.0.0.1:3", dLegerSelfId="n0",
-                      mappedFileSizeForEntryIndex=4096)
+    from mq.store import MessageStore
+    cfg = _member_config(tmp_path)
     store = MessageStore.open(cfg)
     store.cl.dledger_set_append_term(1)
     for _ in range(1500):
@@ -565,17 +583,9 @@ def test_a_queue_rebuilt_over_a_damaged_older_entry_keeps_the_entries_after_it(t
     the entries it covers: the walk goes on at the next whole entry (mq_commitlog_resync: MAGIC,
     POS equal to its position, dl_entry_check), the queue keeps its offsets and its end.  (Before:
     the open failed with "dispatch stopped at ...: bad magic".)"""
-    from mq.store import MessageStore, StoreConfig
-    cfg = StoreConfig(storePathRootDir=str(tmp_path / "s"), mappedFileSizeCommitLog=FS, enableDLegerCommitLog=True,
-                      dLegerPeers="n0-127.0.0.1:1;n1-127.0.0.1:2;n2-127.0.0.1:3", dLegerSelfId="n0",
-                      mappedFileSizeForEntryIndex=4096)
-    store = MessageStore.open(cfg)
-    store.cl.dledger_set_append_term(1)
-    res = [store.cl.append("R", i % 2, b"r%05d" % i + b"x" * 300) for i in range(1500)]
-    store.cl.dledger_set_commit(store.ctl.get(C.POS_DL_NEXT_INDEX))
-    store.cl.flush(0)
-    assert store.wait_dispatched(10)
-    store.close()
+    from mq.store import MessageStore
+    cfg = _member_config(tmp_path)
+    res = _filled_member(cfg, [b"r%05d" % i + b"x" * 300 for i in range(1500)], queues=2)
     victim = res[12]                               # queue 0, offset 6, in the first data file
     entry_at = victim.phy_offset() - 48            # its entry's header
     with open(os.path.join(cfg.commitlog_dir, "%020d" % 0), "r+b") as f:
@@ -604,19 +614,11 @@ def test_an_entry_whose_term_was_damaged_upwards_is_cut_at_start(tmp_path):
     (found by the DLedger recovery property) cuts the log there, and the log's last term is 1 again.
     (Before: the entry was kept with term 2^56 + 1, the member's log looked newer than any other
     to every vote, and a leader of term 2 could not append after it.)"""
-    from mq.store import MessageStore, StoreConfig
+    from mq.store import MessageStore
     from mq.store.dledgerfiles import save_hard_state
-    cfg = StoreConfig(storePathRootDir=str(tmp_path / "s"), mappedFileSizeCommitLog=FS, enableDLegerCommitLog=True,
-                      dLegerPeers="n0-127.0.0.1:1;n1-127.0.0.1:2;n2-127.0.0.1:3", dLegerSelfId="n0",
-                      mappedFileSizeForEntryIndex=4096)
-    store = MessageStore.open(cfg)
-    store.cl.dledger_set_append_term(1)
-    res = [store.cl.append("R", 0, b"t%03d" % i) for i in range(20)]
-    store.cl.dledger_set_commit(store.ctl.get(C.POS_DL_NEXT_INDEX))
-    store.cl.flush(0)
-    assert store.wait_dispatched(10)
+    cfg = _member_config(tmp_path)
+    res = _filled_member(cfg, [b"t%03d" % i for i in range(20)])
     save_hard_state(cfg.dledger_dir, 1, None)
-    store.close()
     last_entry = res[-1].phy_offset() - 48
     with open(os.path.join(cfg.commitlog_dir, "%020d" % 0), "r+b") as f:
         f.seek(last_entry + 16)                     # TERM, big-endian: its top byte
@@ -642,17 +644,9 @@ def test_a_commit_restored_low_then_raised_walks_past_damage_below_the_validated
     changed is skipped with one line (POS_VALIDATED: below it dispatch goes past damage), and every
     other entry is dispatched.  (Before: the steady-state walk stopped for good there --
     "dispatch stopped at ...: bad magic" -- found by the DLedger recovery property.)"""
-    from mq.store import MessageStore, StoreConfig
-    cfg = StoreConfig(storePathRootDir=str(tmp_path / "s"), mappedFileSizeCommitLog=FS, enableDLegerCommitLog=True,
-                      dLegerPeers="n0-127.0.0.1:1;n1-127.0.0.1:2;n2-127.0.0.1:3", dLegerSelfId="n0",
-                      mappedFileSizeForEntryIndex=4096)
-    store = MessageStore.open(cfg)
-    store.cl.dledger_set_append_term(1)
-    res = [store.cl.append("R", 0, b"r%05d" % i + b"x" * 300) for i in range(800)]
-    store.cl.dledger_set_commit(store.ctl.get(C.POS_DL_NEXT_INDEX))
-    store.cl.flush(0)
-    assert store.wait_dispatched(10)
-    store.close()
+    from mq.store import MessageStore
+    cfg = _member_config(tmp_path)
+    res = _filled_member(cfg, [b"r%05d" % i + b"x" * 300 for i in range(800)])
     with open(os.path.join(cfg.commitlog_dir, "%020d" % 0), "r+b") as f:
         f.seek(res[6].phy_offset() - 48)             # entry 6's MAGIC, in the first data file
         f.write(b"\0\0\0\x07")
@@ -680,17 +674,9 @@ def test_a_damaged_head_of_the_log_moves_its_start_to_the_next_whole_entry(tmp_p
     open fail (an index file named 2^61, "no DLedger entry at 0").  Now the head moves to the next
     whole entry whose index is possible, with one line, as retention would move it; everything
     after is served.  (Found by the DLedger recovery property.)"""
-    from mq.store import MessageStore, StoreConfig
-    cfg = StoreConfig(storePathRootDir=str(tmp_path / "s"), mappedFileSizeCommitLog=FS, enableDLegerCommitLog=True,
-                      dLegerPeers="n0-127.0.0.1:1;n1-127.0.0.1:2;n2-127.0.0.1:3", dLegerSelfId="n0",
-                      mappedFileSizeForEntryIndex=4096)
-    store = MessageStore.open(cfg)
-    store.cl.dledger_set_append_term(1)
-    res = [store.cl.append("R", 0, b"h%05d" % i + b"x" * 300) for i in range(800)]
-    store.cl.dledger_set_commit(store.ctl.get(C.POS_DL_NEXT_INDEX))
-    store.cl.flush(0)
-    assert store.wait_dispatched(10)
-    store.close()
+    from mq.store import MessageStore
+    cfg = _member_config(tmp_path)
+    res = _filled_member(cfg, [b"h%05d" % i + b"x" * 300 for i in range(800)])
     path = os.path.join(cfg.commitlog_dir, "%020d" % 0)
     with open(path, "r+b") as f:
         if damage == "first entry's index":
@@ -720,10 +706,8 @@ def test_an_impossible_index_in_the_first_validated_entry_is_damage(tmp_path):
     entry: every member numbers entries from 0 at position 0) -- is damage there too (stop "bad
     index").  (Before: one entry after a crash with 2^56 added to its INDEX made the open fail,
     rewriting an index unit 2^61 bytes out.)"""
-    from mq.store import MessageStore, StoreConfig
-    cfg = StoreConfig(storePathRootDir=str(tmp_path / "s"), mappedFileSizeCommitLog=FS, enableDLegerCommitLog=True,
-                      dLegerPeers="n0-127.0.0.1:1;n1-127.0.0.1:2;n2-127.0.0.1:3", dLegerSelfId="n0",
-                      mappedFileSizeForEntryIndex=4096)
+    from mq.store import MessageStore
+    cfg = _member_config(tmp_path)
     store = MessageStore.open(cfg)
     store.cl.dledger_set_append_term(1)
     store.cl.append("R", 0, b"only")
