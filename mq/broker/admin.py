@@ -384,7 +384,7 @@ class AdminProcessor(Processor):
     async def view_message(self, conn, cmd):
         try:
             off = header_int(cmd.ext_fields or {}, "offset", -1, INT64_MIN, INT64_MAX)
-            view = self.store.read_record(off)
+            view = self.store.read_filed(off)
         except BadRequest as e:
             return make_response(cmd, e.code, e.remark)
         except StoreError as e:

@@ -9,7 +9,9 @@ client decodes them as it decodes a pull body) and indexLastUpdateTimestamp /
 indexLastUpdatePhyoffset in the header; QUERY_NOT_FOUND when nothing matches.
 Beyond RocketMQ, each candidate is checked against the record itself (its topic,
 its KEYS words or UNIQ_KEY, its store time inside the range), so hash collisions
-and entries left by a cut CommitLog tail never reach the client.
+and entries left by a cut CommitLog tail never reach the client; and against its
+queue (MessageStore.read_filed): a record whose queue fields were damaged after it
+was indexed is not where they file it, and is not served.
 
 Limits: maxNum is capped at 64 (RocketMQ's maxMsgsNumBatch) and a unique-key query
 asks for 32 (defaultQueryMaxNum); the body stops before QUERY_BODY_MAX bytes."""
@@ -65,10 +67,11 @@ class QueryProcessor(Processor):
         size = 0
         for phy in self.reader.query(topic, key, QUERY_MAX_NUM * 4, begin_ms, end_ms):
             try:
-                view = self.store.read_record(phy)
+                view = self.store.read_filed(phy)
                 rec = parse_record(view)
             except (StoreError, WireError):
-                continue                  # deleted by retention meanwhile, or a cut tail's stale entry
+                continue                  # deleted by retention meanwhile, a cut tail's stale entry, or a
+                                          # record not where its queue fields file it (damaged)
             if not record_matches(rec, topic, key, unique, begin_ms, end_ms):
                 continue
             if size + len(view) > QUERY_BODY_MAX:

@@ -540,7 +540,7 @@ class SendProcessor:
         if g is None:
             return make_response(cmd, RC.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}")
         try:
-            rec = wcl.parse_record(self.store.read_record(phy))
+            rec = wcl.parse_record(self.store.read_filed(phy))
         except (StoreError, WireError) as e:
             return make_response(cmd, RC.SYSTEM_ERROR, f"look message by offset failed, {phy}: {e}")
         props = decode_properties(rec.properties)

@@ -120,7 +120,7 @@ class TransactionService:
     def _record(self, phy: int, size: int = 0, queue_id: int | None = None, queue_offset: int | None = None,
                 topic: str | None = None):
         view = (self.store.read_entry(self.store.cqs.get(topic, queue_id), queue_offset, phy, size, topic.encode())
-                if size else self.store.read_record(phy))
+                if size else self.store.read_filed(phy))
         return wcl.parse_record(view)
 
     def _half_at(self, queue_offset: int):
@@ -266,7 +266,7 @@ class TransactionService:
         root = self.root_of(half, props)
         for phy in self.index.query(topic, uniq, 16, half.store_timestamp_ms - 3600_000, 2 ** 62):
             try:
-                rec = wcl.parse_record(self.store.read_record(phy))
+                rec = wcl.parse_record(self.store.read_filed(phy))
             except (StoreError, WireError):
                 continue
             c_props = decode_properties(rec.properties)

@@ -983,6 +983,44 @@ class MessageStore:
         """CommitLog.read_record on the log holding `phy` (checked whole in C either way)."""
         return self.log_at(phy).read_record(phy, size, queue_id, queue_offset, topic)
 
+    def read_filed(self, phy: int) -> memoryview:
+        """read_record(phy) for a reader that holds an offset, not a queue position (the message
+        index, an offset msgId, send-back, END_TRANSACTION): the record is served only if its
+        own queue serves it too -- what the read path gives for the queue and offset its
+        TOPIC/QUEUEID/QUEUEOFFSET name (read_entry, the damaged-entry search included) is this
+        record.  No checksum covers those fields: a record whose QUEUEOFFSET or QUEUEID changed on
+        the disk passes read_record's checks, and the message index keeps the keys it had before
+        (recovery leaves such a record out of every queue, and a pull never serves it).
+        Not judged, served as read_record reads them: a record dispatch has not reached yet (its
+        entry is still to come), a prepared or rolled-back transaction message (no queue by
+        design), and one whose queue offset is below its queue's first entry (retention took
+        the entry).  Raises CorruptRecord when the record is not where its fields file it."""
+        view = self.read_record(phy)
+        if phy >= self.ctl.get(C.POS_DISPATCHED):
+            return view
+        sys_flag = int.from_bytes(view[wcl.POS_SYS_FLAG:wcl.POS_SYS_FLAG + 4], "big", signed=True)
+        if sys_flag & wcl.TRANSACTION_MASK in (wcl.TRANSACTION_PREPARED, wcl.TRANSACTION_ROLLBACK):
+            return view
+        rec = wcl.parse_record(view)
+        cq = self.cqs.get(rec.topic, rec.queue_id)
+        if cq.slot is not None and rec.queue_offset < cq.min_offset:
+            return view
+        served = None
+        entry = cq.entry(rec.queue_offset)
+        if entry is not None:
+            if entry[:2] == (phy, len(view)):
+                return view
+            try:
+                served = self.read_entry(cq, rec.queue_offset, entry[0], entry[1], rec.topic.encode())
+            except (CorruptRecord, OutOfRange):
+                pass
+            if served is not None and \
+                    int.from_bytes(served[wcl.POS_PHYSICAL_OFFSET:wcl.POS_PHYSICAL_OFFSET + 8], "big") == phy:
+                return view
+        raise CorruptRecord(f"the record at {phy} says {rec.topic}:{rec.queue_id} queue offset {rec.queue_offset}, "
+                            f"where that queue serves " + ("no record" if served is None else "another record")
+                            + " (its queue fields were damaged)")
+
     @property
     def min_phy(self) -> int:
         """The lowest CommitLog offset still held: the old log's first, while it has one."""

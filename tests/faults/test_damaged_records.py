@@ -33,10 +33,10 @@ def broker(tmp_path):
         ns.stop()
 
 
-def send(peer: Peer, body: bytes) -> dict:
+def send(peer: Peer, body: bytes, properties: str = "") -> dict:
     resp = peer.call(310, send_v2(producerGroup="RotPG", topic=TOPIC, defaultTopic="TBW102",
                                   defaultTopicQueueNums="4", queueId="0", sysFlag="0", bornTimestamp="0", flag="0",
-                                  properties=""), body)
+                                  properties=properties), body)
     assert resp.code == 0, (resp.code, resp.remark)
     return resp.ext_fields
 
@@ -117,17 +117,37 @@ def test_a_record_damaged_under_a_live_broker_is_never_served(broker):
 @pytest.mark.parametrize("field,at", [("QUEUEOFFSET", 27), ("TOPIC", 88 + 6 + 1)])
 def test_a_record_whose_queue_offset_or_topic_changed_is_never_served(broker, field, at):
     """A flipped byte of QUEUEOFFSET or of the TOPIC (outside the body CRC): the record no longer
-    matches the ConsumeQueue entry that points at it, and is skipped."""
+    matches the ConsumeQueue entry that points at it, and a pull skips it.  The readers that hold
+    only its offset skip it too, as it is not where its fields file it (its QUEUEOFFSET names
+    record 3's place; the topic names no queue): viewMessageById answers SYSTEM_ERROR, and a
+    query by key, whose message index kept the key from before the flip, QUERY_NOT_FOUND.
+    (Before: both served the damaged record.)"""
     p = Peer(broker.port)
     try:
-        sent = [send(p, b"qo-%03d" % i) for i in range(5)]
+        sent = [send(p, b"qo-%03d" % i, f"KEYS\x01rot-key-{i}\x02") for i in range(5)]
         wait_for(lambda: len(records(pull(p, 0, 30).body)) == 5, 10, what="all five dispatched")
+        wait_for(lambda: all(query(p, f"rot-key-{i}").code == 0 for i in range(5)), 10, what="all five indexed")
         phy = decode_offset_msg_id(sent[2]["msgId"])[2]
         flip(broker, phy, at)
         got = pull(p, 0, 30)
         assert [r.queue_offset for r in records(got.body)] == [0, 1, 3, 4], field
+        view = p.call(33, {"offset": str(phy)})
+        assert view.code == 1 and f"the record at {phy} says" in view.remark, (view.code, view.remark)
+        found = query(p, "rot-key-2")
+        assert found.code == 22, (found.code, found.remark, records(found.body))      # QUERY_NOT_FOUND
+        for i in (0, 1, 3, 4):
+            found = query(p, f"rot-key-{i}")
+            assert found.code == 0 and [r.body for r in records(found.body)] == [b"qo-%03d" % i], i
+            phy_i = decode_offset_msg_id(sent[i]["msgId"])[2]
+            assert p.call(33, {"offset": str(phy_i)}).code == 0, i
     finally:
         p.close()
+
+
+def query(peer: Peer, key: str):
+    """QUERY_MESSAGE (12) by key in TOPIC, any store time."""
+    return peer.call(12, {"topic": TOPIC, "key": key, "maxNum": "32", "beginTimestamp": "0",
+                          "endTimestamp": str(2 ** 62)})
 
 
 @pytest.mark.parametrize("where", ["size", "physical offset"])

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from mq.store import MessageStore, StoreConfig, control as C
+from mq.store import CorruptRecord, MessageStore, StoreConfig, control as C
 from mq.wire import commitlog as wcl
 from tests.store.storekit import crash
 
@@ -490,6 +490,37 @@ def test_a_record_whose_queue_offset_was_damaged_in_range_is_left_out_of_its_que
         (at, view), = s2.get_messages("R", 0, 279, 1)
         assert (at, bytes(view)) == (279, bytes(s2.cl.read_record(res[558].phy_offset(), res[558].size())))
         assert s2.put("R", 0, b"next").result.queue_offset() == 300
+    finally:
+        s2.close()
+
+
+@pytest.mark.parametrize("queue_offset", [279, 280 + 1024], ids=["another record's", "past what the log holds"])
+def test_a_record_left_out_of_every_queue_is_not_served_by_its_offset_either(make_store, queue_offset):
+    """Proves MessageStore.read_filed, the read of those who hold an offset and not a queue
+    position (the message index, an offset msgId, send-back, END_TRANSACTION): the record the test
+    above leaves out of every queue is whole to read_record (its body's CRC holds) and the message
+    index keeps its keys from before the crash, but it is not where its fields file it, so
+    read_filed refuses it; every other record is served, one whose ConsumeQueue entry is damaged
+    after the start too (its record found by the damaged-entry search, as a pull finds it).  (Before: a query by
+    key and viewMessageById served the damaged record.)"""
+    s = make_store(mappedFileSizeCommitLog=FS)
+    root = s.config.storePathRootDir
+    res = _fill(s, 600)
+    victim = res[560]                       # queue 0, offset 280, in the last file: re-dispatched
+    crash(s)
+    _patch(root, victim, wcl.POS_QUEUE_OFFSET, queue_offset.to_bytes(8, "big"))
+    s2 = _reopen(root)
+    try:
+        assert s2.dispatcher.records_refused == 1
+        _flip_entry_phy(root, "R", 1, 5, bit=1)             # record 11's entry, under the open store
+        assert s2.cqs.get("R", 1).entry(5)[0] != res[11].phy_offset()
+        assert wcl.parse_record(s2.read_record(victim.phy_offset()), check_crc=True).queue_offset == queue_offset
+        with pytest.raises(CorruptRecord, match=f"the record at {victim.phy_offset()} says R:0 queue offset "
+                                                f"{queue_offset}, where that queue serves"):
+            s2.read_filed(victim.phy_offset())
+        served = [wcl.parse_record(s2.read_filed(r.phy_offset()), check_crc=True).body[:6]
+                  for i, r in enumerate(res) if i != 560]
+        assert served == [b"m%05d" % i for i in range(600) if i != 560]
     finally:
         s2.close()
 
