@@ -287,8 +287,10 @@ class Supervisor:
                     "haHousekeepingInterval": cfg.haHousekeepingInterval, "haFullCopy": cfg.haFullCopy,
                     "haMasterAddress": cfg.haMasterAddress, "perfTrace": trace}, STOP_PIPE))
             return
+        # dispatch: the refusals of this start's recovery it has still to apply (a DLedger member's)
+        refuse_at = self.store.refusals_pending if role == "dispatch" else None
         self.roles[role] = self.launcher.start(role, role_main, (
-            role, cfg.store_config().as_dict(), cfg.brokerIP1, cfg.listenPort, STOP_PIPE, trace))
+            role, cfg.store_config().as_dict(), cfg.brokerIP1, cfg.listenPort, STOP_PIPE, trace, refuse_at))
 
     async def _watch_children(self) -> None:
         while not self.stopping:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import dataclass
 
 from . import control as C
 from .checkpoint import Checkpoint
@@ -39,6 +40,23 @@ SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 SCAN_BATCH_RECORDS = 16384
 SPACE_RETRY_S = 0.5            # how often a dispatch paused for disk space tries again
 DISPATCH_WAIT_MS = 100         # one C walk's length: how often the role looks at its stop flag
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A record recovery proved misnamed (MessageStore._misfiled), as it read then: dispatch
+    leaves it out of every queue while the record at its offset is still that one.  A DLedger
+    member dispatches only what its group committed, so the dispatch role applies the refusals
+    past that point later; meanwhile its group may truncate that uncommitted tail and write
+    other entries there, whose records the identity tells apart (the same size, queue fields
+    and store time to the millisecond would be taken for the refused record: named)."""
+    why: str
+    ident: tuple[int, int, int, int]           # TOTALSIZE, QUEUEID, QUEUEOFFSET, STORETIMESTAMP
+
+
+def ident_of(rec) -> tuple[int, int, int, int]:
+    """Refusal.ident of a scanned record (mq_scan_rec)."""
+    return rec.size, rec.queue_id, rec.queue_offset, rec.store_ts_ms
 
 
 class Dispatcher:
@@ -62,9 +80,10 @@ class Dispatcher:
         self.last_store_ts_ms = 0
         self.records_dispatched = 0
         self.records_refused = 0                # records left out of every queue (_refuse)
-        # recovery only: CommitLog positions of records its walks leave out of every queue, with why
-        # (MessageStore._misfiled); empty in the steady state
-        self.refuse_at: dict[int, str] = {}
+        # CommitLog positions of records recovery proved misnamed (MessageStore._misfiled), which
+        # dispatch leaves out of every queue; empty in the steady state but on a DLedger member, until
+        # its group commits the entries past the commit recovery restored (MessageStore.refusals_pending)
+        self.refuse_at: dict[int, Refusal] = {}
         self.maps = ffi.new("mq_cq_map[]", lib.MQ_QUEUE_SLOTS)
         self._done = ffi.new("uint32_t *")
         self._need_slot = ffi.new("uint32_t *")
@@ -115,8 +134,10 @@ class Dispatcher:
 
     def _next_refused(self, recs, at: int, n: int) -> int:
         """The index of the first record of recs[at:n] that refuse_at names (n when none)."""
+        refuse_at = self.refuse_at
         for i in range(at, n):
-            if recs[i].phy_offset in self.refuse_at:
+            r = refuse_at.get(recs[i].phy_offset)
+            if r is not None and r.ident == ident_of(recs[i]):
                 return i
         return n
 
@@ -126,7 +147,7 @@ class Dispatcher:
         topic = bytes(self.cl.view_raw(rec.phy_offset + rec.topic_offset, rec.topic_len)).decode()
         log.error("dispatch: the record at %d names %s:%d queue offset %d, but %s (damaged queue fields): left out "
                   "of every ConsumeQueue", rec.phy_offset, topic, rec.queue_id, rec.queue_offset,
-                  self.refuse_at[rec.phy_offset])
+                  self.refuse_at[rec.phy_offset].why)
 
     def dispatch_once(self, limit: int | None = None, resync: bool = False) -> int:
         """Dispatches what is published (up to `limit`); returns records dispatched.
@@ -304,7 +325,12 @@ class Dispatcher:
             while not stop.is_set():
                 if self._flush_failure is not None:
                     raise self._flush_failure
-                if self.dispatch_for(DISPATCH_WAIT_MS):
+                if self.refuse_at:
+                    # refusals still ahead (a DLedger member's, past the commit recovery restored):
+                    # the walk in C does not know them, so dispatch_once walks until they are passed
+                    dispatched = self.ctl.get(C.POS_DISPATCHED)
+                    self.refuse_at = {phy: r for phy, r in self.refuse_at.items() if phy >= dispatched}
+                if not self.refuse_at and self.dispatch_for(DISPATCH_WAIT_MS):
                     continue
                 seen = self.ctl.seq(self.end_seq)
                 self.dispatch_once()

@@ -9,6 +9,10 @@ trace directory, "broker" the records' broker field, "msgs_base" POS_MSGS
 when the supervisor started the role.  The flush role then writes its flush
 records to <dir>/flush-<pid>.jsonl (mq.store.flush); dispatch writes none.
 
+`refuse_at` (dispatch): the records this start's recovery proved misnamed that dispatch has
+not reached yet, MessageStore.refusals_pending (a DLedger member's, past the commit recovery
+restored; mq.store.dispatch.Refusal).
+
 The flush role also feeds the broker's metrics when the supervisor made a stats block
 (mq.store.stats): its histograms go to the block's last region."""
 from __future__ import annotations
@@ -28,7 +32,7 @@ ROLES = ("flush", "dispatch")
 
 
 def role_main(role: str, config_values: dict, store_host: str, store_port: int, stop,
-              trace: dict | None = None) -> None:
+              trace: dict | None = None, refuse_at: dict | None = None) -> None:
     from mq.trace import TraceWriter
     from .store import MessageStore
     # stopped only through `stop` (the supervisor's clean stop flushes through us), and
@@ -48,11 +52,13 @@ def role_main(role: str, config_values: dict, store_host: str, store_port: int, 
                          msgs_base=(trace or {}).get("msgs_base"),
                          stats=stats.writer(region_of("flush", regions=stats.regions)) if stats else None).run(stop)
         elif role == "dispatch":
-            Dispatcher(store.cl, store.cqs, cfg.delay_levels_ms, store.checkpoint,
-                       cfg.flushIntervalConsumeQueue, cfg.flushConsumeQueueThoroughInterval,
-                       committed_only=cfg.enableDLegerCommitLog,
-                       index=index_writer(cfg, store.checkpoint),
-                       rebase=store.finish_install if cfg.enableDLegerCommitLog else None).run(stop)
+            d = Dispatcher(store.cl, store.cqs, cfg.delay_levels_ms, store.checkpoint,
+                           cfg.flushIntervalConsumeQueue, cfg.flushConsumeQueueThoroughInterval,
+                           committed_only=cfg.enableDLegerCommitLog,
+                           index=index_writer(cfg, store.checkpoint),
+                           rebase=store.finish_install if cfg.enableDLegerCommitLog else None)
+            d.refuse_at = dict(refuse_at or {})
+            d.run(stop)
         else:
             raise ValueError(f"unknown store role {role!r}")
     finally:

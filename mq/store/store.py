@@ -48,7 +48,7 @@ from .config import StoreConfig
 from .consumequeue import ConsumeQueueSet, ENTRY_SIZE, FILLER, read_manifest, write_manifest
 from .dledgerfiles import clear_rebase, load_hard_state, load_rebase
 from .legacy import LegacyLog, needs_switch, switch
-from .dispatch import Dispatcher, index_writer
+from .dispatch import Dispatcher, Refusal, index_writer
 from mq.files import fsync_dir
 from mq.wire.filenames import offset_file_path
 from .flush import FlushService
@@ -157,6 +157,9 @@ class MessageStore:
         self.flush_waiter: PositionWaiter | None = None
         self.dispatch_waiter: PositionWaiter | None = None
         self.dispatcher: Dispatcher | None = None
+        # records this start's recovery refused that dispatch has not reached (a DLedger member's, past
+        # the commit it restored): the dispatch role applies them (Dispatcher.refuse_at)
+        self.refusals_pending: dict[int, Refusal] = {}
         self.flusher: FlushService | None = None
 
     # ---- paths ---------------------------------------------------------------------
@@ -353,7 +356,11 @@ class MessageStore:
         walked += self._rebuild_queues(rebuild, min_pos, redispatch_from)
         self.ctl.set(C.POS_DISPATCHED, redispatch_from)
         n = self.dispatcher.dispatch_once(resync=True)
-        self.dispatcher.refuse_at = {}
+        # a DLedger member dispatches only what its group committed: the refusals past that are
+        # applied when it commits them (by this store's dispatch role, or the one the broker starts)
+        done = self.ctl.get(C.POS_DISPATCHED)
+        self.refusals_pending = {phy: r for phy, r in self.dispatcher.refuse_at.items() if phy >= done}
+        self.dispatcher.refuse_at = dict(self.refusals_pending)
         rep.records_redispatched = n
         rep.records_refused = self.dispatcher.records_refused
         self._rebuilt(rebuild, lowest, walked, t_rebuild)
@@ -772,7 +779,7 @@ class MessageStore:
             q = k + 1
         return out
 
-    def _misfiled(self, rebuild: list, from_phy: int, min_pos: int, end: int) -> dict[int, str]:
+    def _misfiled(self, rebuild: list, from_phy: int, min_pos: int, end: int) -> dict[int, Refusal]:
         """The records recovery's walks (from from_phy) must leave out of every queue, with why.
         Dispatch writes an entry from its record's own fields, so a queue's entry naming a whole
         record that says another queue or offset proves one of the two damaged (no checksum covers
@@ -807,8 +814,9 @@ class MessageStore:
             lo = max(m.after, min_pos)
             if self._find_record(m.topic.encode(), m.queue_id, m.queue_offset, lo, m.before) is not None:
                 continue                    # the entry's own record is elsewhere: the entry is damaged
-            refuse[m.phy] = f"{m.topic}:{m.queue_id}'s entry {m.queue_offset} names it, and its own record is not in " \
-                            f"[{lo}, {m.before})"
+            why = f"{m.topic}:{m.queue_id}'s entry {m.queue_offset} names it, and its own record is not in [{lo}, {m.before})"
+            rec = wcl.parse_record(self.log_at(m.phy).view_raw(m.phy, m.size))
+            refuse[m.phy] = Refusal(why, (m.size, rec.queue_id, rec.queue_offset, rec.store_timestamp_ms))
         return refuse
 
     def _record_at(self, phy: int, size: int) -> tuple[str, int, int] | None:

@@ -15,6 +15,8 @@ cut.  After the reopen:
     ConsumeQueues alone, every record is (they are rebuilt from the CommitLog);
   * queue offsets are dense and unique: each queue's entries from min to max point each at the
     record written at that queue offset, and min is 0 (nothing was retired);
+  * the readers that hold a CommitLog offset (the message index, an offset msgId: read_filed)
+    serve a record exactly where a pull serves it, byte for byte, and no other;
   * the store takes a new message on every queue and gives it the next queue offset, max,
     never one already used, and serves it.
 """
@@ -27,7 +29,7 @@ import tempfile
 import pytest
 from hypothesis import given, note, strategies as st
 
-from mq.store import MessageStore, StoreConfig, control as C
+from mq.store import MessageStore, StoreConfig, StoreError, control as C
 from mq.store.consumequeue import FILLER
 from mq.store.control import remove_segment
 from mq.store.dledgerfiles import save_hard_state
@@ -353,6 +355,8 @@ def recover_damaged(tmp_path_factory, sc: dict, dledger: bool) -> None:
             assert reopened.wait_dispatched(timeout_s=3.0), "dispatch stopped"
             reopened.ctl.reset_next_offsets()
             reopened.cl.dledger_set_append_term(2)
+        assert reopened.wait_dispatched(timeout_s=3.0), "dispatch stopped"
+        served_all: dict[tuple[int, int], bytes] = {}
         for q in range(sc["queues"]):
             lo, hi = reopened.min_offset(TOPIC, q), reopened.max_offset(TOPIC, q)
             mine = {qo: v for (qq, qo), v in written.at.items() if qq == q}
@@ -360,6 +364,7 @@ def recover_damaged(tmp_path_factory, sc: dict, dledger: bool) -> None:
             assert 0 <= lo <= hi <= max([len(mine)] + [qo + 1 for qo in theirs]), \
                 f"queue {q} holds [{lo}, {hi}), {len(mine)} were written"
             got = served(reopened, q, lo, hi)
+            served_all.update(((q, qo), b) for qo, b in got.items())
             # no damaged record is served (but the named limit of refiled())
             for qo, rec_bytes in got.items():
                 if theirs.get(qo) == rec_bytes:
@@ -392,6 +397,24 @@ def recover_damaged(tmp_path_factory, sc: dict, dledger: bool) -> None:
                 if first_bad is None or phy + len(rec_bytes) <= first_bad:
                     assert got.get(qo) == rec_bytes, \
                         f"queue {q} offset {qo} (at {phy}, before the first damaged byte {first_bad}) is lost"
+        # the readers that hold an offset, not a queue position (the message index, an offset msgId:
+        # read_filed), serve a record exactly where a pull of its queue serves it (below its queue's
+        # first entry: not judged)
+        by_phy = {int.from_bytes(b[wcl.POS_PHYSICAL_OFFSET:wcl.POS_PHYSICAL_OFFSET + 8], "big"): (at, b)
+                  for at, b in served_all.items()}
+        for phy in sorted({phy for phy, _ in written.at.values()} | set(by_phy)):
+            try:
+                v = bytes(reopened.read_filed(phy))
+            except StoreError:
+                assert phy not in by_phy, f"a pull serves the record at {phy} at {by_phy[phy][0]}, read_filed not"
+                continue
+            rec = wcl.parse_record(v, check_crc=True)
+            if phy in by_phy:
+                assert v == by_phy[phy][1], f"read_filed and a pull serve different bytes at {phy}"
+            else:            # below its queue's first entry, or refiled()'s named limit (a queue not pulled)
+                assert rec.topic == TOPIC and (rec.queue_offset < reopened.min_offset(TOPIC, rec.queue_id) or
+                                               misfiled.get((rec.queue_id, rec.queue_offset)) == v), \
+                    f"read_filed serves the record at {phy} ({rec.topic}:{rec.queue_id} {rec.queue_offset}), no pull"
         # the store takes new messages and gives each the next queue offset, never one a record still in
         # the CommitLog (below the recovered end, as it was written) holds
         end = reopened.cl.write_pos

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -465,7 +466,6 @@ def test_a_writer_killed_mid_append_leaves_indexes_dense(tmp_path):
         for _ in range(6):
             p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
             assert p.stdout.readline().strip() == "go"
-            import time
             time.sleep(rnd.uniform(0.02, 0.2))
             os.kill(p.pid, signal.SIGKILL)
             p.wait(10)
@@ -728,3 +728,44 @@ def test_an_impossible_index_in_the_first_validated_entry_is_damage(tmp_path):
         assert store.cl.append("R", 0, b"next").queue_offset() == 0
     finally:
         store.close()
+
+
+def test_a_misnamed_record_past_the_restored_commit_is_refused_when_the_group_commits_it(tmp_path, caplog):
+    """A DLedger member's recovery proves a record misnamed (R:0's last entry names record 38, whose
+    QUEUEID was flipped to say R:1 offset 19, R:1's end), but dispatches only what is known
+    committed: R:0 is rebuilt, so nothing is, and the record lies past the commit restored.  The
+    refusal waits (MessageStore.refusals_pending) and the dispatch role applies it when the group
+    commits the entry: the record goes into no queue, with one line, and no reader serves it.
+    (Before: the steady-state walk in C filed it as R:1:19 -- found by the DLedger recovery
+    property, blobs b'AEECQQFBAAABQQBBAEQO4SGXQQAA' and b'AEEBQQFBAAABQQBBAEQO4SGUQQAA'.)"""
+    from mq.store import MessageStore
+    cfg = _member_config(tmp_path)
+    res = _filled_member(cfg, [b"m%05d" % i for i in range(39)], queues=2)
+    victim = res[38]                                   # R:0 offset 19; R:1 ends at 19
+    with open(os.path.join(cfg.commitlog_dir, "%020d" % 0), "r+b") as f:
+        f.seek(victim.phy_offset() + wcl.POS_QUEUE_ID + 3)
+        f.write(b"\x01")
+    with caplog.at_level("ERROR", logger="mq.store.dispatch"):
+        store = MessageStore.open(cfg)
+        try:
+            assert store.recovery.queues_rebuilt == ["R:0"], store.recovery
+            assert store.ctl.get(C.POS_COMMITTED) <= victim.phy_offset()          # restored low
+            assert list(store.refusals_pending) == [victim.phy_offset()]
+            store.cl.dledger_set_commit(store.ctl.get(C.POS_DL_NEXT_INDEX))
+            assert store.wait_dispatched(10), "dispatch stopped"
+            assert (store.max_offset("R", 0), store.max_offset("R", 1)) == (19, 19)
+            assert store.dispatcher.records_refused == 1
+            served = {(q, at): bytes(wcl.parse_record(v, check_crc=True).body) for q in range(2)
+                      for qo in range(19) for at, v in store.get_messages("R", q, qo, 1)}
+            assert served == {(i % 2, i // 2): b"m%05d" % i for i in range(38)}
+            with pytest.raises(CorruptRecord):
+                store.read_filed(victim.phy_offset())
+            # passed: the role's next turn drops it and walks in C again
+            deadline = time.monotonic() + 5
+            while store.dispatcher.refuse_at and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert store.dispatcher.refuse_at == {}
+        finally:
+            store.close()
+    lines = [r.getMessage() for r in caplog.records if "left out of every ConsumeQueue" in r.getMessage()]
+    assert len(lines) == 1 and f"the record at {victim.phy_offset()} names R:1 queue offset 19" in lines[0], lines
