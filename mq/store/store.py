@@ -814,7 +814,8 @@ class MessageStore:
             lo = max(m.after, min_pos)
             if self._find_record(m.topic.encode(), m.queue_id, m.queue_offset, lo, m.before) is not None:
                 continue                    # the entry's own record is elsewhere: the entry is damaged
-            why = f"{m.topic}:{m.queue_id}'s entry {m.queue_offset} names it, and its own record is not in [{lo}, {m.before})"
+            why = f"{m.topic}:{m.queue_id}'s entry {m.queue_offset} names it, and its own record is not in " \
+                  f"[{lo}, {m.before})"
             rec = wcl.parse_record(self.log_at(m.phy).view_raw(m.phy, m.size))
             refuse[m.phy] = Refusal(why, (m.size, rec.queue_id, rec.queue_offset, rec.store_timestamp_ms))
         return refuse

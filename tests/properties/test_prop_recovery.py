@@ -411,9 +411,10 @@ def recover_damaged(tmp_path_factory, sc: dict, dledger: bool) -> None:
             rec = wcl.parse_record(v, check_crc=True)
             if phy in by_phy:
                 assert v == by_phy[phy][1], f"read_filed and a pull serve different bytes at {phy}"
-            else:            # below its queue's first entry, or refiled()'s named limit (a queue not pulled)
-                assert rec.topic == TOPIC and (rec.queue_offset < reopened.min_offset(TOPIC, rec.queue_id) or
-                                               misfiled.get((rec.queue_id, rec.queue_offset)) == v), \
+            else:            # a queue not pulled above (refiled()'s limit: its queue fields, topic too, damaged)
+                pulled = [(at, bytes(w)) for at, w in reopened.get_messages(rec.topic, rec.queue_id, rec.queue_offset, 1)]
+                assert pulled == [(rec.queue_offset, v)] or \
+                    rec.queue_offset < reopened.min_offset(rec.topic, rec.queue_id), \
                     f"read_filed serves the record at {phy} ({rec.topic}:{rec.queue_id} {rec.queue_offset}), no pull"
         # the store takes new messages and gives each the next queue offset, never one a record still in
         # the CommitLog (below the recovered end, as it was written) holds
