@@ -100,8 +100,8 @@ class Dispatcher:
         mq_dispatch_batch's rule (the gap's records must fit in the CommitLog between the queue's
         last record and this one), before any file is made for it; when that entry lies in an
         earlier file, the gap up to this file is filled with fillers and CQ_MAX moved past them
-        (C fills a gap inside one file).  False (nothing done): the record's QUEUEOFFSET is
-        damaged."""
+        (C fills a gap inside one file); an empty queue starts at this file.  False (nothing
+        done): the record's QUEUEOFFSET is damaged."""
         cq = self.cqs.by_slot(slot)
         cur = self.ctl.queue_get(slot, C.Q_CQ_MAX)
         if queue_offset > cur:
@@ -112,6 +112,12 @@ class Dispatcher:
             if 0 < cur < file_first:
                 cq.fill(cur, file_first)
                 self.ctl.queue_set(slot, C.Q_CQ_MAX, file_first)
+            elif cur == 0 < file_first and self.ctl.queue_get(slot, C.Q_CQ_MIN) == 0:
+                # an empty queue whose first record comes past its first file: its earlier records
+                # are gone (a DLedger member's rebuild after its log's head was given up, dispatched
+                # once the group commits): it starts at that file, as a queue retention cut does
+                for field_ in (C.Q_CQ_MIN, C.Q_CQ_MAX):
+                    self.ctl.queue_set(slot, field_, file_first)
         ptr, first, entries = cq.writable_ptr(queue_offset)
         m = self.maps[slot]
         m.base = ptr

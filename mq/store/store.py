@@ -43,7 +43,7 @@ from mq.wire.errors import WireError
 
 from . import control as C
 from .checkpoint import Checkpoint
-from .commitlog import CommitLog, list_files, SCAN_STOP_NAMES, AppendResult
+from .commitlog import CommitLog, list_files, SCAN_CLEAN_STOPS, SCAN_STOP_NAMES, AppendResult
 from .config import StoreConfig
 from .consumequeue import ConsumeQueueSet, ENTRY_SIZE, FILLER, read_manifest, write_manifest
 from .dledgerfiles import clear_rebase, load_hard_state, load_rebase
@@ -602,12 +602,31 @@ class MessageStore:
             if 0 <= index <= s_index and (s_index - index) * DL_ENTRY_SIZE_MIN <= start - at:
                 break
             at += 1
+        if at < start and self._dledger_index_damage(self.cl.dledger_entry_at(at)[0], s_index) is not None:
+            # the index units below start are rewritten from the head (_recover_dledger), which needs
+            # every entry from it to start whole: the head moves past the last damage before start
+            at = self._whole_from(at, start)
         if at != min_pos:
             rep.repaired.append(f"DLedger log head damaged at {min_pos}: starts at {at}")
             log.warning("repaired: the DLedger log's first entry at %d is damaged: the log starts at the next whole "
                         "entry, at %d (index %d); the %d bytes before it are given up as retention would", min_pos,
                         at, self.cl.dledger_entry_at(at)[0], at - min_pos)
         return at
+
+    def _whole_from(self, at: int, start: int) -> int:
+        """The first entry at or after `at` from which every entry up to the validated one at
+        `start` is whole (the scan with CRCs; past damage, the next whole entry: resync)."""
+        scanner = self.cl.scanner(1024)
+        pos = at
+        while pos < start:
+            _, nxt, stop = scanner.scan(pos, start, check_crc=True)
+            if nxt >= start:
+                break
+            if stop in SCAN_CLEAN_STOPS and stop != lib.MQ_SCAN_END and nxt > pos:
+                pos = nxt                        # a full batch: go on
+                continue
+            at = pos = self.cl.resync(nxt + 1, start)
+        return min(at, start)
 
     def _set_positions(self, end: int, min_pos: int, last_ts: int) -> None:
         for p, v in ((C.POS_WRITE, end), (C.POS_FLUSHED, end), (C.POS_MIN, min_pos),
@@ -701,13 +720,15 @@ class MessageStore:
                 rebuild.append((cq, f"entry {cut} points at or past the end {end} of a log stopped cleanly there",
                                 lo, hi))
                 continue
-            if cut_here and rep.mode == "abnormal":
-                # a crash leaves entries of records it tore; a damaged entry looks the same, unless
-                # the record of its offset is in the log after the queue's last kept one (re-dispatch
-                # from start_offset finds those after it; before it, looked for here)
+            if cut_here:
+                # a crash, or damage that cut the log, leaves entries of records it took; a damaged
+                # entry looks the same, unless the record of its offset is in the log after the
+                # queue's last kept one (after a crash, re-dispatch from start_offset finds those
+                # after it; before it, and after a clean stop up to the end, looked for here)
                 after = cq.last_phy_end(cut)
-                if 0 < after < rep.start_offset:
-                    found = self._find_record(topic.encode(), qid, cut, after, rep.start_offset)
+                upto = rep.start_offset if rep.mode == "abnormal" else end
+                if 0 < after < upto:
+                    found = self._find_record(topic.encode(), qid, cut, after, upto)
                     if found is not None:
                         rebuild.append((cq, f"entry {cut} points at or past the end {end}, but its record is at "
                                             f"{found[0]}", lo, hi))

@@ -12,7 +12,9 @@ cut.  After the reopen:
     record written there;
   * the intact prefix is kept: every record that lies wholly before the first CommitLog byte
     the damage changed is still served through its queue at its queue offset; with damage to
-    ConsumeQueues alone, every record is (they are rebuilt from the CommitLog);
+    ConsumeQueues alone, every record is (they are rebuilt from the CommitLog); but a DLedger
+    member whose log's head is damaged gives up what lies before the next entry from which its
+    log is whole (as retention would; its group installs it again);
   * queue offsets are dense and unique: each queue's entries from min to max point each at the
     record written at that queue offset, and min is 0 (nothing was retired);
   * the readers that hold a CommitLog offset (the message index, an offset msgId: read_filed)
@@ -348,6 +350,10 @@ def recover_damaged(tmp_path_factory, sc: dict, dledger: bool) -> None:
         misfiled = refiled(written, damaged, sc["damages"])
         reopened = MessageStore.open(_config(root, dledger))
         note(f"recovery: {reopened.recovery}")
+        # a DLedger member whose log's head is damaged gives up the entries before the next one from
+        # which its log is whole, as retention gives them up (its group installs them): MIN moved
+        head = reopened.ctl.get(C.POS_MIN) if any(r.startswith("DLedger log head damaged")
+                                                   for r in reopened.recovery.repaired) else 0
         if dledger:
             # as a new leader does (mq.dledger.role _maybe_enable): its group commits the whole recovered
             # log, and once dispatch has reached the end the queue offsets go on from the queues
@@ -381,7 +387,8 @@ def recover_damaged(tmp_path_factory, sc: dict, dledger: bool) -> None:
             # fields were damaged in range (nothing checks them but their use) is in no queue or another
             # (a queue rebuilt from a CommitLog whose first records the damage took may start after them)
             assert lo == 0 or first_bad is not None and all(
-                phy + len(rec) > first_bad for qo, (phy, rec) in mine.items() if qo < lo), f"queue {q} starts at {lo}"
+                phy + len(rec) > first_bad or phy < head for qo, (phy, rec) in mine.items() if qo < lo), \
+                f"queue {q} starts at {lo}"
             cq = reopened.cqs.get(TOPIC, q)
             for qo in range(lo, hi):
                 if qo in theirs and got.get(qo) == theirs[qo]:
@@ -394,7 +401,7 @@ def recover_damaged(tmp_path_factory, sc: dict, dledger: bool) -> None:
                     f"queue {q} entry {qo} is {entry}, the record written there is at {phy}"
             # the intact prefix is kept (all of it when only ConsumeQueues were damaged)
             for qo, (phy, rec_bytes) in sorted(mine.items()):
-                if first_bad is None or phy + len(rec_bytes) <= first_bad:
+                if (first_bad is None or phy + len(rec_bytes) <= first_bad) and phy >= head:
                     assert got.get(qo) == rec_bytes, \
                         f"queue {q} offset {qo} (at {phy}, before the first damaged byte {first_bad}) is lost"
         # the readers that hold an offset, not a queue position (the message index, an offset msgId:

@@ -769,3 +769,62 @@ def test_a_misnamed_record_past_the_restored_commit_is_refused_when_the_group_co
             store.close()
     lines = [r.getMessage() for r in caplog.records if "left out of every ConsumeQueue" in r.getMessage()]
     assert len(lines) == 1 and f"the record at {victim.phy_offset()} names R:1 queue offset 19" in lines[0], lines
+
+
+def _served_from(store, topic="R", queue=0) -> dict[int, bytes]:
+    """{queue offset: body} of every message a read of the queue serves, from its min to its max."""
+    return {at: bytes(wcl.parse_record(v, check_crc=True).body) for qo in range(store.min_offset(topic, queue),
+                                                                              store.max_offset(topic, queue))
+            for at, v in store.get_messages(topic, queue, qo, 1)}
+
+
+def test_a_log_whose_index_is_rewritten_from_a_damaged_head_starts_where_it_is_whole(tmp_path):
+    """A DLedger member's first data file cut inside its second entry, and the first index file
+    gone, after a clean stop: the index units below the validated files are rewritten from the
+    log's head, which needs every entry from the head to the validated ones whole.  The head moves
+    past the damage, to the next entry from which the log is whole (the next file's first), as
+    retention would move it, with one line; every entry from there is served once the group
+    commits.  (Before: the open failed, "DLedger index recovery of [0, ...)" -- the head check
+    looked at the first entry only, which was whole; found by the DLedger recovery property, blob
+    b'AEEBQgDiQQIBAUEDQQBCAJQBQQlBAAA='.)"""
+    from mq.store import MessageStore
+    cfg = _member_config(tmp_path)
+    res = _filled_member(cfg, [b"m%05d" % i + b"-" * 800 for i in range(226)])
+    os.truncate(os.path.join(cfg.commitlog_dir, "%020d" % 0), res[1].phy_offset() + 20)
+    os.remove(os.path.join(cfg.dledger_index_dir, "%020d" % 0))
+    store = MessageStore.open(cfg)
+    try:
+        rep = store.recovery
+        assert f"DLedger log head damaged at 0: starts at {FS}" in rep.repaired, rep
+        assert store.ctl.get(C.POS_MIN) == FS
+        store.cl.dledger_set_commit(store.ctl.get(C.POS_DL_NEXT_INDEX))
+        assert store.wait_dispatched(10), "dispatch stopped"
+        kept = [i for i, r in enumerate(res) if r.phy_offset() >= FS]
+        assert _served_from(store) == {i: b"m%05d" % i + b"-" * 800 for i in kept}
+    finally:
+        store.close()
+
+
+def test_a_queue_rebuilt_after_the_log_head_was_given_up_starts_at_its_first_record_file(tmp_path):
+    """A DLedger member's first data file emptied and its queue's first ConsumeQueue file deleted
+    (32-entry files): the head moves to the next file, and the queue, rebuilt, has nothing until
+    the group commits -- then dispatch meets its first record at an offset past its first files.
+    The empty queue starts at the file holding that record (fillers before it in that file), as
+    after retention, so a consumer at offset 0 is sent there.  (Before: its min stayed 0 over
+    files that do not exist; found by the DLedger recovery property, blob
+    b'AEEBQgDiQQIBAUEDQQBBAAFBBEEAQQAA'.)"""
+    from mq.store import MessageStore
+    cfg = _member_config(tmp_path, mappedFileSizeConsumeQueue=32 * 20)
+    res = _filled_member(cfg, [b"m%05d" % i + b"-" * 800 for i in range(226)])
+    os.truncate(os.path.join(cfg.commitlog_dir, "%020d" % 0), 0)
+    os.remove(os.path.join(str(tmp_path / "s"), "consumequeue", "R", "0", "%020d" % 0))
+    store = MessageStore.open(cfg)
+    try:
+        assert store.recovery.queues_rebuilt == ["R:0"], store.recovery
+        store.cl.dledger_set_commit(store.ctl.get(C.POS_DL_NEXT_INDEX))
+        assert store.wait_dispatched(10), "dispatch stopped"
+        kept = [i for i, r in enumerate(res) if r.phy_offset() >= FS]
+        assert (store.min_offset("R", 0), store.max_offset("R", 0)) == (kept[0] - kept[0] % 32, 226)
+        assert _served_from(store) == {i: b"m%05d" % i + b"-" * 800 for i in kept}
+    finally:
+        store.close()

@@ -679,6 +679,35 @@ def test_an_entry_damaged_to_point_past_the_end_is_not_taken_for_a_cut_log(make_
         s2.close()
 
 
+def test_an_entry_damaged_past_the_end_is_not_cut_with_a_tail_that_damage_cut_after_a_clean_stop(make_store):
+    """Proves the same after a clean stop whose log damage cut short (the end the stop recorded is
+    not reached, so entries past the recovered end may be the cut tail's): record 61's body is
+    flipped, so the log ends before it, and queue 2's entry 19 (record 59, before the cut) is
+    damaged to point past the end.  Entry 20 (record 62, after the cut) goes with the tail; entry
+    19's record is found in the log after entry 18's, so queue 2 is rebuilt and keeps offset 19,
+    and the next message there gets 20.  (Before: only a crash searched, so entry 19 was cut as
+    tail -- the intact message lost and its offset given again; found by the randomized recovery
+    property, blob b'AEEDQT9BAAEBQQFBAEIZ30EAAUEHQgDOQQBCAXxBAAA='.)"""
+    s = make_store(mappedFileSizeCommitLog=FS)
+    root = s.config.storePathRootDir
+    res = _fill(s, 63, queues=3)
+    s.close()
+    _patch(root, res[61], res[61].size() - 10, b"\xff")                 # a body byte: BODYCRC fails
+    _flip_entry_phy(root, "R", 2, 19)
+    s2 = _reopen(root)
+    try:
+        rep = s2.recovery
+        assert (rep.mode, rep.stop, rep.end_offset) == ("clean", "bad crc", res[61].phy_offset()), rep
+        assert rep.queues_rebuilt == ["R:2"], rep
+        assert s2.max_offset("R", 2) == 20
+        got = [(at, wcl.parse_record(v, check_crc=True).body[:6]) for qo in range(20)
+               for at, v in s2.get_messages("R", 2, qo, 1)]
+        assert got == [(qo, b"m%05d" % (3 * qo + 2)) for qo in range(20)]
+        assert s2.put("R", 2, b"next").result.queue_offset() == 20
+    finally:
+        s2.close()
+
+
 def test_a_damaged_entry_is_found_past_another_damaged_record(make_store):
     """Proves the damaged-entry search walks past damage in its window: with three queues, queue
     0's entry 11 (record 33) has its size flipped, and record 32 (queue 2), between record 31 and
