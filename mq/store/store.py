@@ -619,7 +619,7 @@ class MessageStore:
         scanner = self.cl.scanner(1024)
         pos = at
         while pos < start:
-            _, nxt, stop = scanner.scan(pos, start, check_crc=True)
+            _, nxt, stop = scanner.scan(pos, start, check_crc=True, resolve_slots=0)
             if nxt >= start:
                 break
             if stop in SCAN_CLEAN_STOPS and stop != lib.MQ_SCAN_END and nxt > pos:
