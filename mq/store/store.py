@@ -608,8 +608,9 @@ class MessageStore:
             at = self._whole_from(at, start)
         if at != min_pos:
             rep.repaired.append(f"DLedger log head damaged at {min_pos}: starts at {at}")
-            log.warning("repaired: the DLedger log's first entry at %d is damaged: the log starts at the next whole "
-                        "entry, at %d (index %d); the %d bytes before it are given up as retention would", min_pos,
+            log.warning("repaired: the DLedger log is damaged from %d (its first entry, or one before the validated "
+                        "files while their index is rewritten): the log starts at the next entry from which it is "
+                        "whole, at %d (index %d); the %d bytes before it are given up as retention would", min_pos,
                         at, self.cl.dledger_entry_at(at)[0], at - min_pos)
         return at
 
