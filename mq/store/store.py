@@ -655,6 +655,10 @@ class MessageStore:
             if why is not None:
                 log.warning("repaired: the DLedger index %s: rewritten from the first data file", why)
                 start = min_pos
+        if end > start:
+            # the rewrite makes a missing index file again, not one cut short: those go first
+            first = self.cl.dledger_entry_at(start)[0]
+            self._drop_cut_index_files(first, first + (end - start) // DL_ENTRY_SIZE_MIN + 1)
         next_index, end_term = self.cl.dledger_recover_index(start, end)
         begin = self.cl.dledger_entry_at(min_pos)[0] if end > min_pos else next_index
         self._set_dledger_positions(next_index, end_term, begin, 0)
@@ -689,6 +693,22 @@ class MessageStore:
                 os.unlink(path)           # not mapped yet: recovery reads no unit before this
                 return f"file {os.path.basename(path)} has {size} bytes, not {ifs}"
         return None
+
+    def _drop_cut_index_files(self, first: int, upto: int) -> None:
+        """Removes the DLedger index files holding units of entries [first, upto) whose size is not
+        the index file size (cut short), one line each, for the rewrite to make them again."""
+        ifs = self.config.mappedFileSizeForEntryIndex
+        unit = INDEX_UNIT_SIZE
+        for at in range(first * unit - first * unit % ifs, upto * unit, ifs):
+            path = offset_file_path(self.config.dledger_index_dir, at)
+            try:
+                size = os.path.getsize(path)
+            except FileNotFoundError:
+                continue
+            if size != ifs:
+                os.unlink(path)           # not mapped yet: recovery reads no unit before the rewrite
+                log.warning("repaired: the DLedger index file %s has %d bytes, not %d: rewritten",
+                            os.path.basename(path), size, ifs)
 
     def _recover_queues(self, end: int, min_pos: int, rep: RecoveryReport,
                         whole_log: bool = False) -> tuple[int, list]:

@@ -828,3 +828,30 @@ def test_a_queue_rebuilt_after_the_log_head_was_given_up_starts_at_its_first_rec
         assert _served_from(store) == {i: b"m%05d" % i + b"-" * 800 for i in kept}
     finally:
         store.close()
+
+
+def test_an_index_file_cut_short_in_the_validated_files_is_rewritten(tmp_path):
+    """The index units of the files recovery validates are rewritten from their entries after a
+    crash; the rewrite makes a missing index file again, and now one cut short too (it is removed
+    first, with one line) -- here the second, emptied, where damage ends the log at its first
+    unit.  (Before: the open failed, "DLedger index recovery of [0, ...)"; found by the DLedger
+    recovery property, blob b'AEEBQgEzQQAAAUEKQQFBAAFBAEQA2uWYQQBBAAA='.)"""
+    from mq.store import MessageStore
+    from tests.store.storekit import crash
+    cfg = _member_config(tmp_path)
+    store = MessageStore.open(cfg)
+    store.cl.dledger_set_append_term(1)
+    res = [store.cl.append("R", 0, b"m%05d" % i) for i in range(300)]      # one data file, 3 index files
+    store.cl.dledger_set_commit(store.ctl.get(C.POS_DL_NEXT_INDEX))
+    assert store.wait_dispatched(10)
+    crash(store)
+    os.truncate(os.path.join(cfg.dledger_index_dir, "%020d" % 4096), 0)
+    with open(os.path.join(cfg.commitlog_dir, "%020d" % 0), "r+b") as f:
+        f.seek(res[128].phy_offset() - 48)          # entry 128's MAGIC: the log ends at the cut file's first unit
+        f.write(b"\0\0\0\x07")
+    store = MessageStore.open(cfg)
+    try:
+        assert store.recovery.start_offset == 0 and store.ctl.get(C.POS_DL_NEXT_INDEX) == 128
+        assert [store.cl.dledger_entry(i)[0] + 48 for i in range(128)] == [r.phy_offset() for r in res[:128]]
+    finally:
+        store.close()
