@@ -395,7 +395,7 @@ def recover_damaged(tmp_path_factory, sc: dict, dledger: bool) -> None:
                     continue
                 entry = cq.get_raw(qo)
                 phy, rec_bytes = mine[qo]
-                hole_allowed = first_bad is not None and phy + len(rec_bytes) > first_bad
+                hole_allowed = first_bad is not None and phy + len(rec_bytes) > first_bad or phy < head
                 assert entries_damaged or entry is not None and (entry[:2] == (phy, len(rec_bytes)) or
                                                                  hole_allowed and entry == FILLER), \
                     f"queue {q} entry {qo} is {entry}, the record written there is at {phy}"
