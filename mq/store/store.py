@@ -677,20 +677,29 @@ class MessageStore:
         log.info("DLedger log recovered: entries %d..%d (last term %d), committed up to %d",
                  begin, next_index - 1, end_term, commit_next - 1)
 
-    def _dledger_index_damage(self, first: int, upto: int) -> str | None:
-        """Why the DLedger index files holding the units of entries [first, upto) cannot be
-        trusted (one missing or of the wrong size; a cut one is removed here, for the rewrite to
-        make again), or None."""
+    def _index_files(self, first: int, upto: int):
+        """(path, size or None when missing) of each DLedger index file holding units of entries
+        [first, upto).  A file of the wrong size may be removed by the caller: recovery maps none
+        before its rewrite."""
         ifs = self.config.mappedFileSizeForEntryIndex
         unit = INDEX_UNIT_SIZE
         for at in range(first * unit - first * unit % ifs, upto * unit, ifs):
             path = offset_file_path(self.config.dledger_index_dir, at)
             try:
-                size = os.path.getsize(path)
+                yield path, os.path.getsize(path)
             except FileNotFoundError:
+                yield path, None
+
+    def _dledger_index_damage(self, first: int, upto: int) -> str | None:
+        """Why the DLedger index files holding the units of entries [first, upto) cannot be
+        trusted (one missing or of the wrong size; a cut one is removed here, for the rewrite to
+        make again), or None."""
+        ifs = self.config.mappedFileSizeForEntryIndex
+        for path, size in self._index_files(first, upto):
+            if size is None:
                 return f"file {os.path.basename(path)} is missing"
             if size != ifs:
-                os.unlink(path)           # not mapped yet: recovery reads no unit before this
+                os.unlink(path)
                 return f"file {os.path.basename(path)} has {size} bytes, not {ifs}"
         return None
 
@@ -698,15 +707,9 @@ class MessageStore:
         """Removes the DLedger index files holding units of entries [first, upto) whose size is not
         the index file size (cut short), one line each, for the rewrite to make them again."""
         ifs = self.config.mappedFileSizeForEntryIndex
-        unit = INDEX_UNIT_SIZE
-        for at in range(first * unit - first * unit % ifs, upto * unit, ifs):
-            path = offset_file_path(self.config.dledger_index_dir, at)
-            try:
-                size = os.path.getsize(path)
-            except FileNotFoundError:
-                continue
-            if size != ifs:
-                os.unlink(path)           # not mapped yet: recovery reads no unit before the rewrite
+        for path, size in self._index_files(first, upto):
+            if size is not None and size != ifs:
+                os.unlink(path)
                 log.warning("repaired: the DLedger index file %s has %d bytes, not %d: rewritten",
                             os.path.basename(path), size, ifs)
 
