@@ -112,7 +112,7 @@ class Dispatcher:
             if 0 < cur < file_first:
                 cq.fill(cur, file_first)
                 self.ctl.queue_set(slot, C.Q_CQ_MAX, file_first)
-            elif cur == 0 < file_first and self.ctl.queue_get(slot, C.Q_CQ_MIN) == 0:
+            elif cur == 0 < file_first:
                 # an empty queue whose first record comes past its first file: its earlier records
                 # are gone (a DLedger member's rebuild after its log's head was given up, dispatched
                 # once the group commits): it starts at that file, as a queue retention cut does

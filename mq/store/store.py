@@ -1052,10 +1052,9 @@ class MessageStore:
         view = self.read_record(phy)
         if phy >= self.ctl.get(C.POS_DISPATCHED):
             return view
-        sys_flag = int.from_bytes(view[wcl.POS_SYS_FLAG:wcl.POS_SYS_FLAG + 4], "big", signed=True)
-        if sys_flag & wcl.TRANSACTION_MASK in (wcl.TRANSACTION_PREPARED, wcl.TRANSACTION_ROLLBACK):
-            return view
         rec = wcl.parse_record(view)
+        if rec.sys_flag & wcl.TRANSACTION_MASK in (wcl.TRANSACTION_PREPARED, wcl.TRANSACTION_ROLLBACK):
+            return view
         cq = self.cqs.get(rec.topic, rec.queue_id)
         if cq.slot is not None and rec.queue_offset < cq.min_offset:
             return view

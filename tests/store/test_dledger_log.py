@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+from mq.cluster import wait_for
 from mq.store import control as C
 from mq.store.commitlog import CommitLog, SCAN_STOP_NAMES
 from mq.store.native import CorruptRecord, NotLeader, OutOfRange, lib
@@ -761,10 +762,7 @@ def test_a_misnamed_record_past_the_restored_commit_is_refused_when_the_group_co
             with pytest.raises(CorruptRecord):
                 store.read_filed(victim.phy_offset())
             # passed: the role's next turn drops it and walks in C again
-            deadline = time.monotonic() + 5
-            while store.dispatcher.refuse_at and time.monotonic() < deadline:
-                time.sleep(0.01)
-            assert store.dispatcher.refuse_at == {}
+            wait_for(lambda: not store.dispatcher.refuse_at, 5, 0.01, "the refusal dropped once passed")
         finally:
             store.close()
     lines = [r.getMessage() for r in caplog.records if "left out of every ConsumeQueue" in r.getMessage()]
