@@ -48,16 +48,36 @@ static inline int64_t mono_ms(void) {
 }
 
 /* v as a decimal at p (no NUL, at most 20 bytes); returns the length.  The hot paths' printf:
- * snprintf("%lld") cost ~4% of an io worker's CPU per answered send. */
+ * snprintf("%lld") cost ~4% of an io worker's CPU per answered send.  Two digits a step from a
+ * table, written in place once the length is known (the perf trace formats ~50 digits a row). */
 static inline size_t mq_fmt_i64(char *p, int64_t v) {
-    char tmp[20];
-    size_t n = 0;
-    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
-    do { tmp[n++] = (char)('0' + u % 10); u /= 10; } while (u);
+    static const char pairs[201] =
+        "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+        "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+        "8081828384858687888990919293949596979899";
     size_t len = 0;
-    if (v < 0) p[len++] = '-';
-    while (n) p[len++] = tmp[--n];
-    return len;
+    uint64_t u = (uint64_t)v;
+    if (v < 0) {
+        p[len++] = '-';
+        u = (uint64_t)0 - u;
+    }
+    size_t n = 1;
+    for (uint64_t t = u; t >= 10; t /= 10) n++;
+    char *q = p + len + n;
+    while (u >= 100) {
+        const unsigned r = (unsigned)(u % 100);
+        u /= 100;
+        q -= 2;
+        q[0] = pairs[2 * r];
+        q[1] = pairs[2 * r + 1];
+    }
+    if (u >= 10) {
+        q[-2] = pairs[2 * u];
+        q[-1] = pairs[2 * u + 1];
+    } else {
+        q[-1] = (char)('0' + u);
+    }
+    return len + n;
 }
 
 /* ---- the control block (ctl.h has the invariants) ------------------------------------------ */
