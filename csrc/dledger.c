@@ -87,8 +87,11 @@ int mq_dledger_append_noop(mq_commitlog *cl, int64_t term, mq_append_out *out) {
     return append_planned(cl, &r, &m, 1, out, term, 1);
 }
 
-/* Reads entry `index`'s unit (no range check against the control block). */
-static int dl_read_unit(mq_commitlog *cl, uint64_t index, uint64_t *pos, uint32_t *size, int64_t *term) {
+/* ---- index units: read, checked against their entries, repaired -------------------------- */
+
+/* Entry `index`'s unit as it is (no range check against the control block): MQ_E_CORRUPT when its
+ * magic or index is wrong or its index file is missing. */
+static int dl_unit_raw(mq_commitlog *cl, uint64_t index, uint64_t *pos, uint32_t *size, int64_t *term) {
     const uint64_t at = index * MQ_DL_INDEX_UNIT, ifs = cl->index.file_size;
     uint8_t *base;
     int rc = tseg_get(cl, &cl->index, at / ifs, 0, &base);
@@ -100,6 +103,116 @@ static int dl_read_unit(mq_commitlog *cl, uint64_t index, uint64_t *pos, uint32_
     *size = be32r(u + 12);
     *term = (int64_t)be64r(u + 24);
     return MQ_OK;
+}
+
+/* 1 when the entry at pos says what the unit says: magic, size, index, term and its own pos, inside
+ * one data file that is there.  No control-block position bounds it: a unit is published (under
+ * DL_NEXT_INDEX) after its entry's bytes, but WRITE may be published after DL_NEXT_INDEX. */
+static int dl_unit_agrees(mq_commitlog *cl, uint64_t index, uint64_t pos, uint32_t size, int64_t term) {
+    const uint64_t fs = cl->file_size;
+    if (size < MQ_DL_HEADER_SIZE + MQ_RECORD_SIZE_MIN || pos % fs + size > fs) return 0;
+    uint8_t *base;
+    if (seg_get(cl, pos / fs, 0, &base) != MQ_OK) return 0;
+    const uint8_t *e = base + pos % fs;
+    return be32r(e) == MQ_DL_MAGIC && be32r(e + 4) == size && be64r(e + 8) == index &&
+           be64r(e + 16) == (uint64_t)term && be64r(e + 24) == pos;
+}
+
+/* The entry at *pos, or past the filler there at the next file's start (*pos moves): its bytes and
+ * the room left in its file; MQ_E_CORRUPT for a filler that does not reach its file's end. */
+static int dl_entry_bytes(mq_commitlog *cl, uint64_t *pos, const uint8_t **e, uint64_t *room) {
+    const uint64_t fs = cl->file_size;
+    for (int hop = 0; hop < 2; hop++) {
+        uint8_t *base;
+        int rc = seg_get(cl, *pos / fs, 0, &base);
+        if (rc == MQ_E_RANGE) return MQ_E_CORRUPT;
+        if (rc) return rc;
+        *e = base + *pos % fs;
+        *room = fs - *pos % fs;
+        if (*room < MQ_DL_BLANK_LEN_MIN || be32r(*e) != MQ_DL_BLANK_MAGIC) return MQ_OK;
+        if (be32r(*e + 4) != *room) return MQ_E_CORRUPT;
+        *pos += *room;
+    }
+    return MQ_E_CORRUPT;                                 /* a filler filling a whole file */
+}
+
+/* Entry `index`'s unit rebuilt from the entries, for dl_read_unit when the unit disagrees with its
+ * entry (or is unreadable): from the nearest unit below that agrees with its entry (or from the
+ * log's first entry, at MIN), entries are walked with their CRCs (dl_entry_check; past fillers)
+ * up to `index`, each index as expected and terms nondecreasing up to DL_END_TERM, and every unit
+ * on the way that disagrees is rewritten from its entry and counted (units_repaired).  A term the
+ * unit and the header alone disagree on (no checksum covers either) is taken from whichever lies
+ * between the previous entry's term and the next one's; both or neither: MQ_E_CORRUPT, as for any
+ * damage the walk meets. */
+static int dl_unit_repair(mq_commitlog *cl, uint64_t index, uint64_t *pos_out, uint32_t *size_out,
+                          int64_t *term_out) {
+    mq_ctl *c = cl->ctl;
+    const uint64_t begin = ctl_load(c, MQ_POS_DL_BEGIN_INDEX), next = ctl_load(c, MQ_POS_DL_NEXT_INDEX);
+    const int64_t end_term = (int64_t)ctl_load(c, MQ_POS_DL_END_TERM);
+    uint64_t k = index, at = ctl_load(c, MQ_POS_MIN), up;
+    uint32_t us;
+    int64_t prev_term = 1, ut;                           /* terms start at 1 */
+    for (; k > begin; k--) {
+        if (dl_unit_raw(cl, k - 1, &up, &us, &ut) == MQ_OK && dl_unit_agrees(cl, k - 1, up, us, ut)) {
+            at = up + us;
+            prev_term = ut;
+            break;
+        }
+    }
+    for (;; k++) {                                       /* entry k is at `at` (or past a filler there) */
+        const uint8_t *e;
+        uint64_t room;
+        int rc = dl_entry_bytes(cl, &at, &e, &room);
+        if (rc) return rc;
+        mq_scan_rec rec;
+        int stop;
+        if (dl_entry_check(e, at, room, room, 1, &rec, &stop) != MQ_OK || (uint64_t)rec.dl_index != k)
+            return MQ_E_CORRUPT;
+        const uint32_t size = be32r(e + 4);
+        int64_t term = rec.dl_term;
+        const int raw = dl_unit_raw(cl, k, &up, &us, &ut);
+        if (raw != MQ_OK && raw != MQ_E_CORRUPT) return raw;
+        if (raw == MQ_OK && up == at && us == size && ut != term) {
+            int64_t hi = end_term;                       /* the next entry's term, if its unit agrees */
+            uint64_t np;
+            uint32_t ns;
+            int64_t nt;
+            if (k + 1 < next && dl_unit_raw(cl, k + 1, &np, &ns, &nt) == MQ_OK && dl_unit_agrees(cl, k + 1, np, ns, nt))
+                hi = nt;
+            const int unit_fits = prev_term <= ut && ut <= hi, header_fits = prev_term <= term && term <= hi;
+            if (unit_fits == header_fits) return MQ_E_CORRUPT;
+            if (unit_fits) term = ut;
+        }
+        if (term < prev_term || term > end_term) return MQ_E_CORRUPT;
+        if (raw != MQ_OK || up != at || us != size || ut != term) {
+            if ((rc = dl_write_unit(cl, k, at, size, term))) return rc;
+            __atomic_add_fetch(&cl->units_repaired, 1, __ATOMIC_RELAXED);
+            __atomic_store_n(&cl->unit_repaired_last, k, __ATOMIC_RELAXED);
+        }
+        if (k == index) {
+            *pos_out = at;
+            *size_out = size;
+            *term_out = term;
+            return MQ_OK;
+        }
+        prev_term = term;
+        at += size;
+    }
+}
+
+/* Entry `index`'s unit, checked against its entry (dl_unit_agrees) and repaired from the entries
+ * when it disagrees (dl_unit_repair); no range check against the control block. */
+static int dl_read_unit(mq_commitlog *cl, uint64_t index, uint64_t *pos, uint32_t *size, int64_t *term) {
+    int rc = dl_unit_raw(cl, index, pos, size, term);
+    if (rc == MQ_OK && dl_unit_agrees(cl, index, *pos, *size, *term)) return MQ_OK;
+    if (rc != MQ_OK && rc != MQ_E_CORRUPT) return rc;
+    return dl_unit_repair(cl, index, pos, size, term);
+}
+
+uint64_t mq_dledger_units_repaired(mq_commitlog *cl, uint64_t *last_index_out) {
+    assert(cl->dledger && last_index_out);
+    *last_index_out = __atomic_load_n(&cl->unit_repaired_last, __ATOMIC_RELAXED);
+    return __atomic_load_n(&cl->units_repaired, __ATOMIC_RELAXED);
 }
 
 int mq_dledger_entry(mq_commitlog *cl, uint64_t index, uint64_t *pos_out, uint32_t *size_out, int64_t *term_out) {

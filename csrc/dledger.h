@@ -29,9 +29,18 @@
  *     (no ConsumeQueue entry, here or in a Java broker), body = the term (8 bytes).  Published as
  *     mq_commitlog_append_one publishes.  MQ_E_INVAL when term <= 0 or term < DL_END_TERM;
  *     otherwise append_one's outcomes.
- * mq_dledger_entry  pos, size and term of entry `index` from its index unit.  MQ_E_RANGE outside
- *     [DL_BEGIN_INDEX, DL_NEXT_INDEX); MQ_E_CORRUPT if the unit is not that entry's (or its index
- *     file is missing); file errors.
+ * mq_dledger_entry  pos, size and term of entry `index` from its index unit, checked against the
+ *     entry's header (magic, size, index, term and pos agree, inside one data file).  A unit that
+ *     disagrees or is unreadable (damaged since written, its index file missing) is rebuilt from
+ *     the entries: from the nearest unit below that agrees (or the first entry, at MIN) the
+ *     entries are walked with their CRCs to `index`, and each disagreeing unit on the way is
+ *     rewritten and counted (mq_dledger_units_repaired); a term on which only the unit and the
+ *     header disagree is taken from the one between its neighbours' terms.  MQ_E_RANGE outside
+ *     [DL_BEGIN_INDEX, DL_NEXT_INDEX); MQ_E_CORRUPT when the walk meets damage (an entry that
+ *     fails its check, an unexpected index, terms out of order or past DL_END_TERM, an ambiguous
+ *     term); file errors.  Truncate and set_commit read units the same way.
+ * mq_dledger_units_repaired  the index units this handle rewrote from their entries since it was
+ *     opened, and (*last_index_out) the index of the last one (0 if none).  A getter.
  * mq_dledger_append_raw  a follower appends the leader's bytes: `buf` holds whole entries
  *     exactly as in the leader's files from first_pos (fillers, each reaching its file's end,
  *     may sit between or after them).  first_pos must be WRITE, or the start of the next file
@@ -123,6 +132,7 @@
 
 int      mq_dledger_append_noop(mq_commitlog *cl, int64_t term, mq_append_out *out);
 int      mq_dledger_entry(mq_commitlog *cl, uint64_t index, uint64_t *pos_out, uint32_t *size_out, int64_t *term_out);
+uint64_t mq_dledger_units_repaired(mq_commitlog *cl, uint64_t *last_index_out);
 int      mq_dledger_append_raw(mq_commitlog *cl, const uint8_t *buf, size_t len, uint64_t first_index,
                                uint64_t first_pos, int64_t max_term, uint32_t *n_out);
 int      mq_dledger_truncate(mq_commitlog *cl, uint64_t next_index);

@@ -176,6 +176,8 @@ struct mq_commitlog {
     uint8_t *rx_buf;                 /* HA slave: staging for received bodies (one receiving thread) */
     int rx_pipe[2];                  /* HA slave: socket -> pipe -> file splice; -1 when not made (yet) */
     int rx_no_splice;                /* HA slave: splice was refused here; receive + pwrite instead */
+    uint64_t units_repaired;         /* DLedger mode: index units rewritten from their entries (dledger.c) */
+    uint64_t unit_repaired_last;     /* ... and the index of the last one */
 };
 
 /* Keeps errno in the handle; ENOSPC and EDQUOT are MQ_E_NOSPACE, the rest MQ_E_IO. */

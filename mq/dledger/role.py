@@ -353,6 +353,7 @@ class DLedgerRole:
         self._maybe_enable()
         if now - self._last_status >= STATUS_INTERVAL_S:
             self._write_status()
+            self.cl.report_unit_repairs()
         if now - self._last_checkpoint >= self.cfg.checkPointInterval / 1000:
             self._write_checkpoint()
         for link in self.links.values():

@@ -163,6 +163,7 @@ class CommitLog:
         self._preparer: threading.Thread | None = None
         self._stop = threading.Event()
         self._prepared: set[int] = set()
+        self._units_reported = 0            # DLedger index units rewritten and already logged
 
     # ---- append ------------------------------------------------------------
     def _out(self):
@@ -456,12 +457,28 @@ class CommitLog:
         return out[0].dl_index
 
     def dledger_entry(self, index: int) -> tuple[int, int, int]:
-        """(pos, entry size, term) of entry `index` from its index unit."""
+        """(pos, entry size, term) of entry `index` from its index unit (checked against the
+        entry, and rewritten from the entries when damaged: csrc/dledger.h)."""
         pos, size, term = ffi.new("uint64_t *"), ffi.new("uint32_t *"), ffi.new("int64_t *")
         rc = lib.mq_dledger_entry(self._h, index, pos, size, term)
         if rc < 0:                          # (a leader looks up several entries a push)
             check(rc, f"DLedger entry {index}")
         return pos[0], size[0], term[0]
+
+    def dledger_units_repaired(self) -> tuple[int, int]:
+        """(units rewritten from their entries by this handle since it opened, the last one's index)."""
+        last = ffi.new("uint64_t *")
+        n = lib.mq_dledger_units_repaired(self._h, last)
+        return n, last[0]
+
+    def report_unit_repairs(self) -> None:
+        """One line for the DLedger index units rewritten from their entries since the last report
+        (the process that read them calls it: the Raft role every second, recovery once)."""
+        n, last = self.dledger_units_repaired()
+        if n > self._units_reported:
+            log.warning("repaired: %d DLedger index unit(s) disagreed with their entries (damaged since written) "
+                        "and were rewritten from the entries; the last: entry %d", n - self._units_reported, last)
+            self._units_reported = n
 
     def dledger_entry_at(self, pos: int) -> tuple[int, int, int]:
         """(index, term, entry size) of the entry whose header sits at `pos` (read from the data file)."""

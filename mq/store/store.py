@@ -670,10 +670,18 @@ class MessageStore:
         commit_next = ckpt_committed + 1
         if min_pos < dispatched_end <= end:
             # the entry that ends at dispatched_end: dispatch stopped on an entry boundary
-            commit_next = max(commit_next, self.cl.dledger_index_ending_at(dispatched_end) + 1)
+            try:
+                commit_next = max(commit_next, self.cl.dledger_index_ending_at(dispatched_end) + 1)
+            except CorruptRecord as e:
+                # the search met an index unit whose entry is damaged below the validated files (a
+                # unit is checked against its entry on every read): the checkpoint's commit is kept,
+                # lower but safe -- the group commits the rest again
+                log.warning("DLedger recovery: the entry ending where dispatch stopped (%d) cannot be found (%s): "
+                            "the commit restored is the checkpoint's, %d", dispatched_end, e, commit_next - 1)
         commit_next = max(begin, min(commit_next, next_index))
         if commit_next > begin:
             self.cl.dledger_set_commit(commit_next)
+        self.cl.report_unit_repairs()
         log.info("DLedger log recovered: entries %d..%d (last term %d), committed up to %d",
                  begin, next_index - 1, end_term, commit_next - 1)
 

@@ -364,6 +364,42 @@ def test_a_killed_member_restarts_and_ends_byte_identical(group):
         assert g.data_bytes(i, end) == ref, f"{i} differs from the leader"
 
 
+def test_a_follower_catches_up_through_index_units_damaged_under_the_leader(group):
+    """A member killed misses entries; while it is down the leader's index units of the entries it
+    will need are zeroed under the running leader (what it reads for each push: the previous
+    entry's term, the bytes to send).  Before, every leader tick failed on them (CorruptRecord in
+    term_at, ~5 a second: no status written either) and the member never caught up; now each read
+    checks a unit against its entry and rewrites it from the entries: the restarted member catches
+    up byte-identical, and the leader's log says so in one line."""
+    g = group()
+    leader = g.wait_leader()
+    victim = next(i for i in g.ids if i != leader)
+    for k in range(20):
+        assert send(g.addr(leader), b"a%d" % k, qid=k % 4).code == 0
+    wait_for(lambda: g.committed_pos(victim) >= g.committed_pos(leader), 10, 0.05, "the victim has the first 20")
+    g.kill(victim)
+    for k in range(200):
+        assert send(g.addr(leader), b"b%d" % k + b"x" * (k * 37 % 3000), qid=k % 4).code == 0
+    sent_ms = time.time() * 1000
+    # the end of what was sent, from a status the leader wrote after the last send (a leader whose
+    # ticks fail writes none: the victim would look caught up with a stale one)
+    status = wait_for(lambda: (st := g.status(leader)).get("updated", 0) > sent_ms
+                      and st["committedPos"] == st["writePos"] and st, 10, 0.05, "the leader's status after the sends")
+    end = status["committedPos"]
+    index_file = os.path.join(g.brokers[leader].dir, f"dledger-{leader}", "index", "%020d" % 0)
+    with open(index_file, "r+b") as f:                  # units of entries 10..199 (the leader maps the file)
+        f.seek(10 * 32)
+        f.write(bytes(190 * 32))
+    g.restart(victim)
+    wait_for(lambda: g.committed_pos(victim) >= end, 30, 0.05, "the restarted member caught up")
+    assert g.data_bytes(victim, end) == g.data_bytes(leader, end)
+    log_path = os.path.join(g.brokers[leader].dir, "broker.log")
+    wait_for(lambda: "DLedger index unit(s) disagreed with their entries" in open(log_path, errors="replace").read(),
+             10, 0.1, "the leader's line for the units it rewrote")
+    text = open(log_path, errors="replace").read()
+    assert "a tick failed" not in text and "pushing entries" not in text
+
+
 def test_single_sends_cross_file_rollovers(group):
     """One message at a time over several data-file roll-overs: every send is acknowledged and
     the members' files are byte-identical.  Each push then starts at the first entry of a new

@@ -576,6 +576,111 @@ def test_a_damaged_older_index_file_is_rewritten_at_start(tmp_path, damage):
         store.close()
 
 
+UNIT_FIELDS = {"magic": 0, "pos": 4, "size": 12, "index": 16, "term": 24}     # csrc/dledger.h's unit
+
+
+def _flip(path: str, at: int, mask: int = 0x10) -> None:
+    """XORs one byte of a file (through the page cache: a store that maps it sees it at once)."""
+    with open(path, "r+b") as f:
+        f.seek(at)
+        b = f.read(1)[0]
+        f.seek(at)
+        f.write(bytes([b ^ mask]))
+
+
+def _unit_path(cfg, index: int) -> tuple[str, int]:
+    at = index * 32
+    return os.path.join(cfg.dledger_index_dir, "%020d" % (at - at % 4096)), at % 4096
+
+
+@pytest.mark.parametrize("when", ["stopped", "running"])
+@pytest.mark.parametrize("field", list(UNIT_FIELDS))
+def test_a_damaged_index_unit_is_rewritten_from_its_entry(tmp_path, caplog, field, when):
+    """An index unit below the files recovery validates is trusted by recovery as it is, and a
+    leader reads it to catch a follower up.  One bit of it damaged -- while the store was stopped,
+    or under the running store -- was served as it read (another entry's position, a wrong size or
+    term) or, its magic or index damaged, refused for good.  Now every read checks the unit against
+    its entry's header and rewrites it from the entries, with one line."""
+    from mq.store import MessageStore
+    cfg = _member_config(tmp_path)
+    _filled_member(cfg, [b"r" * 400] * 1500)
+    path, at = _unit_path(cfg, 5)
+    with open(path, "rb") as f:
+        unit = f.read()[at:at + 32]
+    store = MessageStore.open(cfg) if when == "running" else None
+    _flip(path, at + UNIT_FIELDS[field] + (3 if field in ("magic", "size") else 7))
+    store = store or MessageStore.open(cfg)
+    try:
+        pos, size, term = store.cl.dledger_entry(5)
+        assert store.recovery.start_offset > pos, "entry 5 lies below the files recovery validates"
+        assert (pos, size, term) == (5 * 540, 540, 1)        # 1500 entries of 540 bytes, each file's last filled
+        assert [store.cl.dledger_entry(i)[0] for i in (4, 6)] == [pos - size, pos + size]
+        with open(path, "rb") as f:
+            assert f.read()[at:at + 32] == unit, "the unit was rewritten as it was written"
+        assert store.cl.dledger_units_repaired() == (1, 5)
+        with caplog.at_level("WARNING", logger="mq.store.commitlog"):
+            store.cl.report_unit_repairs()
+            store.cl.report_unit_repairs()
+        assert [r.getMessage() for r in caplog.records if "DLedger index unit" in r.getMessage()] == [
+            "repaired: 1 DLedger index unit(s) disagreed with their entries (damaged since written) and were "
+            "rewritten from the entries; the last: entry 5"]
+    finally:
+        store.close()
+
+
+def test_a_unit_whose_entry_is_damaged_too_is_refused(tmp_path):
+    """The repair walks the entries with their CRCs: with the entry itself damaged (a body byte),
+    its damaged unit is refused (CorruptRecord), never served as it reads; the entries around it
+    still resolve, and a leader that needs it installs its follower instead (mq.dledger.core)."""
+    from mq.store import MessageStore
+    cfg = _member_config(tmp_path)
+    _filled_member(cfg, [b"r" * 400] * 1500)
+    store = MessageStore.open(cfg)
+    try:
+        pos5, size, _ = store.cl.dledger_entry(5)
+        path, at = _unit_path(cfg, 5)
+        _flip(path, at + 4 + 7)                                  # the unit's pos
+        _flip(os.path.join(cfg.commitlog_dir, "%020d" % 0), pos5 + 48 + 300)      # a body byte of entry 5
+        with pytest.raises(CorruptRecord):
+            store.cl.dledger_entry(5)
+        assert [store.cl.dledger_entry(i)[0] for i in (4, 6)] == [pos5 - size, pos5 + size]
+        assert store.cl.dledger_units_repaired() == (0, 0)
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("damaged, want", [("header", 1), ("unit", 1), ("unit at the term change", None)])
+def test_a_term_only_unit_or_header_holds_is_taken_from_the_one_between_its_neighbours(tmp_path, damaged, want):
+    """No checksum covers a unit or an entry's header: when they disagree on the term alone, the
+    one between the previous entry's term and the next one's is right (terms never go down).  Both
+    in range -- at a term change -- is not decidable: refused (CorruptRecord).  Entries 0..9 are of
+    term 1, 10..19 of term 3; entry 5 (neighbours 1 and 1) or 9 (1 and 3) damaged to say 2."""
+    from mq.store import MessageStore
+    cfg = _member_config(tmp_path)
+    store = MessageStore.open(cfg)
+    try:
+        store.cl.dledger_set_append_term(1)
+        for i in range(20):
+            if i == 10:
+                store.cl.dledger_set_append_term(3)
+            store.cl.append("R", 0, b"m%05d" % i)
+        index = 9 if damaged.endswith("change") else 5
+        pos, size, _ = store.cl.dledger_entry(index)
+        if damaged == "header":
+            _flip(os.path.join(cfg.commitlog_dir, "%020d" % 0), pos + 16 + 7, 0x03)     # term 1 -> 2
+        else:
+            path, at = _unit_path(cfg, index)
+            _flip(path, at + 24 + 7, 0x03)
+        if want is None:
+            with pytest.raises(CorruptRecord):
+                store.cl.dledger_entry(index)
+        else:
+            assert store.cl.dledger_entry(index) == (pos, size, want)
+            assert store.cl.dledger_units_repaired() == ((1, index) if damaged == "unit" else (0, 0))
+    finally:
+        store.close()
+
+
 @pytest.mark.parametrize("damage", ["entry magic", "file cut"])
 def test_a_queue_rebuilt_over_a_damaged_older_entry_keeps_the_entries_after_it(tmp_path, damage):
     """The DLedger half of tests/store/test_recovery.py's rebuild over damage: a queue lost while
