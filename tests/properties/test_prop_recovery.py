@@ -20,7 +20,10 @@ cut.  After the reopen:
   * the readers that hold a CommitLog offset (the message index, an offset msgId: read_filed)
     serve a record exactly where a pull serves it, byte for byte, and no other;
   * the store takes a new message on every queue and gives it the next queue offset, max,
-    never one already used, and serves it.
+    never one already used, and serves it;
+  * DLedger mode (index files also flipped, zeroed, cut or deleted): every entry the member holds
+    resolves through its index unit to the entry written at that index, or -- only when the
+    log's own bytes were damaged -- is refused (check_units).
 """
 from __future__ import annotations
 
@@ -31,7 +34,8 @@ import tempfile
 import pytest
 from hypothesis import given, note, strategies as st
 
-from mq.store import MessageStore, StoreConfig, StoreError, control as C
+from mq.store import CorruptRecord, MessageStore, StoreConfig, StoreError, control as C
+from mq.store.commitlog import DL_HEADER_SIZE
 from mq.store.consumequeue import FILLER
 from mq.store.control import remove_segment
 from mq.store.dledgerfiles import save_hard_state
@@ -82,10 +86,13 @@ CQ_DAMAGE = st.one_of(
 )
 
 
-# DLedger mode: the index files (a unit per entry) too; recovery checks the older ones by size
+# DLedger mode: the index files (a unit per entry) too; recovery checks the older ones by size, a
+# read checks each unit against its entry (csrc/dledger.h, mq_dledger_entry)
 DL_DAMAGE = st.one_of(
     st.tuples(st.just("dl_index_delete"), WHERE),
     st.tuples(st.just("dl_index_cut"), WHERE, st.integers(0, DL_INDEX_FS - 1)),
+    st.tuples(st.just("dl_unit_flip"), WHERE, st.integers(0, 31), st.integers(0, 7)),     # entry pick, byte, bit
+    st.tuples(st.just("dl_index_zero"), WHERE, st.integers(0, DL_INDEX_FS - 1), st.integers(1, 256)),
 )
 
 
@@ -162,18 +169,41 @@ def cq_dirs(root: str) -> list[str]:
 def apply_damage(root: str, written: Written, damage: tuple) -> str:
     """Applies one damage to the stopped store's files; returns what it did (for the report)."""
     kind = damage[0]
-    if kind.startswith("dl_index"):
+    if kind.startswith("dl_"):
         d = os.path.join(root, "dledger-n0", "index")
         names = sorted(os.listdir(d))
         if not names:
             return "no DLedger index file"
+        if kind == "dl_unit_flip":          # a written entry's unit (its index file may be gone)
+            if not written.at:
+                return "no entry"
+            index = damage[1] % len(written.at)
+            at = index * 32 + damage[2]
+            path = os.path.join(d, "%020d" % (at - at % DL_INDEX_FS))
+            if not os.path.exists(path) or os.path.getsize(path) <= at % DL_INDEX_FS:
+                return f"no unit of entry {index} in {path}"
+            with open(path, "r+b") as f:
+                f.seek(at % DL_INDEX_FS)
+                old = f.read(1)
+                f.seek(at % DL_INDEX_FS)
+                f.write(bytes([old[0] ^ (1 << damage[3])]))
+            return f"flipped bit {damage[3]} of byte {damage[2]} of entry {index}'s DLedger index unit"
         path = os.path.join(d, names[damage[1] % len(names)])
         if kind == "dl_index_delete":
             os.unlink(path)
             return f"deleted DLedger index file {path}"
         with open(path, "r+b") as f:
-            f.truncate(damage[2])
-        return f"cut DLedger index file {path} to {damage[2]} bytes"
+            if kind == "dl_index_cut":
+                f.truncate(damage[2])
+                return f"cut DLedger index file {path} to {damage[2]} bytes"
+            pos = damage[2]
+            f.seek(pos)
+            old = f.read(damage[3])
+            if not old:
+                return f"{path} ends before {pos}"
+            f.seek(pos)
+            f.write(bytes(len(old)))
+            return f"zeroed DLedger index {path}+{pos}..+{len(old)}"
     if kind.startswith("cl_"):
         # the files that hold records (the preparer makes the next one ahead, when it gets to it)
         last = max([phy for phy, _, _, _ in written.records()], default=0)
@@ -361,6 +391,7 @@ def recover_damaged(tmp_path_factory, sc: dict, dledger: bool) -> None:
             assert reopened.wait_dispatched(timeout_s=3.0), "dispatch stopped"
             reopened.ctl.reset_next_offsets()
             reopened.cl.dledger_set_append_term(2)
+            check_units(reopened, written, first_bad is not None)
         assert reopened.wait_dispatched(timeout_s=3.0), "dispatch stopped"
         served_all: dict[tuple[int, int], bytes] = {}
         for q in range(sc["queues"]):
@@ -453,6 +484,21 @@ def recover_damaged(tmp_path_factory, sc: dict, dledger: bool) -> None:
             remove_segment(root)
         finally:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def check_units(store: MessageStore, written: Written, log_damaged: bool) -> None:
+    """A DLedger member's entries as its index units give them (what a leader reads to catch a
+    follower up): every entry it holds resolves to the entry written at that index -- position,
+    size, term 1 (fill's) -- or, only when the log's bytes were damaged, is refused; never another
+    entry's place.  fill() wrote one entry per record, so entry i holds the i-th record."""
+    truth = [(phy - DL_HEADER_SIZE, DL_HEADER_SIZE + len(rec), 1) for phy, _, _, rec in written.records()]
+    for i in range(store.ctl.get(C.POS_DL_BEGIN_INDEX), store.ctl.get(C.POS_DL_NEXT_INDEX)):
+        try:
+            got = store.cl.dledger_entry(i)
+        except CorruptRecord:
+            assert log_damaged, f"entry {i}: refused, but only index files were damaged"
+            continue
+        assert got == truth[i], f"entry {i}: its unit gives {got}, it was written as {truth[i]}"
 
 
 def test_a_consume_queue_entry_damaged_in_the_middle_still_serves_its_message(tmp_path):
