@@ -53,6 +53,7 @@ import pytest
 
 from mq import loop as mq_loop
 from mq.cluster import Broker, wait_for
+from mq.store.commitlog import PREPARE_NEXT_AT
 from mq.remoting import RemotingServer, make_response
 
 from . import peers
@@ -563,8 +564,17 @@ def test_io_workers_2_vs_1(benchmark, start_broker, session, scale):
             spread = clients.call("connect", broker.addr, CONNS_PER_PROCESS // workers, workers)
             results[workers] = {"msgs": [], "s": [], "lat": [], "spread": spread,
                                 "meter": CpuMeter({"clients": clients.pids, **broker_processes(broker)})}
-        for broker in brokers.values():                                                  # warm-up
-            clients.run(broker.addr, topic, max(4, scale.batches_per_conn // 2))
+        # warm-up: past the point where each io worker prepares the next CommitLog file (pre-touches
+        # all 256 MiB of it in its own mapping: ~0.5 s of CPU per worker, twice with 2 workers), then
+        # settled -- with the quick variant's 40,000 messages a round, that burst fell inside measured
+        # rounds and cut a configuration's median by half or more (CI 107: 2 workers' rounds
+        # 174,514-658,047 msgs/s, median 203,402).  The measured rounds then stay below the file after
+        # (quick: ~230 MB from ~150 MB; the full variant crosses it, its median riding over one round)
+        warm_msgs = int(COMMITLOG_FILE_SIZE * (PREPARE_NEXT_AT + 0.05)) // MSG_BODY_SIZE   # records are larger
+        warm_batches = -(-warm_msgs // (CLIENT_PROCESSES * CONNS_PER_PROCESS * BATCH_MSGS))
+        for broker in brokers.values():
+            clients.run(broker.addr, topic, warm_batches)
+            wait_io_settled(broker)
 
         def round_on(workers: int) -> None:
             r = results[workers]
