@@ -9,7 +9,11 @@
                   finishes the install from it and deletes it last
 
 Both are replaced atomically (a file renamed over the old one): currterm is fsynced, and its
-directory, before the Raft role sends anything that depends on it.
+directory, before the Raft role sends anything that depends on it.  Both end with a crc line
+(mq.wire.dledger): a damaged currterm stops the start with one line (a forgotten vote could be
+given twice), a damaged checkpoint is ignored with one (the commit is then restored from where
+dispatch stopped).  The rebase file has no checksum: a digit damaged into another while an install
+is pending is taken as it reads (named).
 
 A full disk.  The new version is written into <file>.spare, a file of SPARE_BYTES whose
 block was allocated beforehand (fallocate), so the write needs no new space; the spare is
@@ -30,6 +34,9 @@ import os
 
 from mq.files import fsync_dir, replace_file, write_atomic
 from mq.wire import dledger as W
+from mq.wire.errors import WireError
+
+from .native import StoreError
 
 log = logging.getLogger("mq.store.dledgerfiles")
 
@@ -48,8 +55,17 @@ def _read(path: str) -> str:
 
 
 def load_hard_state(dledger_dir: str) -> tuple[int, str | None]:
-    """(currTerm, voteLeader or None); (0, None) when the file is absent."""
-    return W.parse_currterm(_read(os.path.join(dledger_dir, CURRTERM)))
+    """(currTerm, voteLeader or None); (0, None) when the file is absent.  A damaged file (its crc
+    line, mq.wire.dledger) is refused, StoreError: a member that forgot its term or vote could vote
+    twice in one term, which Raft's safety rests on."""
+    path = os.path.join(dledger_dir, CURRTERM)
+    try:
+        return W.parse_currterm(_read(path))
+    except WireError as e:
+        raise StoreError(f"the DLedger hard state {path} is damaged ({e}): this member's term and vote are "
+                         f"unknown, and a member that forgot its vote could vote twice in one term; not "
+                         f"starting (to rejoin anyway, move the file away: the member starts at term 0, "
+                         f"learns its group's term and votes from there)") from None
 
 
 def save_hard_state(dledger_dir: str, term: int, vote: str | None) -> None:
@@ -93,8 +109,17 @@ def clear_rebase(dledger_dir: str) -> None:
 
 
 def load_checkpoint(dledger_dir: str) -> tuple[int, int]:
-    """(endIndex, committedIndex); (-1, -1) when the file is absent."""
-    return W.parse_checkpoint(_read(os.path.join(dledger_dir, CHECKPOINT)))
+    """(endIndex, committedIndex); (-1, -1) when the file is absent, or damaged (its crc line,
+    mq.wire.dledger: one line; a commit restored past what was committed would have the member
+    serve, and refuse to give up, entries its group may cut -- without it the commit restored is
+    where dispatch stopped, lower but safe)."""
+    path = os.path.join(dledger_dir, CHECKPOINT)
+    try:
+        return W.parse_checkpoint(_read(path))
+    except WireError as e:
+        log.warning("the DLedger checkpoint %s is damaged (%s): ignored, the commit is restored from where "
+                    "dispatch stopped", path, e)
+        return -1, -1
 
 
 def save_checkpoint(dledger_dir: str, end_index: int, committed_index: int) -> None:

@@ -6,8 +6,14 @@ DLedger mode, their index files, and the two small properties files.  Big-endian
     filler: MAGIC 4 (= -1) | SIZE 4 (bytes to the end of the file)     (the next entry opens the next file)
     index unit (entry i at byte i * 32 of the index files):
             MAGIC 4 (=1) | POS 8 | SIZE 4 | INDEX 8 | TERM 8
-    checkpoint (properties):  endIndex=<n>  committedIndex=<n>
-    currterm   (properties):  currTerm=<n>  voteLeader=<member id or empty>
+    checkpoint (properties):  endIndex=<n>  committedIndex=<n>  crc=<n>
+    currterm   (properties):  currTerm=<n>  voteLeader=<member id or empty>  crc=<n>
+
+The properties files carry no checksum in DLedger; ours end with a line `crc=<CRC-32 of every byte
+before that line>` (Java's Properties ignores an unknown key), so a digit damaged into another digit
+-- a term or a vote forgotten, a commit restored past what was committed -- is noticed.  A file
+without the line (written by Java DLedger) is read as before; one with "crc=" anywhere but not a
+matching last line is damaged (MalformedError).
 
 Invariants: POS is the entry's own position in the data files; the record in BODY has
 PHYSICALOFFSET = POS + 48 and TOTALSIZE = BODYSIZE; an entry never spans two files (entry + 8 >
@@ -20,6 +26,7 @@ the same layouts."""
 from __future__ import annotations
 
 import struct
+import zlib
 from typing import Iterator, NamedTuple
 
 from construct import Const, Int32sb, Int64sb, Struct
@@ -163,6 +170,27 @@ def iter_entries(buf, start_pos: int, file_size: int) -> Iterator[Entry | Blank]
         at += e.size
 
 
+CRC_KEY = "crc"
+
+
+def _with_crc(text: str) -> str:
+    """text (whole lines) and its checksum line."""
+    return f"{text}{CRC_KEY}={zlib.crc32(text.encode())}\n"
+
+
+def _checked(text: str, what: str) -> str:
+    """text without its checksum line, checked (see the module docstring); a file without one as it is."""
+    body, _, last = text.rstrip("\n").rpartition("\n")
+    if last.startswith(CRC_KEY + "="):
+        body += "\n" if body else ""
+        if last[len(CRC_KEY) + 1:] != str(zlib.crc32(body.encode())):
+            raise MalformedError(f"{what}: damaged (its crc line does not match its content)")
+        return body
+    if CRC_KEY + "=" in text:          # (no value holds "=": build_currterm refuses such a vote)
+        raise MalformedError(f"{what}: damaged (a crc that is not its last line)")
+    return text
+
+
 def _props(text: str) -> dict[str, str]:
     out = {}
     for line in text.splitlines():
@@ -183,22 +211,22 @@ def _int(props: dict, key: str, default: int, what: str) -> int:
 
 
 def parse_checkpoint(text: str) -> tuple[int, int]:
-    """(endIndex, committedIndex); -1 for an absent value."""
-    p = _props(text)
+    """(endIndex, committedIndex); -1 for an absent value.  MalformedError when damaged."""
+    p = _props(_checked(text, "checkpoint"))
     return _int(p, "endIndex", -1, "checkpoint"), _int(p, "committedIndex", -1, "checkpoint")
 
 
 def build_checkpoint(end_index: int, committed_index: int) -> str:
-    return f"endIndex={end_index}\ncommittedIndex={committed_index}\n"
+    return _with_crc(f"endIndex={end_index}\ncommittedIndex={committed_index}\n")
 
 
 def parse_currterm(text: str) -> tuple[int, str | None]:
-    """(currTerm, voteLeader or None)."""
-    p = _props(text)
+    """(currTerm, voteLeader or None).  MalformedError when damaged."""
+    p = _props(_checked(text, "currterm"))
     return _int(p, "currTerm", 0, "currterm"), (p.get("voteLeader") or None)
 
 
 def build_currterm(term: int, vote: str | None) -> str:
     if vote is not None and ("\n" in vote or "=" in vote):
         raise EncodeError(f"currterm: voteLeader {vote!r} cannot be written")
-    return f"currTerm={term}\nvoteLeader={vote or ''}\n"
+    return _with_crc(f"currTerm={term}\nvoteLeader={vote or ''}\n")

@@ -681,6 +681,59 @@ def test_a_term_only_unit_or_header_holds_is_taken_from_the_one_between_its_neig
         store.close()
 
 
+def _flip_text(path: str, old: str, new: str) -> None:
+    """Replaces one character sequence of a small text file (a bit flip: '1' ^ 0x08 == '9')."""
+    with open(path) as f:
+        text = f.read()
+    assert text.count(old) == 1, text
+    with open(path, "w") as f:
+        f.write(text.replace(old, new))
+
+
+def test_a_damaged_checkpoint_is_ignored_and_the_commit_restored_from_dispatch(tmp_path, caplog):
+    """The Raft role's checkpoint (endIndex, committedIndex) is a hint recovery restores the commit
+    from.  One bit of it damaged -- committedIndex=11 read as 19 -- restored a commit over entries
+    the group never committed (served, and later refused to be cut: the core asserts a conflict is
+    never below the commit).  Its crc line notices it: ignored with one line, the commit restored is
+    where dispatch stopped (entry 11)."""
+    from mq.store import MessageStore
+    from mq.store.dledgerfiles import CHECKPOINT, save_checkpoint
+    cfg = _member_config(tmp_path)
+    store = MessageStore.open(cfg)
+    store.cl.dledger_set_append_term(1)
+    for i in range(20):
+        store.cl.append("R", 0, b"m%05d" % i)
+    store.cl.dledger_set_commit(12)                       # entries 0..11 committed, 12..19 not
+    store.cl.flush(0)
+    assert store.wait_dispatched(10)                      # (up to the commit: DLedger mode)
+    save_checkpoint(cfg.dledger_dir, 19, 11)
+    store.close()
+    _flip_text(os.path.join(cfg.dledger_dir, CHECKPOINT), "committedIndex=11", "committedIndex=19")
+    with caplog.at_level("WARNING", logger="mq.store.dledgerfiles"):
+        store = MessageStore.open(cfg)
+    try:
+        assert store.ctl.get(C.POS_DL_COMMIT_INDEX) == 12 and store.ctl.get(C.POS_DL_NEXT_INDEX) == 20
+        assert store.max_offset("R", 0) == 12
+        assert [r.getMessage().split(" (")[0] for r in caplog.records] == [
+            f"the DLedger checkpoint {os.path.join(cfg.dledger_dir, CHECKPOINT)} is damaged"]
+    finally:
+        store.close()
+
+
+def test_a_damaged_hard_state_stops_the_open_with_one_line(tmp_path):
+    """currterm holds the member's term and vote; a member that forgot its vote could vote twice in
+    one term.  One bit of it damaged (currTerm=1 read as 9, or a vote for another member) passed
+    as a valid file; its crc line notices it, and the open stops with one line naming the file."""
+    from mq.store import MessageStore, StoreError
+    from mq.store.dledgerfiles import CURRTERM, save_hard_state
+    cfg = _member_config(tmp_path)
+    _filled_member(cfg, [b"r" * 10] * 5)
+    save_hard_state(cfg.dledger_dir, 1, "n1")
+    _flip_text(os.path.join(cfg.dledger_dir, CURRTERM), "currTerm=1", "currTerm=9")
+    with pytest.raises(StoreError, match=r"the DLedger hard state .*currterm is damaged .* not starting"):
+        MessageStore.open(cfg)
+
+
 @pytest.mark.parametrize("damage", ["entry magic", "file cut"])
 def test_a_queue_rebuilt_over_a_damaged_older_entry_keeps_the_entries_after_it(tmp_path, damage):
     """The DLedger half of tests/store/test_recovery.py's rebuild over damage: a queue lost while

@@ -9,7 +9,7 @@ import pytest
 
 from mq.wire import dledger as W
 from mq.wire import dledger_rpc as RPC
-from mq.wire.errors import BadMagicError, EncodeError, SizeMismatchError, TruncatedError, WireError
+from mq.wire.errors import BadMagicError, EncodeError, MalformedError, SizeMismatchError, TruncatedError, WireError
 
 
 def test_entry_header_fast_path_equals_the_declaration():
@@ -65,6 +65,31 @@ def test_the_properties_files_round_trip():
         W.build_currterm(1, "a\nb")
     with pytest.raises(WireError):
         W.parse_currterm("currTerm=x")
+    # as Java DLedger writes them (no crc line): read as before
+    assert W.parse_currterm("currTerm=5\nvoteLeader=n1\n") == (5, "n1")
+    assert W.parse_checkpoint("#Sun Nov 29\nendIndex=9\ncommittedIndex=8\n") == (9, 8)
+
+
+@pytest.mark.parametrize("text, parse", [(W.build_currterm(7, "n2"), W.parse_currterm),
+                                         (W.build_currterm(12, None), W.parse_currterm),
+                                         (W.build_checkpoint(41, 19), W.parse_checkpoint)],
+                         ids=["currterm", "currterm without a vote", "checkpoint"])
+def test_every_bit_flip_of_a_properties_file_is_noticed_or_changes_nothing(text, parse):
+    """The crc line: each of the file's bits flipped in turn either fails the parse (MalformedError)
+    or reads the same values -- never another term, vote or commit (e.g. committedIndex=19 -> 11
+    is one bit, '9' ^ 0x08)."""
+    want = parse(text)
+    noticed = 0
+    for i, ch in enumerate(text):
+        for bit in range(8):
+            damaged = text[:i] + chr(ord(ch) ^ (1 << bit)) + text[i + 1:]
+            try:
+                got = parse(damaged)
+            except MalformedError:
+                noticed += 1
+                continue
+            assert got == want, f"{damaged!r} reads as {got}"
+    assert noticed > len(text) * 8 * 0.8
 
 
 @pytest.mark.parametrize("key", sorted(RPC.MESSAGES, key=str))
