@@ -364,6 +364,18 @@ def test_a_killed_member_restarts_and_ends_byte_identical(group):
         assert g.data_bytes(i, end) == ref, f"{i} differs from the leader"
 
 
+def _kill_a_follower_after_20(g) -> tuple[str, str]:
+    """(leader, victim): once the group elected, 20 sends that the victim (a follower) holds too,
+    then the victim killed (SIGKILL)."""
+    leader = g.wait_leader()
+    victim = next(i for i in g.ids if i != leader)
+    for k in range(20):
+        assert send(g.addr(leader), b"a%d" % k, qid=k % 4).code == 0
+    wait_for(lambda: g.committed_pos(victim) >= g.committed_pos(leader), 10, 0.05, "the victim has the first 20")
+    g.kill(victim)
+    return leader, victim
+
+
 def test_a_follower_catches_up_through_index_units_damaged_under_the_leader(group):
     """A member killed misses entries; while it is down the leader's index units of the entries it
     will need are zeroed under the running leader (what it reads for each push: the previous
@@ -372,12 +384,7 @@ def test_a_follower_catches_up_through_index_units_damaged_under_the_leader(grou
     checks a unit against its entry and rewrites it from the entries: the restarted member catches
     up byte-identical, and the leader's log says so in one line."""
     g = group()
-    leader = g.wait_leader()
-    victim = next(i for i in g.ids if i != leader)
-    for k in range(20):
-        assert send(g.addr(leader), b"a%d" % k, qid=k % 4).code == 0
-    wait_for(lambda: g.committed_pos(victim) >= g.committed_pos(leader), 10, 0.05, "the victim has the first 20")
-    g.kill(victim)
+    leader, victim = _kill_a_follower_after_20(g)
     for k in range(200):
         assert send(g.addr(leader), b"b%d" % k + b"x" * (k * 37 % 3000), qid=k % 4).code == 0
     sent_ms = time.time() * 1000
@@ -613,12 +620,7 @@ def test_a_member_down_while_the_others_delete_old_files_is_installed_and_catche
     fs = 128 * 1024
     g = group(mappedFileSizeCommitLog=fs, cleanFileForciblyEnable="true", diskSpaceCleanForciblyRatio="0.01",
               cleanResourceInterval=200, env_for=lambda i: {"MQ_RETENTION_FIRST_DELAY_S": "0"})
-    leader = g.wait_leader()
-    victim = next(i for i in g.ids if i != leader)
-    for k in range(20):
-        assert send(g.addr(leader), b"a%d" % k, qid=k % 4).code == 0
-    wait_for(lambda: g.committed_pos(victim) >= g.committed_pos(leader), 10, 0.05, "the victim has the first 20")
-    g.kill(victim)
+    leader, victim = _kill_a_follower_after_20(g)
     victim_last = g.data_files(victim)[-1]
     for k in range(30):
         assert send(g.addr(leader), b"early%d" % k, qid=0, topic="EARLY").code == 0
