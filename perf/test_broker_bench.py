@@ -177,6 +177,14 @@ def broker_processes(broker: Broker) -> dict[str, list[int]]:
             "supervisor": procs["broker"]}
 
 
+# 1 KiB messages that take a broker past the point where its io workers prepare the next CommitLog
+# file (PREPARE_NEXT_AT of COMMITLOG_FILE_SIZE; a record is larger than its body, so this passes it by
+# a margin): a gate whose rounds are short warms up with this many, then waits for wait_io_settled,
+# so that no round of either side holds that ~0.5 s of CPU per io worker.  The next preparation
+# comes one file later (~250 MB more).
+PAST_PREPARE_MSGS = int(COMMITLOG_FILE_SIZE * (PREPARE_NEXT_AT + 0.02)) // MSG_BODY_SIZE
+
+
 def wait_io_settled(broker: Broker, busy_below: float = 0.05, window_s: float = 0.5, timeout_s: float = 60.0) -> None:
     """Returns once the broker's io workers, left alone, use under busy_below of a CPU over a
     window: a fresh broker's io worker first pre-touches its CommitLog files (the current and the
@@ -570,8 +578,7 @@ def test_io_workers_2_vs_1(benchmark, start_broker, session, scale):
         # rounds and cut a configuration's median by half or more (CI 107: 2 workers' rounds
         # 174,514-658,047 msgs/s, median 203,402).  The measured rounds then stay below the file after
         # (quick: ~230 MB from ~150 MB; the full variant crosses it, its median riding over one round)
-        warm_msgs = int(COMMITLOG_FILE_SIZE * (PREPARE_NEXT_AT + 0.05)) // MSG_BODY_SIZE   # records are larger
-        warm_batches = -(-warm_msgs // (CLIENT_PROCESSES * CONNS_PER_PROCESS * BATCH_MSGS))
+        warm_batches = -(-PAST_PREPARE_MSGS // (CLIENT_PROCESSES * CONNS_PER_PROCESS * BATCH_MSGS))
         for broker in brokers.values():
             clients.run(broker.addr, topic, warm_batches)
             wait_io_settled(broker)

@@ -245,7 +245,7 @@ def test_dledger_vs_sync_master_native(benchmark, namesrv, store_dir, need_disk,
         with sync_master_and_group(store_dir, namesrv, session, topic) as (addrs, master, g, leader):
             for b in (master, *g.brokers.values()):   # followers' io workers prepare files too
                 bb.wait_io_settled(b)
-            run = native_pair(benchmark, addrs, "DLEDGER", topic, scale)
+            run = native_pair(benchmark, addrs, "DLEDGER", topic, scale, [master, *g.brokers.values()])
             assert g.leader() == leader, "the DLedger leader changed during the measurement"
     finally:
         session.close()

@@ -273,12 +273,16 @@ class NativePair:
         return ratio
 
 
-def native_pair(benchmark, addrs: dict[str, str], measured: str, topic: str, scale: NativePairScale) -> NativePair:
+def native_pair(benchmark, addrs: dict[str, str], measured: str, topic: str, scale: NativePairScale,
+                brokers: list[Broker]) -> NativePair:
     """mqload (NATIVE_CONNS x NATIVE_DEPTH single 1 KiB SEND_MESSAGE_V2 in flight) against the
     two addresses of `addrs` (kind -> broker address), a round on the baseline in
     pytest-benchmark's untimed setup, then one on `measured`.  The native client costs far
     less than the brokers, so the ratio is theirs, not the client's; every answer must be
-    SUCCESS (SEND_OK), or the round fails."""
+    SUCCESS (SEND_OK), or the round fails.  The warm-up takes each side past its next CommitLog
+    file's preparation (bb.PAST_PREPARE_MSGS), then every broker of `brokers` settles: with
+    rounds of 40,000 that ~0.5 s burst of an io worker fell in one round of each side (DLedger's
+    rounds 56,726-128,514 msgs/s in one quick run by hand)."""
     (baseline,) = [k for k in addrs if k != measured]
     results: dict[str, list[dict]] = {k: [] for k in addrs}
 
@@ -288,7 +292,9 @@ def native_pair(benchmark, addrs: dict[str, str], measured: str, topic: str, sca
         results[kind].append(r)
 
     for kind in addrs:                                                                       # warm-up
-        run_mqload(addrs[kind], NATIVE_CONNS, n=scale.msgs_per_round // 4, depth=NATIVE_DEPTH, topic=topic)
+        run_mqload(addrs[kind], NATIVE_CONNS, n=bb.PAST_PREPARE_MSGS, depth=NATIVE_DEPTH, topic=topic)
+    for b in brokers:
+        bb.wait_io_settled(b)
     benchmark.pedantic(round_on, setup=lambda: (round_on(baseline), ((measured,), {}))[1], rounds=scale.rounds)
     return NativePair(results)
 
@@ -319,7 +325,7 @@ def test_sync_vs_async_master_native(benchmark, namesrv, store_dir, need_disk, s
             session.run(w.create_topic(session.client, addr, topic))
         for b in started[::2]:
             bb.wait_io_settled(b)
-        run = native_pair(benchmark, addrs, "SYNC_MASTER", topic, scale)
+        run = native_pair(benchmark, addrs, "SYNC_MASTER", topic, scale, started[::2])
     finally:
         stop_all(started)
     ratio = run.report(benchmark, scale, "ASYNC_FLUSH, 1 io worker, a slave per master", "SYNC_MASTER", "ASYNC_MASTER")
