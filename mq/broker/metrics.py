@@ -240,6 +240,9 @@ class BrokerCollector:
             committed = ctl.get(C.POS_DL_COMMIT_INDEX) - 1
             yield self._gauge("mq_dledger_commit_lag_entries", "Entries of the local log not known committed "
                               "(last index minus committed index)", base, const, max(0, last - committed))
+            yield self._counter("mq_dledger_index_units_repaired", "DLedger index units that disagreed with their "
+                                "entries (damaged since written) and were rewritten from them, by the Raft role "
+                                "since it started", base, const, int(st.get("indexUnitsRepaired") or 0))
             lag = GaugeMetricFamily("mq_dledger_follower_lag_entries", "On the leader: entries each follower's "
                                     "log is behind the leader's last index", labels=base + ["peer"])
             if st.get("role") == "LEADER":

@@ -939,6 +939,8 @@ class DLedgerRole:
                    "leaderBrokerAddr": self.broker_addr if leader == self.self_id else self.broker_addrs.get(leader),
                    "ready": bool(self.enabled_term), "peersAddr": {p: "%s:%d" % a for p, a in self.peers.items()},
                    "committedPos": self.ctl.get(C.POS_COMMITTED), "writePos": self.ctl.get(C.POS_WRITE),
+                   # index units rewritten from their entries by this process (csrc/dledger.h)
+                   "indexUnitsRepaired": self.cl.dledger_units_repaired()[0],
                    "updated": int(time.time() * 1000), "stats": self._stats()})
         return st
 

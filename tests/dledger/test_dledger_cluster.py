@@ -405,6 +405,8 @@ def test_a_follower_catches_up_through_index_units_damaged_under_the_leader(grou
              10, 0.1, "the leader's line for the units it rewrote")
     text = open(log_path, errors="replace").read()
     assert "a tick failed" not in text and "pushing entries" not in text
+    # (mq_dledger_index_units_repaired_total in the metrics)
+    assert wait_for(lambda: g.status(leader).get("indexUnitsRepaired"), 5, 0.1, "the count in the status") >= 1
 
 
 def test_single_sends_cross_file_rollovers(group):
