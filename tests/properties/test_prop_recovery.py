@@ -41,7 +41,7 @@ from mq.store.control import remove_segment
 from mq.store.dledgerfiles import save_hard_state
 from mq.wire import commitlog as wcl
 from tests.properties.propkit import bounded
-from tests.store.storekit import crash
+from tests.store.storekit import crash, flip_byte
 
 FS = 64 * 1024                  # mappedFileSizeCommitLog: 400 messages fill up to ~5 files
 CQ_ENTRIES = 32                 # entries per ConsumeQueue file: a queue of 400 has ~13 files
@@ -180,13 +180,8 @@ def apply_damage(root: str, written: Written, damage: tuple) -> str:
             index = damage[1] % len(written.at)
             at = index * 32 + damage[2]
             path = os.path.join(d, "%020d" % (at - at % DL_INDEX_FS))
-            if not os.path.exists(path) or os.path.getsize(path) <= at % DL_INDEX_FS:
+            if not os.path.exists(path) or not flip_byte(path, at % DL_INDEX_FS, 1 << damage[3]):
                 return f"no unit of entry {index} in {path}"
-            with open(path, "r+b") as f:
-                f.seek(at % DL_INDEX_FS)
-                old = f.read(1)
-                f.seek(at % DL_INDEX_FS)
-                f.write(bytes([old[0] ^ (1 << damage[3])]))
             return f"flipped bit {damage[3]} of byte {damage[2]} of entry {index}'s DLedger index unit"
         path = os.path.join(d, names[damage[1] % len(names)])
         if kind == "dl_index_delete":

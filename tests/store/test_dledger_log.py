@@ -23,6 +23,7 @@ from mq.store.native import CorruptRecord, NotLeader, OutOfRange, lib
 from mq.wire import commitlog as wcl
 from mq.wire import dledger as W
 from mq.wire.msgid import decode_offset_msg_id
+from tests.store.storekit import flip_byte
 
 FS = 64 * 1024
 IFS = 4096 * 8                  # 1024 units per index file
@@ -580,12 +581,7 @@ UNIT_FIELDS = {"magic": 0, "pos": 4, "size": 12, "index": 16, "term": 24}     # 
 
 
 def _flip(path: str, at: int, mask: int = 0x10) -> None:
-    """XORs one byte of a file (through the page cache: a store that maps it sees it at once)."""
-    with open(path, "r+b") as f:
-        f.seek(at)
-        b = f.read(1)[0]
-        f.seek(at)
-        f.write(bytes([b ^ mask]))
+    assert flip_byte(path, at, mask), (path, at)
 
 
 def _unit_path(cfg, index: int) -> tuple[str, int]:

@@ -10,7 +10,7 @@ import pytest
 
 from mq.store import CorruptRecord, MessageStore, StoreConfig, control as C
 from mq.wire import commitlog as wcl
-from tests.store.storekit import crash
+from tests.store.storekit import crash, flip_byte
 
 FS = 64 * 1024
 
@@ -627,11 +627,7 @@ def test_a_rebuilt_queue_makes_no_file_for_a_damaged_queue_offset(make_store, ca
 def _flip_entry_phy(root, topic, qid, queue_offset, bit=0):
     """Flips a bit of the top byte of ConsumeQueue entry queue_offset's PHYSICALOFFSET: it then
     points far past the CommitLog's end (default-sized queue files: one file)."""
-    with open(os.path.join(root, "consumequeue", topic, str(qid), "%020d" % 0), "r+b") as f:
-        f.seek(queue_offset * 20)
-        b = f.read(1)
-        f.seek(queue_offset * 20)
-        f.write(bytes([b[0] ^ (1 << bit)]))
+    assert flip_byte(os.path.join(root, "consumequeue", topic, str(qid), "%020d" % 0), queue_offset * 20, 1 << bit)
 
 
 @pytest.mark.parametrize("which", ["last entry, clean stop", "middle entry, crash", "last entry, crash"])
