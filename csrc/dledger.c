@@ -223,6 +223,34 @@ int mq_dledger_entry(mq_commitlog *cl, uint64_t index, uint64_t *pos_out, uint32
     return dl_read_unit(cl, index, pos_out, size_out, term_out);
 }
 
+int mq_dledger_first_damaged(mq_commitlog *cl, uint64_t first, uint64_t last, uint64_t *bad_out) {
+    assert(cl->dledger && bad_out && first <= last);
+    mq_ctl *c = cl->ctl;
+    if (first < ctl_load(c, MQ_POS_DL_BEGIN_INDEX) || last >= ctl_load(c, MQ_POS_DL_NEXT_INDEX)) return MQ_E_RANGE;
+    for (uint64_t i = first; i <= last; i++) {
+        uint64_t pos;
+        uint32_t size;
+        int64_t term;
+        int rc = dl_read_unit(cl, i, &pos, &size, &term);
+        if (rc == MQ_OK) {             /* the unit agrees with the entry's header: pos..pos+size is in one file */
+            const uint8_t *e;
+            uint64_t room;
+            if ((rc = dl_entry_bytes(cl, &pos, &e, &room)) == MQ_OK) {
+                mq_scan_rec rec;
+                int stop;
+                if (dl_entry_check(e, pos, room, room, 1, &rec, &stop) != MQ_OK) rc = MQ_E_CORRUPT;
+            }
+        }
+        if (rc == MQ_E_CORRUPT) {
+            *bad_out = i;
+            return MQ_OK;
+        }
+        if (rc) return rc;
+    }
+    *bad_out = last + 1;
+    return MQ_OK;
+}
+
 /* The entries of buf as they would sit from (first_index, first_pos) after an entry of prev_term:
  * magic, sizes, index continuity, terms nondecreasing and <= max_term, pos, the room rule, the
  * record inside; fillers reach their file's end.  Reads buf only. */

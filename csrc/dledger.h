@@ -39,6 +39,13 @@
  *     [DL_BEGIN_INDEX, DL_NEXT_INDEX); MQ_E_CORRUPT when the walk meets damage (an entry that
  *     fails its check, an unexpected index, terms out of order or past DL_END_TERM, an ambiguous
  *     term); file errors.  Truncate and set_commit read units the same way.
+ * mq_dledger_first_damaged  the first of entries first..last (within [DL_BEGIN_INDEX,
+ *     DL_NEXT_INDEX)) whose bytes fail their check with CRCs (dl_entry_check: the header, the
+ *     record inside, its BODYCRC), or whose unit cannot be read or rebuilt (mq_dledger_entry's
+ *     MQ_E_CORRUPT), in *bad_out; last + 1 when every one is whole.  A leader checks what it
+ *     pushes to a follower it probes with it: a follower refuses a damaged entry (and drops the
+ *     connection), so the leader learns which of its own entries it cannot serve.  MQ_E_RANGE
+ *     outside the bounds; file errors.
  * mq_dledger_units_repaired  the index units this handle rewrote from their entries since it was
  *     opened, and (*last_index_out) the index of the last one (0 if none).  A getter.
  * mq_dledger_append_raw  a follower appends the leader's bytes: `buf` holds whole entries
@@ -132,6 +139,7 @@
 
 int      mq_dledger_append_noop(mq_commitlog *cl, int64_t term, mq_append_out *out);
 int      mq_dledger_entry(mq_commitlog *cl, uint64_t index, uint64_t *pos_out, uint32_t *size_out, int64_t *term_out);
+int      mq_dledger_first_damaged(mq_commitlog *cl, uint64_t first, uint64_t last, uint64_t *bad_out);
 uint64_t mq_dledger_units_repaired(mq_commitlog *cl, uint64_t *last_index_out);
 int      mq_dledger_append_raw(mq_commitlog *cl, const uint8_t *buf, size_t len, uint64_t first_index,
                                uint64_t first_pos, int64_t max_term, uint32_t *n_out);

@@ -44,8 +44,11 @@ mq.dledger.log):
                                      log ends there is caught up without an install)
     durable_index() -> int           highest index that is durable here (the
                                      leader counts only that toward a quorum)
-    entries(first, last) -> batch    a batch of entries first.. (at most last)
-                                     for an Append; may hold fewer (size limits)
+    entries(first, last, checked=False) -> batch
+                                     a batch of entries first.. (at most last)
+                                     for an Append; may hold fewer (size limits);
+                                     checked: each entry's bytes are checked first and
+                                     the batch ends before the first damaged one
     append(batch, from_index)        append the batch's entries from from_index
                                      on, right after the current last entry
     truncate_from(index)             drop entries index.. (never committed ones)
@@ -53,6 +56,23 @@ mq.dledger.log):
     install(batch)                   only with Config.install: drop every entry and hold
                                      the batch alone; first_index() is then its first index
 A batch (the Append's payload) offers: first_index, last_index, term_of(i).
+term_at and entries raise LogDamaged for an entry whose bytes fail their checks
+(entries only when checked, or for an entry it cannot even locate).
+
+A leader that cannot serve an entry a follower needs (LogDamaged: its own copy was
+damaged after it was written -- a follower refuses such bytes) hands leadership
+to a follower that holds the entry (its match is at or past it, and it answered
+within the shortest election timeout): the new leader serves the entry whole.
+Until then the follower is probed once a heartbeat, checked, and nothing damaged
+is sent (a probe whose first entry is damaged checks the previous entry alone: the
+follower may need entries further back first); the other followers are served as
+before.  Each such finding is reported in Ready.damaged
+for the driver to log.  No follower holding it (an entry only the leader has):
+it keeps leading, and the follower stays behind at that entry.  A leader hands
+over for damage only once it has led, and gone without such a handover, for
+DAMAGE_HANDOVER_TIMEOUTS of the longest election timeouts: where the holder's
+copy is damaged too, leadership then moves between the two at that pace (each
+move pauses writes for one transfer) instead of all the time.
 
 Retention (a member deleting its oldest, committed entries) meets replication
 where a follower needs entries the leader no longer holds: its next index is at
@@ -82,7 +102,7 @@ the term never moves back."""
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -150,10 +170,27 @@ class TimeoutNow(Message):
     """Leadership transfer: the receiver starts an election at once."""
 
 
+# a leader hands leadership over for a damaged entry (see the module docstring) only after leading,
+# and going without such a handover, for this many of the longest election timeouts
+DAMAGE_HANDOVER_TIMEOUTS = 1
+
+
+class LogDamaged(Exception):
+    """The log's entry `index` fails its checks (its bytes were damaged after they were
+    written): this node cannot serve it."""
+
+    def __init__(self, index: int, why: str = ""):
+        super().__init__(f"entry {index} is damaged" + (f": {why}" if why else ""))
+        self.index = index
+
+
 @dataclass
 class Ready:
     hard_state: tuple[int, str | None] | None     # (term, vote) to persist before sending
     messages: list[Message]
+    # leader: (index of an entry of ours found damaged, the follower that needs it, the member
+    # leadership was handed to or None) since the last ready()
+    damaged: list[tuple[int, str, str | None]] = field(default_factory=list)
 
 
 # ---- configuration --------------------------------------------------------------------------------
@@ -224,6 +261,8 @@ class RaftNode:
         self.votes: dict[str, bool] = {}
         self.progress: dict[str, Progress] = {}
         self.noop_index = -1                     # leader: index of this term's no-op
+        self.led_since = 0                       # leader: the tick it became leader, or last handed over for damage
+        self.heard: dict[str, int] = {}          # leader: the tick each follower last answered
         self.transferee: str | None = None       # leader: a leadership transfer in progress
         self.transfer_elapsed = 0
         self.election_elapsed = 0
@@ -233,6 +272,7 @@ class RaftNode:
         self.timeout = 0
         self._reset_timeout()
         self._msgs: list[Message] = []
+        self._damaged: list[tuple[int, str, str | None]] = []
         self._persisted = (term, vote)
 
     # ---- outputs ----------------------------------------------------------------------------------
@@ -244,7 +284,8 @@ class RaftNode:
         hs = (self.term, self.vote)
         changed = hs if hs != self._persisted else None
         msgs, self._msgs = self._msgs, []
-        return Ready(changed, msgs)
+        damaged, self._damaged = self._damaged, []
+        return Ready(changed, msgs, damaged)
 
     def saved(self, hard_state: tuple[int, str | None]) -> None:
         """The driver made `hard_state` (from ready()) durable."""
@@ -408,6 +449,8 @@ class RaftNode:
         self.heartbeat_elapsed = 0
         self.quorum_elapsed = 0
         self.transferee = None
+        self.led_since = self.ticks
+        self.heard = {}
         self.noop_index = self.log.append_noop(self.term)
         assert self.noop_index == self.log.last_index() and self.log.last_term() == self.term
         # the first probe carries the no-op after our last earlier entry, which most followers hold
@@ -589,6 +632,34 @@ class RaftNode:
             self.transfer_leadership(pref)
 
     def _send_append(self, p: str, force_commit: bool = False) -> None:
+        try:
+            self._push(p, force_commit)
+        except LogDamaged as e:
+            self._cannot_serve(p, e.index)
+
+    def _cannot_serve(self, p: str, index: int) -> None:
+        """Follower p needs our entry `index`, which is damaged (see the module docstring): p is
+        probed again with the next heartbeat (checked), and leadership goes to the follower
+        holding the entry that is furthest ahead, if one answered lately."""
+        pr = self.progress[p]
+        if pr.state == Progress.REPLICATE:       # (what was in flight is sent again, checked)
+            pr.state = Progress.PROBE
+            pr.inflight = []
+            pr.next = pr.match + 1
+        pr.probe_sent = True                     # the heartbeat clears it: one try a heartbeat
+        target = None
+        if self.transferee is None and \
+                self.ticks - self.led_since >= DAMAGE_HANDOVER_TIMEOUTS * self.cfg.election_ticks_max:
+            lately = self.ticks - self.cfg.election_ticks_min
+            holders = [(qr.match, q) for q, qr in self.progress.items()
+                       if q != p and qr.match >= index and self.heard.get(q, -1) >= lately]
+            if holders:
+                target = max(holders)[1]
+                self.led_since = self.ticks
+                self.transfer_leadership(target)
+        self._damaged.append((index, p, target if target is not None else self.transferee))
+
+    def _push(self, p: str, force_commit: bool) -> None:
         pr = self.progress[p]
         last = self.log.last_index()
         if pr.state == Progress.PROBE:
@@ -607,7 +678,16 @@ class RaftNode:
                 # the follower needs entries before our first: the term we would check is gone
                 self._send_install(p, pr, first, last)
             return
-        batch = self.log.entries(pr.next, last) if has_new else None
+        # a probe's entries are checked: a follower refuses damaged bytes (C's pushes, unchecked,
+        # end in a probe when it does), and a damaged entry is never sent twice
+        try:
+            batch = self.log.entries(pr.next, last, checked=pr.state == Progress.PROBE) if has_new else None
+        except LogDamaged:
+            if pr.state != Progress.PROBE or pr.match == prev:
+                raise                            # it holds prev: it needs the damaged entry
+            # its log may differ further back (it then needs entries we can serve, from another
+            # member's lead): the probe checks prev alone
+            batch = None
         self._send(Append(self.term, self.id, p, prev, prev_term, batch, self.commit))
         pr.sent_commit = self.commit
         if pr.state == Progress.PROBE:
@@ -641,8 +721,8 @@ class RaftNode:
         pr.inflight = []
         pr.next = first
         pr.probe_sent = True
-        self._send(Append(self.term, self.id, p, first - 1, 0, self.log.entries(first, last), self.commit,
-                          install=True))
+        self._send(Append(self.term, self.id, p, first - 1, 0, self.log.entries(first, last, checked=True),
+                          self.commit, install=True))
         pr.sent_commit = self.commit
 
     def _on_append_resp(self, m: AppendResp) -> None:
@@ -650,6 +730,7 @@ class RaftNode:
             return
         pr = self.progress[m.src]
         pr.recent_active = True
+        self.heard[m.src] = self.ticks
         if m.success:
             if m.index > pr.match:
                 pr.match = m.index
@@ -686,6 +767,7 @@ class RaftNode:
             return
         pr = self.progress[m.src]
         pr.recent_active = True
+        self.heard[m.src] = self.ticks
         if pr.match < self.log.last_index() and pr.state == Progress.REPLICATE and not pr.inflight:
             self._send_append(m.src)
 
@@ -727,5 +809,5 @@ RESPONSE_TO: dict[type, type | None] = {Append: AppendResp, Heartbeat: Heartbeat
                                         TimeoutNow: None}
 RESPONSES = (AppendResp, HeartbeatResp, VoteResp)
 
-__all__ = ["Role", "Config", "RaftNode", "Ready", "Message", "VoteReq", "VoteResp", "Append", "AppendResp",
+__all__ = ["Role", "Config", "RaftNode", "Ready", "LogDamaged", "Message", "VoteReq", "VoteResp", "Append", "AppendResp",
            "Heartbeat", "HeartbeatResp", "TimeoutNow", "Progress", "RESPONSE_TO", "RESPONSES"]

@@ -69,8 +69,8 @@ from mq.store.native import CorruptRecord, StoreError, StoreIOError, check
 from mq.wire import dledger_rpc as RPC
 from mq.wire.errors import WireError
 
-from .core import (RESPONSE_TO, RESPONSES, Append, AppendResp, Config, Heartbeat, HeartbeatResp, RaftNode, Role,
-                   TimeoutNow, VoteReq, VoteResp)
+from .core import (DAMAGE_HANDOVER_TIMEOUTS, RESPONSE_TO, RESPONSES, Append, AppendResp, Config, Heartbeat,
+                   HeartbeatResp, RaftNode, Role, TimeoutNow, VoteReq, VoteResp)
 from .lead import CProgress, lead_templates
 from .log import DLedgerLog, InBatch
 from .net import FRAME_IN_MAX, Conn, Link, Listener, follow_template, request_frame, response_frame
@@ -82,6 +82,7 @@ STATUS_FILE = "dledger-status.json"
 STATUS_INTERVAL_S = 1.0
 OPAQUES_PER_LINK_MAX = 65536      # requests remembered per link until their response (votes may go unanswered)
 STOP_TRANSFER_S = 1.0
+DAMAGE_LOG_INTERVAL_S = 60.0      # a damaged entry a follower needs is logged once a minute (per entry and follower)
 BROKER_ADDR_RE = re.compile(r"[0-9A-Za-z.:\[\]-]{1,253}:[0-9]{1,5}")   # a heartbeat's brokerAddr (host:port)
 # PUSH frames in flight per follower: while they are, new entries gather into the next push, so
 # under load a push carries many entries (per-push work dominates: two syscalls and a few Python
@@ -197,7 +198,10 @@ class DLedgerRole:
         self.stats = {"pushes_in": 0, "pushes_out": 0, "installs_in": 0, "installs_out": 0, "elections": 0,
                       "responses_dropped": 0, "tick_errors": 0,
                       "stale_requests_in": 0,        # requests of an older term (refused with our term)
-                      "pushes_in_fast": 0}           # ... of pushes_in, taken in C (_take_pushes)
+                      "pushes_in_fast": 0,           # ... of pushes_in, taken in C (_take_pushes)
+                      "damaged_entries_found": 0}    # leader: tries to serve a follower an entry of ours that is damaged
+        # (index, follower) -> (when logged, whether that line named a handover)
+        self._damage_logged: dict[tuple[int, str], tuple[float, bool]] = {}
         # (status() adds pushes_out_fast: of pushes_out, those C sent)
         # the follower's steady state in C: the template of (term, leader) _follow_of, None when
         # their names cannot make one; answers are written to _follow_out
@@ -388,6 +392,8 @@ class DLedgerRole:
                           len(rd.messages))
                 return []
             self.node.saved(rd.hard_state)
+        if rd.damaged:
+            self._report_damage(rd.damaged)
         self._publish()
         want = RESPONSE_TO.get(type(request)) if request is not None else None
         replies = []
@@ -401,6 +407,27 @@ class DLedgerRole:
                 log.error("DLedger %s: the core answered %s with %r: not a response to it; dropped", self.self_id,
                           type(request).__name__ if request is not None else "no request", m)
         return replies
+
+    def _report_damage(self, found: list) -> None:
+        """The core found entries of ours it cannot serve (mq.dledger.core, LogDamaged): counted,
+        and one line per entry and follower a minute (the core retries once a heartbeat), and one
+        more when a later try hands leadership over."""
+        now = time.monotonic()
+        for index, follower, to in found:
+            self.stats["damaged_entries_found"] += 1
+            key = (index, follower)
+            when, handed = self._damage_logged.get(key, (-DAMAGE_LOG_INTERVAL_S, False))
+            if now - when < DAMAGE_LOG_INTERVAL_S and (handed or to is None):
+                continue
+            self._damage_logged[key] = (now, to is not None)
+            if len(self._damage_logged) > 1024:
+                self._damage_logged = {k: v for k, v in self._damage_logged.items()
+                                       if now - v[0] < DAMAGE_LOG_INTERVAL_S}
+            what = (f"leadership goes to {to}, which holds it" if to is not None else
+                    "no member holding it answered lately (or we have led for less than "
+                    f"{DAMAGE_HANDOVER_TIMEOUTS} election timeouts): it waits there, tried again each heartbeat")
+            log.error("DLedger %s: entry %d of our log is damaged (it fails its checks; not sent) and follower %s "
+                      "needs it: %s", self.self_id, index, follower, what)
 
     def _publish(self, force: bool = False, tick: bool = False) -> None:
         node = self.node

@@ -47,7 +47,7 @@ import sys
 from collections import deque
 from dataclasses import dataclass
 
-from .core import RESPONSE_TO, RESPONSES, Append, Config, Heartbeat, RaftNode, Role
+from .core import RESPONSE_TO, RESPONSES, Append, Config, Heartbeat, LogDamaged, RaftNode, Role
 
 NOOP = "noop"
 
@@ -70,13 +70,15 @@ class SimFailure(AssertionError):
 class SimBatch:
     """An immutable snapshot of entries first_index.. (what an Append carries).  base: how many
     proposals (entries other than no-ops) the log held below first_index -- what the broker's
-    install carries as its queue offsets, checked for continuity here."""
-    __slots__ = ("first_index", "items", "base")
+    install carries as its queue offsets, checked for continuity here.  damaged: the indexes of
+    entries sent damaged (an unchecked batch): the receiver refuses the batch."""
+    __slots__ = ("first_index", "items", "base", "damaged")
 
-    def __init__(self, first_index: int, items: list, base: int = 0):
+    def __init__(self, first_index: int, items: list, base: int = 0, damaged: frozenset = frozenset()):
         self.first_index = first_index
         self.items = items
         self.base = base
+        self.damaged = damaged
 
     @property
     def last_index(self) -> int:
@@ -101,6 +103,13 @@ class SimLog:
         self.begin_term = None     # term of entry begin-1 when known (retention keeps it; an install does not)
         self.installs = 0
         self.batch_max = batch_max
+        self.damaged: set[int] = set()   # entries whose bytes were damaged after they were written
+
+    def damage(self, index: int) -> None:
+        """Entry `index`'s bytes are damaged here (its term and value still read as written: the
+        damage is in what the entry's checksum covers)."""
+        assert self.begin <= index <= self.last_index(), (index, self.begin, self.last_index())
+        self.damaged.add(index)
 
     def last_index(self) -> int:
         return self.begin + len(self.items) - 1
@@ -126,12 +135,17 @@ class SimLog:
     def durable_index(self) -> int:
         return self.last_index()
 
-    def entries(self, first: int, last: int) -> SimBatch:
+    def entries(self, first: int, last: int, checked: bool = False) -> SimBatch:
         assert first >= self.begin, (first, self.begin)
         last = min(last, first + self.batch_max - 1)
+        bad = sorted(k for k in self.damaged if first <= k <= last)
+        if checked and bad:
+            if bad[0] == first:
+                raise LogDamaged(first, "damaged in the simulation")
+            last, bad = bad[0] - 1, []
         i = first - self.begin
         # base is known (and needed: an install) for a batch from the first entry only
-        return SimBatch(first, self.items[i:last - self.begin + 1], self.base if i == 0 else -1)
+        return SimBatch(first, self.items[i:last - self.begin + 1], self.base if i == 0 else -1, frozenset(bad))
 
     def append(self, batch: SimBatch, from_index: int) -> None:
         assert from_index == self.last_index() + 1, (from_index, self.last_index())
@@ -140,12 +154,14 @@ class SimLog:
     def truncate_from(self, index: int) -> None:
         assert index >= self.begin, (index, self.begin)
         del self.items[index - self.begin:]
+        self.damaged = {k for k in self.damaged if k < index}
 
     def install(self, batch: SimBatch) -> None:
         self.items = list(batch.items)
         self.begin = batch.first_index
         self.base = batch.base
         self.begin_term = None
+        self.damaged = set()
         self.installs += 1
 
     def compact(self, upto: int) -> None:
@@ -156,6 +172,7 @@ class SimLog:
         self.begin_term = self.items[cut - 1][0]
         del self.items[:cut]
         self.begin = upto
+        self.damaged = {k for k in self.damaged if k >= upto}
 
     def append_noop(self, term: int) -> int:
         self.items.append((term, NOOP))
@@ -230,6 +247,7 @@ class SimParams:
     pause_weight: float = 0.15     # pauses of a member (mostly the leader) per fault draw of another kind
     pause_ticks_max: int = 80      # a pause lasts election_ticks_min..this
     compact_weight: float = 0.0    # retention passes on a running member per fault draw of another kind
+    damage_weight: float = 0.0     # a committed entry damaged on a running member, per fault draw of another kind
     liveness_timeouts: int = 6     # election timeouts (max) a talking majority may go without a leader
 
 
@@ -278,7 +296,8 @@ class SimCluster:
         self.next_value = 0
         # what a run exercised (a sweep asserts it is not vacuous)
         self.counts = {"pauses": 0, "stale_heartbeats": 0, "stale_appends": 0, "liveness_ticks": 0,
-                       "compactions": 0, "installs": 0}
+                       "compactions": 0, "installs": 0, "damages": 0, "damaged_refused": 0,
+                       "damage_found": 0, "damage_handovers": 0, "damage_blocked_ticks": 0}
         self.events: deque = deque(maxlen=60)
         self._majority_cache: dict = {}
         self._talking: frozenset | None = None     # the talking majority of the liveness check
@@ -314,6 +333,11 @@ class SimCluster:
             node.hard = rd.hard_state
             r.saved(rd.hard_state)
         self._check_routing(node, request, rd.messages)
+        for index, follower, to in rd.damaged:
+            self.counts["damage_found"] += 1
+            self.counts["damage_handovers"] += to is not None
+            self.note(f"{node.id} cannot serve its damaged entry {index} to {follower}"
+                      + (f": leadership to {to}" if to else ""))
         for m in rd.messages:
             self.net.send(m, self.now)
         self._check_node(node, was_leader)
@@ -385,8 +409,30 @@ class SimCluster:
     def _deliver(self, n: SimNode, m) -> None:
         if m.term < n.raft.term and isinstance(m, (Heartbeat, Append)):
             self.counts["stale_heartbeats" if isinstance(m, Heartbeat) else "stale_appends"] += 1
+        if isinstance(m, Append) and m.entries is not None and m.entries.damaged and self._takes_damaged(n, m):
+            # the broker's follower checks every entry before it writes one: it refuses the push and
+            # drops the connection, which the leader hears of (peer_down)
+            self.counts["damaged_refused"] += 1
+            self.note(f"{n.id} refuses {m.src}'s entries {m.entries.first_index}..{m.entries.last_index} (prev {m.prev_index}, install {m.install}): "
+                      f"{sorted(m.entries.damaged)} damaged")
+            src = self.nodes[m.src]
+            if src.running and src.raft.role is Role.LEADER and src.raft.term == m.term:
+                src.raft.peer_down(n.id)
+                self._drain(src)
+            return
         n.raft.step(m)
         self._drain(n, m)
+
+    @staticmethod
+    def _takes_damaged(n: SimNode, m: Append) -> bool:
+        """Would follower n write one of m's damaged entries (the core accepts m and lacks that
+        entry)?  Else it rejects or ignores m before any entry is checked."""
+        log = n.log
+        if m.term < n.raft.term or not (m.install or log.term_at(m.prev_index) == m.prev_term):
+            return False
+        b = m.entries
+        return any(k > log.last_index() or k < log.first_index() or log.term_at(k) != b.term_of(k)
+                   for k in b.damaged)
 
     def propose(self) -> str | None:
         """A client proposal to a ready leader, if there is one; its value."""
@@ -469,8 +515,10 @@ class SimCluster:
     # ---- one run ------------------------------------------------------------------------------------
     def random_fault(self) -> None:
         rng, p = self.rng, self.params
-        k = rng.random() * (1 + p.pause_weight + p.compact_weight)
-        if k >= 1 + p.pause_weight:
+        k = rng.random() * (1 + p.pause_weight + p.compact_weight + p.damage_weight)
+        if k >= 1 + p.pause_weight + p.compact_weight:
+            self.random_damage()
+        elif k >= 1 + p.pause_weight:
             up = [n for n in self.running() if n.raft.commit > n.log.first_index()]
             if up:
                 n = rng.choice(up)
@@ -507,6 +555,27 @@ class SimCluster:
             self.net.delay_max = rng.choice([1, 2, 5, 15])
             self.note(f"delay up to {self.net.delay_max}")
 
+    def random_damage(self) -> None:
+        """A committed entry of a running member damaged (its bytes fail their checks) that another
+        member holds whole, while no other member has damage: the whole copies are what lets the
+        group serve a member that lacks the entry.  (Damage on two members can stop one that lacks
+        entries for good: one's copy of an entry damaged, the other's deleted by retention and its
+        first entry, which an install starts at, damaged.  Named in the README.)"""
+        up = [n for n in self.running() if n.raft.commit >= n.log.first_index()]
+        if not up:
+            return
+        n = self.rng.choice(up)
+        index = self.rng.randint(n.log.first_index(), n.raft.commit)
+        e = n.log.item(index)
+        others = [m for m in self.nodes.values() if m is not n]
+        if any(m.log.damaged for m in others) or not any(
+                m.log.first_index() <= index <= m.log.last_index() and m.log.item(index) == e for m in others):
+            return
+        n.log.damage(index)
+        self.counts["damages"] += 1
+        self.note(f"damage {n.id}'s entry {index} ({n.raft.role.value}, log {n.log.first_index()}.."
+                  f"{n.log.last_index()})")
+
     # ---- liveness while faults go on -----------------------------------------------------------------
     def talking_majority(self) -> frozenset | None:
         """The largest set of running members that reach each other both ways, if it is a majority
@@ -527,6 +596,24 @@ class SimCluster:
             self._majority_cache[key] = frozenset(best) if len(best) >= quorum else None
         return self._majority_cache[key]
 
+    def _damage_blocks(self, s: frozenset) -> bool:
+        """Does a member of s need a committed entry that no member of s holds whole (the whole
+        copies being damaged or on members outside s)?  Then s may commit nothing new: a leader
+        needs that member's answers for a majority when the others are down (Raft cannot serve
+        an entry nobody it reaches has), so liveness is not asked of it."""
+        members = [self.nodes[i] for i in s]
+        for i in set().union(*(n.log.damaged for n in members)):
+            e = self.committed.get(i)
+            if e is None:
+                continue
+            whole = any(n.log.first_index() <= i <= n.log.last_index() and i not in n.log.damaged
+                        and n.log.item(i) == e for n in members)
+            needs = any(i > n.log.last_index() or (i >= n.log.first_index() and n.log.item(i) != e)
+                        for n in members)
+            if needs and not whole:
+                return True
+        return False
+
     def check_liveness(self) -> None:
         """A majority that can talk must not go liveness_timeouts election timeouts without a
         ready leader among it."""
@@ -535,6 +622,10 @@ class SimCluster:
             self._talking = s
             self._talking_since = self.now
         if s is None:
+            return
+        if self._damage_blocks(s):
+            self._talking_since = self.now        # no member of s can serve what one of s needs
+            self.counts["damage_blocked_ticks"] += 1
             return
         self.counts["liveness_ticks"] += 1
         if any(self.nodes[i].raft.is_ready_leader for i in s):
@@ -610,16 +701,18 @@ class SimCluster:
 
 def params_for(seed: int) -> SimParams:
     """A seed's own shape, so that a sweep covers 3 and 5 nodes, narrow election windows
-    (split votes: several candidates in one term), runs without pre-vote, and half of them
+    (split votes: several candidates in one term), runs without pre-vote, half of them
     with retention deleting members' oldest entries (followers behind a leader's first
-    entry are installed)."""
+    entry are installed), and a third with entries damaged under members (a leader hands
+    over an entry it cannot serve)."""
     rng = random.Random(seed * 7919 + 17)
     narrow = rng.random() < 0.3
     return SimParams(nodes=5 if rng.random() < 0.3 else 3,
                      election_ticks_min=10, election_ticks_max=11 if narrow else 20,
                      pre_vote=rng.random() < 0.75, check_quorum=rng.random() < 0.85,
                      fault_ticks=rng.choice([300, 400, 600]), batch_max=rng.choice([1, 2, 8]),
-                     compact_weight=0.5 if rng.random() < 0.5 else 0.0)
+                     compact_weight=0.5 if rng.random() < 0.5 else 0.0,
+                     damage_weight=0.3 if rng.random() < 0.33 else 0.0)
 
 
 def run_seed(seed: int, params: SimParams | None = None, verbose: bool = False) -> SimCluster:

@@ -465,6 +465,13 @@ class CommitLog:
             check(rc, f"DLedger entry {index}")
         return pos[0], size[0], term[0]
 
+    def dledger_first_damaged(self, first: int, last: int) -> int:
+        """The first of entries first..last whose bytes fail their CRC check (or whose index unit
+        cannot be rebuilt); last + 1 when each one is whole (csrc/dledger.h)."""
+        bad = ffi.new("uint64_t *")
+        check(lib.mq_dledger_first_damaged(self._h, first, last, bad), f"DLedger entries {first}..{last}")
+        return bad[0]
+
     def dledger_units_repaired(self) -> tuple[int, int]:
         """(units rewritten from their entries by this handle since it opened, the last one's index)."""
         last = ffi.new("uint64_t *")

@@ -22,8 +22,10 @@ from mq.cluster import NameServer, stop_process, wait_for
 
 from mq.broker.forward import FORWARD_REMARK_PREFIX
 from mq.wire.msgid import decode_offset_msg_id
+from mq.wire.dledger import parse_index_unit
 from tests.dledger.dlkit import DLedgerGroup, call, wait_dispatched
 from tests.ha.test_broker_ha import pull_bodies, pull_queue
+from tests.store.storekit import flip_byte
 
 TOPIC = "DLT"
 SEND, PULL, RUNTIME = 310, 11, 28
@@ -407,6 +409,45 @@ def test_a_follower_catches_up_through_index_units_damaged_under_the_leader(grou
     assert "a tick failed" not in text and "pushing entries" not in text
     # (mq_dledger_index_units_repaired_total in the metrics)
     assert wait_for(lambda: g.status(leader).get("indexUnitsRepaired"), 5, 0.1, "the count in the status") >= 1
+
+
+def test_a_leader_hands_over_when_a_follower_needs_an_entry_damaged_under_it(group):
+    """A member killed misses entries; while it is down one of them is damaged in the leader's data
+    file (a bit of a message body: the entry's record fails its BODYCRC).  Before, the leader
+    streamed the damaged bytes, the restarted member refused them and dropped the connection, ~5
+    times a second for as long as that leader led (the leader logged nothing) and never caught
+    up.  Now the leader's checked probe finds the entry, it hands leadership to the member that
+    holds it, which serves it whole: the restarted member catches up byte-identical with it, the
+    old leader says so in one line, and the group goes on taking sends."""
+    g = group()
+    leader, victim = _kill_a_follower_after_20(g)
+    holder = next(i for i in g.ids if i not in (leader, victim))
+    for k in range(200):
+        assert send(g.addr(leader), b"b%d" % k + b"x" * (k * 37 % 3000), qid=k % 4).code == 0
+    sent_ms = time.time() * 1000                      # (the end from a status written after the sends)
+    status = wait_for(lambda: (st := g.status(leader)).get("updated", 0) > sent_ms
+                      and st["committedPos"] == st["writePos"] and st, 10, 0.05, "the leader's status after the sends")
+    end = status["committedPos"]
+    wait_for(lambda: g.committed_pos(holder) >= end, 10, 0.05, "the holder has every entry")
+    d = os.path.join(g.brokers[leader].dir, f"dledger-{leader}")
+    with open(os.path.join(d, "index", "%020d" % 0), "rb") as f:
+        unit = parse_index_unit(f.read(), 50 * 32)        # entry 50: one the victim lacks
+    data = os.path.join(d, "data", "%020d" % 0)
+    with open(data, "rb") as f:
+        f.seek(unit.pos)
+        entry = f.read(unit.size)
+    assert flip_byte(data, unit.pos + entry.index(b"xxxxxxxx") + 4, 0x10)    # (the leader maps the file)
+    g.restart(victim)
+    wait_for(lambda: g.committed_pos(victim) >= end, 30, 0.05, "the restarted member caught up")
+    assert g.leader() == holder
+    assert g.data_bytes(victim, end) == g.data_bytes(holder, end)
+    text = open(os.path.join(g.brokers[leader].dir, "broker.log"), errors="replace").read()
+    assert "entry 50 of our log is damaged" in text and f"leadership goes to {holder}, which holds it" in text
+    assert g.status(leader)["stats"]["damaged_entries_found"] >= 1
+    refused = open(os.path.join(g.brokers[victim].dir, "broker.log"), errors="replace").read().count(
+        f"entries from {leader} refused")
+    assert 1 <= refused <= 3, refused              # the pushes streamed unchecked before the probe found it
+    assert send(g.addr(holder), b"after the handover").code == 0
 
 
 def test_single_sends_cross_file_rollovers(group):

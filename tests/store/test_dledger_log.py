@@ -645,6 +645,46 @@ def test_a_unit_whose_entry_is_damaged_too_is_refused(tmp_path):
         store.close()
 
 
+def test_a_leaders_checked_batch_ends_before_a_damaged_entry(tmp_path):
+    """What a leader's probe sends (DLedgerLog.entries, checked): entries checked with their CRCs,
+    the batch ending before the first damaged one, DamagedEntry (the core's LogDamaged) when that
+    is the first; mq_dledger_first_damaged names it, also when its unit cannot be rebuilt either.
+    Unchecked (the pushes C streams), the damaged bytes are part of the batch: a follower refuses
+    them there (test_a_follower_refuses_bad_input_and_publishes_nothing)."""
+    from mq.dledger.core import LogDamaged
+    from mq.dledger.log import DamagedEntry, DLedgerLog
+    from mq.store import MessageStore
+    cfg = _member_config(tmp_path)
+    _filled_member(cfg, [b"r" * 400] * 100)
+    store = MessageStore.open(cfg)
+    try:
+        lg = DLedgerLog(store.cl, sync_durable=False)
+        last = lg.last_index()
+        assert store.cl.dledger_first_damaged(0, last) == last + 1
+        whole = lg.entries(3, last, checked=True)
+        assert (whole.first_index, whole.last_index) == (3, last)
+        pos20, size, _ = store.cl.dledger_entry(20)
+        _flip(os.path.join(cfg.commitlog_dir, "%020d" % 0), pos20 + 48 + 300)       # a body byte of entry 20
+        assert store.cl.dledger_first_damaged(0, last) == 20
+        assert store.cl.dledger_first_damaged(21, last) == last + 1
+        cut = lg.entries(3, last, checked=True)
+        assert (cut.first_index, cut.last_index, cut.pos + cut.nbytes) == (3, 19, pos20)
+        unchecked = lg.entries(3, last)
+        assert unchecked.last_index == last
+        with pytest.raises(DamagedEntry) as e:
+            lg.entries(20, last, checked=True)
+        assert isinstance(e.value, LogDamaged) and isinstance(e.value, CorruptRecord) and e.value.index == 20
+        assert lg.term_at(20) == 1                   # the header is whole: its term still reads
+        path, at = _unit_path(cfg, 20)
+        _flip(path, at + 4 + 7)                      # and now its unit too: it cannot be rebuilt
+        assert store.cl.dledger_first_damaged(0, last) == 20
+        with pytest.raises(DamagedEntry):
+            lg.term_at(20)
+        assert lg.entries(3, last, checked=True).last_index == 19
+    finally:
+        store.close()
+
+
 @pytest.mark.parametrize("damaged, want", [("header", 1), ("unit", 1), ("unit at the term change", None)])
 def test_a_term_only_unit_or_header_holds_is_taken_from_the_one_between_its_neighbours(tmp_path, damaged, want):
     """No checksum covers a unit or an entry's header: when they disagree on the term alone, the
