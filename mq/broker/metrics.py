@@ -243,6 +243,10 @@ class BrokerCollector:
             yield self._counter("mq_dledger_index_units_repaired", "DLedger index units that disagreed with their "
                                 "entries (damaged since written) and were rewritten from them, by the Raft role "
                                 "since it started", base, const, int(st.get("indexUnitsRepaired") or 0))
+            yield self._counter("mq_dledger_damaged_entries_found", "Times this member, leading, had to serve a "
+                                "follower an entry of its own log that fails its checks (damaged since written; "
+                                "never sent: leadership goes to a member holding it), by the Raft role since it "
+                                "started", base, const, int((st.get("stats") or {}).get("damaged_entries_found") or 0))
             lag = GaugeMetricFamily("mq_dledger_follower_lag_entries", "On the leader: entries each follower's "
                                     "log is behind the leader's last index", labels=base + ["peer"])
             if st.get("role") == "LEADER":
