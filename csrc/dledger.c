@@ -209,6 +209,11 @@ static int dl_read_unit(mq_commitlog *cl, uint64_t index, uint64_t *pos, uint32_
     return dl_unit_repair(cl, index, pos, size, term);
 }
 
+uint64_t mq_dledger_entries_repaired(mq_commitlog *cl) {
+    assert(cl->dledger);
+    return __atomic_load_n(&cl->entries_repaired, __ATOMIC_RELAXED);
+}
+
 uint64_t mq_dledger_units_repaired(mq_commitlog *cl, uint64_t *last_index_out) {
     assert(cl->dledger && last_index_out);
     *last_index_out = __atomic_load_n(&cl->unit_repaired_last, __ATOMIC_RELAXED);
@@ -223,11 +228,14 @@ int mq_dledger_entry(mq_commitlog *cl, uint64_t index, uint64_t *pos_out, uint32
     return dl_read_unit(cl, index, pos_out, size_out, term_out);
 }
 
-int mq_dledger_first_damaged(mq_commitlog *cl, uint64_t first, uint64_t last, uint64_t *bad_out) {
-    assert(cl->dledger && bad_out && first <= last);
+int mq_dledger_scrub(mq_commitlog *cl, uint64_t first, uint64_t last, uint64_t bytes_max, uint64_t *bad_out,
+                     uint64_t *next_out) {
+    assert(cl->dledger && bad_out && next_out && first <= last && bytes_max > 0);
     mq_ctl *c = cl->ctl;
     if (first < ctl_load(c, MQ_POS_DL_BEGIN_INDEX) || last >= ctl_load(c, MQ_POS_DL_NEXT_INDEX)) return MQ_E_RANGE;
-    for (uint64_t i = first; i <= last; i++) {
+    *bad_out = UINT64_MAX;
+    uint64_t bytes = 0, i = first;
+    for (; i <= last && bytes < bytes_max; i++) {
         uint64_t pos;
         uint32_t size;
         int64_t term;
@@ -240,14 +248,24 @@ int mq_dledger_first_damaged(mq_commitlog *cl, uint64_t first, uint64_t last, ui
                 int stop;
                 if (dl_entry_check(e, pos, room, room, 1, &rec, &stop) != MQ_OK) rc = MQ_E_CORRUPT;
             }
+            bytes += size;
         }
         if (rc == MQ_E_CORRUPT) {
-            *bad_out = i;
-            return MQ_OK;
+            *bad_out = i++;
+            break;
         }
         if (rc) return rc;
     }
-    *bad_out = last + 1;
+    *next_out = i;
+    return MQ_OK;
+}
+
+int mq_dledger_first_damaged(mq_commitlog *cl, uint64_t first, uint64_t last, uint64_t *bad_out) {
+    assert(bad_out);
+    uint64_t bad, next;
+    int rc = mq_dledger_scrub(cl, first, last, UINT64_MAX, &bad, &next);
+    if (rc) return rc;
+    *bad_out = bad == UINT64_MAX ? last + 1 : bad;
     return MQ_OK;
 }
 
@@ -511,6 +529,56 @@ static int dl_sync_range(mq_commitlog *cl, uint64_t from, uint64_t to) {
         if (msync(base + a, fend - fi * fs - a, MS_SYNC) != 0) return io_fail(cl, errno);
         from = fend;
     }
+    return MQ_OK;
+}
+
+int mq_dledger_repair_entry(mq_commitlog *cl, uint64_t index, const uint8_t *buf, size_t len, int *repaired_out) {
+    assert(cl->dledger && (buf || !len) && repaired_out);
+    *repaired_out = 0;
+    mq_ctl *c = cl->ctl;
+    const uint64_t begin = ctl_load(c, MQ_POS_DL_BEGIN_INDEX), next = ctl_load(c, MQ_POS_DL_NEXT_INDEX);
+    if (index < begin || index >= next || index >= ctl_load(c, MQ_POS_DL_COMMIT_INDEX)) return MQ_E_RANGE;
+    uint64_t bad;
+    int rc = mq_dledger_first_damaged(cl, index, index, &bad);
+    if (rc) return rc;
+    if (bad != index) return MQ_OK;                      /* whole (repaired meanwhile): nothing to do */
+    /* the peer's bytes: one whole entry of this index (CRCs), at the position it names */
+    const uint64_t fs = cl->file_size;
+    if (len < MQ_DL_HEADER_SIZE + MQ_RECORD_SIZE_MIN || be32r(buf + 4) != len) return MQ_E_INVAL;
+    const uint64_t pos = be64r(buf + 24);
+    if (pos % fs + len + MQ_DL_BLANK_LEN_MIN > fs) return MQ_E_INVAL;
+    mq_scan_rec rec;
+    int stop;
+    if (dl_entry_check(buf, pos, fs - pos % fs, len, 1, &rec, &stop) != MQ_OK) return MQ_E_CORRUPT;
+    if ((uint64_t)rec.dl_index != index) return MQ_E_INVAL;
+    /* ...where this log holds entry `index`: the neighbours' units (checked against their own
+     * entries) bound it exactly, and its term lies between theirs.  Committed entries are the same
+     * bytes at the same positions on every member (log matching; installs keep positions). */
+    uint64_t np;
+    uint32_t ns;
+    int64_t nt, lo_term = 1, hi_term = (int64_t)ctl_load(c, MQ_POS_DL_END_TERM);
+    if (index > begin) {
+        if ((rc = dl_read_unit(cl, index - 1, &np, &ns, &nt))) return rc == MQ_E_CORRUPT ? MQ_E_INVAL : rc;
+        if (np + ns != pos && !(np + ns <= pos && pos % fs == 0 && (np + ns) / fs + 1 == pos / fs)) return MQ_E_INVAL;
+        lo_term = nt;
+    } else if (pos != ctl_load(c, MQ_POS_MIN) && !(pos % fs == 0 && ctl_load(c, MQ_POS_MIN) / fs + 1 == pos / fs)) {
+        return MQ_E_INVAL;
+    }
+    if (index + 1 < next) {
+        if ((rc = dl_read_unit(cl, index + 1, &np, &ns, &nt))) return rc == MQ_E_CORRUPT ? MQ_E_INVAL : rc;
+        if (np != pos + len && !(np % fs == 0 && (pos + len) / fs + 1 == np / fs)) return MQ_E_INVAL;
+        hi_term = nt;
+    } else if (pos + len != ctl_load(c, MQ_POS_WRITE)) {
+        return MQ_E_INVAL;
+    }
+    if (rec.dl_term < lo_term || rec.dl_term > hi_term) return MQ_E_INVAL;
+    uint8_t *base;
+    if ((rc = seg_get(cl, pos / fs, 0, &base))) return rc;
+    memcpy(base + pos % fs, buf, len);
+    if ((rc = dl_sync_range(cl, pos, pos + len))) return rc;
+    if ((rc = dl_write_unit(cl, index, pos, (uint32_t)len, rec.dl_term))) return rc;
+    __atomic_add_fetch(&cl->entries_repaired, 1, __ATOMIC_RELAXED);
+    *repaired_out = 1;
     return MQ_OK;
 }
 

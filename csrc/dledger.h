@@ -46,6 +46,23 @@
  *     pushes to a follower it probes with it: a follower refuses a damaged entry (and drops the
  *     connection), so the leader learns which of its own entries it cannot serve.  MQ_E_RANGE
  *     outside the bounds; file errors.
+ * mq_dledger_scrub  the same check as first_damaged, from `first` on, stopping after the entry
+ *     that reaches bytes_max bytes checked (one entry at least), at `last`, or at the first
+ *     damaged entry: *bad_out its index (UINT64_MAX: none met), *next_out the index after the
+ *     last one checked (where a walk goes on).  The Raft role's background scrub, a few entries
+ *     a call.  Errors as first_damaged's.
+ * mq_dledger_repair_entry  entry `index` of this log, damaged (its bytes fail their checks:
+ *     mq_dledger_first_damaged), rewritten from a peer's copy `buf` (the entry's bytes as the peer
+ *     holds them): the copy must be one whole entry of that index (CRCs), at the position this
+ *     log holds it at -- right after entry index-1 and right before entry index+1 as their units
+ *     say (past a filler at a file's end), or at MIN / ending at WRITE for the first / last
+ *     entry -- with a term between theirs.  Committed entries only (index < DL_COMMIT_INDEX):
+ *     those are the same bytes at the same positions on every member that holds them.  The
+ *     bytes are written in place and msynced, the unit rewritten, and *repaired_out set to 1;
+ *     an entry whole already is left alone (*repaired_out 0).  MQ_E_RANGE outside [DL_BEGIN_INDEX,
+ *     DL_COMMIT_INDEX); MQ_E_CORRUPT when the copy fails its check; MQ_E_INVAL when it does not
+ *     fit this log there (or a neighbour's unit cannot be read); file errors.
+ * mq_dledger_entries_repaired  entries this handle rewrote with mq_dledger_repair_entry (a getter).
  * mq_dledger_units_repaired  the index units this handle rewrote from their entries since it was
  *     opened, and (*last_index_out) the index of the last one (0 if none).  A getter.
  * mq_dledger_append_raw  a follower appends the leader's bytes: `buf` holds whole entries
@@ -140,6 +157,10 @@
 int      mq_dledger_append_noop(mq_commitlog *cl, int64_t term, mq_append_out *out);
 int      mq_dledger_entry(mq_commitlog *cl, uint64_t index, uint64_t *pos_out, uint32_t *size_out, int64_t *term_out);
 int      mq_dledger_first_damaged(mq_commitlog *cl, uint64_t first, uint64_t last, uint64_t *bad_out);
+int      mq_dledger_scrub(mq_commitlog *cl, uint64_t first, uint64_t last, uint64_t bytes_max, uint64_t *bad_out,
+                          uint64_t *next_out);
+int      mq_dledger_repair_entry(mq_commitlog *cl, uint64_t index, const uint8_t *buf, size_t len, int *repaired_out);
+uint64_t mq_dledger_entries_repaired(mq_commitlog *cl);
 uint64_t mq_dledger_units_repaired(mq_commitlog *cl, uint64_t *last_index_out);
 int      mq_dledger_append_raw(mq_commitlog *cl, const uint8_t *buf, size_t len, uint64_t first_index,
                                uint64_t first_pos, int64_t max_term, uint32_t *n_out);

@@ -178,6 +178,7 @@ struct mq_commitlog {
     int rx_no_splice;                /* HA slave: splice was refused here; receive + pwrite instead */
     uint64_t units_repaired;         /* DLedger mode: index units rewritten from their entries (dledger.c) */
     uint64_t unit_repaired_last;     /* ... and the index of the last one */
+    uint64_t entries_repaired;       /* DLedger mode: damaged entries rewritten from a peer's copy (dledger.c) */
 };
 
 /* Keeps errno in the handle; ENOSPC and EDQUOT are MQ_E_NOSPACE, the rest MQ_E_IO. */

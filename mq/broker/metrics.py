@@ -247,6 +247,9 @@ class BrokerCollector:
                                 "follower an entry of its own log that fails its checks (damaged since written; "
                                 "never sent: leadership goes to a member holding it), by the Raft role since it "
                                 "started", base, const, int((st.get("stats") or {}).get("damaged_entries_found") or 0))
+            yield self._counter("mq_dledger_entries_repaired", "Entries of this member's log that were damaged and "
+                                "were rewritten from another member's copy (GET), by the Raft role since it started",
+                                base, const, int((st.get("stats") or {}).get("entries_repaired") or 0))
             lag = GaugeMetricFamily("mq_dledger_follower_lag_entries", "On the leader: entries each follower's "
                                     "log is behind the leader's last index", labels=base + ["peer"])
             if st.get("role") == "LEADER":

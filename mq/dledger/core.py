@@ -60,19 +60,20 @@ term_at and entries raise LogDamaged for an entry whose bytes fail their checks
 (entries only when checked, or for an entry it cannot even locate).
 
 A leader that cannot serve an entry a follower needs (LogDamaged: its own copy was
-damaged after it was written -- a follower refuses such bytes) hands leadership
-to a follower that holds the entry (its match is at or past it, and it answered
-within the shortest election timeout): the new leader serves the entry whole.
-Until then the follower is probed once a heartbeat, checked, and nothing damaged
-is sent (a probe whose first entry is damaged checks the previous entry alone: the
-follower may need entries further back first); the other followers are served as
-before.  Each such finding is reported in Ready.damaged
-for the driver to log.  No follower holding it (an entry only the leader has):
-it keeps leading, and the follower stays behind at that entry.  A leader hands
-over for damage only once it has led, and gone without such a handover, for
-DAMAGE_HANDOVER_TIMEOUTS of the longest election timeouts: where the holder's
-copy is damaged too, leadership then moves between the two at that pace (each
-move pauses writes for one transfer) instead of all the time.
+damaged after it was written -- a follower refuses such bytes) reports it in
+Ready.damaged with a holder: the follower furthest ahead that holds the entry (its
+match is at or past it) and answered within the shortest election timeout.  The
+driver may repair the entry from the holder's copy (mq.dledger.role does); the
+follower is probed once a heartbeat, checked, and nothing damaged is sent (a probe
+whose first entry is damaged checks the previous entry alone: the follower may
+need entries further back first); the other followers are served as before.  If
+the entry is still damaged DAMAGE_HANDOVER_TIMEOUTS of the longest election
+timeouts after it was first found (and the leader has led, and gone without such
+a handover, that long), leadership goes to the holder, which serves it whole.  No
+holder (an entry only the leader has, or no holder answering): it keeps leading,
+and the follower stays behind at that entry.  Where the holder's copy is damaged
+too, leadership moves between the two at that pace (each move pauses writes for
+one transfer) instead of all the time.
 
 Retention (a member deleting its oldest, committed entries) meets replication
 where a follower needs entries the leader no longer holds: its next index is at
@@ -188,9 +189,10 @@ class LogDamaged(Exception):
 class Ready:
     hard_state: tuple[int, str | None] | None     # (term, vote) to persist before sending
     messages: list[Message]
-    # leader: (index of an entry of ours found damaged, the follower that needs it, the member
-    # leadership was handed to or None) since the last ready()
-    damaged: list[tuple[int, str, str | None]] = field(default_factory=list)
+    # leader: (index of an entry of ours found damaged, the follower that needs it, a member holding
+    # it that answered lately or None, the member leadership is being handed to or None) since the
+    # last ready()
+    damaged: list[tuple[int, str, str | None, str | None]] = field(default_factory=list)
 
 
 # ---- configuration --------------------------------------------------------------------------------
@@ -263,6 +265,7 @@ class RaftNode:
         self.noop_index = -1                     # leader: index of this term's no-op
         self.led_since = 0                       # leader: the tick it became leader, or last handed over for damage
         self.heard: dict[str, int] = {}          # leader: the tick each follower last answered
+        self.damage_seen: dict[int, int] = {}    # leader: damaged entries of ours found -> the tick first found
         self.transferee: str | None = None       # leader: a leadership transfer in progress
         self.transfer_elapsed = 0
         self.election_elapsed = 0
@@ -272,7 +275,7 @@ class RaftNode:
         self.timeout = 0
         self._reset_timeout()
         self._msgs: list[Message] = []
-        self._damaged: list[tuple[int, str, str | None]] = []
+        self._damaged: list[tuple[int, str, str | None, str | None]] = []
         self._persisted = (term, vote)
 
     # ---- outputs ----------------------------------------------------------------------------------
@@ -451,6 +454,7 @@ class RaftNode:
         self.transferee = None
         self.led_since = self.ticks
         self.heard = {}
+        self.damage_seen = {}
         self.noop_index = self.log.append_noop(self.term)
         assert self.noop_index == self.log.last_index() and self.log.last_term() == self.term
         # the first probe carries the no-op after our last earlier entry, which most followers hold
@@ -639,25 +643,25 @@ class RaftNode:
 
     def _cannot_serve(self, p: str, index: int) -> None:
         """Follower p needs our entry `index`, which is damaged (see the module docstring): p is
-        probed again with the next heartbeat (checked), and leadership goes to the follower
-        holding the entry that is furthest ahead, if one answered lately."""
+        probed again with the next heartbeat (checked); reported with the follower holding the
+        entry that is furthest ahead, if one answered lately, to which leadership goes if the
+        entry stays damaged for long."""
         pr = self.progress[p]
         if pr.state == Progress.REPLICATE:       # (what was in flight is sent again, checked)
             pr.state = Progress.PROBE
             pr.inflight = []
             pr.next = pr.match + 1
         pr.probe_sent = True                     # the heartbeat clears it: one try a heartbeat
-        target = None
-        if self.transferee is None and \
-                self.ticks - self.led_since >= DAMAGE_HANDOVER_TIMEOUTS * self.cfg.election_ticks_max:
-            lately = self.ticks - self.cfg.election_ticks_min
-            holders = [(qr.match, q) for q, qr in self.progress.items()
-                       if q != p and qr.match >= index and self.heard.get(q, -1) >= lately]
-            if holders:
-                target = max(holders)[1]
-                self.led_since = self.ticks
-                self.transfer_leadership(target)
-        self._damaged.append((index, p, target if target is not None else self.transferee))
+        found = self.damage_seen.setdefault(index, self.ticks)
+        lately = self.ticks - self.cfg.election_ticks_min
+        holders = [(qr.match, q) for q, qr in self.progress.items()
+                   if q != p and qr.match >= index and self.heard.get(q, -1) >= lately]
+        holder = max(holders)[1] if holders else None
+        if holder is not None and self.transferee is None and \
+                self.ticks - max(self.led_since, found) >= DAMAGE_HANDOVER_TIMEOUTS * self.cfg.election_ticks_max:
+            self.led_since = self.ticks
+            self.transfer_leadership(holder)
+        self._damaged.append((index, p, holder, self.transferee))
 
     def _push(self, p: str, force_commit: bool) -> None:
         pr = self.progress[p]

@@ -44,7 +44,12 @@ commit, the leader's view of its peers; rewritten on every change and every seco
 supervisor, which follows role changes (SEQ_ROLE wakes it), and for mqadmin.
 
 A clean stop of a ready leader first hands leadership to the most caught-up follower
-(TimeoutNow), so a planned restart costs a heartbeat, not an election timeout."""
+(TimeoutNow), so a planned restart costs a heartbeat, not an election timeout.
+
+Damage: a leader's entry a follower needs that fails its checks (the core's LogDamaged, reported
+in Ready.damaged with a member holding it) is asked of that member (GET: _ask_repair, answered by
+_answer_get) and rewritten from its copy (_repair_from); the core hands leadership to the holder if
+it stays damaged (mq.dledger.core)."""
 from __future__ import annotations
 
 import asyncio
@@ -69,7 +74,7 @@ from mq.store.native import CorruptRecord, StoreError, StoreIOError, check
 from mq.wire import dledger_rpc as RPC
 from mq.wire.errors import WireError
 
-from .core import (DAMAGE_HANDOVER_TIMEOUTS, RESPONSE_TO, RESPONSES, Append, AppendResp, Config, Heartbeat,
+from .core import (RESPONSE_TO, RESPONSES, Append, AppendResp, Config, Heartbeat,
                    HeartbeatResp, RaftNode, Role, TimeoutNow, VoteReq, VoteResp)
 from .lead import CProgress, lead_templates
 from .log import DLedgerLog, InBatch
@@ -83,6 +88,8 @@ STATUS_INTERVAL_S = 1.0
 OPAQUES_PER_LINK_MAX = 65536      # requests remembered per link until their response (votes may go unanswered)
 STOP_TRANSFER_S = 1.0
 DAMAGE_LOG_INTERVAL_S = 60.0      # a damaged entry a follower needs is logged once a minute (per entry and follower)
+REPAIR_RETRY_S = 1.0              # a damaged entry's copy is asked of a holder again after this long unanswered
+SCRUB_INTERVAL_S = 0.1            # the scrub reads dLegerScrubBytesPerSec / 10 bytes of entries this often
 BROKER_ADDR_RE = re.compile(r"[0-9A-Za-z.:\[\]-]{1,253}:[0-9]{1,5}")   # a heartbeat's brokerAddr (host:port)
 # PUSH frames in flight per follower: while they are, new entries gather into the next push, so
 # under load a push carries many entries (per-push work dominates: two syscalls and a few Python
@@ -199,9 +206,20 @@ class DLedgerRole:
                       "responses_dropped": 0, "tick_errors": 0,
                       "stale_requests_in": 0,        # requests of an older term (refused with our term)
                       "pushes_in_fast": 0,           # ... of pushes_in, taken in C (_take_pushes)
-                      "damaged_entries_found": 0}    # leader: tries to serve a follower an entry of ours that is damaged
+                      "damaged_entries_found": 0,    # leader: tries to serve a follower an entry of ours that is damaged
+                      "entries_repaired": 0,         # ... rewritten from a holder's copy (GET)
+                      "entries_given": 0,            # copies of our entries given to a member repairing its own
+                      "scrub_passes": 0,             # the scrub's walks over every committed entry, completed
+                      "scrub_damaged_found": 0}      # damaged entries it found (each counted once)
         # (index, follower) -> (when logged, whether that line named a handover)
         self._damage_logged: dict[tuple[int, str], tuple[float, bool]] = {}
+        self._repairs: dict[int, float] = {}         # damaged entry -> when its copy was last asked for
+        self.scrub_rate = cfg.dLegerScrubBytesPerSec
+        self._scrub_next = 0                          # the next entry the scrub checks
+        self._last_scrub = 0.0
+        self._scrub_damaged: dict[int, float] = {}   # damaged entries the scrub found, until whole -> when found
+        self._repair_opaques: dict[int, int] = {}    # GET opaque -> the entry it asks for
+        self._repair_failures: set[int] = set()      # entries whose failed repair was logged
         # (status() adds pushes_out_fast: of pushes_out, those C sent)
         # the follower's steady state in C: the template of (term, leader) _follow_of, None when
         # their names cannot make one; answers are written to _follow_out
@@ -360,6 +378,8 @@ class DLedgerRole:
             self.cl.report_unit_repairs()
         if now - self._last_checkpoint >= self.cfg.checkPointInterval / 1000:
             self._write_checkpoint()
+        if self.scrub_rate and now - self._last_scrub >= SCRUB_INTERVAL_S:
+            self._scrub(now)
         for link in self.links.values():
             if not link.up:
                 link.dial()
@@ -413,8 +433,10 @@ class DLedgerRole:
         and one line per entry and follower a minute (the core retries once a heartbeat), and one
         more when a later try hands leadership over."""
         now = time.monotonic()
-        for index, follower, to in found:
+        for index, follower, holder, to in found:
             self.stats["damaged_entries_found"] += 1
+            if holder is not None and to is None:
+                self._ask_repair(index, holder, now)
             key = (index, follower)
             when, handed = self._damage_logged.get(key, (-DAMAGE_LOG_INTERVAL_S, False))
             if now - when < DAMAGE_LOG_INTERVAL_S and (handed or to is None):
@@ -424,10 +446,127 @@ class DLedgerRole:
                 self._damage_logged = {k: v for k, v in self._damage_logged.items()
                                        if now - v[0] < DAMAGE_LOG_INTERVAL_S}
             what = (f"leadership goes to {to}, which holds it" if to is not None else
-                    "no member holding it answered lately (or we have led for less than "
-                    f"{DAMAGE_HANDOVER_TIMEOUTS} election timeouts): it waits there, tried again each heartbeat")
+                    f"asking {holder}, which holds it, for its copy" if holder is not None else
+                    "no member holding it answered lately: it waits there, tried again each heartbeat")
             log.error("DLedger %s: entry %d of our log is damaged (it fails its checks; not sent) and follower %s "
                       "needs it: %s", self.self_id, index, follower, what)
+
+    def _scrub(self, now: float) -> None:
+        """The scrub: committed entries read back with their CRCs at scrub_rate, in a loop over the
+        log (mq_dledger_scrub, a few entries a call); one found damaged is asked of a member that
+        holds it (the leader, or as leader the follower furthest ahead) until it is whole again."""
+        budget = max(1, int(self.scrub_rate * min(1.0, now - self._last_scrub)))
+        self._last_scrub = now
+        first, commit = self.log.first_index(), self.ctl.get(C.POS_DL_COMMIT_INDEX) - 1
+        for index in list(self._scrub_damaged):          # found earlier: asked again until whole
+            try:
+                whole = not first <= index <= commit or self.cl.dledger_first_damaged(index, index) > index
+            except StoreError:
+                whole = False
+            if whole:
+                del self._scrub_damaged[index]
+            else:
+                self._ask_holder(index, now)
+        if commit < first:
+            return
+        at = max(self._scrub_next, first)
+        if at > commit:
+            at = first
+            self.stats["scrub_passes"] += 1
+        try:
+            bad, self._scrub_next = self.cl.dledger_scrub(at, commit, budget)
+        except StoreError as e:                           # (retention moved the first entry meanwhile)
+            log.debug("DLedger %s: scrub of entries %d..%d: %s", self.self_id, at, commit, e)
+            self._scrub_next = first
+            return
+        if bad is not None and bad not in self._scrub_damaged and len(self._scrub_damaged) < 1024:
+            self._scrub_damaged[bad] = now
+            self.stats["scrub_damaged_found"] += 1
+            log.error("DLedger %s: scrub: entry %d of our log is damaged (it fails its checks; never served): "
+                      "asking a member that holds it for its copy", self.self_id, bad)
+            self._ask_holder(bad, now)
+
+    def _ask_holder(self, index: int, now: float) -> None:
+        """_ask_repair of the member to ask for committed entry `index`: as leader the follower
+        furthest ahead that holds it and answered lately, as follower the leader."""
+        node = self.node
+        if node.role is Role.LEADER:
+            lately = node.ticks - node.cfg.election_ticks_min
+            holders = [(pr.match, p) for p, pr in node.progress.items()
+                       if pr.match >= index and node.heard.get(p, -1) >= lately]
+            holder = max(holders)[1] if holders else None
+        else:
+            holder = node.leader_id if node.leader_id != self.self_id else None
+        if holder is not None:
+            self._ask_repair(index, holder, now)
+
+    def _ask_repair(self, index: int, holder: str, now: float) -> None:
+        """Asks `holder` for its copy of our damaged entry `index` (GET; _repair_from answers),
+        at most once per REPAIR_RETRY_S an entry."""
+        if now - self._repairs.get(index, -REPAIR_RETRY_S) < REPAIR_RETRY_S:
+            return
+        link = self.links.get(holder)
+        if link is None or not link.up:
+            return
+        self._repairs[index] = now
+        if len(self._repairs) > 1024:
+            self._repairs = {i: t for i, t in self._repairs.items() if now - t < REPAIR_RETRY_S}
+        opaque = next(self.opaques)
+        self._remember(holder, opaque, RPC.GET)
+        self._repair_opaques[opaque] = index
+        if len(self._repair_opaques) > 1024:
+            del self._repair_opaques[next(iter(self._repair_opaques))]
+        link.send(request_frame(RPC.GET, opaque, RPC.encode(RPC.GET, False, {
+            "group": self.group, "localId": self.self_id, "remoteId": holder, "term": self.node.term,
+            "beginIndex": index})))
+
+    def _repair_from(self, peer: str, opaque: int, f: dict, body) -> None:
+        """A holder's answer to _ask_repair: our damaged entry rewritten from its copy, which the
+        store checks whole and fitting our log there (csrc/dledger.h, mq_dledger_repair_entry);
+        the core's next probe then serves it."""
+        index = self._repair_opaques.pop(opaque, None)
+        if index is None:
+            return
+        if f["code"] != RPC.SUCCESS:
+            self._repair_failed(index, f"{peer} has no whole copy of it to give (code {f['code']})")
+            return
+        try:
+            repaired = self.cl.dledger_repair_entry(index, body)
+        except (StoreError, ValueError) as e:
+            self._repair_failed(index, f"{peer}'s copy not taken ({type(e).__name__}: {e})")
+            return
+        self._repairs.pop(index, None)
+        self._repair_failures.discard(index)
+        self._scrub_damaged.pop(index, None)
+        if repaired:
+            self.stats["entries_repaired"] += 1
+            log.warning("repaired: DLedger %s: entry %d of our log was damaged (it failed its checks); rewritten "
+                        "from %s's copy", self.self_id, index, peer)
+
+    def _repair_failed(self, index: int, why: str) -> None:
+        """One line per damaged entry for the first failed repair (it is asked again each second)."""
+        if index in self._repair_failures or len(self._repair_failures) >= 1024:
+            return
+        self._repair_failures.add(index)
+        log.error("DLedger %s: repairing our damaged entry %d: %s; asking again", self.self_id, index, why)
+
+    def _answer_get(self, conn: Conn, opaque: int, f: dict) -> None:
+        """A member asks for our copy of one committed entry (its own is damaged: _ask_repair): the
+        entry's bytes if we hold it committed and whole, else INCONSISTENT_STATE."""
+        index = f["beginIndex"]
+        node, lg = self.node, self.log
+        code, body = RPC.INCONSISTENT_STATE, b""
+        if lg.first_index() <= index <= min(node.commit, lg.last_index()):
+            try:
+                if self.cl.dledger_first_damaged(index, index) == index + 1:
+                    pos, size, _ = self.cl.dledger_entry(index)
+                    body = bytes(self.cl.view_raw(pos, size))
+                    code = RPC.SUCCESS
+            except CorruptRecord:
+                pass
+        conn.replies.append(response_frame(opaque, RPC.encode(RPC.GET, True, {"term": node.term, "code": code}),
+                                           body))
+        self.stats["entries_given"] += code == RPC.SUCCESS
 
     def _publish(self, force: bool = False, tick: bool = False) -> None:
         node = self.node
@@ -586,6 +725,9 @@ class DLedgerRole:
             code = RPC.PUSH                     # to a push C sent (_take_answers: C left it to us)
         me = self.self_id
         f = RPC.decode(code, True, cmd.ext_fields) if code != RPC.PUSH else None
+        if code == RPC.GET:
+            self._repair_from(peer, cmd.opaque, f, body)
+            return
         if code == RPC.PUSH:
             term, ok, index, reject, hint = RPC.push_resp_values(cmd.ext_fields)
             m = AppendResp(term, peer, me, ok, index, reject_index=reject, hint_index=hint)
@@ -842,7 +984,7 @@ class DLedgerRole:
         if code == RPC.LEADERSHIP_TRANSFER and not (cmd.ext_fields or {}).get("localId"):
             self._admin_transfer(conn, cmd)
             return
-        if code not in (RPC.PUSH, RPC.HEART_BEAT, RPC.VOTE, RPC.LEADERSHIP_TRANSFER):
+        if code not in (RPC.PUSH, RPC.HEART_BEAT, RPC.VOTE, RPC.LEADERSHIP_TRANSFER, RPC.GET):
             conn.close(f"request code {code} is not served on the DLedger port")
             return
         f = RPC.decode(code, False, cmd.ext_fields)
@@ -860,6 +1002,9 @@ class DLedgerRole:
         learned = bool(addr) and self.broker_addrs.get(src) != addr and BROKER_ADDR_RE.fullmatch(addr) is not None
         if learned:
             self.broker_addrs[src] = addr
+        if code == RPC.GET:
+            self._answer_get(conn, cmd.opaque, f)
+            return
         if code == RPC.PUSH:
             count, size = f["count"], f["bodySize"]
             install, table_size = bool(f["install"]), f["tableSize"] or 0

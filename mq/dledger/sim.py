@@ -333,11 +333,11 @@ class SimCluster:
             node.hard = rd.hard_state
             r.saved(rd.hard_state)
         self._check_routing(node, request, rd.messages)
-        for index, follower, to in rd.damaged:
+        for index, follower, holder, to in rd.damaged:
             self.counts["damage_found"] += 1
             self.counts["damage_handovers"] += to is not None
             self.note(f"{node.id} cannot serve its damaged entry {index} to {follower}"
-                      + (f": leadership to {to}" if to else ""))
+                      + (f" (held by {holder})" if holder else "") + (f": leadership to {to}" if to else ""))
         for m in rd.messages:
             self.net.send(m, self.now)
         self._check_node(node, was_leader)

@@ -472,6 +472,26 @@ class CommitLog:
         check(lib.mq_dledger_first_damaged(self._h, first, last, bad), f"DLedger entries {first}..{last}")
         return bad[0]
 
+    def dledger_scrub(self, first: int, last: int, bytes_max: int) -> tuple[int | None, int]:
+        """(the first damaged entry met or None, the index to go on from): entries first.. checked
+        with their CRCs until about bytes_max bytes, `last`, or a damaged one (csrc/dledger.h)."""
+        bad, nxt = ffi.new("uint64_t *"), ffi.new("uint64_t *")
+        check(lib.mq_dledger_scrub(self._h, first, last, bytes_max, bad, nxt), f"DLedger entries {first}..{last}")
+        return (None if bad[0] == 2 ** 64 - 1 else bad[0]), nxt[0]
+
+    def dledger_repair_entry(self, index: int, buf) -> bool:
+        """Rewrites damaged entry `index` from a peer's copy `buf` (csrc/dledger.h): True when it
+        was damaged and is whole now, False when it was whole already.  InvalidArgument: the copy
+        does not fit this log there; CorruptRecord: the copy is damaged; OutOfRange: not committed."""
+        done = ffi.new("int *")
+        check(lib.mq_dledger_repair_entry(self._h, index, ffi.from_buffer(buf), len(buf), done),
+              f"repairing DLedger entry {index}")
+        return bool(done[0])
+
+    def dledger_entries_repaired(self) -> int:
+        """Damaged entries this handle rewrote from a peer's copy since it opened."""
+        return lib.mq_dledger_entries_repaired(self._h)
+
     def dledger_units_repaired(self) -> tuple[int, int]:
         """(units rewritten from their entries by this handle since it opened, the last one's index)."""
         last = ffi.new("uint64_t *")

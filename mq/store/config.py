@@ -77,6 +77,9 @@ STORE_OPTIONS: list[Option] = [
     Option("dLegerFastLeadEnable", bool, True, "a ready leader takes its followers' SUCCESS answers and sends "
            "its next pushes in C, one call per read and per append (ours; mq.dledger.lead; every other case is "
            "the Raft core's)"),
+    Option("dLegerScrubBytesPerSec", int, 1024 * 1024, "the Raft role reads its committed entries back with "
+           "their CRCs at this rate, in a loop, and rewrites a damaged one from a member's whole copy (ours; "
+           "mq.dledger.role; 0: off)", lambda v: 0 <= v <= 1 << 40, "must be between 0 and 2^40"),
     Option("storePathDLedgerCommitLog", str, "", "DLedger data files; empty means <storePathRootDir>/dledger-<selfId>/data"),
     # DLedgerConfig's timer keys (RocketMQ passes none of them; here they are broker.conf keys).  The
     # defaults are ours, chosen for failover in well under 3 s; DLedger's own are given in each doc.

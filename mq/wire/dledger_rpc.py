@@ -24,6 +24,11 @@ sendfile(2) and validated entry by entry by the follower before it appends them.
                                       transfereeId -- answered by the leader with code SUCCESS (started)
                                       or NOT_LEADER and leaderId
     METADATA (50000)                  (nothing) -- response body: the member's status as JSON
+    GET (50002)                       beginIndex (ours: one entry, for a member whose own copy of
+                                      that committed entry is damaged: mq.dledger.role's repair)
+      response                        term, code (SUCCESS with body = the entry's bytes as this
+                                      member holds them, whole; INCONSISTENT_STATE when it cannot
+                                      give it whole: not held, not committed here, or damaged too)
 
 `code` values are DLedger's DLedgerResponseCode numbers (SUCCESS 200, NOT_LEADER 404, ...).  A
 response echoes the request's opaque (remoting rules).  Differences from openmessaging/dledger,
@@ -106,6 +111,8 @@ MESSAGES: dict[tuple[int, bool], tuple] = {
     (LEADERSHIP_TRANSFER, False): (("group", str, True), ("transfereeId", str, True), ("localId", str, False),
                                    ("remoteId", str, False), ("term", int, False), ("leaderId", str, False)),
     (LEADERSHIP_TRANSFER, True): (("code", int, True), ("leaderId", str, False), ("term", int, False)),
+    (GET, False): _COMMON + (("beginIndex", int, True),),
+    (GET, True): (("term", int, True), ("code", int, True)),
     (METADATA, False): (("group", str, True),),
     (METADATA, True): (("code", int, True),),
 }

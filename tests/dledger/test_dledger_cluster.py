@@ -411,15 +411,17 @@ def test_a_follower_catches_up_through_index_units_damaged_under_the_leader(grou
     assert wait_for(lambda: g.status(leader).get("indexUnitsRepaired"), 5, 0.1, "the count in the status") >= 1
 
 
-def test_a_leader_hands_over_when_a_follower_needs_an_entry_damaged_under_it(group):
+def test_a_leader_repairs_a_damaged_entry_a_follower_needs_from_a_member_holding_it(group):
     """A member killed misses entries; while it is down one of them is damaged in the leader's data
     file (a bit of a message body: the entry's record fails its BODYCRC).  Before, the leader
     streamed the damaged bytes, the restarted member refused them and dropped the connection, ~5
-    times a second for as long as that leader led (the leader logged nothing) and never caught
-    up.  Now the leader's checked probe finds the entry, it hands leadership to the member that
-    holds it, which serves it whole: the restarted member catches up byte-identical with it, the
-    old leader says so in one line, and the group goes on taking sends."""
-    g = group()
+    times a second for as long as that leader led (the leader logged nothing), and never caught
+    up.  Now the leader's checked probe finds the entry, asks the member that holds it for its copy
+    (GET) and rewrites its own from it: the restarted member catches up, all three logs are
+    byte-identical (the leader's repaired), leadership never moved, and the leader says so in one
+    line each.  (Where no copy comes, leadership goes to the holder: the core's tests.)  The scrub
+    is off: it would find the entry first (the next test)."""
+    g = group(dLegerScrubBytesPerSec=0)
     leader, victim = _kill_a_follower_after_20(g)
     holder = next(i for i in g.ids if i not in (leader, victim))
     for k in range(200):
@@ -439,15 +441,64 @@ def test_a_leader_hands_over_when_a_follower_needs_an_entry_damaged_under_it(gro
     assert flip_byte(data, unit.pos + entry.index(b"xxxxxxxx") + 4, 0x10)    # (the leader maps the file)
     g.restart(victim)
     wait_for(lambda: g.committed_pos(victim) >= end, 30, 0.05, "the restarted member caught up")
-    assert g.leader() == holder
-    assert g.data_bytes(victim, end) == g.data_bytes(holder, end)
+    assert g.leader() == leader
+    assert g.data_bytes(victim, end) == g.data_bytes(holder, end) == g.data_bytes(leader, end)
     text = open(os.path.join(g.brokers[leader].dir, "broker.log"), errors="replace").read()
-    assert "entry 50 of our log is damaged" in text and f"leadership goes to {holder}, which holds it" in text
-    assert g.status(leader)["stats"]["damaged_entries_found"] >= 1
+    assert "entry 50 of our log is damaged" in text and f"asking {holder}, which holds it, for its copy" in text
+    assert f"entry 50 of our log was damaged (it failed its checks); rewritten from {holder}'s copy" in text
+    assert "leadership goes to" not in text
+    stats = wait_for(lambda: (st := g.status(leader)["stats"]).get("entries_repaired") and st, 5, 0.1, "the count")
+    assert stats["entries_repaired"] == 1 and stats["damaged_entries_found"] >= 1
+    wait_for(lambda: g.status(holder)["stats"]["entries_given"] >= 1, 5, 0.1, "the holder's count of copies given")
     refused = open(os.path.join(g.brokers[victim].dir, "broker.log"), errors="replace").read().count(
         f"entries from {leader} refused")
     assert 1 <= refused <= 3, refused              # the pushes streamed unchecked before the probe found it
-    assert send(g.addr(holder), b"after the handover").code == 0
+    assert send(g.addr(leader), b"after the repair").code == 0
+
+
+def _flip_entry_body(g, member: str, index: int) -> None:
+    """One bit of entry `index`'s message body in member's data file (its BODYCRC then fails)."""
+    d = os.path.join(g.brokers[member].dir, f"dledger-{member}")
+    with open(os.path.join(d, "index", "%020d" % 0), "rb") as f:
+        unit = parse_index_unit(f.read(), index * 32)
+    data = os.path.join(d, "data", "%020d" % 0)
+    with open(data, "rb") as f:
+        f.seek(unit.pos)
+        entry = f.read(unit.size)
+    assert flip_byte(data, unit.pos + entry.index(b"yyyyyyyy") + 4, 0x10)
+
+
+def test_the_scrub_finds_damaged_entries_nobody_asks_for_and_repairs_them(group):
+    """Entries damaged where no follower needs them -- a follower's copy, the leader's copy of an
+    entry every follower holds -- were served by nobody and stayed damaged (a read skipped the
+    message).  The scrub (dLegerScrubBytesPerSec) reads every committed entry back with its CRCs in
+    a loop: each member finds its damaged entry and rewrites it from a member's whole copy (the
+    follower from the leader, the leader from a follower); the three logs end byte-identical."""
+    g = group(dLegerScrubBytesPerSec=32 * 1024 * 1024)
+    leader = g.wait_leader()
+    follower = next(i for i in g.ids if i != leader)
+    for k in range(120):
+        assert send(g.addr(leader), b"s%d" % k + b"y" * 600, qid=k % 4).code == 0
+    sent_ms = time.time() * 1000
+    status = wait_for(lambda: (st := g.status(leader)).get("updated", 0) > sent_ms
+                      and st["committedPos"] == st["writePos"] and st, 10, 0.05, "the leader's status after the sends")
+    end = status["committedPos"]
+    wait_for(lambda: all(g.committed_pos(i) >= end for i in g.ids), 10, 0.05, "every member has every entry")
+    _flip_entry_body(g, follower, 30)
+    _flip_entry_body(g, leader, 60)
+    for member, index, source in ((follower, 30, leader), (leader, 60, None)):
+        path = os.path.join(g.brokers[member].dir, "broker.log")
+        line = f"entry {index} of our log was damaged (it failed its checks); rewritten from "
+        text = wait_for(lambda: line in (t := open(path, errors="replace").read()) and t, 15, 0.1,
+                        f"{member} repairing entry {index}")
+        assert f"scrub: entry {index} of our log is damaged" in text
+        if source is not None:
+            assert line + f"{source}'s copy" in text
+    ref = g.data_bytes(leader, end)
+    assert all(g.data_bytes(i, end) == ref for i in g.ids)
+    for member in (leader, follower):
+        stats = wait_for(lambda: (st := g.status(member)["stats"]).get("entries_repaired") and st, 5, 0.1, "the count")
+        assert stats["entries_repaired"] == 1 and stats["scrub_damaged_found"] == 1 and stats["scrub_passes"] >= 1
 
 
 def test_single_sends_cross_file_rollovers(group):

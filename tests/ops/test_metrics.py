@@ -381,6 +381,7 @@ def test_dledger_role_term_and_lag(tmp_path):
         assert value(ms[leader], "mq_dledger_commit_lag_entries") == 0
         assert value(ms[leader], "mq_dledger_index_units_repaired_total") == 0
         assert value(ms[leader], "mq_dledger_damaged_entries_found_total") == 0
+        assert value(ms[leader], "mq_dledger_entries_repaired_total") == 0
     finally:
         if group is not None:
             group.close()

@@ -685,6 +685,51 @@ def test_a_leaders_checked_batch_ends_before_a_damaged_entry(tmp_path):
         store.close()
 
 
+def test_a_damaged_entry_is_rewritten_from_a_peers_copy_only_where_it_fits(tmp_path):
+    """mq_dledger_repair_entry (what a leader does with a holder's copy of its damaged entry): the
+    copy must be one whole entry of that index, at the position this log holds it at, of a term
+    between its neighbours'; committed entries only.  A damaged copy, another entry's copy, a
+    copy moved elsewhere or an uncommitted index is refused and nothing is written; a whole entry is
+    left alone."""
+    from mq.store import MessageStore
+    from mq.store.native import InvalidArgument
+    cfg = _member_config(tmp_path)
+    _filled_member(cfg, [b"r" * 400] * 100)
+    store = MessageStore.open(cfg)
+    try:
+        cl = store.cl
+        last = cl.ctl.get(C.POS_DL_NEXT_INDEX) - 1
+        pos20, size, _ = cl.dledger_entry(20)
+        copy20 = bytes(cl.view_raw(pos20, size))
+        copy21 = bytes(cl.view_raw(*cl.dledger_entry(21)[:2]))
+        assert cl.dledger_repair_entry(20, copy20) is False          # whole: left alone
+        _flip(os.path.join(cfg.commitlog_dir, "%020d" % 0), pos20 + 48 + 300)       # a body byte of entry 20
+        assert cl.dledger_first_damaged(0, last) == 20
+        damaged = bytes(cl.view_raw(pos20, size))
+        bad_copy = bytearray(copy20)
+        bad_copy[48 + 200] ^= 0x01
+        moved = bytearray(copy20)
+        moved[24:32] = (pos20 + 8).to_bytes(8, "big")                  # its POS: then its record does not sit there
+        for buf, err in [(bytes(bad_copy), CorruptRecord), (copy21, InvalidArgument), (bytes(moved), CorruptRecord),
+                         (copy20[:-1], InvalidArgument)]:
+            with pytest.raises(err):
+                cl.dledger_repair_entry(20, buf)
+            assert bytes(cl.view_raw(pos20, size)) == damaged, "nothing was written"
+        with pytest.raises(OutOfRange):
+            cl.dledger_repair_entry(last + 1, copy20)
+        assert cl.dledger_repair_entry(20, copy20) is True
+        assert bytes(cl.view_raw(pos20, size)) == copy20 and cl.dledger_first_damaged(0, last) == last + 1
+        assert cl.dledger_entries_repaired() == 1
+        assert bytes(store.read_record(pos20 + 48, size - 48)) == copy20[48:]      # served again
+        _flip(os.path.join(cfg.commitlog_dir, "%020d" % 0), pos20 + 48 + 300)       # again, for the scrub
+        assert cl.dledger_scrub(0, last, 5 * size) == (None, 5)          # ~5 entries' bytes a call
+        assert cl.dledger_scrub(5, last, 1) == (None, 6)                 # one entry at least
+        assert cl.dledger_scrub(15, last, 100 * size) == (20, 21)        # stops at the damaged one
+        assert cl.dledger_scrub(21, last, 10 ** 9) == (None, last + 1)
+    finally:
+        store.close()
+
+
 @pytest.mark.parametrize("damaged, want", [("header", 1), ("unit", 1), ("unit at the term change", None)])
 def test_a_term_only_unit_or_header_holds_is_taken_from_the_one_between_its_neighbours(tmp_path, damaged, want):
     """No checksum covers a unit or an entry's header: when they disagree on the term alone, the
