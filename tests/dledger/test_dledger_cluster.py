@@ -43,6 +43,17 @@ def pull_all(addr: str, topic: str = TOPIC, queues: int = 4) -> list[bytes]:
     return pull_bodies(addr, topic, queues)
 
 
+def leader_end(g: DLedgerGroup, leader: str) -> int:
+    """The leader's commit position, from a status it wrote after this call began, with nothing in
+    flight (committedPos == writePos).  A status is rewritten once a second: one written before
+    the sends just made says less, and a member compared against it looks caught up too soon (a
+    restarted member 'caught up' with the leader's status from before its kill)."""
+    since_ms = time.time() * 1000
+    st = wait_for(lambda: (s := g.status(leader)).get("updated", 0) > since_ms and s["committedPos"] == s["writePos"]
+                  and s, 10, 0.05, "a status the leader wrote after the sends")
+    return st["committedPos"]
+
+
 def runtime(addr: str) -> dict:
     return json.loads(call(addr, RUNTIME).body)["table"]
 
@@ -99,9 +110,9 @@ def test_election_registration_and_followers_forwarding_writes(group, ns):
             # took the other for the leader cannot bounce a send): answered here, refused
             r = send(g.addr(i), b"bounced", remark=FORWARD_REMARK_PREFIX + "127.0.0.1:1")
             assert r.code == 14, (r.code, r.remark)
+    end = leader_end(g, leader)
     for i in g.ids:
-        wait_for(lambda: g.committed_pos(i) >= g.committed_pos(leader) > 0, 10, 0.05, f"{i} committed")
-    end = g.committed_pos(leader)
+        wait_for(lambda: g.committed_pos(i) >= end, 10, 0.05, f"{i} committed")
     logs = {i: g.data_bytes(i, end) for i in g.ids}
     assert len(set(logs.values())) == 1
     for i in g.ids:
@@ -358,9 +369,9 @@ def test_a_killed_member_restarts_and_ends_byte_identical(group):
     g.kill(victim)
     for k in range(200):
         assert send(g.addr(leader), b"b%d" % k + b"x" * (k * 37 % 3000), qid=k % 4).code == 0
+    end = leader_end(g, leader)
     g.restart(victim)
-    wait_for(lambda: g.committed_pos(victim) >= g.committed_pos(leader), 30, 0.05, "the restarted member caught up")
-    end = g.committed_pos(leader)
+    wait_for(lambda: g.committed_pos(victim) >= end, 30, 0.05, "the restarted member caught up")
     ref = g.data_bytes(leader, end)
     for i in g.ids:
         assert g.data_bytes(i, end) == ref, f"{i} differs from the leader"
@@ -373,7 +384,8 @@ def _kill_a_follower_after_20(g) -> tuple[str, str]:
     victim = next(i for i in g.ids if i != leader)
     for k in range(20):
         assert send(g.addr(leader), b"a%d" % k, qid=k % 4).code == 0
-    wait_for(lambda: g.committed_pos(victim) >= g.committed_pos(leader), 10, 0.05, "the victim has the first 20")
+    end = leader_end(g, leader)
+    wait_for(lambda: g.committed_pos(victim) >= end, 10, 0.05, "the victim has the first 20")
     g.kill(victim)
     return leader, victim
 
@@ -389,12 +401,7 @@ def test_a_follower_catches_up_through_index_units_damaged_under_the_leader(grou
     leader, victim = _kill_a_follower_after_20(g)
     for k in range(200):
         assert send(g.addr(leader), b"b%d" % k + b"x" * (k * 37 % 3000), qid=k % 4).code == 0
-    sent_ms = time.time() * 1000
-    # the end of what was sent, from a status the leader wrote after the last send (a leader whose
-    # ticks fail writes none: the victim would look caught up with a stale one)
-    status = wait_for(lambda: (st := g.status(leader)).get("updated", 0) > sent_ms
-                      and st["committedPos"] == st["writePos"] and st, 10, 0.05, "the leader's status after the sends")
-    end = status["committedPos"]
+    end = leader_end(g, leader)          # (a leader whose ticks fail writes no status: this would time out)
     index_file = os.path.join(g.brokers[leader].dir, f"dledger-{leader}", "index", "%020d" % 0)
     with open(index_file, "r+b") as f:                  # units of entries 10..199 (the leader maps the file)
         f.seek(10 * 32)
@@ -426,10 +433,7 @@ def test_a_leader_repairs_a_damaged_entry_a_follower_needs_from_a_member_holding
     holder = next(i for i in g.ids if i not in (leader, victim))
     for k in range(200):
         assert send(g.addr(leader), b"b%d" % k + b"x" * (k * 37 % 3000), qid=k % 4).code == 0
-    sent_ms = time.time() * 1000                      # (the end from a status written after the sends)
-    status = wait_for(lambda: (st := g.status(leader)).get("updated", 0) > sent_ms
-                      and st["committedPos"] == st["writePos"] and st, 10, 0.05, "the leader's status after the sends")
-    end = status["committedPos"]
+    end = leader_end(g, leader)
     wait_for(lambda: g.committed_pos(holder) >= end, 10, 0.05, "the holder has every entry")
     d = os.path.join(g.brokers[leader].dir, f"dledger-{leader}")
     with open(os.path.join(d, "index", "%020d" % 0), "rb") as f:
@@ -479,10 +483,7 @@ def test_the_scrub_finds_damaged_entries_nobody_asks_for_and_repairs_them(group)
     follower = next(i for i in g.ids if i != leader)
     for k in range(120):
         assert send(g.addr(leader), b"s%d" % k + b"y" * 600, qid=k % 4).code == 0
-    sent_ms = time.time() * 1000
-    status = wait_for(lambda: (st := g.status(leader)).get("updated", 0) > sent_ms
-                      and st["committedPos"] == st["writePos"] and st, 10, 0.05, "the leader's status after the sends")
-    end = status["committedPos"]
+    end = leader_end(g, leader)
     wait_for(lambda: all(g.committed_pos(i) >= end for i in g.ids), 10, 0.05, "every member has every entry")
     _flip_entry_body(g, follower, 30)
     _flip_entry_body(g, leader, 60)
@@ -512,8 +513,8 @@ def test_single_sends_cross_file_rollovers(group):
     for k in range(400):                                 # ~1.1 KiB entries: 3 roll-overs
         r = send(g.addr(leader), b"r%d" % k + b"x" * 1000, qid=k % 4)
         assert r.code == 0, (k, r.code, r.remark)
-    wait_for(lambda: g.committed_pos(leader) > 3 * 128 * 1024, 10, 0.05, "the status showing the commit")
-    end = g.committed_pos(leader)
+    end = leader_end(g, leader)
+    assert end > 3 * 128 * 1024
     wait_for(lambda: all(g.committed_pos(i) >= end for i in g.ids), 30, 0.05, "every member at the end")
     ref = g.data_bytes(leader, end)
     for i in g.ids:
@@ -722,11 +723,11 @@ def test_a_member_down_while_the_others_delete_old_files_is_installed_and_catche
         assert send(g.addr(leader), b"b%04d" % k + b"x" * 1024, qid=k % 4).code == 0
     wait_for(lambda: g.data_files(leader)[0] > victim_last + fs, 20, 0.1,
              "the leader deleted every file the victim still has and the next one")
+    end = leader_end(g, leader)
     g.restart(victim)
-    wait_for(lambda: g.committed_pos(victim) >= g.committed_pos(leader) > 0, 30, 0.05, "the installed member caught up")
+    wait_for(lambda: g.committed_pos(victim) >= end, 30, 0.05, "the installed member caught up")
     assert g.status(victim)["stats"]["installs_in"] >= 1
     assert sum(g.status(i)["stats"]["installs_out"] for i in g.ids if i != victim) >= 1
-    end = g.committed_pos(leader)
     start = max(g.data_files(leader)[0], g.data_files(victim)[0])
     assert start > victim_last and g.data_bytes(victim, end, start) == g.data_bytes(leader, end, start)
     for topic, queues in ((TOPIC, 4), ("EARLY", 1)):
