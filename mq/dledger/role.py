@@ -74,8 +74,8 @@ from mq.store.native import CorruptRecord, StoreError, StoreIOError, check
 from mq.wire import dledger_rpc as RPC
 from mq.wire.errors import WireError
 
-from .core import (RESPONSE_TO, RESPONSES, Append, AppendResp, Config, Heartbeat,
-                   HeartbeatResp, RaftNode, Role, TimeoutNow, VoteReq, VoteResp)
+from .core import (RESPONSE_TO, RESPONSES, Append, AppendResp, Config, Heartbeat, HeartbeatResp, RaftNode, Role,
+                   TimeoutNow, VoteReq, VoteResp)
 from .lead import CProgress, lead_templates
 from .log import DLedgerLog, InBatch
 from .net import FRAME_IN_MAX, Conn, Link, Listener, follow_template, request_frame, response_frame
@@ -376,6 +376,7 @@ class DLedgerRole:
         if now - self._last_status >= STATUS_INTERVAL_S:
             self._write_status()
             self.cl.report_unit_repairs()
+            self.cl.release_below_min()   # (the pushes and the scrub map what they read)
         if now - self._last_checkpoint >= self.cfg.checkPointInterval / 1000:
             self._write_checkpoint()
         if self.scrub_rate and now - self._last_scrub >= SCRUB_INTERVAL_S:
@@ -562,8 +563,8 @@ class DLedgerRole:
                     pos, size, _ = self.cl.dledger_entry(index)
                     body = bytes(self.cl.view_raw(pos, size))
                     code = RPC.SUCCESS
-            except CorruptRecord:
-                pass
+            except StoreError:                  # (damaged, or gone to retention meanwhile)
+                body = b""
         conn.replies.append(response_frame(opaque, RPC.encode(RPC.GET, True, {"term": node.term, "code": code}),
                                            body))
         self.stats["entries_given"] += code == RPC.SUCCESS

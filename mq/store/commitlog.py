@@ -137,6 +137,7 @@ class CommitLog:
         self.directory = directory
         self.ctl = ctl
         self.file_size = file_size
+        self._released_below = 0         # release_below_min: files below this were unmapped
         self.max_message_size = max_message_size
         self.store_host = store_host
         self.store_port = store_port
@@ -370,6 +371,16 @@ class CommitLog:
         """Unmaps files below `below` and from file index `from_index` on.
         The caller guarantees no view into them is still in use."""
         lib.mq_commitlog_release(self._h, below, from_index)
+
+    def release_below_min(self) -> None:
+        """Unmaps this handle's files below MIN once MIN passed a file boundary (retention deleted
+        them, or an install moved past them): a process's mapping keeps a deleted file's blocks on
+        disk.  The caller's process holds no view into them and no other thread of it reads them
+        (the flush and dispatch loops and the Raft role call it between their C calls)."""
+        low = self.ctl.get(C.POS_MIN)
+        if low // self.file_size > self._released_below // self.file_size:
+            self.release(below=low)
+            self._released_below = low
 
     def errno(self) -> int:
         return lib.mq_commitlog_errno(self._h)

@@ -331,6 +331,7 @@ class Dispatcher:
             while not stop.is_set():
                 if self._flush_failure is not None:
                     raise self._flush_failure
+                self.cl.release_below_min()       # (files retention deleted: their blocks go)
                 if self.refuse_at:
                     # refusals still ahead (a DLedger member's, past the commit recovery restored):
                     # the walk in C does not know them, so dispatch_once walks until they are passed

@@ -126,6 +126,7 @@ class FlushService:
                 stop.wait(1.0)
                 continue
             seen = self.ctl.seq(C.SEQ_WRITE)
+            self.cl.release_below_min()
             if self.ctl.get(C.POS_WRITE) > self.ctl.get(C.POS_FLUSHED):
                 self.flush_once(0)
                 continue
@@ -143,4 +144,5 @@ class FlushService:
             if now - last_thorough >= thorough_s:
                 least = 0
                 last_thorough = now
+            self.cl.release_below_min()
             self.flush_once(least)
