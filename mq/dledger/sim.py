@@ -36,6 +36,15 @@ Checked all along:
     timeouts, one of them is a ready leader at some point in every such window;
   * liveness after the faults stop.
 
+Damage (damage_weight; a third of params_for's seeds): a committed entry of one
+member fails its checks from then on (SimLog.damage), while another member holds it
+whole.  A batch sent unchecked with it is refused by a follower that would write it
+(the connection drops: the leader's peer_down); a checked one ends before it, and a
+leader that cannot serve it hands over (mq.dledger.core).  The driver's repair from
+a holder's copy (mq.dledger.role) is not modelled: the handover alone must keep the
+group live.  A talking majority none of whose members holds whole an entry one of
+them needs is excused from the liveness check while that lasts.
+
 A failing seed raises SimFailure with the seed and the last events; replay
 it with `python -m mq.dledger.sim --seed N --verbose`."""
 from __future__ import annotations
