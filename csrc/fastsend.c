@@ -112,7 +112,7 @@ typedef struct staged {                /* what the answer needs besides the appe
     int32_t opaque, version, language, serialize_type, oneway;
     int32_t wait;                      /* WAIT was not "false": under a hold the answer waits */
     int32_t code;                      /* SEND_MESSAGE or SEND_MESSAGE_V2 */
-    int64_t t0_ns, t1_ns, ts_us;       /* tracing: frame read, header parsed, wall clock then */
+    int64_t t0_ns, t1_ns, ts_us;       /* tracing: frame read, = t0 (no parse stamp: mq_fast_read), wall clock */
     uint8_t born_host[16];
 } staged;
 
@@ -1374,7 +1374,9 @@ int mq_fast_read(mq_fast *f, uint32_t conn, const uint8_t *born_host, uint32_t b
         goto out;
     }
     /* tracing: the wall clock is read once per call and each frame's derived from the monotonic
-     * one; a frame's t0 is the end of the one before it (the first's: this call's start) */
+     * one; a frame's t0 is the end of the one before it (the first's: this call's start).  No
+     * stamp after the parse: every row C keeps has a store instant, and its decode phase runs
+     * from t0 to there (t1, the parse's end, serves only rows without one: Python's) */
     int64_t mono0_ns = 0, wall0_us = 0, t_ns = 0;
     if (f->trace) {
         t_ns = mono0_ns = mono_ns();
@@ -1395,7 +1397,7 @@ int mq_fast_read(mq_fast *f, uint32_t conn, const uint8_t *born_host, uint32_t b
         r.t0_ns = t_ns;
         int ok = ser == 1 ? parse_binary(payload + 4, hlen, &r) : parse_json(payload + 4, hlen, &r);
         if (f->trace) {
-            r.t1_ns = mono_ns();
+            r.t1_ns = t_ns;
             r.ts_us = wall0_us + (t_ns - mono0_ns) / 1000;
         }
         if (ok) *code_out = r.code;

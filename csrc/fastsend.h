@@ -89,7 +89,7 @@
  *     term >= 0 (DLedger): only answers of entries appended in that term are released (pos is
  *     COMMITTED read before the term, which is still this one: mq.store.notify.CommitWaiter).
  * mq_fast_set_trace  on: every frame taken is stamped (CLOCK_MONOTONIC ns, Python's
- *     perf_counter_ns) when read and parsed, every run around its append, and each send
+ *     perf_counter_ns) when read (one clock read a frame), every run around its append, and each send
  *     answered here (by a run or a release, oneway ones too) leaves one row of
  *     MQ_FAST_TRACE_FIELDS int64 values, mq.broker.tracing.REQ_ROW's (durations in ns); at most
  *     MQ_FAST_TRACE_ROWS_MAX are kept (Python takes them after every call that answers).
