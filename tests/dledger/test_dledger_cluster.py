@@ -526,7 +526,7 @@ def test_files_retention_deleted_are_unmapped_by_the_flush_dispatch_and_raft_rol
     dispatch roles had touched, and every one the Raft role pushed or scrubbed, stayed mapped after
     retention deleted it, so the disk space never came back while they ran (seen: 5 deleted files
     mapped in each).  Now each unmaps what lies below MIN (CommitLog.release_below_min).  (The io
-    workers still keep theirs: a named limit, README "Retention".)"""
+    workers and HA processes still keep theirs: a named limit, README "When the disk fills up".)"""
     fs = 128 * 1024
     g = group(mappedFileSizeCommitLog=fs, cleanFileForciblyEnable="true", diskSpaceCleanForciblyRatio="0.01",
               cleanResourceInterval=200, dLegerScrubBytesPerSec=8 * 1024 * 1024,
