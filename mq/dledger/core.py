@@ -813,5 +813,5 @@ RESPONSE_TO: dict[type, type | None] = {Append: AppendResp, Heartbeat: Heartbeat
                                         TimeoutNow: None}
 RESPONSES = (AppendResp, HeartbeatResp, VoteResp)
 
-__all__ = ["Role", "Config", "RaftNode", "Ready", "LogDamaged", "Message", "VoteReq", "VoteResp", "Append", "AppendResp",
-           "Heartbeat", "HeartbeatResp", "TimeoutNow", "Progress", "RESPONSE_TO", "RESPONSES"]
+__all__ = ["Role", "Config", "RaftNode", "Ready", "LogDamaged", "Message", "VoteReq", "VoteResp", "Append",
+           "AppendResp", "Heartbeat", "HeartbeatResp", "TimeoutNow", "Progress", "RESPONSE_TO", "RESPONSES"]

@@ -206,7 +206,7 @@ class DLedgerRole:
                       "responses_dropped": 0, "tick_errors": 0,
                       "stale_requests_in": 0,        # requests of an older term (refused with our term)
                       "pushes_in_fast": 0,           # ... of pushes_in, taken in C (_take_pushes)
-                      "damaged_entries_found": 0,    # leader: tries to serve a follower an entry of ours that is damaged
+                      "damaged_entries_found": 0,    # leader: tries to serve a follower a damaged entry of ours
                       "entries_repaired": 0,         # ... rewritten from a holder's copy (GET)
                       "entries_given": 0,            # copies of our entries given to a member repairing its own
                       "scrub_passes": 0,             # the scrub's walks over every committed entry, completed

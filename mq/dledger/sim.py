@@ -422,7 +422,8 @@ class SimCluster:
             # the broker's follower checks every entry before it writes one: it refuses the push and
             # drops the connection, which the leader hears of (peer_down)
             self.counts["damaged_refused"] += 1
-            self.note(f"{n.id} refuses {m.src}'s entries {m.entries.first_index}..{m.entries.last_index} (prev {m.prev_index}, install {m.install}): "
+            self.note(f"{n.id} refuses {m.src}'s entries {m.entries.first_index}..{m.entries.last_index} "
+                      f"(prev {m.prev_index}, install {m.install}): "
                       f"{sorted(m.entries.damaged)} damaged")
             src = self.nodes[m.src]
             if src.running and src.raft.role is Role.LEADER and src.raft.term == m.term:
