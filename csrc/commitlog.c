@@ -140,6 +140,8 @@ void mq_commitlog_close(mq_commitlog *cl) {
     if (!cl) return;
     table_close(&cl->data);
     table_close(&cl->index);
+    for (size_t i = 0; i < cl->n_retired; i++) munmap(cl->retired[i], cl->file_size);
+    free(cl->retired);
     free(cl->rx_buf);
     if (cl->rx_pipe[0] >= 0) { close(cl->rx_pipe[0]); close(cl->rx_pipe[1]); }
     pthread_mutex_destroy(&cl->seg_lock);
@@ -186,6 +188,34 @@ int mq_commitlog_release(mq_commitlog *cl, uint64_t below, uint64_t from_index) 
     }
     pthread_mutex_unlock(&cl->seg_lock);
     return MQ_OK;
+}
+
+int mq_commitlog_retire(mq_commitlog *cl, uint64_t below) {
+    pthread_mutex_lock(&cl->seg_lock);
+    const uint64_t below_index = below / cl->file_size;
+    seg_table *t = &cl->data;
+    int rc = MQ_OK;
+    for (uint64_t i = 0; i < t->nsegs && i < below_index; i++) {
+        if (!t->segs[i].base) continue;
+        if (cl->n_retired == cl->cap_retired) {
+            size_t cap = cl->cap_retired ? cl->cap_retired * 2 : 16;
+            uint8_t **r = realloc(cl->retired, cap * sizeof *r);
+            if (!r) { rc = io_fail(cl, ENOMEM); break; }
+            cl->retired = r;
+            cl->cap_retired = cap;
+        }
+        /* the same addresses, now zero pages of no file: a view still held reads zeros (a record
+         * there fails its checks), never a fault; the file's last reference goes */
+        void *p = mmap(t->segs[i].base, cl->file_size, PROT_READ, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS |
+                       MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED) { rc = io_fail(cl, errno); break; }
+        cl->retired[cl->n_retired++] = t->segs[i].base;
+        close(t->segs[i].fd);
+        t->segs[i].base = NULL;
+        t->segs[i].fd = -1;
+    }
+    pthread_mutex_unlock(&cl->seg_lock);
+    return rc;
 }
 
 /* ==================================================================================== */

@@ -144,6 +144,14 @@
  *     file index from_index on.  MQ_OK.  Contract: no view into them is still in use, and no
  *     other thread of this handle is inside an HA or DLedger send or receive on them (they use
  *     a file's fd after letting go of seg_lock).
+ * mq_commitlog_retire  lets go of this handle's data files below offset `below` (retention
+ *     deleted them: a mapping or an fd keeps a deleted file's blocks on disk) where views into
+ *     them may still be held: each mapping is replaced, at the same addresses, by read-only zero
+ *     pages of no file (a held view reads zeros -- a record there fails its checks -- and never
+ *     faults; the addresses stay reserved until close), and the fd is closed.  MQ_OK; MQ_E_IO
+ *     (errno) if a replacement failed (that file stays mapped).  Contract: no other thread of
+ *     this handle is inside a send or receive on those files (the fd goes); a reader checks MIN
+ *     before it maps a file, so none asks for them again.
  */
 #ifndef MQ_COMMITLOG_H
 #define MQ_COMMITLOG_H
@@ -290,5 +298,6 @@ int      mq_commitlog_flush(mq_commitlog *cl, uint32_t least_pages, uint64_t *fl
 int      mq_commitlog_resync(mq_commitlog *cl, uint64_t from, uint64_t limit, uint64_t *at_out);
 int      mq_commitlog_zero_tail(mq_commitlog *cl, uint64_t from);
 int      mq_commitlog_release(mq_commitlog *cl, uint64_t below, uint64_t from_index);
+int      mq_commitlog_retire(mq_commitlog *cl, uint64_t below);
 
 #endif

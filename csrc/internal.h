@@ -179,6 +179,8 @@ struct mq_commitlog {
     uint64_t units_repaired;         /* DLedger mode: index units rewritten from their entries (dledger.c) */
     uint64_t unit_repaired_last;     /* ... and the index of the last one */
     uint64_t entries_repaired;       /* DLedger mode: damaged entries rewritten from a peer's copy (dledger.c) */
+    uint8_t **retired;               /* mq_commitlog_retire: placeholders over retired files' addresses, */
+    size_t n_retired, cap_retired;   /* unmapped at close */
 };
 
 /* Keeps errno in the handle; ENOSPC and EDQUOT are MQ_E_NOSPACE, the rest MQ_E_IO. */

@@ -23,6 +23,7 @@ from mq.remoting import RemotingServer, RequestCode as R, ResponseCode as RC, ma
 from mq.store import MessageStore, PutResult, PutStatus
 from mq.store import control as C
 from mq.store.bells import Bell, io_bell
+from mq.store.native import StoreError
 from mq.store.notify import CommitWaiter, PositionWaiter
 from mq.store.retention import service_not_available_remark
 from mq.store.stats import PUBLISH_INTERVAL_S, StatsBlock, region_of
@@ -46,6 +47,7 @@ from .tracing import CURRENT, FLUSH_INTERVAL_S, RequestTracer, broker_label, tra
 log = logging.getLogger("mq.broker.worker")
 
 ACL_POLL_INTERVAL_S = 0.5       # how soon a change of plain_acl.yml is in force
+RETIRE_INTERVAL_S = 1.0         # how soon a worker lets go of the CommitLog files retention deleted
 REFUSAL_LOG_INTERVAL_S = 60.0
 
 
@@ -66,6 +68,7 @@ class IoWorker:
         self.acl: AclFile | None = None          # aclEnable: the accounts, reloaded on change
         self._acl_poller: asyncio.Task | None = None
         self._stalls: asyncio.Task | None = None        # mq.loop.watch_stalls
+        self._retirer: asyncio.Task | None = None       # _retire_deleted
         # this worker's counters in its region of the stats block (None only when the block is missing)
         self.stats: IoStats | None = None
         self._stats_block: StatsBlock | None = None
@@ -132,9 +135,28 @@ class IoWorker:
         self.servers = [main, fast]
         self._fast_policy()
         self._stalls = asyncio.create_task(mq_loop.watch_stalls(f"io worker {self.worker_id}"))
+        self._retirer = asyncio.create_task(self._retire_deleted())
         await self.meta.hello()          # "up" means serving: the supervisor waits for this
         log.info("io worker %d serving on %s:%d and :%d", self.worker_id, cfg.listenAddress, cfg.listenPort,
                  cfg.fast_port)
+
+    async def _retire_deleted(self) -> None:
+        """Lets go of the data files retention deleted, every RETIRE_INTERVAL_S: a mapping keeps a
+        deleted file's blocks on disk, and this worker maps every file it appended to or read.  A
+        record view still held across an await reads zeros from then on (mq_commitlog_retire); no
+        other thread of this process sends from or receives into the files."""
+        logs = [self.store.cl] + ([self.store.legacy.cl] if self.store.legacy is not None else [])
+        failed = False
+        while True:
+            await asyncio.sleep(RETIRE_INTERVAL_S)
+            for cl in logs:
+                try:
+                    cl.retire_below_min()
+                except StoreError as e:
+                    if not failed:
+                        log.error("io worker %d: letting go of deleted CommitLog files failed (%s); they keep "
+                                  "their disk space while this worker runs", self.worker_id, e)
+                    failed = True
 
     async def _poll_acl(self) -> None:
         """Reloads the accounts file within ACL_POLL_INTERVAL_S of a change (each worker its own
@@ -163,6 +185,8 @@ class IoWorker:
         self.pull.stop()
         if self._stalls is not None:
             self._stalls.cancel()
+        if self._retirer is not None:
+            self._retirer.cancel()
         await self.fast.drain()
         await self.send_group.drain()
         for s in self.servers:

@@ -382,6 +382,15 @@ class CommitLog:
             self.release(below=low)
             self._released_below = low
 
+    def retire_below_min(self) -> None:
+        """release_below_min for a process that may still hold record views into those files (an
+        io worker across an await): the files go, the views read zeros (mq_commitlog_retire).  The
+        caller's process has no other thread sending from or receiving into them."""
+        low = self.ctl.get(C.POS_MIN)
+        if low // self.file_size > self._released_below // self.file_size:
+            check(lib.mq_commitlog_retire(self._h, low), f"retiring the files below {low}")
+            self._released_below = low
+
     def errno(self) -> int:
         return lib.mq_commitlog_errno(self._h)
 

@@ -521,12 +521,14 @@ def _data_maps(root: str) -> dict[str, tuple[int, int]]:
     return out
 
 
-def test_files_retention_deleted_are_unmapped_by_the_flush_dispatch_and_raft_roles(group):
+def test_files_retention_deleted_are_let_go_by_every_process_of_a_dledger_member(group):
     """A process's mapping keeps a deleted file's blocks on disk: every data file the flush and
-    dispatch roles had touched, and every one the Raft role pushed or scrubbed, stayed mapped after
-    retention deleted it, so the disk space never came back while they ran (seen: 5 deleted files
-    mapped in each).  Now each unmaps what lies below MIN (CommitLog.release_below_min).  (The io
-    workers and HA processes still keep theirs: a named limit, README "When the disk fills up".)"""
+    dispatch roles had touched, every one the Raft role pushed or scrubbed and every one an io
+    worker appended to stayed mapped after retention deleted it, so the disk space never came
+    back while they ran (seen: 5 deleted files mapped in each).  Now the flush, dispatch and Raft
+    roles unmap what lies below MIN (CommitLog.release_below_min) and the io workers retire it
+    (retire_below_min: views they may hold read zeros).  (The master/slave HA processes still keep
+    theirs: a named limit, README "When the disk fills up".)"""
     fs = 128 * 1024
     g = group(mappedFileSizeCommitLog=fs, cleanFileForciblyEnable="true", diskSpaceCleanForciblyRatio="0.01",
               cleanResourceInterval=200, dLegerScrubBytesPerSec=8 * 1024 * 1024,
@@ -535,7 +537,7 @@ def test_files_retention_deleted_are_unmapped_by_the_flush_dispatch_and_raft_rol
     for k in range(600):
         assert send(g.addr(leader), b"b%04d" % k + b"x" * 1024, qid=k % 4).code == 0
     wait_for(lambda: all(g.data_files(i)[0] >= 3 * fs for i in g.ids), 20, 0.1, "retention deleted files everywhere")
-    roles = ("flush", "dispatch", "dledger")
+    roles = ("flush", "dispatch", "dledger", "io-0")
     for i in g.ids:
         deadline = time.monotonic() + 10
         while True:
@@ -546,6 +548,9 @@ def test_files_retention_deleted_are_unmapped_by_the_flush_dispatch_and_raft_rol
         assert all(maps.get(r, (0, 0))[1] == 0 for r in roles), (i, maps)
         if i == leader:          # (its roles map data files, so the check sees them; a member installed
             assert all(maps.get(r, (0, 0))[0] >= 1 for r in roles), maps    # late may map none)
+    r = send(g.addr(leader), b"after", qid=0)
+    assert r.code == 0
+    assert pull_queue(g.addr(leader), TOPIC, 0, int(r.ext_fields["queueOffset"])) == [b"after"]
 
 
 def test_single_sends_cross_file_rollovers(group):
