@@ -187,7 +187,9 @@ def test_metrics_of_a_real_broker(metered):
             queues = await c.fetch_queues("MetricsA")
             got = 0
             for q in queues[:2]:                           # consume two queues of four, commit them
-                r = await c.pull(q, 0, 32)
+                # held until dispatch filed them (SEND_OK follows the append, the queues follow
+                # dispatch: an immediate pull found none once under CI load, and `got` stayed 0)
+                r = await c.pull(q, 0, 32, block=True, suspend_timeout_ms=5000)
                 n = len(r.messages)
                 got += n
                 if n:
