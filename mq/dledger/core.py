@@ -653,15 +653,20 @@ class RaftNode:
             pr.next = pr.match + 1
         pr.probe_sent = True                     # the heartbeat clears it: one try a heartbeat
         found = self.damage_seen.setdefault(index, self.ticks)
-        lately = self.ticks - self.cfg.election_ticks_min
-        holders = [(qr.match, q) for q, qr in self.progress.items()
-                   if q != p and qr.match >= index and self.heard.get(q, -1) >= lately]
-        holder = max(holders)[1] if holders else None
+        holder = self.holder_of(index, but=p)
         if holder is not None and self.transferee is None and \
                 self.ticks - max(self.led_since, found) >= DAMAGE_HANDOVER_TIMEOUTS * self.cfg.election_ticks_max:
             self.led_since = self.ticks
             self.transfer_leadership(holder)
         self._damaged.append((index, p, holder, self.transferee))
+
+    def holder_of(self, index: int, but: str | None = None) -> str | None:
+        """Leader: the follower (other than `but`) furthest ahead whose log holds entry `index` and
+        that answered within the shortest election timeout, or None."""
+        lately = self.ticks - self.cfg.election_ticks_min
+        holders = [(pr.match, q) for q, pr in self.progress.items()
+                   if q != but and pr.match >= index and self.heard.get(q, -1) >= lately]
+        return max(holders)[1] if holders else None
 
     def _push(self, p: str, force_commit: bool) -> None:
         pr = self.progress[p]

@@ -492,10 +492,7 @@ class DLedgerRole:
         furthest ahead that holds it and answered lately, as follower the leader."""
         node = self.node
         if node.role is Role.LEADER:
-            lately = node.ticks - node.cfg.election_ticks_min
-            holders = [(pr.match, p) for p, pr in node.progress.items()
-                       if pr.match >= index and node.heard.get(p, -1) >= lately]
-            holder = max(holders)[1] if holders else None
+            holder = node.holder_of(index)
         else:
             holder = node.leader_id if node.leader_id != self.self_id else None
         if holder is not None:

@@ -377,17 +377,22 @@ class CommitLog:
         them, or an install moved past them): a process's mapping keeps a deleted file's blocks on
         disk.  The caller's process holds no view into them and no other thread of it reads them
         (the flush and dispatch loops and the Raft role call it between their C calls)."""
-        low = self.ctl.get(C.POS_MIN)
-        if low // self.file_size > self._released_below // self.file_size:
+        low = self._min_moved()
+        if low is not None:
             self.release(below=low)
             self._released_below = low
+
+    def _min_moved(self) -> int | None:
+        """MIN, when it passed a file boundary since the last release or retire; else None."""
+        low = self.ctl.get(C.POS_MIN)
+        return low if low // self.file_size > self._released_below // self.file_size else None
 
     def retire_below_min(self) -> None:
         """release_below_min for a process that may still hold record views into those files (an
         io worker across an await): the files go, the views read zeros (mq_commitlog_retire).  The
         caller's process has no other thread sending from or receiving into them."""
-        low = self.ctl.get(C.POS_MIN)
-        if low // self.file_size > self._released_below // self.file_size:
+        low = self._min_moved()
+        if low is not None:
             check(lib.mq_commitlog_retire(self._h, low), f"retiring the files below {low}")
             self._released_below = low
 

@@ -436,14 +436,7 @@ def test_a_leader_repairs_a_damaged_entry_a_follower_needs_from_a_member_holding
         assert send(g.addr(leader), b"b%d" % k + b"x" * (k * 37 % 3000), qid=k % 4).code == 0
     end = leader_end(g, leader)
     wait_for(lambda: g.committed_pos(holder) >= end, 10, 0.05, "the holder has every entry")
-    d = os.path.join(g.brokers[leader].dir, f"dledger-{leader}")
-    with open(os.path.join(d, "index", "%020d" % 0), "rb") as f:
-        unit = parse_index_unit(f.read(), 50 * 32)        # entry 50: one the victim lacks
-    data = os.path.join(d, "data", "%020d" % 0)
-    with open(data, "rb") as f:
-        f.seek(unit.pos)
-        entry = f.read(unit.size)
-    assert flip_byte(data, unit.pos + entry.index(b"xxxxxxxx") + 4, 0x10)    # (the leader maps the file)
+    _flip_entry_body(g, leader, 50, b"xxxxxxxx")     # entry 50: one the victim lacks (the leader maps the file)
     g.restart(victim)
     wait_for(lambda: g.committed_pos(victim) >= end, 30, 0.05, "the restarted member caught up")
     assert g.leader() == leader
@@ -461,8 +454,9 @@ def test_a_leader_repairs_a_damaged_entry_a_follower_needs_from_a_member_holding
     assert send(g.addr(leader), b"after the repair").code == 0
 
 
-def _flip_entry_body(g, member: str, index: int) -> None:
-    """One bit of entry `index`'s message body in member's data file (its BODYCRC then fails)."""
+def _flip_entry_body(g, member: str, index: int, body_text: bytes = b"yyyyyyyy") -> None:
+    """One bit of entry `index`'s message body (where `body_text` is) in member's data file (its
+    BODYCRC then fails)."""
     d = os.path.join(g.brokers[member].dir, f"dledger-{member}")
     with open(os.path.join(d, "index", "%020d" % 0), "rb") as f:
         unit = parse_index_unit(f.read(), index * 32)
@@ -470,7 +464,7 @@ def _flip_entry_body(g, member: str, index: int) -> None:
     with open(data, "rb") as f:
         f.seek(unit.pos)
         entry = f.read(unit.size)
-    assert flip_byte(data, unit.pos + entry.index(b"yyyyyyyy") + 4, 0x10)
+    assert flip_byte(data, unit.pos + entry.index(body_text) + 4, 0x10)
 
 
 def test_the_scrub_finds_damaged_entries_nobody_asks_for_and_repairs_them(group):
