@@ -53,7 +53,10 @@ static int seg_open(mq_commitlog *cl, seg_table *t, uint64_t fi, int create, uin
 /* The file is opened and mapped outside seg_lock (it may block on the file system); two
  * threads racing for the same file keep the first mapping. */
 int tseg_get(mq_commitlog *cl, seg_table *t, uint64_t fi, int create, uint8_t **base_out) {
+    /* a retired file is below MIN: a reader that checked MIN before retention moved it must
+     * not map it again (the mapping would keep the deleted file's blocks until close) */
     pthread_mutex_lock(&cl->seg_lock);
+    if (t == &cl->data && fi < cl->retired_below_index) { pthread_mutex_unlock(&cl->seg_lock); return MQ_E_RANGE; }
     if (fi < t->nsegs && t->segs[fi].base) {
         *base_out = t->segs[fi].base;
         pthread_mutex_unlock(&cl->seg_lock);
@@ -76,6 +79,12 @@ int tseg_get(mq_commitlog *cl, seg_table *t, uint64_t fi, int create, uint8_t **
         t->segs = s;
         t->nsegs = n;
     }
+    if (t == &cl->data && fi < cl->retired_below_index) {     /* retired while it was opened */
+        pthread_mutex_unlock(&cl->seg_lock);
+        munmap(base, t->file_size);
+        close(fd);
+        return MQ_E_RANGE;
+    }
     if (t->segs[fi].base) {               /* another thread mapped it meanwhile */
         munmap(base, t->file_size);
         close(fd);
@@ -94,6 +103,22 @@ int seg_fd(mq_commitlog *cl, uint64_t fi) {
     int fd = cl->data.segs[fi].fd;
     pthread_mutex_unlock(&cl->seg_lock);
     return fd;
+}
+
+int seg_fd_own(mq_commitlog *cl, uint64_t fi, int create, int *fd_out) {
+    uint8_t *base;
+    int rc = seg_get(cl, fi, create, &base);
+    if (rc) return rc;
+    pthread_mutex_lock(&cl->seg_lock);
+    if (fi >= cl->data.nsegs || !cl->data.segs[fi].base) {    /* retired since seg_get */
+        pthread_mutex_unlock(&cl->seg_lock);
+        return MQ_E_RANGE;
+    }
+    int fd = fcntl(cl->data.segs[fi].fd, F_DUPFD_CLOEXEC, 0);
+    pthread_mutex_unlock(&cl->seg_lock);
+    if (fd < 0) return io_fail(cl, errno);
+    *fd_out = fd;
+    return MQ_OK;
 }
 
 int mq_commitlog_open(const char *dir, void *ctl_mem, size_t ctl_len, const mq_commitlog_opts *opts, mq_commitlog **out) {
@@ -195,6 +220,7 @@ int mq_commitlog_retire(mq_commitlog *cl, uint64_t below) {
     const uint64_t below_index = below / cl->file_size;
     seg_table *t = &cl->data;
     int rc = MQ_OK;
+    if (below_index > cl->retired_below_index) cl->retired_below_index = below_index;
     for (uint64_t i = 0; i < t->nsegs && i < below_index; i++) {
         if (!t->segs[i].base) continue;
         if (cl->n_retired == cl->cap_retired) {

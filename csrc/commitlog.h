@@ -142,16 +142,17 @@
  *     exist), MQ_E_IO / MQ_E_NOSPACE, MQ_E_CORRUPT (a file of the wrong size).
  * mq_commitlog_release  unmaps and closes this handle's files below offset `below` and from
  *     file index from_index on.  MQ_OK.  Contract: no view into them is still in use, and no
- *     other thread of this handle is inside an HA or DLedger send or receive on them (they use
- *     a file's fd after letting go of seg_lock).
+ *     other thread of this handle is inside an HA or DLedger call on them (the HA slave reads
+ *     the mapping; DLedger sends use the handle's fd after letting go of seg_lock).
  * mq_commitlog_retire  lets go of this handle's data files below offset `below` (retention
  *     deleted them: a mapping or an fd keeps a deleted file's blocks on disk) where views into
  *     them may still be held: each mapping is replaced, at the same addresses, by read-only zero
  *     pages of no file (a held view reads zeros -- a record there fails its checks -- and never
- *     faults; the addresses stay reserved until close), and the fd is closed.  MQ_OK; MQ_E_IO
- *     (errno) if a replacement failed (that file stays mapped).  Contract: no other thread of
- *     this handle is inside a send or receive on those files (the fd goes); a reader checks MIN
- *     before it maps a file, so none asks for them again.
+ *     faults; the addresses stay reserved until close), and the fd is closed.  The handle never
+ *     maps a file below `below` again (a reader that checked MIN just before retention moved it
+ *     gets MQ_E_RANGE, as for a deleted file).  MQ_OK; MQ_E_IO (errno) if a replacement failed
+ *     (that file stays mapped).  Contract: no other thread of this handle is inside a DLedger
+ *     call on those files (it uses the handle's fd); the HA transport may be (it owns a dup).
  */
 #ifndef MQ_COMMITLOG_H
 #define MQ_COMMITLOG_H

@@ -31,26 +31,24 @@ static int send_one_frame(mq_commitlog *cl, int sock_fd, uint64_t offset, uint32
     uint8_t hdr[MQ_HA_FRAME_HEADER];
     be64w(hdr, offset);
     be32w(hdr + 8, body);
-    int fd = -1;
+    int fd = -1;        /* our own: the role's main thread may retire the file meanwhile */
     if (body) {
-        uint8_t *base;
-        int rc = seg_get(cl, offset / fs, 0, &base);
+        int rc = seg_fd_own(cl, offset / fs, 0, &fd);
         if (rc) return rc;
-        fd = seg_fd(cl, offset / fs);
     }
-    if (send_all(sock_fd, hdr, sizeof hdr, body ? MSG_MORE : 0) != 0) return io_fail(cl, errno);
+    int rc = MQ_OK;
+    if (send_all(sock_fd, hdr, sizeof hdr, body ? MSG_MORE : 0) != 0) { rc = io_fail(cl, errno); goto out; }
     off_t file_off = (off_t)(offset % fs);
     uint32_t left = body;
     while (left) {
         ssize_t w = sendfile(sock_fd, fd, &file_off, left);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return io_fail(cl, errno);
-        }
-        if (w == 0) return io_fail(cl, EPIPE);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) { rc = io_fail(cl, w < 0 ? errno : EPIPE); goto out; }
         left -= (uint32_t)w;
     }
-    return MQ_OK;
+out:
+    if (fd >= 0) close(fd);
+    return rc;
 }
 
 int mq_ha_send_frame(mq_commitlog *cl, int sock_fd, uint64_t offset, uint32_t max_body, uint32_t *body_out) {
@@ -185,19 +183,12 @@ static int recv_body_splice(mq_commitlog *cl, int sock_fd, int fd, off_t *off, s
     return MQ_OK;
 }
 
-int mq_ha_recv_body(mq_commitlog *cl, int sock_fd, uint64_t offset, uint32_t size) {
-    const uint64_t fs = cl->file_size;
-    if (size == 0) return MQ_OK;
-    if (offset % fs + size > fs) return MQ_E_RANGE;          /* a frame never crosses a file */
-    if (offset < ctl_load(cl->ctl, MQ_POS_WRITE)) return MQ_E_RANGE;   /* never over published bytes */
-    uint8_t *base;
-    int rc = seg_get(cl, offset / fs, 1, &base);
-    if (rc) return rc;
-    int fd = seg_fd(cl, offset / fs);
-    off_t file_off = (off_t)(offset % fs);
+/* `size` bytes from the socket into the file (fd) at *file_off. */
+static int recv_body_into(mq_commitlog *cl, int sock_fd, int fd, off_t *file_off, uint32_t size) {
     size_t done = 0;
+    int rc;
     if (!cl->rx_no_splice) {
-        rc = recv_body_splice(cl, sock_fd, fd, &file_off, size, &done);
+        rc = recv_body_splice(cl, sock_fd, fd, file_off, size, &done);
         if (rc) return rc;
     }
     if (done < size && (rc = rx_buf_get(cl)) != MQ_OK) return rc;
@@ -212,11 +203,25 @@ int mq_ha_recv_body(mq_commitlog *cl, int sock_fd, uint64_t offset, uint32_t siz
             if (r == 0) return io_fail(cl, ECONNRESET);
             have += (size_t)r;
         }
-        rc = pwrite_all(cl, fd, cl->rx_buf, have, &file_off);
+        rc = pwrite_all(cl, fd, cl->rx_buf, have, file_off);
         if (rc) return rc;
         done += have;
     }
     return MQ_OK;
+}
+
+int mq_ha_recv_body(mq_commitlog *cl, int sock_fd, uint64_t offset, uint32_t size) {
+    const uint64_t fs = cl->file_size;
+    if (size == 0) return MQ_OK;
+    if (offset % fs + size > fs) return MQ_E_RANGE;          /* a frame never crosses a file */
+    if (offset < ctl_load(cl->ctl, MQ_POS_WRITE)) return MQ_E_RANGE;   /* never over published bytes */
+    int fd;             /* our own, as in send_one_frame */
+    int rc = seg_fd_own(cl, offset / fs, 1, &fd);
+    if (rc) return rc;
+    off_t file_off = (off_t)(offset % fs);
+    rc = recv_body_into(cl, sock_fd, fd, &file_off, size);
+    close(fd);
+    return rc;
 }
 
 int mq_ha_publish(mq_commitlog *cl, uint64_t received_end, uint64_t *published_out) {

@@ -9,8 +9,9 @@
  *
  * Sockets are the caller's (blocking, with SO_RCVTIMEO / SO_SNDTIMEO where it wants a bound);
  * the calls send and receive with the GIL released.  One receiving thread per handle (it owns
- * the handle's staging buffer and pipe).  Files are used through their fd after seg_lock is let
- * go: see mq_commitlog_release's contract.
+ * the handle's staging buffer and pipe).  Each frame's file is used through a dup of its fd the
+ * call owns, so another thread's mq_commitlog_retire may run beside these calls (a frame below
+ * MIN then fails: MQ_E_RANGE); mq_commitlog_release may not (the slave reads the mapping).
  *
  * Returns: 0 or a negative MQ_E_*.  Socket errors are MQ_E_IO with errno in the handle
  * (mq_commitlog_errno): EAGAIN means stalled past SO_RCVTIMEO / SO_SNDTIMEO, ECONNRESET closed

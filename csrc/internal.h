@@ -181,6 +181,7 @@ struct mq_commitlog {
     uint64_t entries_repaired;       /* DLedger mode: damaged entries rewritten from a peer's copy (dledger.c) */
     uint8_t **retired;               /* mq_commitlog_retire: placeholders over retired files' addresses, */
     size_t n_retired, cap_retired;   /* unmapped at close */
+    uint64_t retired_below_index;    /* data files below this index were retired: never mapped again */
 };
 
 /* Keeps errno in the handle; ENOSPC and EDQUOT are MQ_E_NOSPACE, the rest MQ_E_IO. */
@@ -196,8 +197,15 @@ int tseg_get(mq_commitlog *cl, seg_table *t, uint64_t fi, int create, uint8_t **
 static inline int seg_get(mq_commitlog *cl, uint64_t fi, int create, uint8_t **base_out) {
     return tseg_get(cl, &cl->data, fi, create, base_out);
 }
-/* The fd of data file fi, mapped already (commitlog.c); see mq_commitlog_release's contract. */
+/* The handle's fd of data file fi, mapped already (commitlog.c): borrowed, for a thread that is
+ * the only one releasing or retiring this handle's files (see mq_commitlog_release's contract). */
 int seg_fd(mq_commitlog *cl, uint64_t fi);
+/* An fd of data file fi that the caller owns and closes (a dup taken under seg_lock), the file
+ * mapped first when needed: for threads that run beside another one's release or retire (the HA
+ * transport), whose close of the handle's fd then cannot pull the file (or its fd number) from
+ * under a send or receive.  MQ_OK and *fd_out, MQ_E_RANGE (below MIN: retired or deleted), or
+ * the file errors of tseg_get. */
+int seg_fd_own(mq_commitlog *cl, uint64_t fi, int create, int *fd_out);
 
 /* ---- records -------------------------------------------------------------------------------- */
 /* the public constants agree with each other (tests/unit/test_c_constants.py ties them to Python) */

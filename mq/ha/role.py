@@ -104,6 +104,9 @@ def ha_role_main(role: str, store_config_values: dict, store_host: str, store_po
         sampler = LagSampler.for_role(role, node, store.ctl, opt("perfTrace"))
         try:
             while not stop.wait(1.0):
+                # the files retention deleted go (a mapping or fd keeps their blocks on disk); the
+                # connections' threads send and receive through fds of their own meanwhile
+                store.cl.retire_below_min()
                 if sampler is not None:
                     sampler.sample()
         finally:

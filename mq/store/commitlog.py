@@ -389,8 +389,9 @@ class CommitLog:
 
     def retire_below_min(self) -> None:
         """release_below_min for a process that may still hold record views into those files (an
-        io worker across an await): the files go, the views read zeros (mq_commitlog_retire).  The
-        caller's process has no other thread sending from or receiving into them."""
+        io worker across an await, an HA role's connection threads): the files go, the views read
+        zeros and the handle never maps them again (mq_commitlog_retire).  No other thread of the
+        caller's process is inside a DLedger send on them (the HA transport owns its fds)."""
         low = self._min_moved()
         if low is not None:
             check(lib.mq_commitlog_retire(self._h, low), f"retiring the files below {low}")
