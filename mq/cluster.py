@@ -372,6 +372,23 @@ class Broker:
         is in the group too, is left out)."""
         return processes_of_group(self.proc.p.pid)
 
+    def commitlog_maps(self) -> dict[str, tuple[int, int]]:
+        """(CommitLog data-file mappings, of them of deleted files) per live process of the broker
+        by role name, from /proc/<pid>/maps: a mapping keeps a deleted file's blocks on disk.  The
+        data files are those under the store's `commitlog/` (master/slave) or a DLedger `data/`."""
+        out: dict[str, tuple[int, int]] = {}
+        for role, pids in self.processes().items():
+            for pid in pids:
+                try:
+                    with open(f"/proc/{pid}/maps") as f:
+                        lines = [line for line in f if self.dir in line and ("/commitlog/" in line or "/data/" in line)]
+                except OSError:
+                    continue                              # (ended meanwhile)
+                if lines:
+                    total, deleted = out.get(role, (0, 0))
+                    out[role] = (total + len(lines), deleted + sum(line.endswith("(deleted)\n") for line in lines))
+        return out
+
 
 def _threads_stopped(pid: int) -> bool:
     """Every thread of process `pid` stopped (or the process gone)."""

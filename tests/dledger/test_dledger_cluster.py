@@ -9,7 +9,6 @@ committed data, the preferred leader and leadership transfer, and a leader resum
 from __future__ import annotations
 
 import asyncio
-import glob
 import json
 import os
 import signal
@@ -497,32 +496,14 @@ def test_the_scrub_finds_damaged_entries_nobody_asks_for_and_repairs_them(group)
         assert stats["entries_repaired"] == 1 and stats["scrub_damaged_found"] == 1 and stats["scrub_passes"] >= 1
 
 
-def _data_maps(root: str) -> dict[str, tuple[int, int]]:
-    """(data-file mappings, of them of deleted files) per process with data files under `root`
-    mapped, by its comm name (the broker's processes are named after their roles): /proc/*/maps."""
-    out: dict[str, tuple[int, int]] = {}
-    for maps in glob.glob("/proc/[0-9]*/maps"):
-        try:
-            with open(maps) as f:
-                lines = [line for line in f if root in line and "/data/" in line]
-            with open(os.path.join(os.path.dirname(maps), "comm")) as f:
-                name = f.read().strip()
-        except OSError:
-            continue                                     # (a process that ended meanwhile)
-        if lines:
-            total, deleted = out.get(name, (0, 0))
-            out[name] = (total + len(lines), deleted + sum(1 for line in lines if line.endswith("(deleted)\n")))
-    return out
-
-
 def test_files_retention_deleted_are_let_go_by_every_process_of_a_dledger_member(group):
     """A process's mapping keeps a deleted file's blocks on disk: every data file the flush and
     dispatch roles had touched, every one the Raft role pushed or scrubbed and every one an io
     worker appended to stayed mapped after retention deleted it, so the disk space never came
     back while they ran (seen: 5 deleted files mapped in each).  Now the flush, dispatch and Raft
     roles unmap what lies below MIN (CommitLog.release_below_min) and the io workers retire it
-    (retire_below_min: views they may hold read zeros).  (The master/slave HA processes still keep
-    theirs: a named limit, README "When the disk fills up".)"""
+    (retire_below_min: views they may hold read zeros).  (The master/slave variant:
+    tests/ha/test_broker_ha.py.)"""
     fs = 128 * 1024
     g = group(mappedFileSizeCommitLog=fs, cleanFileForciblyEnable="true", diskSpaceCleanForciblyRatio="0.01",
               cleanResourceInterval=200, dLegerScrubBytesPerSec=8 * 1024 * 1024,
@@ -535,7 +516,7 @@ def test_files_retention_deleted_are_let_go_by_every_process_of_a_dledger_member
     for i in g.ids:
         deadline = time.monotonic() + 10
         while True:
-            maps = _data_maps(g.brokers[i].dir)
+            maps = g.brokers[i].commitlog_maps()
             if all(maps.get(r, (0, 0))[1] == 0 for r in roles) or time.monotonic() > deadline:
                 break
             time.sleep(0.1)

@@ -7,6 +7,7 @@ import random
 import socket
 import struct
 import threading
+import time
 
 import pytest
 
@@ -152,6 +153,72 @@ def test_receive_never_writes_over_published_bytes(make_store, tmp_path):
     try:
         with pytest.raises(OutOfRange):
             slave.cl.ha_recv_body(a.fileno(), 0, 10)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_retire_beside_a_sending_thread_never_pulls_a_file_from_under_it(make_store):
+    """mq_commitlog_retire on one thread while another streams frames of the files it retires (the
+    HA role's main loop beside a connection's writer): each frame goes out whole, with the file's
+    own bytes, through an fd the send owns (seg_fd_own), and the first frame after the retire is
+    refused as out of range -- the handle never maps a retired file again, though here the files
+    are still on disk (a reader that checked MIN just before retention moved it).  Before, the
+    writer used the handle's fd after letting go of seg_lock: a retire between the two could close
+    it under the sendfile, or hand the number to the next file opened."""
+    from mq._mqstore import lib
+    from mq.store import OutOfRange
+    s = make_store(mappedFileSizeCommitLog=FS)
+    _fill(s, 250)
+    s.cl.flush(0)
+    files = sorted(int(n) for n in os.listdir(s.config.commitlog_dir))
+    assert len(files) >= 4
+    below = files[2]
+    on_disk = b"".join(open(os.path.join(s.config.commitlog_dir, "%020d" % f), "rb").read() for f in files[:2])
+    out, into = socket.socketpair()
+    got = bytearray()
+    state = {}
+
+    def drain():
+        while chunk := into.recv(1 << 20):
+            got.extend(chunk)
+
+    def writer():
+        off, frames = 0, 0
+        try:
+            while True:                        # round and round the first two files
+                off = (off + s.cl.ha_send_frame(out.fileno(), off, 4096)) % below
+                frames += 1
+        except OutOfRange:
+            state["refused_after"] = frames
+        except Exception as e:                 # noqa: BLE001 -- the verdict is below
+            state["error"] = e
+
+    readers = [threading.Thread(target=drain), threading.Thread(target=writer)]
+    for t in readers:
+        t.start()
+    while len(got) < 4 * FS:                   # the writer is streaming (every file mapped)
+        time.sleep(0.001)
+    assert lib.mq_commitlog_retire(s.cl._h, below) == 0
+    readers[1].join(10)
+    out.shutdown(socket.SHUT_WR)
+    readers[0].join(10)
+    out.close()
+    into.close()
+    assert "error" not in state and state["refused_after"] > 0, state
+    pos, frames = 0, 0
+    while pos < len(got):
+        offset, size = struct.unpack_from(">qi", got, pos)
+        pos += wha.HA_FRAME_HEADER_SIZE
+        assert got[pos:pos + size] == on_disk[offset:offset + size], (frames, offset, size)
+        pos += size
+        frames += 1
+    assert frames == state["refused_after"]
+    a, b = socket.socketpair()
+    try:
+        with pytest.raises(OutOfRange):
+            s.cl.ha_send_frame(a.fileno(), FS, 4096)
+        assert s.cl.ha_send_frame(a.fileno(), below, 4096) == 4096      # (the files above serve)
     finally:
         a.close()
         b.close()
