@@ -64,7 +64,7 @@ from mq.logs import Episode
 from mq.store import control as C
 from mq.store.commitlog import CommitLog
 from mq.files import replace_file
-from mq.store.native import StoreError, ffi, lib
+from mq.store.native import OutOfRange, StoreError, ffi, lib
 from mq.wire import ha as W
 from mq.wire.errors import WireError
 
@@ -313,9 +313,7 @@ class SlaveConnection:
             self.sent_offset = wp
             return wp
         if start < min_pos:
-            log.error("HA connection %s: the slave's end %d is below the master's oldest retained offset %d: "
-                      "it cannot catch up (rebuild it from a copy of the store); closing", self.addr, start, min_pos)
-            self.close("slave behind the retained range")
+            self._behind("the slave's end", start, min_pos)
             return None
         log.info("HA connection %s: slave resumes from %d (master end %d)", self.addr, start, wp)
         return start
@@ -334,7 +332,21 @@ class SlaveConnection:
             self._in_flight_valid = True
             self.sent_offset = nxt
         while not self.closed and not m._stopping:
-            cl.ha_stream_for(fd, stream, WRITE_WAIT_MS, self._in_flight, self._sent)
+            try:
+                cl.ha_stream_for(fd, stream, WRITE_WAIT_MS, self._in_flight, self._sent)
+            except OutOfRange:
+                at, min_pos = self.sent_offset, m.ctl.get(C.POS_MIN)   # (the refused frame's offset)
+                if at >= min_pos:
+                    raise
+                # retention deleted the file the slave needs next while it lagged (the frame being
+                # sent then finished from the writer's own fd; the role retired the file since)
+                self._behind("the slave's next offset", at, min_pos)
+                return
+
+    def _behind(self, what: str, at: int, min_pos: int) -> None:
+        log.error("HA connection %s: %s %d is below the master's oldest retained offset %d: it cannot catch up "
+                  "(rebuild it from a copy of the store); closing", self.addr, what, at, min_pos)
+        self.close("slave behind the retained range")
 
 
 class HAMaster:

@@ -387,3 +387,40 @@ def test_files_retention_deleted_are_let_go_by_every_process_of_a_master_and_its
         slave.stop()
         master.stop()
         ns.stop()
+
+
+def test_a_slave_left_behind_by_retention_is_told_it_cannot_catch_up(tmp_path):
+    """A slave stalled (SIGSTOP) while the master's retention deletes the file it needs next:
+    when it runs again, the master's writer finishes the frame it was sending (from an fd of its
+    own) and refuses the next one -- one line naming the offset and the master's oldest retained
+    one, the connection closed -- and the slave's reconnect is refused with the same words.
+    Nothing of a deleted file is sent; the slave's own store stays as it was (whole records)."""
+    fs = 128 * 1024
+    ns = NameServer(str(tmp_path))
+    common = dict(mappedFileSizeCommitLog=fs, haSendHeartbeatInterval=500, haHousekeepingInterval=60000)
+    master = Broker(str(tmp_path), ns.addr, name="broker-a", brokerRole="ASYNC_MASTER", cleanFileForciblyEnable="true",
+                    diskSpaceCleanForciblyRatio="0.01", cleanResourceInterval=200,
+                    env={"MQ_RETENTION_FIRST_DELAY_S": "0"}, **common)
+    slave = Broker(str(tmp_path), ns.addr, name="broker-a", brokerRole="SLAVE", brokerId=1, **common)
+    try:
+        r = wait_for(lambda: (r := send(master.addr, "HAB", b"probe")).code == 0 and r, 40, 0.3, "master serving")
+        wait_for(lambda: _max_phy(slave.addr) >= _max_phy(master.addr) > 0, 20, 0.1, "the slave caught up")
+        slave.signal_all(signal.SIGSTOP)
+        try:
+            # far more than the loopback socket buffers hold: the writer blocks, then retention
+            # deletes every file but the last few under it
+            for k in range(400):
+                r = send(master.addr, "HAB", b"%04d" % k + b"y" * 60000, qid=k % 4)
+                assert r.code == 0, (k, r.code, r.remark)
+            wait_for(lambda: min(int(n) for n in os.listdir(os.path.join(master.dir, "commitlog"))) >= 100 * fs,
+                     30, 0.1, "retention deleted most of the master's files")
+        finally:
+            slave.signal_all(signal.SIGCONT)
+        log = wait_for(lambda: (out := master.proc.output()).count("is below the master's oldest retained offset") >= 2
+                       and out, 30, 0.2, "the master refused the next frame, then the reconnect")
+        assert "the slave's next offset" in log and "the slave's end" in log, log[-3000:]
+        assert "send failed" not in log, log[-3000:]
+    finally:
+        slave.stop()
+        master.stop()
+        ns.stop()
