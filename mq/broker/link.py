@@ -39,7 +39,8 @@ SUBSCRIPTION_CACHE_S = 1.0
 # methods a worker may call, and whether it waits for the answer
 METHODS = {
     "hello": True, "topic": True, "create_topic_on_send": True, "create_system_topic": True, "put_topic": True,
-    "delete_topic": True, "group": True, "put_group": True, "commit_offset": False, "query_offset": True,
+    "delete_topic": True, "group": True, "put_group": True, "commit_offset": False, "commit_offsets": False,
+    "query_offset": True,
     "heartbeat": True, "unregister_client": True, "connection_closed": False, "consumer_ids": True,
     "subscription": True, "topics_wrapper": True, "groups_wrapper": True, "offsets_wrapper": True,
     "delay_wrapper": True, "lock_batch": True, "unlock_batch": True,
@@ -47,6 +48,9 @@ METHODS = {
     "reset_offsets_notify": True, "update_config": True, "stats_data": True, "broker_tps": True,
     "end_transaction": True, "push_reply": True,
 }
+
+
+COMMIT_COALESCE_S = 0.01       # a pull's offset commit waits at most this long for others to share a call
 
 
 def link_address(store_root: str) -> str:
@@ -75,8 +79,11 @@ class RemoteMeta:
         self._groups: dict[str, dict] = {}
         self._subs: dict[tuple[str, str], tuple[float, dict | None]] = {}
         self._tasks: set = set()
+        self._commits: dict[tuple[str, str, int], int] = {}   # commit_offset_nowait's, not sent yet
 
     async def _call(self, method: str, *args):
+        if self._commits:
+            self.flush_commits()            # first: a later call of this worker sees them applied
         cmd = self.client.request(LINK_CALL, body=json.dumps({"m": method, "a": list(args)}).encode())
         if not METHODS[method]:
             await self.client.invoke_oneway(self.address, cmd)
@@ -136,10 +143,23 @@ class RemoteMeta:
         return sub
 
     def commit_offset_nowait(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        """commit_offset (oneway) without awaiting: written at once on the open link, or sent
-        by a Task when the link must first connect."""
-        cmd = self.client.request(LINK_CALL, body=orjson.dumps({"m": "commit_offset",
-                                                                "a": [group, topic, queue_id, offset]}))
+        """A pull's commitOffset, coalesced: the last one per queue within COMMIT_COALESCE_S goes
+        to the supervisor in one oneway call (commit_offsets) with the others, or earlier, before
+        any other call of this worker (so its own later reads and offset updates come after it).
+        One call a pull cost a push consumer's every delivered message ~25 us of the io worker
+        and ~55 us of the supervisor (a process woken, a frame, a handler) on 2026-11-29."""
+        if not self._commits:
+            asyncio.get_running_loop().call_later(COMMIT_COALESCE_S, self.flush_commits)
+        self._commits[(group, topic, queue_id)] = offset
+
+    def flush_commits(self) -> None:
+        """Sends the coalesced commits now (oneway): written at once on the open link, or sent by
+        a Task when the link must first connect."""
+        if not self._commits:
+            return
+        batch = [[g, t, q, off] for (g, t, q), off in self._commits.items()]
+        self._commits.clear()
+        cmd = self.client.request(LINK_CALL, body=orjson.dumps({"m": "commit_offsets", "a": [batch]}))
         if not self.client.send_oneway_nowait(self.address, cmd):
             task = asyncio.ensure_future(self.client.invoke_oneway(self.address, cmd))
             self._tasks.add(task)
@@ -155,6 +175,7 @@ class RemoteMeta:
         return call
 
     async def close(self) -> None:
+        self.flush_commits()
         await self.client.close()
 
 

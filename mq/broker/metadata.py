@@ -270,6 +270,11 @@ class Metadata:
         self.offsets.setdefault(f"{topic}@{group}", {})[queue_id] = offset
         self._offsets_dirty = True
 
+    def commit_offsets(self, batch: list) -> None:
+        """commit_offset for each [group, topic, queue_id, offset] of `batch`, in order."""
+        for group, topic, queue_id, offset in batch:
+            self.commit_offset(group, topic, queue_id, offset)
+
     def query_offset(self, group: str, topic: str, queue_id: int) -> int | None:
         return self.offsets.get(f"{topic}@{group}", {}).get(queue_id)
 
