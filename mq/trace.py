@@ -63,9 +63,11 @@ class TraceWriter:
     that buffer (traces are measurements, not data).  Thread-safe: the lock
     covers one list append.  Unknown fields are a programmer error."""
 
-    def __init__(self, directory: str, prefix: str, *, flush_every: int = 4096, flush_interval_s: float = 1.0):
+    def __init__(self, directory: str, prefix: str, *, flush_every: int = 4096, flush_interval_s: float = 1.0,
+                 pid: int | None = None):
         os.makedirs(directory, exist_ok=True)
-        self.path = os.path.join(directory, f"{prefix}-{os.getpid()}.jsonl")
+        # pid: the process the records are of, when another one writes them (mq.broker.traceformat)
+        self.path = os.path.join(directory, f"{prefix}-{pid or os.getpid()}.jsonl")
         self._file = open(self.path, "ab")
         self._buf: list[bytes] = []           # UTF-8: one or many lines per item
         self._pending = 0                     # records in _buf

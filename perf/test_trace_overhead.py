@@ -106,7 +106,10 @@ class Side:
         self.reset_meters()
 
     def reset_meters(self) -> None:
-        worker = {"io worker": broker_processes(self.broker)["io workers"]}
+        procs = self.broker.processes()
+        worker = {"io worker": broker_processes(self.broker)["io workers"],   # the gate's
+                  # the traced io worker's row formatter, a process of its own (mq.broker.traceformat)
+                  "trace formatter": sorted(p for name, ps in procs.items() if name.startswith("trace-") for p in ps)}
         self.meter = {"singles": CpuMeter(worker), "batches": CpuMeter(worker)}
 
 
@@ -184,8 +187,10 @@ def test_trace_overhead(benchmark, pair, session: Session, scale: Scale):
         for s in sides:
             rate = statistics.median(s.msgs[kind]) / seconds
             cpu_us = s.meter[kind].cpu["io worker"] / max(1, sum(s.msgs[kind])) * 1e6
+            fmt_us = s.meter[kind].cpu["trace formatter"] / max(1, sum(s.msgs[kind])) * 1e6
             print(f"    {s.name:9} {rate:9,.0f} msgs/s (windows {min(s.msgs[kind]) / seconds:,.0f}-"
-                  f"{max(s.msgs[kind]) / seconds:,.0f})  io worker CPU {cpu_us:6.1f} us per message")
+                  f"{max(s.msgs[kind]) / seconds:,.0f})  io worker CPU {cpu_us:6.1f} us per message"
+                  + (f" (+ its trace formatter's {fmt_us:.2f})" if s.meter[kind].groups["trace formatter"] else ""))
             benchmark.extra_info[f"{kind}_{s.name}_msgs_per_s"] = rate
             benchmark.extra_info[f"{kind}_{s.name}_io_cpu_us_per_msg"] = cpu_us
         per_window = [t / u for u, t in zip(sides[0].msgs[kind], sides[1].msgs[kind])]

@@ -123,7 +123,7 @@ class IoWorker:
         self.pull.start(asyncio.get_running_loop(), self.bell)
         idle_s = cfg.serverChannelMaxIdleTimeSeconds
         if cfg.perfTraceEnable:
-            self.tracer = RequestTracer(trace_dir(cfg), broker_label(cfg), f"io-{self.worker_id}")
+            self.tracer = RequestTracer(trace_dir(cfg), broker_label(cfg), f"io-{self.worker_id}", offload=True)
             self._trace_flusher = asyncio.create_task(self._flush_trace())
         main = RemotingServer("broker", handlers, on_close=self._conn_closed, idle_timeout_s=idle_s,
                               tracer=self.tracer)

@@ -5,7 +5,7 @@ import asyncio
 import json
 import os
 
-from mq.broker.tracing import REQ_ROW, RowTraceWriter
+from mq.broker.tracing import FLUSH_EVERY, REQ_ROW, OffloadedRowWriter, RowTraceWriter
 from mq.remoting import RemotingClient
 from mq.trace import FIELDS, REQ_PHASES, TraceWriter, read_records
 from mq.wire.batch import build_batch
@@ -246,3 +246,43 @@ def test_row_writer_extremes(tmp_path):
         want = {k: (("" if v < 0 else str(v)) if FIELDS[k] == "str" else v / 1000 if FIELDS[k] == "float" else v)
                 for k, v in zip(REQ_ROW, row)}
         assert {k: rec[k] for k in REQ_ROW} == want
+
+
+def test_offloaded_rows_are_the_same_lines_in_the_same_file(tmp_path, caplog):
+    """The io worker's rows go raw to a formatter process (OffloadedRowWriter,
+    mq.broker.traceformat): rows added one at a time and rows given flat, more than a message
+    holds, come out as the same bytes RowTraceWriter writes here, in order, in a file named after
+    this process; close() returns once they are written and the formatter has exited.  A
+    formatter that died takes no more rows: the writer says so once and drops them, and adding
+    rows never raises."""
+    from array import array
+    import random
+    from mq.store.native import ffi
+    rnd = random.Random(7)
+    rows = [tuple(rnd.randrange(-2**40, 2**40) for _ in REQ_ROW)
+            for _ in range(3 * OffloadedRowWriter.MESSAGE_ROWS_MAX + 5)]
+    flat = array("q", [v for r in rows[100:] for v in r])
+    cells = ffi.from_buffer("int64_t[]", flat)
+    for kind in (RowTraceWriter, OffloadedRowWriter):
+        w = kind(str(tmp_path / kind.__name__), "req-io-0", "req", {"broker": "b:1", "role": "io-0"}, REQ_ROW)
+        for r in rows[:100]:
+            w.add(r)
+        w.flush()
+        w.add_flat(cells, len(rows) - 100)
+        w.close()
+        assert os.path.basename(w.path) == f"req-io-0-{os.getpid()}.jsonl"
+    with open(os.path.join(tmp_path, "RowTraceWriter", f"req-io-0-{os.getpid()}.jsonl"), "rb") as f:
+        here = f.read()
+    with open(os.path.join(tmp_path, "OffloadedRowWriter", f"req-io-0-{os.getpid()}.jsonl"), "rb") as f:
+        there = f.read()
+    assert here.count(b"\n") == len(rows) and there == here
+
+    w = OffloadedRowWriter(str(tmp_path / "dead"), "req-io-1", "req", {"broker": "b:1", "role": "io-1"}, REQ_ROW)
+    w.child.kill()
+    w.child.wait()
+    for r in rows[:3 * FLUSH_EVERY]:
+        w.add(r)                                     # (flushes every FLUSH_EVERY rows)
+    w.add_flat(cells, 10)
+    w.close()
+    assert w.failed
+    assert sum("took no rows" in r.getMessage() for r in caplog.records) == 1
