@@ -917,6 +917,45 @@ int mq_commitlog_flush(mq_commitlog *cl, uint32_t least_pages, uint64_t *flushed
     return MQ_OK;
 }
 
+static inline int64_t mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int mq_commitlog_flush_for(mq_commitlog *cl, uint32_t wait_ms, mq_flush_rec *recs, uint32_t cap, uint32_t *n_out) {
+    assert(recs && n_out && *n_out < cap);
+    mq_ctl *c = cl->ctl;
+    const int64_t deadline = mono_ms() + wait_ms;
+    for (;;) {
+        uint32_t seen = mq_ctl_seq(c, MQ_SEQ_WRITE);            /* before the look: a move after it wakes */
+        if (__atomic_load_n(&c->fatal_err, __ATOMIC_ACQUIRE)) return MQ_E_FATAL;
+        const uint64_t before = ctl_load(c, MQ_POS_FLUSHED);
+        if (ctl_load(c, MQ_POS_WRITE) > before) {
+            struct timespec wall;
+            clock_gettime(CLOCK_REALTIME, &wall);
+            const uint64_t msgs = ctl_load(c, MQ_POS_MSGS);
+            const int64_t t0 = mono_ns();
+            uint64_t after;
+            int rc = mq_commitlog_flush(cl, 0, &after);
+            if (rc) return rc;
+            if (after > before) {
+                mq_flush_rec *r = &recs[(*n_out)++];
+                r->ts_us = (int64_t)wall.tv_sec * 1000000 + wall.tv_nsec / 1000;
+                r->msgs = msgs;
+                r->bytes = after - before;
+                r->flush_ns = (uint64_t)(mono_ns() - t0);
+                if (*n_out == cap) return MQ_OK;
+            }
+            if (mono_ms() >= deadline) return MQ_OK;
+            continue;
+        }
+        const int64_t left = deadline - mono_ms();
+        if (left <= 0) return MQ_OK;
+        (void)mq_ctl_wait(c, MQ_SEQ_WRITE, seen, (int)left);
+    }
+}
+
 int mq_commitlog_zero_tail(mq_commitlog *cl, uint64_t from) {
     const uint64_t fs = cl->file_size;
     uint8_t *base;

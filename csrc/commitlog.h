@@ -129,6 +129,13 @@
  *     failed -- the error is made sticky (mq_ctl_set_fatal), errno kept; FLUSHED never moves
  *     past bytes not made durable.  File errors (a file deleted meanwhile is skipped).
  *     *flushed_out = FLUSHED afterwards, on every outcome.  Takes the lock twice, briefly.
+ * mq_commitlog_flush_for  SYNC_FLUSH's loop (the flush role): for up to wait_ms, flushes
+ *     (mq_commitlog_flush with least_pages 0) whenever WRITE is past FLUSHED and sleeps on
+ *     SEQ_WRITE otherwise, with no Python between a wake and its msync.  Each flush that moved
+ *     FLUSHED is recorded in recs[*n_out] (n_out counts from what the caller passed: it takes
+ *     and zeroes them) -- the wall clock and POS_MSGS before it, its bytes and duration -- and
+ *     the call returns once cap are kept, at wait_ms, or at a fatal store (MQ_E_FATAL; MQ_E_IO
+ *     as mq_commitlog_flush's).  MQ_OK otherwise.
  * mq_commitlog_resync  the first position in [from, limit) where a whole record starts --
  *     MAGIC at +4, PHYSICALOFFSET equal to the position, and mq_record_check passes (no CRC);
  *     in DLedger mode a whole entry: MAGIC at +0, its POS equal to the position, dl_entry_check
@@ -235,6 +242,13 @@ enum mq_scan_stop {
                           * member's saved current term, which it never was given */
 };
 
+typedef struct mq_flush_rec {      /* one flush of mq_commitlog_flush_for */
+    int64_t  ts_us;                 /* CLOCK_REALTIME when it started */
+    uint64_t msgs;                  /* POS_MSGS when it started */
+    uint64_t bytes;                 /* FLUSHED moved by */
+    uint64_t flush_ns;              /* its duration (CLOCK_MONOTONIC) */
+} mq_flush_rec;
+
 typedef struct mq_scan_rec {
     uint64_t phy_offset;
     int64_t queue_offset;
@@ -296,6 +310,8 @@ int      mq_commitlog_scan(mq_commitlog *cl, uint64_t from, uint64_t limit, int 
 
 int      mq_commitlog_prepare_file(mq_commitlog *cl, uint64_t file_index, uint64_t from_pos);
 int      mq_commitlog_flush(mq_commitlog *cl, uint32_t least_pages, uint64_t *flushed_out);
+int      mq_commitlog_flush_for(mq_commitlog *cl, uint32_t wait_ms, mq_flush_rec *recs, uint32_t cap,
+                                uint32_t *n_out);
 int      mq_commitlog_resync(mq_commitlog *cl, uint64_t from, uint64_t limit, uint64_t *at_out);
 int      mq_commitlog_zero_tail(mq_commitlog *cl, uint64_t from);
 int      mq_commitlog_release(mq_commitlog *cl, uint64_t below, uint64_t from_index);

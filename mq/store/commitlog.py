@@ -357,6 +357,16 @@ class CommitLog:
         check(rc, "flush: " + (self.ctl.fatal() or ""))
         return out[0]
 
+    def flush_for(self, wait_ms: int, recs, cap: int, n) -> None:
+        """SYNC_FLUSH's loop for up to wait_ms with the GIL released (mq_commitlog_flush_for): the
+        flushes that moved FLUSHED are appended to `recs` (an ffi "mq_flush_rec[cap]"), their count
+        in n[0] (an ffi "uint32_t *" the caller zeroes once it took them).  StoreFatal when the
+        store is (or an msync made it) fatal."""
+        rc = lib.mq_commitlog_flush_for(self._h, wait_ms, recs, cap, n)
+        if rc == lib.MQ_E_IO:
+            log.error("flush failed, the store now refuses writes: %s", self.ctl.fatal())
+        check(rc, "flush: " + (self.ctl.fatal() or ""))
+
     def resync(self, offset: int, limit: int) -> int:
         """The first position in [offset, limit) where a whole record starts, or limit
         (mq_commitlog_resync: past damaged bytes to the records after them; DLedger: entries)."""

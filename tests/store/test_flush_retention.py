@@ -40,6 +40,40 @@ def test_sync_flush_group_commit(make_store):
     assert s.flusher.flushes < len(results) / 4, f"{s.flusher.flushes} flushes for {len(results)} messages"
 
 
+def test_the_c_flush_loop_records_each_flush_and_returns_at_its_bounds(make_store):
+    """mq_commitlog_flush_for (SYNC_FLUSH's loop, no flush role here): with nothing written it
+    sleeps its whole wait and records nothing; appends are flushed at once, each flush recorded
+    with its bytes, the message count before it and its duration, and FLUSHED at the end; a full
+    record array ends the call; a fatal store ends it with StoreFatal."""
+    from mq.store import StoreFatal
+    from mq.store.native import ffi
+    s = make_store(flushDiskType="SYNC_FLUSH", start_roles=False)
+    recs, n = ffi.new("mq_flush_rec[]", 2), ffi.new("uint32_t *")
+    t0 = time.monotonic()
+    s.cl.flush_for(150, recs, 2, n)
+    assert n[0] == 0 and time.monotonic() - t0 >= 0.14
+    start, msgs0 = s.cl.flushed_pos, s.ctl.get(C.POS_MSGS)
+    assert s.put("F", 0, b"a" * 100, b"WAIT\x01false").status is PutStatus.PUT_OK
+    s.cl.flush_for(100, recs, 2, n)
+    assert n[0] == 1 and recs[0].bytes == s.cl.write_pos - start and recs[0].msgs == msgs0 + 1
+    assert recs[0].flush_ns > 0 and abs(recs[0].ts_us / 1e6 - time.time()) < 5
+    assert s.cl.flushed_pos == s.cl.write_pos
+    def appends():                              # 20 ms apart: a flush each
+        for _ in range(5):
+            assert s.put("F", 0, b"b", b"WAIT\x01false").status is PutStatus.PUT_OK
+            time.sleep(0.02)
+    writer = threading.Thread(target=appends)
+    writer.start()
+    t0 = time.monotonic()
+    s.cl.flush_for(5000, recs, 2, n)            # the second record fills the array: back then
+    writer.join()
+    assert n[0] == 2 and time.monotonic() - t0 < 2
+    n[0] = 0
+    s.ctl.set_fatal(errno.EIO, "a test's error")
+    with pytest.raises(StoreFatal):
+        s.cl.flush_for(5000, recs, 2, n)
+
+
 def test_sync_flush_timeout_without_a_flusher(make_store):
     """With no flush role running, a SYNC_FLUSH send answers FLUSH_DISK_TIMEOUT
     after syncFlushTimeout: the message is stored, the promise is not kept."""
