@@ -114,9 +114,10 @@ int seg_fd_own(mq_commitlog *cl, uint64_t fi, int create, int *fd_out) {
         pthread_mutex_unlock(&cl->seg_lock);
         return MQ_E_RANGE;
     }
-    int fd = fcntl(cl->data.segs[fi].fd, F_DUPFD_CLOEXEC, 0);
+    const int fd = fcntl(cl->data.segs[fi].fd, F_DUPFD_CLOEXEC, 0);
+    const int e = errno;
     pthread_mutex_unlock(&cl->seg_lock);
-    if (fd < 0) return io_fail(cl, errno);
+    if (fd < 0) return io_fail(cl, e);
     *fd_out = fd;
     return MQ_OK;
 }
