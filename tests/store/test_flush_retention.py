@@ -19,9 +19,37 @@ from tests.store.storekit import crash
 FS = 64 * 1024
 
 
-def test_sync_flush_group_commit(make_store):
-    """64 concurrent SYNC_FLUSH senders are all released as durable, by far
-    fewer msyncs than messages (one flush serves a whole group)."""
+def test_sync_flush_group_commit(make_store, tmp_path):
+    """One flush serves a whole group: 64 SYNC_FLUSH senders append while no flush runs, and a
+    single flush (the flush role's C loop, one turn) answers all 64 -- none before its bytes
+    are durable.  Then 64 x 40 senders against a running flush role all succeed, each only after
+    its bytes were flushed.  (How many msyncs the second part takes is timing: the C loop starts
+    one as soon as a send appends, and each covers whatever was appended by then; CI saw 1,536
+    for 2,560 sends of GIL-bound threads, by hand under 640.)"""
+    from mq.store.native import ffi
+    held = make_store(root=tmp_path / "held", flushDiskType="SYNC_FLUSH", mappedFileSizeCommitLog=1024 * 1024,
+                      start_roles=False, syncFlushTimeout=60000)
+    answered = []
+
+    def one(k):
+        r = held.put("G", k % 4, b"x" * 1024)
+        answered.append((r, held.cl.flushed_pos))
+
+    threads = [threading.Thread(target=one, args=(k,)) for k in range(64)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 30
+    while held.ctl.get(C.POS_MSGS) < 64 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert held.ctl.get(C.POS_MSGS) == 64 and not answered and held.cl.flushed_pos == 0
+    recs, n = ffi.new("mq_flush_rec[]", 8), ffi.new("uint32_t *")
+    held.cl.flush_for(200, recs, 8, n)
+    for t in threads:
+        t.join()
+    assert n[0] == 1 and recs[0].msgs == 64 and recs[0].bytes == held.cl.write_pos == held.cl.flushed_pos
+    assert len(answered) == 64 and all(r.status is PutStatus.PUT_OK and r.result.end_offset <= flushed
+                                       for r, flushed in answered)
+
     s = make_store(flushDiskType="SYNC_FLUSH", mappedFileSizeCommitLog=1024 * 1024)
     results = []
 
@@ -37,7 +65,7 @@ def test_sync_flush_group_commit(make_store):
     for t in threads:
         t.join()
     assert len(results) == 64 * 40 and all(r.status is PutStatus.PUT_OK for r in results)
-    assert s.flusher.flushes < len(results) / 4, f"{s.flusher.flushes} flushes for {len(results)} messages"
+    assert 0 < s.flusher.flushes <= len(results)
 
 
 def test_the_c_flush_loop_records_each_flush_and_returns_at_its_bounds(make_store):
