@@ -113,7 +113,32 @@ class RequestTimes:
         self.status = -1        # the response code, set by a path that answers with an encoded frame
 
 
-class RowTraceWriter:
+class _RowBuffer:
+    """The rows added one at a time (a list append each), taken as one flat int64 array every
+    FLUSH_EVERY rows and at flush() -- the part both row writers share."""
+
+    _nfields: int
+    _pending: list
+
+    def add(self, row: tuple) -> None:
+        """Buffers one row (see RowTraceWriter's docstring for the values)."""
+        rows = self._pending
+        rows.append(row)
+        if len(rows) >= FLUSH_EVERY:
+            self.flush()
+
+    def _take_values(self) -> tuple[array, int]:
+        """The buffered rows as one flat array (one C loop for the batch), and their count."""
+        pending, self._pending = self._pending, []
+        values = array("q", chain.from_iterable(pending))
+        assert len(values) == len(pending) * self._nfields, "a row of the wrong length"
+        return values, len(pending)
+
+    def flush(self) -> None:
+        raise NotImplementedError
+
+
+class RowTraceWriter(_RowBuffer):
     """Rows of one record kind onto a TraceWriter: tuples of ints in the order of `fields`,
     buffered, then turned into one flat int64 array and formatted as JSON lines by the C
     module (mq_format_rows) one batch at a time, then handed over with TraceWriter.write_lines.
@@ -146,13 +171,6 @@ class RowTraceWriter:
         self._pending: list[tuple] = []
         self.failed = False
 
-    def add(self, row: tuple) -> None:
-        """Buffers one row (see the class docstring for the values)."""
-        rows = self._pending
-        rows.append(row)
-        if len(rows) >= FLUSH_EVERY:
-            self.flush()
-
     def _text(self, values, rows: int) -> bytes:
         """`rows` rows of C int64 values back to back as JSON lines (mq_format_rows), formatted
         in a buffer kept and grown to the largest call (a fresh MB-sized one per call cost page
@@ -180,14 +198,11 @@ class RowTraceWriter:
     def flush(self) -> None:
         """Writes the buffered rows.  A write error is logged once and the rows are dropped
         from then on: tracing never stops the broker."""
-        pending, self._pending = self._pending, []
+        values, rows = self._take_values()
         if self.failed:
             return
         try:
-            rows = len(pending)
             if rows:
-                values = array("q", chain.from_iterable(pending))     # one C loop for the batch
-                assert len(values) == rows * self._nfields, "a row of the wrong length"
                 self.writer.write_lines(self._text(ffi.from_buffer("int64_t[]", values), rows), rows)
             self.writer.flush()
         except OSError as e:
@@ -203,7 +218,7 @@ class RowTraceWriter:
             log.error("perf trace: closing %s failed: %s", self.path, e)
 
 
-class OffloadedRowWriter:
+class OffloadedRowWriter(_RowBuffer):
     """RowTraceWriter's interface (add, add_flat, flush, close, path, failed) with the formatting
     and the file in a child process of its own (mq.broker.traceformat): rows go to it raw, as
     int64 values, over a SOCK_SEQPACKET socket pair, at most MESSAGE_ROWS_MAX rows a message, and
@@ -260,23 +275,15 @@ class OffloadedRowWriter:
             last = min(rows, first + self.MESSAGE_ROWS_MAX)
             self._send(view[first * row_bytes:last * row_bytes])
 
-    def add(self, row: tuple) -> None:
-        rows = self._pending
-        rows.append(row)
-        if len(rows) >= FLUSH_EVERY:
-            self.flush()
-
     def add_flat(self, values, rows: int) -> None:
         """`rows` rows of C int64 values back to back (the C send path's): sent as they are."""
         if rows and not self.failed:
             self._send_values(ffi.buffer(values, rows * self._nfields * 8), rows)
 
     def flush(self) -> None:
-        pending, self._pending = self._pending, []
-        if pending and not self.failed:
-            values = array("q", chain.from_iterable(pending))
-            assert len(values) == len(pending) * self._nfields, "a row of the wrong length"
-            self._send_values(memoryview(values).cast("B"), len(pending))
+        values, rows = self._take_values()
+        if rows and not self.failed:
+            self._send_values(memoryview(values).cast("B"), rows)
 
     def close(self) -> None:
         """Sends the buffered rows, then the end (EOF), and waits for the child's last write."""
