@@ -918,12 +918,6 @@ int mq_commitlog_flush(mq_commitlog *cl, uint32_t least_pages, uint64_t *flushed
     return MQ_OK;
 }
 
-static inline int64_t mono_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 int mq_commitlog_flush_for(mq_commitlog *cl, uint32_t wait_ms, mq_flush_rec *recs, uint32_t cap, uint32_t *n_out) {
     assert(recs && n_out && *n_out < cap);
     mq_ctl *c = cl->ctl;

@@ -48,12 +48,6 @@ static const char *const LANGUAGES[] = {"JAVA", "CPP", "DOTNET", "PYTHON", "DELP
                                         "OTHER", "HTTP", "GO", "PHP", "OMS", "RUST"};
 #define LANGUAGES_N ((int)(sizeof LANGUAGES / sizeof LANGUAGES[0]))
 
-static int64_t mono_ns(void) {           /* Python's time.perf_counter_ns: CLOCK_MONOTONIC */
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static int64_t wall_us(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);

@@ -47,6 +47,12 @@ static inline int64_t mono_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+static inline int64_t mono_ns(void) {   /* Python's time.perf_counter_ns: CLOCK_MONOTONIC */
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 /* v as a decimal at p (no NUL, at most 20 bytes); returns the length.  The hot paths' printf:
  * snprintf("%lld") cost ~4% of an io worker's CPU per answered send.  Two digits a step from a
  * table, written in place once the length is known (the perf trace formats ~50 digits a row). */

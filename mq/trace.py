@@ -55,6 +55,12 @@ def now_us() -> int:
     return time.time_ns() // 1000
 
 
+def trace_path(directory: str, prefix: str, pid: int | None = None) -> str:
+    """The file of `prefix` records of process `pid` (None: this one) -- pid given when another
+    process writes them (mq.broker.traceformat writes an io worker's)."""
+    return os.path.join(directory, f"{prefix}-{pid or os.getpid()}.jsonl")
+
+
 class TraceWriter:
     """Appends records to `<directory>/<prefix>-<pid>.jsonl`.
 
@@ -66,8 +72,7 @@ class TraceWriter:
     def __init__(self, directory: str, prefix: str, *, flush_every: int = 4096, flush_interval_s: float = 1.0,
                  pid: int | None = None):
         os.makedirs(directory, exist_ok=True)
-        # pid: the process the records are of, when another one writes them (mq.broker.traceformat)
-        self.path = os.path.join(directory, f"{prefix}-{pid or os.getpid()}.jsonl")
+        self.path = trace_path(directory, prefix, pid)
         self._file = open(self.path, "ab")
         self._buf: list[bytes] = []           # UTF-8: one or many lines per item
         self._pending = 0                     # records in _buf

@@ -42,7 +42,7 @@ def main(argv: list[str]) -> int:
                 log.error("perf trace: a message of %d bytes is not whole rows of %d; stopping", n, row_bytes)
                 return 1
             writer.add_flat(values, n // row_bytes)
-            writer.writer.flush()
+            writer.flush()                        # written at once (nothing is added one row at a time)
             if writer.failed:
                 return 1
     finally:

@@ -71,7 +71,7 @@ from itertools import chain
 from time import perf_counter_ns, time_ns
 
 from mq.store.native import ffi, lib
-from mq.trace import FIELDS, TraceWriter
+from mq.trace import FIELDS, TraceWriter, trace_path
 
 log = logging.getLogger("mq.broker.tracing")
 
@@ -237,7 +237,7 @@ class OffloadedRowWriter(_RowBuffer):
     def __init__(self, directory: str, prefix: str, kind: str, constants: dict, fields: tuple[str, ...]):
         assert all(k in FIELDS for k in constants) and all(k in FIELDS for k in fields), (constants, fields)
         os.makedirs(directory, exist_ok=True)
-        self.path = os.path.join(directory, f"{prefix}-{os.getpid()}.jsonl")
+        self.path = trace_path(directory, prefix)
         self._nfields = len(fields)
         self._pending: list[tuple] = []
         self.failed = False
@@ -291,7 +291,7 @@ class OffloadedRowWriter(_RowBuffer):
         self.sock.close()
         try:
             self.child.wait(self.CHILD_EXIT_S)
-        except Exception:                  # noqa: BLE001 -- subprocess.TimeoutExpired: it is stuck
+        except subprocess.TimeoutExpired:  # it is stuck (a write to a stalled disk)
             log.error("perf trace: the formatter of %s did not finish in %.0f s; killed", self.path,
                       self.CHILD_EXIT_S)
             self.child.kill()

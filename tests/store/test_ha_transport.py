@@ -7,10 +7,10 @@ import random
 import socket
 import struct
 import threading
-import time
 
 import pytest
 
+from mq.cluster import wait_for
 from mq.store.native import StoreIOError
 from mq.wire import ha as wha
 from mq.wire import commitlog as wcl
@@ -197,8 +197,7 @@ def test_a_retire_beside_a_sending_thread_never_pulls_a_file_from_under_it(make_
     readers = [threading.Thread(target=drain), threading.Thread(target=writer)]
     for t in readers:
         t.start()
-    while len(got) < 4 * FS:                   # the writer is streaming (every file mapped)
-        time.sleep(0.001)
+    wait_for(lambda: len(got) >= 4 * FS or "error" in state, 30, 0.001, "the writer streaming (every file mapped)")
     assert lib.mq_commitlog_retire(s.cl._h, below) == 0
     readers[1].join(10)
     out.shutdown(socket.SHUT_WR)

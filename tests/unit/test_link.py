@@ -13,7 +13,7 @@ import socket
 
 from mq import loop as mq_loop
 from mq.broker.config import BrokerConfig
-from mq.broker.link import COMMIT_COALESCE_S, LINK_CALL, LinkService, RemoteMeta
+from mq.broker.link import LINK_CALL, LinkService, RemoteMeta
 from mq.broker.metadata import Metadata
 from mq.remoting import RemotingServer
 
@@ -43,26 +43,33 @@ async def _with_link(tmp_path, body):
         await server.stop(0.5)
 
 
+async def _until(cond, timeout_s: float = 10.0) -> None:
+    """Returns once cond() is true (polled each millisecond); AssertionError at the deadline."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not cond():
+        assert asyncio.get_running_loop().time() < deadline, "the supervisor's side never got there"
+        await asyncio.sleep(0.001)
+
+
 def test_pull_commits_travel_coalesced_and_before_the_next_call(tmp_path):
     async def body(meta, metadata, methods):
         await meta.query_offset("G", "T", 0)                  # the link is open
         methods.clear()
         for i in range(200):                                  # one loop turn: 200 pulls of 4 queues
             meta.commit_offset_nowait("G", "T", i % 4, 1000 + i)
-        await asyncio.sleep(COMMIT_COALESCE_S * 5)
+        assert not methods                                    # none yet: they wait COMMIT_COALESCE_S
+        await _until(lambda: [metadata.query_offset("G", "T", q) for q in range(4)] == [1196, 1197, 1198, 1199])
         assert methods == ["commit_offsets"], methods         # one call, not 200
-        assert [metadata.query_offset("G", "T", q) for q in range(4)] == [1196, 1197, 1198, 1199]
 
         meta.commit_offset_nowait("G", "T", 0, 2000)          # then a read at once: it sees it
         assert await meta.query_offset("G", "T", 0) == 2000
         meta.commit_offset_nowait("G", "T", 1, 3000)          # then an update of the same queue
         await meta.commit_offset("G", "T", 1, 5)              # (UPDATE_CONSUMER_OFFSET): it wins
-        await asyncio.sleep(COMMIT_COALESCE_S * 5)
         assert await meta.query_offset("G", "T", 1) == 5
         assert methods[1:] == ["commit_offsets", "query_offset", "commit_offsets", "commit_offset",
                                "query_offset"], methods
         meta.commit_offset_nowait("G", "T", 2, 4000)          # pending when the worker closes:
         await meta.close()                                    # sent first
-        await asyncio.sleep(COMMIT_COALESCE_S * 5)
-        assert metadata.query_offset("G", "T", 2) == 4000 and methods[-1] == "commit_offsets"
+        await _until(lambda: metadata.query_offset("G", "T", 2) == 4000)
+        assert methods[-1] == "commit_offsets"
     mq_loop.run(_with_link(tmp_path, body))
