@@ -27,6 +27,7 @@ import os
 import signal
 
 from mq.store.config import StoreConfig
+from mq.store.native import StoreError
 from mq.store.roles import PipeStop
 
 from .common import MASTER_ADDR_FILE, STATUS_FILE
@@ -102,11 +103,18 @@ def ha_role_main(role: str, store_config_values: dict, store_host: str, store_po
                                      retry_interval_ms=int(opt("haConnectRetryInterval", 5000)))
         node.start()
         sampler = LagSampler.for_role(role, node, store.ctl, opt("perfTrace"))
+        retire_failed = False
         try:
             while not stop.wait(1.0):
                 # the files retention deleted go (a mapping or fd keeps their blocks on disk); the
                 # connections' threads send and receive through fds of their own meanwhile
-                store.cl.retire_below_min()
+                try:
+                    store.cl.retire_below_min()
+                except StoreError as e:            # (as an io worker: one line, replication goes on)
+                    if not retire_failed:
+                        log.error("letting go of deleted CommitLog files failed (%s); they keep their disk "
+                                  "space while this role runs", e)
+                    retire_failed = True
                 if sampler is not None:
                     sampler.sample()
         finally:

@@ -64,7 +64,6 @@ class FlushService:
         self._flushes = 0                          # recorded; see `flushes`
         self._c_kept = None                        # SYNC_FLUSH: the C loop's count of flushes not yet recorded
         self._kept_lock = threading.Lock()
-        self.group_sizes_bytes: list[int] = []     # recent flushed byte counts (bounded)
         self.trace = trace
         self.broker = broker
         self._msgs_at = self.ctl.get(C.POS_MSGS) if msgs_base is None else msgs_base
@@ -96,15 +95,12 @@ class FlushService:
 
     def _note(self, ts_us: int, msgs: int, group_bytes: int, flush_ns: int) -> None:
         """One flush that moved FLUSHED (started at ts_us with POS_MSGS at msgs): its trace
-        record, its histograms, the count and the recent group sizes."""
+        record, its histograms and the count."""
         if self.trace is not None:
             self._trace_flush(ts_us, msgs, group_bytes, flush_ns)
         if self.stats is not None:
             self._count_flush(group_bytes, flush_ns, msgs)
         self._flushes += 1
-        if len(self.group_sizes_bytes) >= 1024:
-            del self.group_sizes_bytes[:512]
-        self.group_sizes_bytes.append(group_bytes)
 
     def _count_flush(self, group_bytes: int, flush_ns: int, now_msgs: int) -> None:
         """The flush into the metrics histograms (latency bucketed by microseconds); now_msgs:
